@@ -1,0 +1,67 @@
+"""fleetbreaker: one circuit breaker per dependency for a whole fleet of Lambda containers.
+
+Example
+-------
+>>> from fleetbreaker import CircuitBreaker, BreakerConfig, DynamoDBStore
+>>> breaker = CircuitBreaker(
+...     "payment-api",
+...     store=DynamoDBStore(table_name="CircuitBreakers"),
+...     config=BreakerConfig(failure_threshold=5, recovery_timeout=30),
+... )
+>>> @breaker
+... def charge(order): ...
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from fleetbreaker.breaker import Admission, BreakerStats, CircuitBreaker, RecordResult
+from fleetbreaker.config import BreakerConfig
+from fleetbreaker.errors import (
+    CircuitOpenError,
+    ConfigError,
+    CorruptRecordError,
+    FleetBreakerError,
+    InvalidTokenError,
+    StoreError,
+    TableNotFoundError,
+)
+from fleetbreaker.events import BreakerListener, LoggingListener
+from fleetbreaker.state import Decision, State
+from fleetbreaker.stores.memory import MemoryStore
+
+if TYPE_CHECKING:
+    from fleetbreaker.stores.dynamodb import DynamoDBStore
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Admission",
+    "BreakerConfig",
+    "BreakerListener",
+    "BreakerStats",
+    "CircuitBreaker",
+    "CircuitOpenError",
+    "ConfigError",
+    "CorruptRecordError",
+    "Decision",
+    "DynamoDBStore",
+    "FleetBreakerError",
+    "InvalidTokenError",
+    "LoggingListener",
+    "MemoryStore",
+    "RecordResult",
+    "State",
+    "StoreError",
+    "TableNotFoundError",
+]
+
+
+def __getattr__(name: str) -> Any:
+    # Stores with optional dependencies load on first use, keeping `import fleetbreaker` light.
+    if name == "DynamoDBStore":
+        from fleetbreaker.stores.dynamodb import DynamoDBStore
+
+        return DynamoDBStore
+    raise AttributeError(f"module 'fleetbreaker' has no attribute {name!r}")

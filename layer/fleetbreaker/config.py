@@ -1,0 +1,159 @@
+"""Validated, immutable breaker configuration."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from fleetbreaker.errors import ConfigError
+
+ExceptionTypes = tuple[type[BaseException], ...]
+
+
+def _positive_int(name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+
+
+def _positive_number(name: str, value: object, *, allow_zero: bool = False) -> None:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if ok:
+        number = float(value)  # type: ignore[arg-type]
+        ok = math.isfinite(number) and (number >= 0 if allow_zero else number > 0)
+    if not ok:
+        kind = "a non-negative" if allow_zero else "a positive"
+        raise ConfigError(f"{name} must be {kind} number of seconds, got {value!r}")
+
+
+def _exception_types(name: str, value: object) -> None:
+    if not isinstance(value, tuple) or not all(
+        isinstance(item, type) and issubclass(item, BaseException) for item in value
+    ):
+        raise ConfigError(f"{name} must be a tuple of exception classes, got {value!r}")
+
+
+@dataclass(frozen=True)
+class BreakerConfig:
+    """How a breaker counts failures, opens and recovers.
+
+    Parameters
+    ----------
+    failure_threshold:
+        Failures, counted across the whole fleet, that open the breaker (default 5).
+    window_seconds:
+        Length of the window the failures must fall in (default 60).
+    recovery_timeout:
+        Seconds the breaker stays open the first time it opens (default 30; floats allowed).
+    recovery_backoff:
+        Factor applied to the open duration after each failed recovery (default 2.0).
+    max_recovery_timeout:
+        Cap on the open duration (default 300 s).
+    recovery_jitter:
+        Fraction of a grown open duration that is randomised away, 0 to 1 (default 0.2):
+        a reopened breaker stays open between ``d * (1 - jitter)`` and ``d`` seconds.
+    half_open_successes:
+        Successful probes needed to close the breaker again (default 1).
+    half_open_max_probes:
+        Probes admitted at the same time while half-open, fleet-wide (default 1).
+    probe_lease_seconds:
+        How long a probe's lease lasts; a probe that has not reported by then is
+        forgotten and its slot goes to the next caller (default 10 s).
+    cache_ttl:
+        Seconds a container trusts its cached copy of the breaker (default 1.0; 0 disables).
+    record_ttl_seconds:
+        Lifetime of an idle breaker record in the store (default one day). Garbage
+        collection only: it never shortens an open window.
+    store_backoff_seconds:
+        After a store error the store is left alone this long and the breaker runs on its
+        local, per-container state (default 5 s).
+    failure_exceptions:
+        Exception classes that count as failures (default ``(Exception,)``).
+    ignored_exceptions:
+        Exception classes that never count, even if listed in ``failure_exceptions``.
+    is_failure:
+        Optional predicate over a raised exception; when given it decides alone.
+    failure_result:
+        Optional predicate over a returned value, e.g. ``lambda r: r.status_code >= 500``.
+        A result it accepts counts as a failure and is still returned to the caller.
+
+    Example
+    -------
+    >>> BreakerConfig(failure_threshold=3, recovery_timeout=10)
+    BreakerConfig(failure_threshold=3, ...)
+    """
+
+    failure_threshold: int = 5
+    window_seconds: float = 60.0
+    recovery_timeout: float = 30.0
+    recovery_backoff: float = 2.0
+    max_recovery_timeout: float = 300.0
+    recovery_jitter: float = 0.2
+    half_open_successes: int = 1
+    half_open_max_probes: int = 1
+    probe_lease_seconds: float = 10.0
+    cache_ttl: float = 1.0
+    record_ttl_seconds: int = 86_400
+    store_backoff_seconds: float = 5.0
+    failure_exceptions: ExceptionTypes = (Exception,)
+    ignored_exceptions: ExceptionTypes = ()
+    is_failure: Callable[[BaseException], bool] | None = field(default=None, compare=False)
+    failure_result: Callable[[Any], bool] | None = field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        _positive_int("failure_threshold", self.failure_threshold)
+        _positive_int("half_open_successes", self.half_open_successes)
+        _positive_int("half_open_max_probes", self.half_open_max_probes)
+        if self.half_open_max_probes > 16:
+            raise ConfigError(
+                f"half_open_max_probes must be at most 16, got {self.half_open_max_probes}"
+            )
+        _positive_int("record_ttl_seconds", self.record_ttl_seconds)
+        for name in (
+            "window_seconds",
+            "recovery_timeout",
+            "max_recovery_timeout",
+            "probe_lease_seconds",
+        ):
+            _positive_number(name, getattr(self, name))
+        for name in ("cache_ttl", "store_backoff_seconds"):
+            _positive_number(name, getattr(self, name), allow_zero=True)
+        _positive_number("recovery_backoff", self.recovery_backoff)
+        if self.recovery_backoff < 1:
+            raise ConfigError(
+                f"recovery_backoff must be at least 1 (no shrinking), got {self.recovery_backoff!r}"
+            )
+        if self.max_recovery_timeout < self.recovery_timeout:
+            raise ConfigError(
+                "max_recovery_timeout must be at least recovery_timeout, got "
+                f"{self.max_recovery_timeout!r} < {self.recovery_timeout!r}"
+            )
+        _positive_number("recovery_jitter", self.recovery_jitter, allow_zero=True)
+        if self.recovery_jitter > 1:
+            raise ConfigError(
+                f"recovery_jitter must be between 0 and 1, got {self.recovery_jitter!r}"
+            )
+        if self.record_ttl_seconds < self.max_recovery_timeout + self.probe_lease_seconds:
+            raise ConfigError(
+                "record_ttl_seconds must outlast the longest open window plus a probe lease, "
+                f"got {self.record_ttl_seconds!r}"
+            )
+        _exception_types("failure_exceptions", self.failure_exceptions)
+        _exception_types("ignored_exceptions", self.ignored_exceptions)
+        for name in ("is_failure", "failure_result"):
+            value = getattr(self, name)
+            if value is not None and not callable(value):
+                raise ConfigError(f"{name} must be callable or None, got {value!r}")
+
+    def counts_exception(self, exc: BaseException) -> bool:
+        """Whether a raised exception counts as a failure of the dependency."""
+        if isinstance(exc, self.ignored_exceptions):
+            return False
+        if self.is_failure is not None:
+            return bool(self.is_failure(exc))
+        return isinstance(exc, self.failure_exceptions)
+
+    def counts_result(self, result: object) -> bool:
+        """Whether a returned value counts as a failure of the dependency."""
+        return self.failure_result is not None and bool(self.failure_result(result))

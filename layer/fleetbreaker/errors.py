@@ -1,0 +1,52 @@
+"""Exceptions raised by fleetbreaker."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from fleetbreaker.state import State
+
+
+class FleetBreakerError(Exception):
+    """Base class of every fleetbreaker exception."""
+
+
+class ConfigError(FleetBreakerError, ValueError):
+    """A breaker, config or store was constructed with an invalid value."""
+
+
+class CircuitOpenError(FleetBreakerError):
+    """The breaker rejected the call without running it.
+
+    Attributes
+    ----------
+    name:
+        The breaker's name.
+    state:
+        The state that caused the rejection (open, half_open or forced_open).
+    retry_after:
+        Seconds after which a new attempt may be admitted (a hint, never negative).
+    """
+
+    def __init__(self, name: str, state: State, retry_after: float) -> None:
+        self.name = name
+        self.state = state
+        self.retry_after = max(0.0, retry_after)
+        super().__init__(f"circuit {name!r} is {state.value}; retry after {self.retry_after:.3f}s")
+
+
+class StoreError(FleetBreakerError):
+    """The shared store could not answer (unreachable, slow, throttling or misconfigured)."""
+
+
+class TableNotFoundError(StoreError):
+    """The DynamoDB table named by the store does not exist."""
+
+
+class CorruptRecordError(StoreError):
+    """A stored breaker record has missing or wrongly typed attributes."""
+
+
+class InvalidTokenError(FleetBreakerError, ValueError):
+    """A probe token passed to ``record`` is not one this package issued."""

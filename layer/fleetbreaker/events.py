@@ -1,0 +1,96 @@
+"""Hooks the breaker calls as things happen: logging here, metrics and tracing elsewhere."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from fleetbreaker.state import Decision, State
+
+logger = logging.getLogger("fleetbreaker")
+
+
+class BreakerListener:
+    """Receives breaker events. Subclass and override what you need; every hook is a no-op.
+
+    Hooks run inline on the calling thread, so they must be quick and must not raise (an
+    exception from a hook is logged and swallowed).
+    """
+
+    def on_decision(self, name: str, decision: Decision, state: State) -> None:
+        """A call was admitted (allow, probe) or rejected."""
+
+    def on_transition(self, name: str, before: State, after: State) -> None:
+        """This container's write moved the shared breaker from one state to another."""
+
+    def on_rejected(self, name: str, state: State, retry_after: float) -> None:
+        """A call was rejected without running."""
+
+    def on_fallback(self, name: str, state: State) -> None:
+        """A rejected call was answered by the fallback."""
+
+    def on_failure_recorded(self, name: str, state: State) -> None:
+        """A failed call was counted."""
+
+    def on_probe(self, name: str, success: bool, applied: bool) -> None:
+        """A probe finished; ``applied`` is False when its lease had already ended."""
+
+    def on_store_call(self, name: str, operation: str, elapsed_ms: float, ok: bool) -> None:
+        """One store round trip finished (or failed) after ``elapsed_ms``."""
+
+    def on_store_error(self, name: str, operation: str, error: BaseException) -> None:
+        """The store failed; the breaker is about to run on local state."""
+
+    def on_degraded(self, name: str, reason: str) -> None:
+        """The breaker switched to its local, per-container state."""
+
+    def on_recovered(self, name: str) -> None:
+        """The store answered again; the fleet's state is back in charge."""
+
+    def on_corrupt_record(self, name: str, detail: str) -> None:
+        """The store held a record this package cannot read; it was treated as closed."""
+
+
+class LoggingListener(BreakerListener):
+    """Logs transitions, degradations and store trouble; nothing per healthy call."""
+
+    def __init__(self, log: logging.Logger | None = None) -> None:
+        self.log = log or logger
+
+    def on_transition(self, name: str, before: State, after: State) -> None:
+        self.log.info(
+            "circuit %s: %s -> %s",
+            name,
+            before.value,
+            after.value,
+            extra={"breaker": name, "from_state": before.value, "to_state": after.value},
+        )
+
+    def on_store_error(self, name: str, operation: str, error: BaseException) -> None:
+        self.log.warning(
+            "circuit %s: store %s failed: %s",
+            name,
+            operation,
+            error,
+            extra={"breaker": name, "operation": operation, "error": str(error)},
+        )
+
+    def on_degraded(self, name: str, reason: str) -> None:
+        self.log.warning(
+            "circuit %s: running on local state (%s)",
+            name,
+            reason,
+            extra={"breaker": name, "reason": reason},
+        )
+
+    def on_recovered(self, name: str) -> None:
+        self.log.info("circuit %s: store reachable again", name, extra={"breaker": name})
+
+    def on_corrupt_record(self, name: str, detail: str) -> None:
+        self.log.error(
+            "circuit %s: unreadable record treated as closed: %s",
+            name,
+            detail,
+            extra={"breaker": name, "detail": detail},
+        )

@@ -1,0 +1,79 @@
+"""The store contract: a handful of atomic operations on one breaker record."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from fleetbreaker.state import Outcome, Policy, Record, State
+
+
+@dataclass
+class StoreStats:
+    """Round trips a store made, for benchmarks and tests (thread-safe counters)."""
+
+    reads: int = 0
+    writes: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def count_read(self) -> None:
+        with self._lock:
+            self.reads += 1
+
+    def count_write(self) -> None:
+        with self._lock:
+            self.writes += 1
+
+    @property
+    def requests(self) -> int:
+        return self.reads + self.writes
+
+
+@runtime_checkable
+class Store(Protocol):
+    """What every store implements. Each operation is atomic on the shared record.
+
+    ``observed`` is the caller's latest view of the record (possibly stale). A store may use
+    it to pick its first conditional write; it must never trust it: every write is fenced on
+    the state the store itself finds. ``now_ms`` is the caller's clock in epoch ms; a store
+    with a trustworthy clock of its own (Redis' TIME) may use that instead.
+
+    Operations raise :class:`fleetbreaker.errors.StoreError` when the store cannot answer.
+    """
+
+    stats: StoreStats
+
+    def load(self, name: str, now_ms: int) -> Record | None:
+        """The record, or None when it does not exist or is past its TTL."""
+        ...
+
+    def record_failure(
+        self, name: str, policy: Policy, now_ms: int, observed: Record | None
+    ) -> Outcome:
+        """Count a failure in the current window; trip (once) at the threshold."""
+        ...
+
+    def claim_probe(
+        self, name: str, policy: Policy, now_ms: int, nonce: str, observed: Record | None
+    ) -> Outcome:
+        """Take a probe lease (moving open→half_open when the open window has ended)."""
+        ...
+
+    def settle_probe(
+        self,
+        name: str,
+        policy: Policy,
+        now_ms: int,
+        token: str,
+        success: bool,
+        jitter: float,
+        observed: Record | None,
+    ) -> Outcome:
+        """Report a probe's result; a token whose lease is gone changes nothing."""
+        ...
+
+    def force_state(self, name: str, policy: Policy, now_ms: int, target: State) -> Outcome:
+        """Operator override: forced_open, disabled, or closed (reset)."""
+        ...

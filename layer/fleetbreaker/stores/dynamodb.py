@@ -1,0 +1,466 @@
+"""DynamoDB store: one item per breaker, every change one conditional UpdateItem.
+
+Each operation starts from the caller's observed record to choose a write and fences that
+write on what it assumed (state, generation, window or lease token). When the condition
+fails, DynamoDB hands back the current item (ReturnValuesOnConditionCheckFailure=ALL_OLD),
+and the operation re-plans from it: no read-modify-write, no lost updates, and a lost race
+still teaches the caller the current state in the same round trip.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import TYPE_CHECKING, Any, cast
+
+from fleetbreaker import state as rules
+from fleetbreaker.errors import ConfigError, CorruptRecordError, StoreError, TableNotFoundError
+from fleetbreaker.state import Lease, Outcome, Policy, Record, State
+from fleetbreaker.stores.base import StoreStats
+
+if TYPE_CHECKING:
+    from botocore.config import Config
+    from mypy_boto3_dynamodb.client import DynamoDBClient
+
+TABLE_ENV = "CIRCUIT_BREAKER_TABLE"
+KEY_ATTRIBUTE = "name"
+TTL_ATTRIBUTE = "expires_at"
+MAX_SLOTS = 16  # BreakerConfig caps half_open_max_probes at this
+
+# Scalar attributes every usable item has, all numbers. The Python parser and the USABLE
+# condition below must agree, or a corrupt item could be both "absent" and "present".
+_NUMBERS = (
+    "gen",
+    "failures",
+    "window_start",
+    "opened_at",
+    "open_until",
+    "reopens",
+    "successes",
+    "updated_at",
+    TTL_ATTRIBUTE,
+)
+_STATES = tuple(state.value for state in State)
+
+# How long the breaker may wait on DynamoDB: short timeouts and one quick retry. Legacy retry
+# mode uses DynamoDB's own 50 ms base delay, where standard mode could sleep up to a second.
+DEFAULT_TIMEOUTS = {"connect_timeout": 0.2, "read_timeout": 0.3}
+DEFAULT_RETRIES = {"mode": "legacy", "total_max_attempts": 2}
+
+
+def _slot_names(slot: int) -> tuple[str, str]:
+    return f"probe{slot}_token", f"probe{slot}_until"
+
+
+def _number(item: dict[str, Any], name: str) -> int:
+    raw = item.get(name)
+    if not isinstance(raw, dict) or "N" not in raw:
+        raise CorruptRecordError(f"attribute {name!r} is missing or not a number: {raw!r}")
+    try:
+        return int(raw["N"])
+    except ValueError:
+        raise CorruptRecordError(f"attribute {name!r} is not an integer: {raw!r}") from None
+
+
+def _scalar(item: dict[str, Any], name: str, kind: str) -> Any:
+    raw = item.get(name)
+    return raw.get(kind) if isinstance(raw, dict) else None
+
+
+def parse_item(item: dict[str, Any] | None, now_ms: int) -> Record | None:
+    """Turn a raw DynamoDB item into a Record; None when absent or past its TTL.
+
+    Raises CorruptRecordError when the item is not one this package wrote.
+    """
+    if not item:
+        return None
+    raw_state = _scalar(item, "state", "S")
+    if raw_state not in _STATES:
+        raise CorruptRecordError(f"attribute 'state' is not a breaker state: {item.get('state')!r}")
+    numbers = {name: _number(item, name) for name in _NUMBERS}
+    leases: dict[int, Lease] = {}
+    for slot in range(MAX_SLOTS):
+        token_name, until_name = _slot_names(slot)
+        token = _scalar(item, token_name, "S")
+        until = _scalar(item, until_name, "N")
+        # A malformed lease is treated as free; the claim condition agrees (it accepts a slot
+        # whose expiry is not a number).
+        if isinstance(token, str) and isinstance(until, str) and until.lstrip("-").isdigit():
+            leases[slot] = Lease(token, int(until))
+    record = Record(
+        state=State(raw_state),
+        gen=numbers["gen"],
+        failures=numbers["failures"],
+        window_start=numbers["window_start"],
+        opened_at=numbers["opened_at"],
+        open_until=numbers["open_until"],
+        reopens=numbers["reopens"],
+        successes=numbers["successes"],
+        leases=leases,
+        updated_at=numbers["updated_at"],
+        expires_at=numbers[TTL_ATTRIBUTE],
+    )
+    return None if record.is_expired(now_ms) else record
+
+
+class _Write:
+    """One UpdateItem under construction: expression parts plus their placeholders."""
+
+    def __init__(self, now_ms: int, policy: Policy) -> None:
+        self.sets: list[str] = []
+        self.adds: list[str] = []
+        self.removes: list[str] = []
+        self.conditions: list[str] = []
+        self.names: dict[str, str] = {}
+        self.values: dict[str, dict[str, str]] = {}
+        self.now_ms = now_ms
+        self.set("updated_at", now_ms)
+        self.set(TTL_ATTRIBUTE, now_ms // 1000 + policy.ttl_s)
+
+    def name(self, attribute: str) -> str:
+        placeholder = f"#{attribute}"
+        self.names[placeholder] = attribute
+        return placeholder
+
+    def value(self, value: int | str) -> str:
+        placeholder = f":v{len(self.values)}"
+        self.values[placeholder] = {"S": value} if isinstance(value, str) else {"N": str(value)}
+        return placeholder
+
+    def set(self, attribute: str, value: int | str) -> _Write:
+        self.sets.append(f"{self.name(attribute)} = {self.value(value)}")
+        return self
+
+    def add(self, attribute: str, amount: int) -> _Write:
+        self.adds.append(f"{self.name(attribute)} {self.value(amount)}")
+        return self
+
+    def remove_leases(self, slots: range) -> _Write:
+        for slot in slots:
+            self.removes.extend(self.name(attribute) for attribute in _slot_names(slot))
+        return self
+
+    def require(self, condition: str) -> _Write:
+        self.conditions.append(f"({condition})")
+        return self
+
+    def usable(self) -> str:
+        """The item exists, is one of ours, and is within its TTL."""
+        states = ", ".join(self.value(state) for state in _STATES)
+        number = self.value("N")
+        typed = " AND ".join(f"attribute_type({self.name(n)}, {number})" for n in _NUMBERS)
+        alive = f"{self.name(TTL_ATTRIBUTE)} > {self.value(self.now_ms // 1000)}"
+        return f"{self.name('state')} IN ({states}) AND {typed} AND {alive}"
+
+    def is_(self, attribute: str, value: int | str) -> str:
+        return f"{self.name(attribute)} = {self.value(value)}"
+
+    def expression(self) -> str:
+        parts = [f"SET {', '.join(self.sets)}"]
+        if self.adds:
+            parts.append(f"ADD {', '.join(self.adds)}")
+        if self.removes:
+            parts.append(f"REMOVE {', '.join(self.removes)}")
+        return " ".join(parts)
+
+
+def _write_record(write: _Write, record: Record) -> _Write:
+    """SET every scalar of a whole record (gen excepted: callers ADD or SET it)."""
+    write.set("state", record.state.value)
+    for attribute in (
+        "failures",
+        "window_start",
+        "opened_at",
+        "open_until",
+        "reopens",
+        "successes",
+    ):
+        write.set(attribute, getattr(record, attribute))
+    return write
+
+
+class DynamoDBStore:
+    """Keeps breakers in a DynamoDB table whose partition key is ``name`` (S).
+
+    Parameters
+    ----------
+    table_name:
+        The table; defaults to the ``CIRCUIT_BREAKER_TABLE`` environment variable.
+    boto3_client:
+        A ready DynamoDB client (its own timeouts and retries are then used as they are).
+    boto_config:
+        A botocore Config merged over the store's bounded defaults (0.2 s connect, 0.3 s
+        read, one retry).
+    endpoint_url:
+        For local DynamoDB (moto, dynalite). ``AWS_ENDPOINT_URL_DYNAMODB`` also works.
+    consistent_read:
+        Use strongly consistent reads for loads (default True).
+
+    Example
+    -------
+    >>> store = DynamoDBStore(table_name="CircuitBreakers")
+    >>> breaker = CircuitBreaker("payment-api", store=store)
+    """
+
+    def __init__(
+        self,
+        table_name: str | None = None,
+        *,
+        boto3_client: DynamoDBClient | None = None,
+        boto_config: Config | None = None,
+        endpoint_url: str | None = None,
+        consistent_read: bool = True,
+    ) -> None:
+        table = table_name if table_name is not None else os.environ.get(TABLE_ENV, "")
+        if not isinstance(table, str) or not table.strip():
+            raise ConfigError(
+                f"DynamoDBStore needs a table name: pass table_name= or set {TABLE_ENV}"
+            )
+        if not 3 <= len(table) <= 255:
+            raise ConfigError(f"DynamoDB table names are 3 to 255 characters, got {table!r}")
+        self.table_name = table
+        self.consistent_read = consistent_read
+        self.stats = StoreStats()
+        self._client_lock = threading.Lock()
+        self._client: DynamoDBClient | None = boto3_client
+        self._boto_config = boto_config
+        self._endpoint_url = endpoint_url
+
+    @property
+    def client(self) -> DynamoDBClient:
+        # Created on first use so an import or a constructor never pays for boto3's setup.
+        if self._client is None:
+            with self._client_lock:
+                if self._client is None:
+                    self._client = self._make_client()
+        return self._client
+
+    def _make_client(self) -> DynamoDBClient:
+        import boto3
+        from botocore.config import Config
+
+        config = Config(**DEFAULT_TIMEOUTS, retries=DEFAULT_RETRIES)  # type: ignore[arg-type]
+        if self._boto_config is not None:
+            config = config.merge(self._boto_config)
+        return boto3.session.Session().client(
+            "dynamodb", config=config, endpoint_url=self._endpoint_url
+        )
+
+    # -- raw calls -------------------------------------------------------------------------
+
+    def _translate(self, exc: Exception) -> StoreError:
+        from botocore.exceptions import ClientError
+
+        if isinstance(exc, ClientError):
+            code = exc.response.get("Error", {}).get("Code", "")
+            if code == "ResourceNotFoundException":
+                return TableNotFoundError(f"DynamoDB table {self.table_name!r} does not exist")
+            return StoreError(f"DynamoDB {code or 'error'} on table {self.table_name!r}: {exc}")
+        return StoreError(f"DynamoDB unreachable for table {self.table_name!r}: {exc}")
+
+    def _get(self, name: str) -> dict[str, Any] | None:
+        self.stats.count_read()
+        try:
+            response = self.client.get_item(
+                TableName=self.table_name,
+                Key={KEY_ATTRIBUTE: {"S": name}},
+                ConsistentRead=self.consistent_read,
+            )
+        except Exception as exc:
+            raise self._translate(exc) from exc
+        item: dict[str, Any] | None = response.get("Item")
+        return item
+
+    def _update(self, name: str, write: _Write) -> tuple[bool, dict[str, Any] | None]:
+        """Run one conditional UpdateItem: (applied, item after it or the item that stopped it)."""
+        from botocore.exceptions import ClientError
+
+        self.stats.count_write()
+        try:
+            response = self.client.update_item(
+                TableName=self.table_name,
+                Key={KEY_ATTRIBUTE: {"S": name}},
+                UpdateExpression=write.expression(),
+                ConditionExpression=" AND ".join(write.conditions),
+                ExpressionAttributeNames=write.names,
+                ExpressionAttributeValues=write.values,
+                ReturnValues="ALL_NEW",
+                ReturnValuesOnConditionCheckFailure="ALL_OLD",
+            )
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
+                raise self._translate(exc) from exc
+            old = cast("dict[str, Any] | None", exc.response.get("Item"))
+            if old is None:
+                # Either the item does not exist, or the endpoint ignores ALL_OLD (dynalite):
+                # one consistent read tells which.
+                old = self._get(name)
+            return False, old
+        except Exception as exc:
+            raise self._translate(exc) from exc
+        item: dict[str, Any] | None = response.get("Attributes")
+        return True, item
+
+    def _parse_or_absent(self, item: dict[str, Any] | None, now_ms: int) -> Record | None:
+        # Inside an operation a corrupt item is planned as absent: the "fresh" write below is
+        # conditioned on NOT usable, so it repairs the item instead of failing on it forever.
+        try:
+            return parse_item(item, now_ms)
+        except CorruptRecordError:
+            return None
+
+    # -- the contract ----------------------------------------------------------------------
+
+    def load(self, name: str, now_ms: int) -> Record | None:
+        return parse_item(self._get(name), now_ms)
+
+    def record_failure(
+        self, name: str, policy: Policy, now_ms: int, observed: Record | None
+    ) -> Outcome:
+        seen = observed
+        for _ in range(4):
+            planned = rules.apply_failure(seen, policy, now_ms)
+            if not planned.changed or planned.record is None:
+                return Outcome(seen)
+            write = _Write(now_ms, policy)
+            if seen is None:
+                # Absent, expired or corrupt: write a whole fresh record over it.
+                _write_record(write, planned.record).set("gen", planned.record.gen)
+                write.remove_leases(range(MAX_SLOTS)).require(f"NOT ({write.usable()})")
+            else:
+                write.require(write.usable()).require(write.is_("state", State.CLOSED.value))
+                write.require(write.is_("gen", seen.gen))
+                write.require(write.is_("window_start", seen.window_start))
+                if planned.record.window_start == seen.window_start:
+                    # ADD, not SET: concurrent failures in one window all count.
+                    write.add("failures", 1)
+                else:
+                    write.set("failures", 1).set("window_start", now_ms)
+            applied, item = self._update(name, write)
+            record = self._parse_or_absent(item, now_ms)
+            if not applied:
+                seen = record
+                continue
+            if seen is None:
+                return Outcome(record, changed=True, transition=planned.transition)
+            if record is None or record.failures < policy.failure_threshold:
+                return Outcome(record, changed=True)
+            return self._trip(name, policy, now_ms, record)
+        return Outcome(seen)
+
+    def _trip(self, name: str, policy: Policy, now_ms: int, counted: Record) -> Outcome:
+        # Many callers can see the count reach the threshold; the generation fence lets
+        # exactly one of them open the breaker.
+        opened = rules.trip(counted, policy, now_ms)
+        write = _write_record(_Write(now_ms, policy), opened).add("gen", 1)
+        write.remove_leases(range(MAX_SLOTS))
+        write.require(write.usable()).require(write.is_("state", State.CLOSED.value))
+        write.require(write.is_("gen", counted.gen))
+        applied, item = self._update(name, write)
+        record = self._parse_or_absent(item, now_ms)
+        if applied:
+            return Outcome(record, changed=True, transition=(State.CLOSED, State.OPEN))
+        return Outcome(record, changed=True)
+
+    def claim_probe(
+        self, name: str, policy: Policy, now_ms: int, nonce: str, observed: Record | None
+    ) -> Outcome:
+        seen = observed
+        for _ in range(policy.max_probes + 2):
+            if seen is None:
+                return Outcome(None)
+            write = _Write(now_ms, policy)
+            write.require(write.usable()).require(write.is_("gen", seen.gen))
+            until = now_ms + policy.lease_ms
+            transition: tuple[State, State] | None = None
+            if seen.state is State.OPEN and now_ms >= seen.open_until:
+                token = rules.make_token(0, nonce)
+                token_name, until_name = _slot_names(0)
+                write.set("state", State.HALF_OPEN.value).set("successes", 0).add("gen", 1)
+                write.set(token_name, token).set(until_name, until)
+                write.remove_leases(range(1, MAX_SLOTS))
+                write.require(write.is_("state", State.OPEN.value))
+                write.require(f"{write.name('open_until')} <= {write.value(now_ms)}")
+                transition = (State.OPEN, State.HALF_OPEN)
+            elif seen.state is State.HALF_OPEN:
+                slot = rules.free_slot(seen, policy, now_ms)
+                if slot is None:
+                    return Outcome(seen)
+                token = rules.make_token(slot, nonce)
+                token_name, until_name = _slot_names(slot)
+                write.set(token_name, token).set(until_name, until)
+                write.require(write.is_("state", State.HALF_OPEN.value))
+                held_until = write.name(until_name)
+                write.require(
+                    f"NOT attribute_type({held_until}, {write.value('N')})"
+                    f" OR {held_until} <= {write.value(now_ms)}"
+                )
+            else:
+                return Outcome(seen)
+            applied, item = self._update(name, write)
+            record = self._parse_or_absent(item, now_ms)
+            if applied:
+                return Outcome(record, changed=True, transition=transition, token=token)
+            seen = record
+        return Outcome(seen)
+
+    def settle_probe(
+        self,
+        name: str,
+        policy: Policy,
+        now_ms: int,
+        token: str,
+        success: bool,
+        jitter: float,
+        observed: Record | None,
+    ) -> Outcome:
+        slot = rules.lease_slot(token)
+        if slot is None:
+            return Outcome(observed)
+        seen = observed if observed is not None else self._parse_or_absent(self._get(name), now_ms)
+        for _ in range(policy.max_probes + 2):
+            if not rules.holds_lease(seen, token, now_ms):
+                return Outcome(seen)
+            assert seen is not None
+            planned = rules.apply_settle(seen, policy, now_ms, token, success, jitter)
+            after = planned.record
+            assert after is not None
+            token_name, until_name = _slot_names(slot)
+            write = _Write(now_ms, policy)
+            write.require(write.usable()).require(write.is_("state", State.HALF_OPEN.value))
+            write.require(write.is_("gen", seen.gen)).require(write.is_(token_name, token))
+            write.require(f"{write.name(until_name)} > {write.value(now_ms)}")
+            # Concurrent successes of several probes must add up, not overwrite each other.
+            write.require(write.is_("successes", seen.successes))
+            if planned.transition is None:
+                write.set("successes", after.successes)
+                write.removes.extend(write.name(a) for a in (token_name, until_name))
+            else:
+                _write_record(write, after).add("gen", 1).remove_leases(range(MAX_SLOTS))
+            applied, item = self._update(name, write)
+            record = self._parse_or_absent(item, now_ms)
+            if applied:
+                return Outcome(record, changed=True, transition=planned.transition)
+            seen = record
+        return Outcome(seen)
+
+    def force_state(self, name: str, policy: Policy, now_ms: int, target: State) -> Outcome:
+        # Operator actions are rare, so one read first: the write is then fenced on the
+        # generation it replaces, and the outcome can name the state it left.
+        seen = self._parse_or_absent(self._get(name), now_ms)
+        for _ in range(4):
+            planned = rules.apply_force(seen, policy, now_ms, target)
+            after = planned.record
+            assert after is not None
+            write = _write_record(_Write(now_ms, policy), after).set("gen", after.gen)
+            write.remove_leases(range(MAX_SLOTS))
+            if seen is None:
+                write.require(f"NOT ({write.usable()})")
+            else:
+                write.require(write.usable()).require(write.is_("gen", seen.gen))
+            applied, item = self._update(name, write)
+            record = self._parse_or_absent(item, now_ms)
+            if applied:
+                return Outcome(record, changed=True, transition=planned.transition)
+            seen = record
+        raise StoreError(f"could not force breaker {name!r} to {target.value}: it keeps changing")

@@ -1,0 +1,85 @@
+"""An in-process store: the reference implementation of the rules, for tests and local runs."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+from fleetbreaker import state as rules
+from fleetbreaker.state import Outcome, Policy, Record, State
+from fleetbreaker.stores.base import StoreStats
+
+
+class MemoryStore:
+    """Thread-safe store kept in this process's memory.
+
+    It shares state between the breakers of one process only, so it protects one container,
+    not a fleet. fleetbreaker also uses one privately as the local breaker it falls back to
+    when the shared store is unreachable.
+
+    Example
+    -------
+    >>> breaker = CircuitBreaker("payment-api", store=MemoryStore())
+    """
+
+    def __init__(self) -> None:
+        self._records: dict[str, Record] = {}
+        self._lock = threading.Lock()
+        self.stats = StoreStats()
+
+    def _live(self, name: str, now_ms: int) -> Record | None:
+        record = self._records.get(name)
+        if record is not None and record.is_expired(now_ms):
+            del self._records[name]
+            return None
+        return record
+
+    def _apply(self, name: str, now_ms: int, rule: Callable[[Record | None], Outcome]) -> Outcome:
+        self.stats.count_write()
+        with self._lock:
+            outcome = rule(self._live(name, now_ms))
+            if outcome.changed and outcome.record is not None:
+                self._records[name] = outcome.record
+            return outcome
+
+    def load(self, name: str, now_ms: int) -> Record | None:
+        self.stats.count_read()
+        with self._lock:
+            return self._live(name, now_ms)
+
+    def seed(self, name: str, record: Record | None) -> None:
+        """Replace a record wholesale (used to start a local breaker from the fleet's view)."""
+        with self._lock:
+            if record is None:
+                self._records.pop(name, None)
+            else:
+                self._records[name] = record
+
+    def record_failure(
+        self, name: str, policy: Policy, now_ms: int, observed: Record | None
+    ) -> Outcome:
+        return self._apply(name, now_ms, lambda r: rules.apply_failure(r, policy, now_ms))
+
+    def claim_probe(
+        self, name: str, policy: Policy, now_ms: int, nonce: str, observed: Record | None
+    ) -> Outcome:
+        return self._apply(name, now_ms, lambda r: rules.apply_claim(r, policy, now_ms, nonce))
+
+    def settle_probe(
+        self,
+        name: str,
+        policy: Policy,
+        now_ms: int,
+        token: str,
+        success: bool,
+        jitter: float,
+        observed: Record | None,
+    ) -> Outcome:
+        return self._apply(
+            name,
+            now_ms,
+            lambda r: rules.apply_settle(r, policy, now_ms, token, success, jitter),
+        )
+
+    def force_state(self, name: str, policy: Policy, now_ms: int, target: State) -> Outcome:
+        return self._apply(name, now_ms, lambda r: rules.apply_force(r, policy, now_ms, target))
