@@ -10,6 +10,7 @@ step:
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import pytest
@@ -87,10 +88,8 @@ class FleetMachine(RuleBasedStateMachine):
             return "ok"
 
         before = len(self.journal.events)
-        try:
+        with contextlib.suppress(ConnectionError, CircuitOpenError):
             self.breakers[container].call(dependency)
-        except (ConnectionError, CircuitOpenError):
-            pass
         self._after_step(before)
 
     @rule(container=st.integers(0, CONTAINERS - 1))
@@ -136,9 +135,9 @@ class FleetMachine(RuleBasedStateMachine):
         # The tripping failure is reported just after the transition; count back to the
         # previous transition of any kind.
         counted = 0
-        for kind, when, detail in self.journal.events[index + 1 : index + 2]:
+        for kind, _, _ in self.journal.events[index + 1 : index + 2]:
             counted += kind == "failure"
-        for kind, when, detail in reversed(self.journal.events[:index]):
+        for kind, when, _ in reversed(self.journal.events[:index]):
             if kind == "transition":
                 break
             if kind == "failure" and when > at - CONFIG.window_seconds * 1000:
