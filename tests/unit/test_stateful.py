@@ -58,6 +58,9 @@ class Journal(BreakerListener):
     def on_failure_recorded(self, name: str, state: State) -> None:
         self.events.append(("failure", self.clock(), state))
 
+    def on_probe(self, name: str, success: bool, applied: bool) -> None:
+        self.events.append(("probe", self.clock(), (success, applied)))
+
 
 class FleetMachine(RuleBasedStateMachine):
     store_factory: Any = MemoryStore
@@ -75,7 +78,8 @@ class FleetMachine(RuleBasedStateMachine):
         ]
         self.held: list[tuple[int, Admission, int]] = []  # (container, probe, claimed at)
         self.trip_gens: list[int] = []
-        self.successes: dict[int, int] = {}
+        self.episode_successes = 0  # applied probe successes since the last transition
+        self.closed_after = 0  # successes counted before the last half_open -> closed
 
     def _record(self) -> Any:
         return self.store.load(NAME, self.clock())
@@ -105,15 +109,8 @@ class FleetMachine(RuleBasedStateMachine):
     def settle_held(self, data: st.DataObject, success: bool) -> None:
         index = data.draw(st.integers(0, len(self.held) - 1))
         container, admission, _ = self.held.pop(index)
-        gen = self._record().gen if self._record() else 0
         before = len(self.journal.events)
-        result = self.breakers[container].record(success, admission.token)
-        if result.applied and success:
-            self.successes[gen] = self.successes.get(gen, 0) + 1
-            if self.successes[gen] >= CONFIG.half_open_successes:
-                assert result.state is State.CLOSED
-            else:
-                assert result.state is State.HALF_OPEN
+        self.breakers[container].record(success, admission.token)
         self._after_step(before)
 
     @rule(seconds=st.sampled_from([0.1, 0.5, 1, 2, 5, 10, 20, 45]))
@@ -121,10 +118,24 @@ class FleetMachine(RuleBasedStateMachine):
         self.clock.advance(seconds)
 
     def _after_step(self, before: int) -> None:
-        for index in range(before, len(self.journal.events)):
-            kind, at, detail = self.journal.events[index]
-            if kind == "transition" and detail == (State.CLOSED, State.OPEN):
-                self._check_trip(index, at)
+        events = self.journal.events
+        for index in range(before, len(events)):
+            kind, at, detail = events[index]
+            if kind == "transition":
+                closing = detail == (State.HALF_OPEN, State.CLOSED)
+                self.closed_after = self.episode_successes if closing else 0
+                self.episode_successes = 0
+                if detail == (State.CLOSED, State.OPEN):
+                    self._check_trip(index, at)
+            elif kind == "probe" and detail == (True, True):
+                # A closing transition is reported just before the probe that caused it.
+                if index > 0 and events[index - 1][2] == (State.HALF_OPEN, State.CLOSED):
+                    assert self.closed_after + 1 >= CONFIG.half_open_successes, "closed early"
+                else:
+                    self.episode_successes += 1
+                    assert self.episode_successes < CONFIG.half_open_successes, (
+                        "enough probe successes but still not closed"
+                    )
 
     def _check_trip(self, index: int, at: int) -> None:
         record = self._record()
