@@ -15,7 +15,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from fleetbreaker import (  # noqa: E402
+from fleetbreaker import (
     BreakerConfig,
     BreakerListener,
     CircuitBreaker,
@@ -23,7 +23,7 @@ from fleetbreaker import (  # noqa: E402
     DynamoDBStore,
     State,
 )
-from tests.servers import MotoServer, dynamodb_client, make_table  # noqa: E402
+from tests.servers import MotoServer, dynamodb_client, make_table
 
 
 class Printer(BreakerListener):
