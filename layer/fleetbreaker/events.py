@@ -36,6 +36,13 @@ class BreakerListener:
     def on_probe(self, name: str, success: bool, applied: bool) -> None:
         """A probe finished; ``applied`` is False when its lease had already ended."""
 
+    def on_store_call_start(self, name: str, operation: str) -> None:
+        """A store round trip is about to start; :meth:`on_store_call` follows on this thread.
+
+        It exists so a tracer can open a span that encloses the round trip (and the AWS SDK's
+        own spans inside it).
+        """
+
     def on_store_call(self, name: str, operation: str, elapsed_ms: float, ok: bool) -> None:
         """One store round trip finished (or failed) after ``elapsed_ms``."""
 
