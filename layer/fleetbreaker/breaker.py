@@ -439,7 +439,8 @@ class CircuitBreaker:
         if not quiet:
             self._emit("on_store_error", self.name, operation, exc)
         if first:
-            self._emit("on_degraded", self.name, f"{operation}: {exc}")
+            # The error itself was just reported; the reason stays short and generic.
+            self._emit("on_degraded", self.name, f"store {operation} failed")
 
     def _emit(self, hook: str, *args: Any) -> None:
         for listener in self.listeners:

@@ -167,8 +167,20 @@ def free_slot(record: Record, policy: Policy, now_ms: int) -> int | None:
     return None
 
 
+# Operator overrides are held until released, so their records must outlive any idle TTL.
+OVERRIDE_TTL_S = 10 * 366 * 86_400
+
+
+def ttl_seconds(policy: Policy, state: State) -> int:
+    """How long a record written in ``state`` may sit idle before it is garbage."""
+    if state in (State.FORCED_OPEN, State.DISABLED):
+        return max(policy.ttl_s, OVERRIDE_TTL_S)
+    return policy.ttl_s
+
+
 def _stamp(record: Record, policy: Policy, now_ms: int) -> Record:
-    return replace(record, updated_at=now_ms, expires_at=now_ms // 1000 + policy.ttl_s)
+    expires_at = now_ms // 1000 + ttl_seconds(policy, record.state)
+    return replace(record, updated_at=now_ms, expires_at=expires_at)
 
 
 def verdict(record: Record | None, policy: Policy, now_ms: int) -> Verdict:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import threading
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any, cast
 
 from fleetbreaker import state as rules
@@ -56,10 +57,12 @@ def _number(item: dict[str, Any], name: str) -> int:
     raw = item.get(name)
     if not isinstance(raw, dict) or "N" not in raw:
         raise CorruptRecordError(f"attribute {name!r} is missing or not a number: {raw!r}")
+    # Any DynamoDB number is accepted (truncated to an integer): the USABLE condition only
+    # checks the type, and the two must agree on what counts as corrupt.
     try:
-        return int(raw["N"])
-    except ValueError:
-        raise CorruptRecordError(f"attribute {name!r} is not an integer: {raw!r}") from None
+        return int(Decimal(raw["N"]))
+    except (ArithmeticError, ValueError):
+        raise CorruptRecordError(f"attribute {name!r} is not a finite number: {raw!r}") from None
 
 
 def _scalar(item: dict[str, Any], name: str, kind: str) -> Any:
@@ -106,7 +109,7 @@ def parse_item(item: dict[str, Any] | None, now_ms: int) -> Record | None:
 class _Write:
     """One UpdateItem under construction: expression parts plus their placeholders."""
 
-    def __init__(self, now_ms: int, policy: Policy) -> None:
+    def __init__(self, now_ms: int, policy: Policy, state: State | None = None) -> None:
         self.sets: list[str] = []
         self.adds: list[str] = []
         self.removes: list[str] = []
@@ -115,7 +118,8 @@ class _Write:
         self.values: dict[str, dict[str, str]] = {}
         self.now_ms = now_ms
         self.set("updated_at", now_ms)
-        self.set(TTL_ATTRIBUTE, now_ms // 1000 + policy.ttl_s)
+        ttl_s = rules.ttl_seconds(policy, state) if state is not None else policy.ttl_s
+        self.set(TTL_ATTRIBUTE, now_ms // 1000 + ttl_s)
 
     def name(self, attribute: str) -> str:
         placeholder = f"#{attribute}"
@@ -162,6 +166,11 @@ class _Write:
         if self.removes:
             parts.append(f"REMOVE {', '.join(self.removes)}")
         return " ".join(parts)
+
+
+def _alive(observed: Record | None, now_ms: int) -> Record | None:
+    """The caller's view, unless it is past its TTL (then the item counts as absent)."""
+    return None if observed is None or observed.is_expired(now_ms) else observed
 
 
 def _write_record(write: _Write, record: Record) -> _Write:
@@ -317,7 +326,7 @@ class DynamoDBStore:
     def record_failure(
         self, name: str, policy: Policy, now_ms: int, observed: Record | None
     ) -> Outcome:
-        seen = observed
+        seen = _alive(observed, now_ms)
         for _ in range(4):
             planned = rules.apply_failure(seen, policy, now_ms)
             if not planned.changed or planned.record is None:
@@ -331,7 +340,7 @@ class DynamoDBStore:
                 write.require(write.usable()).require(write.is_("state", State.CLOSED.value))
                 write.require(write.is_("gen", seen.gen))
                 write.require(write.is_("window_start", seen.window_start))
-                if planned.record.window_start == seen.window_start:
+                if seen.window_start and now_ms - seen.window_start < policy.window_ms:
                     # ADD, not SET: concurrent failures in one window all count.
                     write.add("failures", 1)
                 else:
@@ -365,7 +374,7 @@ class DynamoDBStore:
     def claim_probe(
         self, name: str, policy: Policy, now_ms: int, nonce: str, observed: Record | None
     ) -> Outcome:
-        seen = observed
+        seen = _alive(observed, now_ms)
         for _ in range(policy.max_probes + 2):
             if seen is None:
                 return Outcome(None)
@@ -417,7 +426,10 @@ class DynamoDBStore:
         slot = rules.lease_slot(token)
         if slot is None:
             return Outcome(observed)
-        seen = observed if observed is not None else self._parse_or_absent(self._get(name), now_ms)
+        seen = _alive(observed, now_ms)
+        if not rules.holds_lease(seen, token, now_ms):
+            # The caller's view may predate its own claim (a workflow's later step): ask.
+            seen = self._parse_or_absent(self._get(name), now_ms)
         for _ in range(policy.max_probes + 2):
             if not rules.holds_lease(seen, token, now_ms):
                 return Outcome(seen)
@@ -452,7 +464,7 @@ class DynamoDBStore:
             planned = rules.apply_force(seen, policy, now_ms, target)
             after = planned.record
             assert after is not None
-            write = _write_record(_Write(now_ms, policy), after).set("gen", after.gen)
+            write = _write_record(_Write(now_ms, policy, target), after).set("gen", after.gen)
             write.remove_leases(range(MAX_SLOTS))
             if seen is None:
                 write.require(f"NOT ({write.usable()})")

@@ -1,0 +1,75 @@
+"""Small test doubles shared by the suites: a clock moved by hand, and stores that fail."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from fleetbreaker.errors import StoreError
+from fleetbreaker.stores.memory import MemoryStore
+
+T0 = 1_700_000_000_000
+
+
+class FakeClock:
+    """Epoch milliseconds that move only when a test says so."""
+
+    def __init__(self, start_ms: int = T0) -> None:
+        self.now = start_ms
+        self._lock = threading.Lock()
+
+    def __call__(self) -> int:
+        with self._lock:
+            return self.now
+
+    def advance(self, seconds: float) -> None:
+        with self._lock:
+            self.now += round(seconds * 1000)
+
+
+class FlakyStore(MemoryStore):
+    """A MemoryStore that can be switched to raise StoreError on every call."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.down = False
+        self.calls = 0
+
+    def _check(self) -> None:
+        self.calls += 1
+        if self.down:
+            raise StoreError("store is down (test)")
+
+    def load(self, name: str, now_ms: int) -> Any:
+        self._check()
+        return super().load(name, now_ms)
+
+    def record_failure(self, *args: Any, **kwargs: Any) -> Any:
+        self._check()
+        return super().record_failure(*args, **kwargs)
+
+    def claim_probe(self, *args: Any, **kwargs: Any) -> Any:
+        self._check()
+        return super().claim_probe(*args, **kwargs)
+
+    def settle_probe(self, *args: Any, **kwargs: Any) -> Any:
+        self._check()
+        return super().settle_probe(*args, **kwargs)
+
+    def force_state(self, *args: Any, **kwargs: Any) -> Any:
+        self._check()
+        return super().force_state(*args, **kwargs)
+
+
+class Dependency:
+    """A protected function whose behaviour a test sets, counting the calls that reach it."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.failing = False
+
+    def __call__(self, *args: Any, **kwargs: Any) -> str:
+        self.calls += 1
+        if self.failing:
+            raise ConnectionError("dependency down (test)")
+        return "ok"

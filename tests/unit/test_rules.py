@@ -1,0 +1,143 @@
+"""The pure transition rules: no store, no clock, no I/O."""
+
+from __future__ import annotations
+
+import pytest
+
+from fleetbreaker import state as rules
+from fleetbreaker.state import Decision, Lease, Policy, Record, State
+
+T0 = 1_700_000_000_000
+POLICY = Policy(
+    failure_threshold=3,
+    window_ms=10_000,
+    base_open_ms=30_000,
+    backoff=2.0,
+    max_open_ms=300_000,
+    max_probes=2,
+    successes_needed=2,
+    lease_ms=5_000,
+    ttl_s=86_400,
+)
+
+
+def test_absent_record_is_closed_and_admits() -> None:
+    verdict = rules.verdict(None, POLICY, T0)
+
+    assert verdict.decision is Decision.ALLOW
+    assert verdict.state is State.CLOSED
+
+
+def test_open_rejects_with_time_left_until_the_window_ends() -> None:
+    record = Record(state=State.OPEN, open_until=T0 + 1_500)
+
+    verdict = rules.verdict(record, POLICY, T0)
+
+    assert verdict.decision is Decision.REJECT
+    assert verdict.retry_after_ms == 1_500
+
+
+def test_open_past_its_window_asks_for_a_probe() -> None:
+    verdict = rules.verdict(Record(state=State.OPEN, open_until=T0), POLICY, T0)
+
+    assert verdict.try_probe
+
+
+def test_half_open_with_all_slots_leased_rejects_until_the_first_lease_ends() -> None:
+    leases = {0: Lease("0-a", T0 + 700), 1: Lease("1-b", T0 + 300)}
+
+    verdict = rules.verdict(Record(state=State.HALF_OPEN, leases=leases), POLICY, T0)
+
+    assert verdict.decision is Decision.REJECT
+    assert verdict.retry_after_ms == 300
+
+
+@pytest.mark.parametrize(
+    ("state", "decision"),
+    [(State.FORCED_OPEN, Decision.REJECT), (State.DISABLED, Decision.ALLOW)],
+)
+def test_overrides_decide_without_looking_at_counts(state: State, decision: Decision) -> None:
+    assert rules.verdict(Record(state=state), POLICY, T0).decision is decision
+
+
+def test_failure_counts_within_the_window_and_trips_at_the_threshold() -> None:
+    record = None
+    outcomes = []
+    for _ in range(3):
+        outcome = rules.apply_failure(record, POLICY, T0)
+        outcomes.append(outcome)
+        record = outcome.record
+
+    assert [o.transition for o in outcomes] == [None, None, (State.CLOSED, State.OPEN)]
+    assert record is not None
+    assert record.state is State.OPEN
+    assert record.open_until == T0 + POLICY.base_open_ms
+
+
+def test_failure_after_the_window_starts_a_new_count() -> None:
+    record = Record(failures=2, window_start=T0)
+
+    outcome = rules.apply_failure(record, POLICY, T0 + POLICY.window_ms)
+
+    assert outcome.record is not None
+    assert outcome.record.failures == 1
+    assert outcome.record.window_start == T0 + POLICY.window_ms
+
+
+@pytest.mark.parametrize(
+    ("reopens", "jitter", "expected"),
+    [(0, 0.5, 30_000), (1, 1.0, 60_000), (2, 1.0, 120_000), (2, 0.8, 96_000), (9, 1.0, 300_000)],
+)
+def test_open_duration_grows_exponentially_with_jitter_and_a_cap(
+    reopens: int, jitter: float, expected: int
+) -> None:
+    assert rules.open_duration_ms(POLICY, reopens, jitter) == expected
+
+
+def test_claims_fill_the_probe_budget_then_stop() -> None:
+    record = Record(state=State.OPEN, open_until=T0)
+
+    first = rules.apply_claim(record, POLICY, T0, "a")
+    second = rules.apply_claim(first.record, POLICY, T0, "b")
+    third = rules.apply_claim(second.record, POLICY, T0, "c")
+
+    assert (first.token, second.token, third.token) == ("0-a", "1-b", None)
+    assert first.transition == (State.OPEN, State.HALF_OPEN)
+
+
+def test_successes_close_only_when_enough_probes_succeeded() -> None:
+    opened = rules.apply_claim(Record(state=State.OPEN, open_until=T0, reopens=3), POLICY, T0, "a")
+    first = rules.apply_settle(opened.record, POLICY, T0, "0-a", True, 1.0)
+    again = rules.apply_claim(first.record, POLICY, T0, "b")
+    second = rules.apply_settle(again.record, POLICY, T0, "0-b", True, 1.0)
+
+    assert first.record is not None
+    assert first.record.state is State.HALF_OPEN
+    assert second.transition == (State.HALF_OPEN, State.CLOSED)
+    assert second.record is not None
+    assert second.record.reopens == 0
+
+
+def test_settle_with_an_expired_lease_is_ignored() -> None:
+    opened = rules.apply_claim(Record(state=State.OPEN, open_until=T0), POLICY, T0, "a")
+
+    outcome = rules.apply_settle(opened.record, POLICY, T0 + POLICY.lease_ms, "0-a", False, 1.0)
+
+    assert not outcome.changed
+
+
+@pytest.mark.parametrize("token", ["", "abc", "-x", "0-", "100-x", "x-1"])
+def test_malformed_tokens_name_no_slot(token: str) -> None:
+    assert rules.lease_slot(token) is None
+
+
+def test_overrides_outlive_the_idle_ttl() -> None:
+    forced = rules.apply_force(None, POLICY, T0, State.FORCED_OPEN).record
+
+    assert forced is not None
+    assert forced.expires_at - T0 // 1000 >= rules.OVERRIDE_TTL_S
+
+
+def test_force_refuses_states_that_are_not_overrides() -> None:
+    with pytest.raises(ValueError, match="half_open"):
+        rules.apply_force(None, POLICY, T0, State.HALF_OPEN)
