@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+
 from fleetbreaker import BreakerConfig, CircuitBreaker, MemoryStore
 from fleetbreaker.events import BreakerListener
 

@@ -5,22 +5,18 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from fleetbreaker import CircuitBreaker, MemoryStore
+from fleetbreaker import CircuitBreaker
+from tests.support import FakeClock, FlakyStore
 
-START_MS = 1_700_000_000_000
-
-
-class FakeClock:
-    """Epoch milliseconds that move only when a test says so."""
-
-    def __init__(self, start_ms: int = START_MS) -> None:
-        self.now_ms = start_ms
-
-    def __call__(self) -> int:
-        return self.now_ms
-
-    def advance(self, seconds: float) -> None:
-        self.now_ms += round(seconds * 1000)
+__all__ = [
+    "Boom",
+    "BreakerFactory",
+    "CapturingEmitter",
+    "FakeClock",
+    "FlakyStore",
+    "fail",
+    "succeed",
+]
 
 
 class Boom(Exception):
@@ -33,26 +29,6 @@ def fail() -> None:
 
 def succeed() -> str:
     return "ok"
-
-
-class FlakyStore:
-    """A MemoryStore that fails every operation while ``down`` is set."""
-
-    def __init__(self) -> None:
-        self.inner = MemoryStore()
-        self.down = False
-
-    def __getattr__(self, name: str) -> Any:
-        attr = getattr(self.inner, name)
-        if not callable(attr):
-            return attr
-
-        def operation(*args: Any, **kwargs: Any) -> Any:
-            if self.down:
-                raise ConnectionError("store unreachable")
-            return attr(*args, **kwargs)
-
-        return operation
 
 
 BreakerFactory = Callable[..., CircuitBreaker]

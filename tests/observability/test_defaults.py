@@ -6,6 +6,7 @@ import logging
 from typing import Any
 
 import pytest
+
 from fleetbreaker import CircuitBreaker, LoggingListener, MemoryStore
 from fleetbreaker.metrics import MetricsListener
 from fleetbreaker.observability import default_listeners, default_metrics, log_metrics

@@ -9,6 +9,7 @@ import uuid
 from typing import Any
 
 import pytest
+
 from fleetbreaker import LoggingListener
 
 from .support import Boom, BreakerFactory, FlakyStore, fail, succeed
@@ -57,7 +58,7 @@ def test_store_error_and_degraded_mode_are_warnings_with_fields(
     assert (error.levelno, degraded.levelno) == (logging.WARNING, logging.WARNING)
     assert error.__dict__["breaker_event"] == "store_error"
     assert error.__dict__["operation"] == "load"
-    assert error.__dict__["error_type"] == "ConnectionError"
+    assert error.__dict__["error_type"] == "StoreError"
     assert degraded.__dict__["breaker_event"] == "degraded"
 
 

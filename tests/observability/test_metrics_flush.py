@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 import pytest
+
 from fleetbreaker import CircuitOpenError
 from fleetbreaker.metrics import MetricsListener
 

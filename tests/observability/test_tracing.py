@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+
 from fleetbreaker import CircuitOpenError
 from fleetbreaker.tracing import TracingListener, tracing_active
 
