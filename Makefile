@@ -74,8 +74,8 @@ test-deployed: venv ## opt-in: tests against a deployed stack (needs FLEETBREAKE
 	@[ -n "$${FLEETBREAKER_STACK:-}" ] || { echo "set FLEETBREAKER_STACK to the deployed stack's name" >&2; exit 2; }
 	$(PYTEST) -m deployed $(PYTEST_ARGS)
 
-demo: deps ## run the demo (demo/run.py; pass options with ARGS=...)
-	$(PY) demo/run.py $(ARGS)
+demo: deps ## run the demo (bench/demo.py; pass options with ARGS=...)
+	$(PY) bench/demo.py $(ARGS)
 
 constraints: venv ## regenerate constraints.txt from the current venv
 	{ echo "# Full resolved pin set for the dev environment, so a fresh clone installs what was tested."; \
