@@ -388,6 +388,7 @@ class CircuitBreaker:
             return record
         if self._store_paused(now):
             return self._local.load(self.name, now)
+        self._emit("on_store_call_start", self.name, "load")
         started = time.perf_counter()
         try:
             record = self.store.load(self.name, now)
@@ -409,6 +410,7 @@ class CircuitBreaker:
         """One store operation, or its local twin while the store is out of reach."""
         if self._store_paused(now):
             return op(self._local)
+        self._emit("on_store_call_start", self.name, operation)
         started = time.perf_counter()
         try:
             outcome = op(self.store)
