@@ -388,6 +388,18 @@ class CircuitBreaker:
             return record
         if self._store_paused(now):
             return self._local.load(self.name, now)
+        if not self._cache.begin_refresh():
+            if self._cache.has_entry:
+                # Another thread is reading the store right now: its answer is moments away,
+                # and the previous one is still the best this container knows.
+                return self._cache.last_seen
+            return self._load(now)
+        try:
+            return self._load(now)
+        finally:
+            self._cache.end_refresh()
+
+    def _load(self, now: int) -> Record | None:
         self._emit("on_store_call_start", self.name, "load")
         started = time.perf_counter()
         try:
