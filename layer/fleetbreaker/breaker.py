@@ -97,6 +97,7 @@ class BreakerStats:
 
 
 _UNSET: Any = object()
+_COLD_WAIT_S = 2.0  # longer than a store read can take with the default timeouts
 
 
 class CircuitBreaker:
@@ -163,6 +164,20 @@ class CircuitBreaker:
         self._paused_until = 0
         self._degraded = False
         self._missing_table_logged = False
+        self._allow = {
+            state: Admission(self.name, Decision.ALLOW, state)
+            for state in (State.CLOSED, State.DISABLED)
+        }
+        # Per hook, only the listeners that override it: a hook nobody implements costs nothing.
+        self._hooks: dict[str, list[Callable[..., None]]] = {
+            hook: [
+                getattr(listener, hook)
+                for listener in self.listeners
+                if getattr(type(listener), hook, None) is not getattr(BreakerListener, hook)
+            ]
+            for hook in vars(BreakerListener)
+            if hook.startswith("on_")
+        }
 
     def __repr__(self) -> str:
         return f"CircuitBreaker({self.name!r}, store={type(self.store).__name__})"
@@ -229,14 +244,17 @@ class CircuitBreaker:
             verdict = rules.verdict(outcome.record, self._policy, now)
             if verdict.try_probe:  # lost every race for a slot: wait for the next lease to end
                 verdict = rules.Verdict(Decision.REJECT, verdict.state, 100)
-        admission = Admission(
-            self.name,
-            verdict.decision,
-            verdict.state,
-            verdict.retry_after_ms / 1000,
-            None,
-            self._degraded,
-        )
+        if verdict.decision is Decision.ALLOW and not self._degraded:
+            admission = self._allow[verdict.state]  # the hot path: no allocation
+        else:
+            admission = Admission(
+                self.name,
+                verdict.decision,
+                verdict.state,
+                verdict.retry_after_ms / 1000,
+                None,
+                self._degraded,
+            )
         self._emit("on_decision", self.name, admission.decision, admission.state)
         return admission
 
@@ -371,6 +389,23 @@ class CircuitBreaker:
             return record
         if self._store_paused(now):
             return self._local.load(self.name, now)
+        if not self._cache.begin_refresh():
+            if self._cache.has_entry:
+                # Another thread is reading the store right now: its answer is moments away,
+                # and the previous one is still the best this container knows.
+                return self._cache.last_seen
+            # A cold container: nothing to answer with yet, so wait for that one read (the
+            # store's own timeouts bound it) rather than sending the same read again.
+            if not self._cache.begin_refresh(wait_s=_COLD_WAIT_S):
+                return self._load(now)
+        try:
+            hit, record = self._cache.get(now)  # refreshed while this thread was arriving?
+            return record if hit else self._load(now)
+        finally:
+            self._cache.end_refresh()
+
+    def _load(self, now: int) -> Record | None:
+        self._emit("on_store_call_start", self.name, "load")
         started = time.perf_counter()
         try:
             record = self.store.load(self.name, now)
@@ -392,6 +427,7 @@ class CircuitBreaker:
         """One store operation, or its local twin while the store is out of reach."""
         if self._store_paused(now):
             return op(self._local)
+        self._emit("on_store_call_start", self.name, operation)
         started = time.perf_counter()
         try:
             outcome = op(self.store)
@@ -441,11 +477,11 @@ class CircuitBreaker:
             self._emit("on_degraded", self.name, f"store {operation} failed")
 
     def _emit(self, hook: str, *args: Any) -> None:
-        for listener in self.listeners:
+        for method in self._hooks[hook]:
             try:
-                getattr(listener, hook)(*args)
+                method(*args)
             except Exception:
-                log.exception("circuit %s: listener %r failed in %s", self.name, listener, hook)
+                log.exception("circuit %s: listener %r failed in %s", self.name, method, hook)
 
 
 def _default_store() -> Store:
