@@ -49,19 +49,24 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from aws_lambda_powertools import Logger
+from aws_lambda_powertools import Logger, Tracer
 
 from fleetbreaker import BreakerConfig, CircuitBreaker, InvalidTokenError
 from fleetbreaker.breaker import validate_name
 from fleetbreaker.errors import ConfigError
+from fleetbreaker.observability import default_listeners, log_metrics
 from fleetbreaker.stores.dynamodb import DynamoDBStore
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from aws_lambda_powertools.utilities.typing import LambdaContext
 
+    from fleetbreaker.events import BreakerListener
     from fleetbreaker.stores.base import Store
 
 logger = Logger(service="breaker-gate")
+tracer = Tracer(service="breaker-gate")
 
 ACTIONS = ("check", "record")
 OUTCOMES = ("success", "failure")
@@ -181,10 +186,12 @@ class BreakerGate:
         store: Store,
         *,
         clock: Callable[[], int] | None = None,
+        listeners: Sequence[BreakerListener] | None = None,
     ) -> None:
         self.settings = settings
         self.store = store
         self.clock = clock
+        self.listeners = listeners
         self._breakers: dict[str, CircuitBreaker] = {}
         self._lock = threading.Lock()
 
@@ -205,6 +212,7 @@ class BreakerGate:
                         name,
                         store=self.store,
                         config=self.settings.breaker_config,
+                        listeners=self.listeners,
                         clock=self.clock,
                     )
                     self._breakers[name] = breaker
@@ -285,8 +293,10 @@ def create_gate(
     *,
     clock: Callable[[], int] | None = None,
     endpoint_url: str | None = None,
+    store: Store | None = None,
 ) -> BreakerGate:
-    """Build a gate from environment variables.
+    """Build a gate from environment variables, its breakers logging through the function's
+    Powertools logger, counting EMF metrics and annotating X-Ray traces.
 
     Parameters
     ----------
@@ -297,10 +307,13 @@ def create_gate(
     endpoint_url:
         A local DynamoDB endpoint. Without it boto3 resolves the endpoint itself, which
         honours ``AWS_ENDPOINT_URL_DYNAMODB``.
+    store:
+        A ready store, instead of a ``DynamoDBStore`` on ``CIRCUIT_BREAKER_TABLE``.
     """
     settings = GateSettings.from_env(os.environ if env is None else env)
-    store = DynamoDBStore(settings.table_name, endpoint_url=endpoint_url)
-    return BreakerGate(settings, store, clock=clock)
+    if store is None:
+        store = DynamoDBStore(settings.table_name, endpoint_url=endpoint_url)
+    return BreakerGate(settings, store, clock=clock, listeners=default_listeners(logger))
 
 
 # The container's gate: built by the first invocation, so a configuration error is reported
@@ -317,6 +330,8 @@ def current_gate() -> BreakerGate:
         return gate
 
 
+@tracer.capture_lambda_handler
+@log_metrics  # one EMF document per breaker per invocation, also when the handler raises
 @logger.inject_lambda_context
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     try:

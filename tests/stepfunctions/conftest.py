@@ -206,11 +206,10 @@ def stack_factory(
             gate_arn = function(gate_name, "breaker_gate", gate_env)
             charge_arn = function(charge_name, "charge", charge_env)
 
-            # The container's objects, as the first invocation would build them from the
-            # function's environment; only the clock and the DynamoDB client are the test's.
-            settings = gate_app.GateSettings.from_env(gate_env)
+            # The container's objects, as the first invocation builds them from the function's
+            # environment; only the clock and the DynamoDB client (test timeouts) are the test's.
             store = DynamoDBStore(table, boto3_client=servers.dynamodb_client(endpoint))
-            gate = gate_app.BreakerGate(settings, store, clock=clock)
+            gate = gate_app.create_gate(gate_env, clock=clock, store=store)
             monkeypatch.setattr(gate_app, "gate", gate)
             monkeypatch.setattr(
                 charge_app,
