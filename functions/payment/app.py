@@ -402,6 +402,7 @@ class PaymentHandler:
         )
 
     def invalid_payment(self, exc: InvalidPayment) -> Response[Any]:
+        logger.info("invalid payment request", extra={"errors": exc.errors})
         return _json(400, {"message": "invalid payment request", "errors": exc.errors})
 
     def _body(self) -> str | None:
@@ -473,8 +474,12 @@ def create_handler(
 handler = create_handler()
 
 
-@tracer.capture_lambda_handler
+# Payment results stay out of X-Ray metadata; keys appended for one request (the idempotency
+# key) must not leak into the next request's logs in a warm container.
+@tracer.capture_lambda_handler(capture_response=False)
 @log_metrics  # writes the breaker's metrics (EMF) once per invocation
-@logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_HTTP)
+@logger.inject_lambda_context(
+    correlation_id_path=correlation_paths.API_GATEWAY_HTTP, clear_state=True
+)
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     return handler(event, context)

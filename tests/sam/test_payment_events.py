@@ -57,3 +57,21 @@ def test_payment_event(
         assert body["result"]["status"] == "succeeded"
     # The breaker really used the table, not a local fallback.
     assert not payment_module.handler.breaker.degraded
+
+
+def test_request_keys_do_not_leak_into_the_next_invocation_logs(
+    payment_module: ModuleType, moto_server: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN a warm container that just charged a payment (its logs carry the idempotency key)
+    monkeypatch.setenv("AWS_ENDPOINT_URL_DYNAMODB", moto_server)
+    invoke(payment_module.lambda_handler, load_event(EVENTS / "payment-ok.json"))
+    assert "idempotency_key" in payment_module.logger.get_current_keys()
+
+    # WHEN the next request is invalid (it has no key of its own)
+    status, _, _ = invoke(
+        payment_module.lambda_handler, load_event(EVENTS / "payment-bad-body.json")
+    )
+
+    # THEN its logs do not carry the previous request's key
+    assert status == 400
+    assert "idempotency_key" not in payment_module.logger.get_current_keys()
