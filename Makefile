@@ -125,7 +125,9 @@ constraints-tools: tools ## regenerate constraints-tools.txt from .venv-tools
 	{ sed -n '1,3p' constraints-tools.txt; $(TOOLS_VENV)/bin/pip freeze; } > constraints-tools.txt.new
 	mv constraints-tools.txt.new constraints-tools.txt
 
+# The build Makefiles run pip with $(PYTHON): the venv's, whose pip version is pinned.
 build: export SAM_CLI_TELEMETRY := 0
+build: export PYTHON := $(CURDIR)/$(PY)
 build: venv ## sam build: layer and payment function into .aws-sam/build (no Docker needed)
 	$(SAM) build
 

@@ -79,6 +79,8 @@ def build_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
             str(root / "cache"),
         ],
         cwd=REPO_ROOT,
+        # The build Makefiles' pip: this venv's, as `make build` passes it.
+        env={**os.environ, "PYTHON": sys.executable},
         capture_output=True,
         text=True,
         timeout=600,
