@@ -41,8 +41,9 @@ if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.typing import LambdaContext
     from mypy_boto3_sqs.client import SQSClient
 
-logger = Logger(service="payment")
-tracer = Tracer(service="payment")
+# Service name from POWERTOOLS_SERVICE_NAME (the template sets it), shared with the metrics.
+logger = Logger()
+tracer = Tracer()
 
 MAX_AMOUNT = 100_000_000  # minor units: 1,000,000.00 in a two-decimal currency
 CURRENCY = re.compile(r"[A-Z]{3}")
