@@ -1,5 +1,8 @@
 """Fixtures for the breaker gate, the charge function and the payment workflow.
 
+``stack_factory`` deploys PaymentStateMachine as template.yaml declares it (functions,
+environments, DefinitionSubstitutions) into moto, with the functions running in-process.
+
 The breakers live in a fresh table on moto's standalone server (``moto_server``): it
 serialises writes to an item as DynamoDB does, so executions running side by side race for
 the probe exactly as deployed ones would. Step Functions, Lambda and IAM are moto's
@@ -15,34 +18,48 @@ import types
 import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from fleetbreaker import DynamoDBStore
 from tests import servers
+from tests.servers import REPO_ROOT
 from tests.stepfunctions.harness import (
-    STATEMACHINE_DIR,
     FakePaymentApi,
     InProcessLambdas,
     Workflow,
     load_function,
+    load_template,
     read_definition,
+    resolve,
 )
 from tests.support import FakeClock
 
 REGION = servers.REGION
-BREAKER = "payment-api"
-# The workflow's settings for the breaker: small numbers keep the lifecycle short.
-GATE_ENV = {
+BREAKER = "payment-api"  # the template's BreakerName default
+STATE_MACHINE = "PaymentStateMachine"
+GATE_FUNCTION = "BreakerGateFunction"
+CHARGE_FUNCTION = "ChargeFunction"
+# On top of the gate's environment from the template: the tests' own numbers (a threshold of
+# 3 keeps the lifecycle short), so they do not change when the template's defaults do.
+GATE_OVERRIDES = {
     "BREAKER_FAILURE_THRESHOLD": "3",
     "BREAKER_WINDOW_SECONDS": "60",
     "BREAKER_RECOVERY_TIMEOUT": "30",
     "BREAKER_PROBE_LEASE_SECONDS": "60",
-    "GATE_MAX_WAIT_SECONDS": "300",
-    "GATE_ALLOWED_BREAKERS": BREAKER,
     "POWERTOOLS_LOG_LEVEL": "WARNING",
 }
+
+
+def functions_named_by(machine: dict[str, Any]) -> list[str]:
+    """Logical ids of the functions a state machine's DefinitionSubstitutions point at."""
+    return sorted(
+        value["Fn::GetAtt"][0]
+        for value in machine["DefinitionSubstitutions"].values()
+        if isinstance(value, dict) and "Fn::GetAtt" in value
+    )
 
 
 @pytest.fixture
@@ -123,6 +140,7 @@ class PaymentStack:
     charge_function: str
     gate: Any
     definition: str
+    substitutions: dict[str, str]
 
     @property
     def gate_calls(self) -> int:
@@ -146,17 +164,39 @@ def stack_factory(
     clock: FakeClock,
     waits: Waits,
 ) -> Iterator[Any]:
-    """Deploys the payment workflow into moto: call it once, with gate environment overrides.
+    """Deploys PaymentStateMachine from template.yaml into moto; call it once per test.
 
-    The functions' modules hold one gate and one API client each, like one warm container.
+    Everything the workflow's wiring says comes from the template: which functions the
+    DefinitionSubstitutions name (created in moto under their logical ids, with their
+    Handler, Runtime and resolved Environment), the substitutions applied to the definition
+    file, and the parameter defaults. The test supplies the table, the payment API's URL, and
+    ``gate_overrides`` on top of the gate's environment.
+
+    The functions' modules hold one gate and one API client each, like one warm container,
+    built from the function's environment as the first invocation would build them; only
+    the clock and the DynamoDB client (test timeouts) are the test's.
     """
     import boto3
     from moto import mock_aws
 
     endpoint, table = breaker_table
-    gate_app = load_function("breaker_gate")
-    charge_app = load_function("charge")
+    template = load_template()
+    machine = template["Resources"][STATE_MACHINE]["Properties"]
     lambdas = InProcessLambdas()
+
+    def start_gate(env: dict[str, str]) -> Any:
+        app = load_function("breaker_gate")
+        store = DynamoDBStore(table, boto3_client=servers.dynamodb_client(endpoint))
+        gate = app.create_gate(env, clock=clock, store=store)
+        monkeypatch.setattr(app, "gate", gate)
+        return app
+
+    def start_charge(env: dict[str, str]) -> Any:
+        app = load_function("charge")
+        monkeypatch.setattr(app, "api", app.PaymentApi(app.ChargeSettings.from_env(env)))
+        return app
+
+    containers = {"breaker_gate": start_gate, "charge": start_charge}
 
     with (
         mock_aws(config={"stepfunctions": {"execute_state_machine": True}}),
@@ -177,61 +217,59 @@ def stack_factory(
                     }
                 ],
             }
-            return str(
-                iam.create_role(RoleName=name, AssumeRolePolicyDocument=json.dumps(trust))["Role"][
-                    "Arn"
-                ]
-            )
+            created = iam.create_role(RoleName=name, AssumeRolePolicyDocument=json.dumps(trust))
+            return str(created["Role"]["Arn"])
 
         function_role = role("functions", "lambda.amazonaws.com")
         workflow_role = role("workflow", "states.amazonaws.com")
 
-        def function(name: str, code: str, env: dict[str, str]) -> str:
-            return str(
-                lambda_client.create_function(
-                    FunctionName=name,
-                    Runtime="python3.13",
-                    Role=function_role,
-                    Handler="app.lambda_handler",
-                    Code={"ZipFile": _code_zip(code)},
-                    Environment={"Variables": env},
-                )["FunctionArn"]
-            )
-
         def deploy(**gate_overrides: str) -> PaymentStack:
-            gate_env = {"CIRCUIT_BREAKER_TABLE": table, **GATE_ENV, **gate_overrides}
-            charge_env = {"PAYMENT_API_URL": payment_api.url, "PAYMENT_READ_TIMEOUT": "10"}
             assert not lambdas.handlers, "one stack per test: the modules hold one container"
-            gate_name, charge_name = "BreakerGate", "Charge"
-            gate_arn = function(gate_name, "breaker_gate", gate_env)
-            charge_arn = function(charge_name, "charge", charge_env)
+            refs = {"CircuitBreakersTable": table, "PaymentApiUrl": payment_api.url}
+            overrides = {"breaker_gate": {**GATE_OVERRIDES, **gate_overrides}}
+            modules = {}
+            for logical_id in functions_named_by(machine):
+                properties = template["Resources"][logical_id]["Properties"]
+                code = Path(properties["CodeUri"]).name
+                variables = properties["Environment"]["Variables"]
+                env = {name: resolve(value, template, refs) for name, value in variables.items()}
+                env.update(overrides.get(code, {}))
+                created = lambda_client.create_function(
+                    FunctionName=logical_id,
+                    Runtime=resolve(properties["Runtime"], template, refs),
+                    Role=function_role,
+                    Handler=properties["Handler"],
+                    Code={"ZipFile": _code_zip(code)},
+                    Timeout=properties["Timeout"],
+                    MemorySize=properties["MemorySize"],
+                    Environment={"Variables": env},
+                )
+                refs[f"{logical_id}.Arn"] = created["FunctionArn"]
+                module_name, handler = properties["Handler"].split(".")
+                assert module_name == "app", properties["Handler"]
+                modules[code] = containers[code](env)
+                lambdas.register(logical_id, getattr(modules[code], handler))
 
-            # The container's objects, as the first invocation builds them from the function's
-            # environment; only the clock and the DynamoDB client (test timeouts) are the test's.
-            store = DynamoDBStore(table, boto3_client=servers.dynamodb_client(endpoint))
-            gate = gate_app.create_gate(gate_env, clock=clock, store=store)
-            monkeypatch.setattr(gate_app, "gate", gate)
-            monkeypatch.setattr(
-                charge_app,
-                "api",
-                charge_app.PaymentApi(charge_app.ChargeSettings.from_env(charge_env)),
-            )
-            lambdas.register(gate_name, gate_app.lambda_handler)
-            lambdas.register(charge_name, charge_app.lambda_handler)
-
-            definition = read_definition(
-                STATEMACHINE_DIR / "payment.asl.json",
-                {
-                    "BreakerGateFunctionArn": gate_arn,
-                    "ChargeFunctionArn": charge_arn,
-                    "BreakerName": BREAKER,
-                },
-            )
+            substitutions = {
+                name: resolve(value, template, refs)
+                for name, value in machine["DefinitionSubstitutions"].items()
+            }
+            definition = read_definition(REPO_ROOT / machine["DefinitionUri"], substitutions)
             arn = sfn.create_state_machine(
-                name="payment", definition=definition, roleArn=workflow_role
+                name=STATE_MACHINE,
+                definition=definition,
+                roleArn=workflow_role,
+                type=machine["Type"],
+                tracingConfiguration={"enabled": machine["Tracing"]["Enabled"]},
             )["stateMachineArn"]
             return PaymentStack(
-                Workflow(sfn, arn), lambdas, gate_name, charge_name, gate, definition
+                workflow=Workflow(sfn, arn),
+                lambdas=lambdas,
+                gate_function=GATE_FUNCTION,
+                charge_function=CHARGE_FUNCTION,
+                gate=modules["breaker_gate"].gate,
+                definition=definition,
+                substitutions=substitutions,
             )
 
         yield deploy

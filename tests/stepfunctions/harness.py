@@ -6,6 +6,7 @@
   instead of Docker containers (see tests/stepfunctions/test_payment_workflow.py).
 - :class:`FakePaymentApi` is a payment provider on loopback whose answers a test sets.
 - :class:`Workflow` starts executions of a state machine in moto and waits for them.
+- :func:`load_template` and :func:`resolve` read template.yaml the way the tests deploy it.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from tests.servers import LOOPBACK, REPO_ROOT
 FUNCTIONS_DIR = REPO_ROOT / "functions"
 STATEMACHINE_DIR = REPO_ROOT / "statemachine"
 EVENTS_DIR = REPO_ROOT / "events"
+TEMPLATE = REPO_ROOT / "template.yaml"
 
 Handler = Callable[[Any, Any], Any]
 
@@ -302,6 +304,35 @@ class Workflow:
     def run(self, payment: Any, name: str | None = None) -> Execution:
         started = time.perf_counter()
         return self.wait(self.start(payment, name), started)
+
+
+def load_template() -> dict[str, Any]:
+    """template.yaml with its short-form intrinsics (!Ref, !GetAtt) as their long forms."""
+    from samcli.yamlhelper import yaml_parse
+
+    template: dict[str, Any] = yaml_parse(TEMPLATE.read_text())
+    return template
+
+
+def resolve(value: Any, template: dict[str, Any], refs: dict[str, str]) -> str:
+    """A template value as CloudFormation would resolve it, for what the workflow's wiring uses.
+
+    ``Ref`` to a name in ``refs`` (deployed resources, test overrides) or else to a parameter
+    (its Default), ``Fn::GetAtt`` through ``refs["<LogicalId>.<Attribute>"]``, and scalars
+    (environment variables are strings).
+    """
+    if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+        return str(value)
+    if isinstance(value, dict) and len(value) == 1:
+        ((function, argument),) = value.items()
+        if function == "Ref":
+            if argument in refs:
+                return refs[argument]
+            return str(template["Parameters"][argument]["Default"])
+        if function == "Fn::GetAtt":
+            name = ".".join(argument) if isinstance(argument, list) else str(argument)
+            return refs[name]
+    raise AssertionError(f"the test deployment cannot resolve {value!r}")
 
 
 def read_definition(path: Path, substitutions: dict[str, str]) -> str:
