@@ -79,6 +79,7 @@ def test_lifecycle_closed_open_rejected_probe_closed(
         "Charge",
         "RecordSuccess",
         "Answered",
+        "Done",
     ]
     assert payment_api.calls[0].headers["Idempotency-Key"] == "order-1"
     assert stack.breaker_state() == "closed"
@@ -150,6 +151,7 @@ def test_a_waiting_execution_probes_when_the_open_window_ends(
         "Charge",
         "RecordSuccess",
         "Answered",
+        "Done",
     ]
     assert waits.seconds == [OPEN_SECONDS]
     assert stack.breaker_state() == "closed"
