@@ -58,22 +58,25 @@ end
 
 -- The live record, or nil when the key is absent or past expires_at. A key this package did
 -- not write also gives nil, plus the reason: load reports it as corrupt, every write replaces
--- it with a fresh record (as the DynamoDB store does).
+-- it with a fresh record (as the DynamoDB store does). The third value describes what the key
+-- held, for save().
 local function read(key, now)
   local kind = redis.call('TYPE', key)['ok']
-  if kind == 'none' then return nil, nil end
-  if kind ~= 'hash' then return nil, 'key holds a ' .. kind .. ', not a hash' end
+  local old = {kind = kind, fields = {}}
+  if kind == 'none' then return nil, nil, old end
+  if kind ~= 'hash' then return nil, 'key holds a ' .. kind .. ', not a hash', old end
   local flat = redis.call('HGETALL', key)
-  local raw = {}
+  local raw = old.fields
   for i = 1, #flat, 2 do raw[flat[i]] = flat[i + 1] end
   if not STATES[raw.state] then
-    return nil, "field 'state' is not a breaker state: " .. shorten(raw.state)
+    return nil, "field 'state' is not a breaker state: " .. shorten(raw.state), old
   end
   local rec = {state = raw.state, leases = {}}
   for _, field in ipairs(NUMBERS) do
     rec[field] = parse_int(raw[field])
     if rec[field] == nil then
-      return nil, "field '" .. field .. "' is missing or not an integer: " .. shorten(raw[field])
+      return nil, "field '" .. field .. "' is missing or not an integer: " .. shorten(raw[field]),
+        old
     end
   end
   for slot = 0, MAX_SLOTS - 1 do
@@ -84,8 +87,8 @@ local function read(key, now)
       rec.leases[slot] = {token = token, until_ms = until_ms}
     end
   end
-  if rec.expires_at * 1000 <= now then return nil, nil end
-  return rec, nil
+  if rec.expires_at * 1000 <= now then return nil, nil, old end
+  return rec, nil, old
 end
 
 local function blank(state, gen)
@@ -111,26 +114,34 @@ local function ttl_seconds(policy, state)
   return policy.ttl_s
 end
 
--- Write the whole record over the key (dropping stray or corrupt fields) and set its expiry.
-local function save(key, rec, policy, now)
+-- Write the whole record over what read() found (old): set every field, drop the fields the
+-- new record lacks (ended leases, strays), and set the key's expiry.
+local function save(key, rec, policy, now, old)
   rec.updated_at = now
   rec.expires_at = math.floor(now / 1000) + ttl_seconds(policy, rec.state)
-  local args = {'state', rec.state}
-  for _, field in ipairs(NUMBERS) do
-    args[#args + 1] = field
-    args[#args + 1] = int(rec[field])
-  end
+  local fields = {state = rec.state}
+  for _, field in ipairs(NUMBERS) do fields[field] = int(rec[field]) end
   for slot = 0, MAX_SLOTS - 1 do
     local lease = rec.leases[slot]
     if lease ~= nil then
-      args[#args + 1] = 'probe' .. slot .. '_token'
-      args[#args + 1] = lease.token
-      args[#args + 1] = 'probe' .. slot .. '_until'
-      args[#args + 1] = int(lease.until_ms)
+      fields['probe' .. slot .. '_token'] = lease.token
+      fields['probe' .. slot .. '_until'] = int(lease.until_ms)
     end
   end
-  redis.call('DEL', key)
+  if old.kind ~= 'hash' and old.kind ~= 'none' then redis.call('DEL', key) end
+  local args = {}
+  for field, value in pairs(fields) do
+    args[#args + 1] = field
+    args[#args + 1] = value
+  end
+  -- HSET comes first: Redis checks maxmemory at a script's first write, and a DEL or HDEL
+  -- there would let the rest of the script write past an OOM (noeviction) limit.
   redis.call('HSET', key, unpack(args))
+  local stale = {}
+  for field in pairs(old.fields) do
+    if fields[field] == nil then stale[#stale + 1] = field end
+  end
+  if #stale > 0 then redis.call('HDEL', key, unpack(stale)) end
   -- Relative, not PEXPIREAT: with a caller's clock (tests pass fixed epoch times) the key
   -- still lives its full TTL on the server's clock. With the server's TIME both agree.
   redis.call('PEXPIRE', key, int(rec.expires_at * 1000 - now))

@@ -7,11 +7,11 @@ local key = KEYS[1]
 if target ~= 'closed' and target ~= 'forced_open' and target ~= 'disabled' then
   return redis.error_reply('cannot force a breaker to ' .. target)
 end
-local rec = read(key, now) -- a corrupt record is replaced like an absent one
+local rec, _, old = read(key, now) -- a corrupt record is replaced like an absent one
 local before = 'closed'
 local gen = 1
 if rec ~= nil then
   before = rec.state
   gen = rec.gen + 1
 end
-return reply(save(key, blank(target, gen), policy, now), now, true, before, target)
+return reply(save(key, blank(target, gen), policy, now, old), now, true, before, target)

@@ -2,7 +2,8 @@
 local now = clock(ARGV[1])
 local policy = policy_from(ARGV)
 local key = KEYS[1]
-local rec = read(key, now) -- absent, expired or corrupt: counted as a fresh closed record
+-- Absent, expired or corrupt: counted as a fresh closed record (and a corrupt one replaced).
+local rec, _, old = read(key, now)
 local current = rec or blank('closed', 0)
 if current.state ~= 'closed' then return reply(rec, now, false) end
 
@@ -14,10 +15,10 @@ else
   counted.window_start = now
 end
 if counted.failures < policy.failure_threshold then
-  return reply(save(key, counted, policy, now), now, true)
+  return reply(save(key, counted, policy, now, old), now, true)
 end
 
 local opened = blank('open', current.gen + 1)
 opened.opened_at = now
 opened.open_until = now + open_duration(policy, 0, 1.0)
-return reply(save(key, opened, policy, now), now, true, 'closed', 'open')
+return reply(save(key, opened, policy, now, old), now, true, 'closed', 'open')

@@ -6,7 +6,7 @@ local token = ARGV[12]
 local success = ARGV[13] == '1'
 local jitter = tonumber(ARGV[14])
 local key = KEYS[1]
-local rec = read(key, now)
+local rec, _, old = read(key, now)
 if not holds_lease(rec, token, now) then return reply(rec, now, false) end
 
 local slot = lease_slot(token)
@@ -16,10 +16,10 @@ if success then
     local kept = copy(rec)
     kept.successes = successes
     kept.leases[slot] = nil
-    return reply(save(key, kept, policy, now), now, true)
+    return reply(save(key, kept, policy, now, old), now, true)
   end
   local closed = blank('closed', rec.gen + 1)
-  return reply(save(key, closed, policy, now), now, true, 'half_open', 'closed')
+  return reply(save(key, closed, policy, now, old), now, true, 'half_open', 'closed')
 end
 
 local reopens = rec.reopens + 1
@@ -27,4 +27,4 @@ local reopened = blank('open', rec.gen + 1)
 reopened.opened_at = now
 reopened.open_until = now + open_duration(policy, reopens, jitter)
 reopened.reopens = reopens
-return reply(save(key, reopened, policy, now), now, true, 'half_open', 'open')
+return reply(save(key, reopened, policy, now, old), now, true, 'half_open', 'open')
