@@ -163,6 +163,20 @@ class CircuitBreaker:
         self._paused_until = 0
         self._degraded = False
         self._missing_table_logged = False
+        self._allow = {
+            state: Admission(self.name, Decision.ALLOW, state)
+            for state in (State.CLOSED, State.DISABLED)
+        }
+        # Per hook, only the listeners that override it: a hook nobody implements costs nothing.
+        self._hooks: dict[str, list[Callable[..., None]]] = {
+            hook: [
+                getattr(listener, hook)
+                for listener in self.listeners
+                if getattr(type(listener), hook, None) is not getattr(BreakerListener, hook)
+            ]
+            for hook in vars(BreakerListener)
+            if hook.startswith("on_")
+        }
 
     def __repr__(self) -> str:
         return f"CircuitBreaker({self.name!r}, store={type(self.store).__name__})"
@@ -229,14 +243,17 @@ class CircuitBreaker:
             verdict = rules.verdict(outcome.record, self._policy, now)
             if verdict.try_probe:  # lost every race for a slot: wait for the next lease to end
                 verdict = rules.Verdict(Decision.REJECT, verdict.state, 100)
-        admission = Admission(
-            self.name,
-            verdict.decision,
-            verdict.state,
-            verdict.retry_after_ms / 1000,
-            None,
-            self._degraded,
-        )
+        if verdict.decision is Decision.ALLOW and not self._degraded:
+            admission = self._allow[verdict.state]  # the hot path: no allocation
+        else:
+            admission = Admission(
+                self.name,
+                verdict.decision,
+                verdict.state,
+                verdict.retry_after_ms / 1000,
+                None,
+                self._degraded,
+            )
         self._emit("on_decision", self.name, admission.decision, admission.state)
         return admission
 
@@ -437,14 +454,15 @@ class CircuitBreaker:
         if not quiet:
             self._emit("on_store_error", self.name, operation, exc)
         if first:
-            self._emit("on_degraded", self.name, f"{operation}: {exc}")
+            # The error itself was just reported; the reason stays short and generic.
+            self._emit("on_degraded", self.name, f"store {operation} failed")
 
     def _emit(self, hook: str, *args: Any) -> None:
-        for listener in self.listeners:
+        for method in self._hooks[hook]:
             try:
-                getattr(listener, hook)(*args)
+                method(*args)
             except Exception:
-                log.exception("circuit %s: listener %r failed in %s", self.name, listener, hook)
+                log.exception("circuit %s: listener %r failed in %s", self.name, method, hook)
 
 
 def _default_store() -> Store:

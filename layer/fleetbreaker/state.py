@@ -133,6 +133,10 @@ class Verdict:
     try_probe: bool = False
 
 
+_ALLOW_CLOSED = Verdict(Decision.ALLOW, State.CLOSED)
+_ALLOW_DISABLED = Verdict(Decision.ALLOW, State.DISABLED)
+
+
 def open_duration_ms(policy: Policy, reopens: int, jitter: float) -> int:
     """How long the breaker stays open after ``reopens`` failed recoveries.
 
@@ -186,10 +190,10 @@ def _stamp(record: Record, policy: Policy, now_ms: int) -> Record:
 def verdict(record: Record | None, policy: Policy, now_ms: int) -> Verdict:
     """Admit, reject, or try for a probe lease: the read-only half of the rules."""
     if record is None or record.state is State.CLOSED:
-        return Verdict(Decision.ALLOW, State.CLOSED)
+        return _ALLOW_CLOSED  # the hot path: no allocation
     state = record.state
     if state is State.DISABLED:
-        return Verdict(Decision.ALLOW, state)
+        return _ALLOW_DISABLED
     if state is State.FORCED_OPEN:
         return Verdict(Decision.REJECT, state, policy.base_open_ms)
     if state is State.OPEN:

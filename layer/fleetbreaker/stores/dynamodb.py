@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import threading
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any, cast
 
 from fleetbreaker import state as rules
@@ -56,10 +57,12 @@ def _number(item: dict[str, Any], name: str) -> int:
     raw = item.get(name)
     if not isinstance(raw, dict) or "N" not in raw:
         raise CorruptRecordError(f"attribute {name!r} is missing or not a number: {raw!r}")
+    # Any DynamoDB number is accepted (truncated to an integer): the USABLE condition only
+    # checks the type, and the two must agree on what counts as corrupt.
     try:
-        return int(raw["N"])
-    except ValueError:
-        raise CorruptRecordError(f"attribute {name!r} is not an integer: {raw!r}") from None
+        return int(Decimal(raw["N"]))
+    except (ArithmeticError, ValueError):
+        raise CorruptRecordError(f"attribute {name!r} is not a finite number: {raw!r}") from None
 
 
 def _scalar(item: dict[str, Any], name: str, kind: str) -> Any:

@@ -1,0 +1,92 @@
+# fleetbreaker: the commands a person (and CI, through .ci/run) types.
+# `make help` lists the targets. Everything installs from the repo's own pins, so a fresh
+# clone on a Debian machine needs only python3, node/npm and apt-get.
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+MAKEFLAGS += --no-builtin-rules
+
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+PYTEST := $(PY) -m pytest
+# Stamps make a second `make deps` a no-op unless the pins changed.
+VENV_STAMP := $(VENV)/.stamp
+NODE_STAMP := node_modules/.stamp
+# Extra arguments: `make test PYTEST_ARGS='-k redis -x'`, `make demo ARGS='--help'`.
+PYTEST_ARGS ?=
+ARGS ?=
+# apt-get needs root; use sudo when not root (CI and the dev machines run as root).
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+.PHONY: help venv node redis deps lint test test-deployed demo constraints clean distclean
+
+help: ## list the targets
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-14s %s\n", $$1, $$2}' \
+		$(MAKEFILE_LIST)
+
+venv: $(VENV_STAMP) ## python venv in .venv with the package (editable) and pinned dev tools
+
+$(VENV_STAMP): pyproject.toml constraints.txt
+	[ -x $(PY) ] || $(PYTHON) -m venv $(VENV)
+	$(PIP) install --quiet -c constraints.txt -e '.[dev]'
+	touch $@
+
+node: $(NODE_STAMP) ## node_modules from package-lock.json (dynalite)
+
+$(NODE_STAMP): package.json package-lock.json
+	npm ci --no-audit --no-fund
+	touch $@
+
+redis: ## install Debian's redis-server if missing (tests start their own, on free ports)
+	@if command -v redis-server >/dev/null; then \
+		echo "redis-server: $$(command -v redis-server)"; \
+	else \
+		$(SUDO) apt-get update -q; \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q --no-install-recommends \
+			redis-server; \
+		: "the tests never use the system service; stop it if the postinst started one"; \
+		$(SUDO) systemctl disable --now redis-server >/dev/null 2>&1 \
+			|| $(SUDO) invoke-rc.d redis-server stop >/dev/null 2>&1 || true; \
+	fi
+
+deps: venv node redis ## everything the tests need
+
+lint: venv ## ruff (lint + format check) and mypy (strict on layer/fleetbreaker)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+
+# Dummy credentials and a fixed region so nothing can reach, or ask for, a real AWS account;
+# tests/conftest.py enforces the same when pytest is run directly.
+test: export SAM_CLI_TELEMETRY := 0
+test: export AWS_DEFAULT_REGION := us-east-1
+test: export AWS_ACCESS_KEY_ID := testing
+test: export AWS_SECRET_ACCESS_KEY := testing
+test: deps lint ## lint, then every test except the deployed-stack suite
+	@# pytest exits 5 when no test ran; make treats any non-zero exit as a failure.
+	$(PYTEST) -m "not deployed" $(PYTEST_ARGS)
+
+test-deployed: export SAM_CLI_TELEMETRY := 0
+test-deployed: venv ## opt-in: tests against a deployed stack (needs FLEETBREAKER_STACK + AWS creds)
+	@[ -n "$${FLEETBREAKER_STACK:-}" ] || { echo "set FLEETBREAKER_STACK to the deployed stack's name" >&2; exit 2; }
+	$(PYTEST) -m deployed $(PYTEST_ARGS)
+
+demo: deps ## run the demo (bench/demo.py; pass options with ARGS=...)
+	$(PY) bench/demo.py $(ARGS)
+
+constraints: venv ## regenerate constraints.txt from the current venv
+	{ echo "# Full resolved pin set for the dev environment, so a fresh clone installs what was tested."; \
+	  echo "# Used as: pip install -c constraints.txt -e '.[dev]'.  Regenerate with: make constraints"; \
+	  $(PIP) freeze --exclude-editable | grep -viE '^fleetbreaker([=@ ]|$$)'; } > constraints.txt.new
+	mv constraints.txt.new constraints.txt
+
+clean: ## remove caches and build output (keeps .venv and node_modules)
+	rm -rf .pytest_cache .mypy_cache .ruff_cache .hypothesis .aws-sam build demo-output
+	find . -path ./.venv -prune -o -path ./node_modules -prune -o \
+		\( -name __pycache__ -o -name '*.egg-info' \) -type d -print0 | xargs -0 rm -rf
+
+distclean: clean ## clean, and remove .venv and node_modules too
+	rm -rf $(VENV) node_modules

@@ -1,0 +1,152 @@
+"""A simulated fleet: worker processes ("containers") × threads sharing one breaker per process.
+
+Everything a worker needs crosses the process boundary as plain data (a store spec) or as
+multiprocessing primitives; the clock is a shared integer the test moves, so no worker ever
+sleeps to make time pass.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from fleetbreaker import BreakerConfig, BreakerListener, CircuitBreaker, CircuitOpenError, State
+
+CTX = multiprocessing.get_context("spawn")
+
+
+@dataclass(frozen=True)
+class StoreSpec:
+    """How a worker builds its own client to the shared store."""
+
+    kind: str  # "dynamodb" or "redis"
+    address: str  # endpoint URL or redis URL
+    table: str = ""
+
+    def build(self) -> Any:
+        if self.kind == "dynamodb":
+            from fleetbreaker import DynamoDBStore
+            from tests.servers import dynamodb_client
+
+            return DynamoDBStore(self.table, boto3_client=dynamodb_client(self.address))
+        if self.kind == "redis":
+            from fleetbreaker.stores.redis import RedisStore
+
+            return RedisStore(url=self.address, use_server_time=False)
+        raise ValueError(self.kind)
+
+
+class _Transitions(BreakerListener):
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, str]] = []
+        self.lock = threading.Lock()
+
+    def on_transition(self, name: str, before: State, after: State) -> None:
+        with self.lock:
+            self.seen.append((before.value, after.value))
+
+
+def _worker(
+    spec: StoreSpec,
+    name: str,
+    config: dict[str, Any],
+    mode: str,
+    threads: int,
+    clock: Any,
+    ready: Any,
+    dependency_calls: Any,
+    results: Any,
+) -> None:
+    transitions = _Transitions()
+    breaker = CircuitBreaker(
+        name,
+        store=spec.build(),
+        config=BreakerConfig(**config),
+        listeners=[transitions],
+        clock=lambda: int(clock.value),
+    )
+    decisions: list[str] = []
+    lock = threading.Lock()
+
+    def failing_dependency() -> None:
+        with dependency_calls.get_lock():
+            dependency_calls.value += 1
+        raise ConnectionError("dependency down")
+
+    def run() -> None:
+        ready.wait(60)  # every thread of every process starts together
+        if mode == "trip":
+            for _ in range(1000):
+                try:
+                    breaker.call(failing_dependency)
+                except ConnectionError:
+                    continue
+                except CircuitOpenError:
+                    break
+        else:
+            admission = breaker.check()
+            with lock:
+                decisions.append(admission.decision.value)
+
+    workers = [threading.Thread(target=run) for _ in range(threads)]
+    for thread in workers:
+        thread.start()
+    for thread in workers:
+        thread.join()
+    results.put({"transitions": transitions.seen, "decisions": decisions})
+
+
+@dataclass
+class FleetResult:
+    transitions: list[tuple[str, str]]
+    decisions: list[str]
+    dependency_calls: int
+
+
+class Fleet:
+    """Runs rounds of N processes × T threads against one breaker name."""
+
+    def __init__(self, spec: StoreSpec, name: str, config: dict[str, Any], start_ms: int) -> None:
+        self.spec = spec
+        self.name = name
+        self.config = config
+        self.clock = CTX.Value("q", start_ms)
+
+    def advance(self, seconds: float) -> None:
+        with self.clock.get_lock():
+            self.clock.value += round(seconds * 1000)
+
+    def run(self, mode: str, processes: int = 8, threads: int = 8) -> FleetResult:
+        ready = CTX.Barrier(processes * threads)
+        calls = CTX.Value("i", 0)
+        results = CTX.Queue()
+        procs = [
+            CTX.Process(
+                target=_worker,
+                args=(
+                    self.spec,
+                    self.name,
+                    self.config,
+                    mode,
+                    threads,
+                    self.clock,
+                    ready,
+                    calls,
+                    results,
+                ),
+            )
+            for _ in range(processes)
+        ]
+        for proc in procs:
+            proc.start()
+        collected = [results.get(timeout=120) for _ in procs]
+        for proc in procs:
+            proc.join(30)
+            assert proc.exitcode == 0, f"worker exited with {proc.exitcode}"
+        return FleetResult(
+            transitions=[t for r in collected for t in r["transitions"]],
+            decisions=[d for r in collected for d in r["decisions"]],
+            dependency_calls=calls.value,
+        )

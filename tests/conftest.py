@@ -1,0 +1,202 @@
+"""Shared pytest setup: AWS environment hygiene, real backend fixtures, and the CI skip rule.
+
+Backends (see tests/servers.py) are started by the fixtures on free loopback ports and stopped
+at the end of their scope, also when tests fail. A backend whose program is missing skips the
+tests that need it locally, but fails them under CI (env CI non-empty), and in CI any skipped
+test makes the whole session fail: a skip there would hide untested code.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Callable, Iterator
+from typing import NoReturn, TypeVar
+
+import pytest
+
+from tests import servers
+from tests.servers import (
+    BackendMissing,
+    BlackholeServer,
+    DynaliteServer,
+    MotoServer,
+    RedisServer,
+    ServerProcess,
+    ServerStartError,
+)
+
+IN_CI = bool(os.environ.get("CI"))
+
+
+# --------------------------------------------------------------------------- environment
+# Done at import time, before any test module creates a boto3 session.
+
+
+def _sanitize_aws_environment() -> None:
+    # An endpoint override from the outer shell would silently redirect every client.
+    for key in [k for k in os.environ if k.startswith("AWS_ENDPOINT_URL")]:
+        del os.environ[key]
+    os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+    if os.environ.get("FLEETBREAKER_STACK"):
+        # The opt-in deployed suite (`make test-deployed`) needs the real credential chain.
+        return
+    # Local runs: dummy credentials and a fixed region, and no profile, config file, SSO or
+    # instance metadata lookup, so boto3 can neither find nor wait for real credentials.
+    for key in (
+        "AWS_PROFILE",
+        "AWS_DEFAULT_PROFILE",
+        "AWS_SESSION_TOKEN",
+        "AWS_SECURITY_TOKEN",
+        "AWS_ROLE_ARN",
+        "AWS_WEB_IDENTITY_TOKEN_FILE",
+        "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+        "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+        "AWS_REGION",
+    ):
+        os.environ.pop(key, None)
+    os.environ.update(
+        {
+            "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_DEFAULT_REGION": "us-east-1",
+            "AWS_CONFIG_FILE": os.devnull,
+            "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
+            "AWS_EC2_METADATA_DISABLED": "true",
+            "SAM_CLI_TELEMETRY": "0",
+        }
+    )
+
+
+_sanitize_aws_environment()
+
+
+# --------------------------------------------------------------------------- backends
+
+
+def backend_unavailable(reason: str) -> NoReturn:
+    """Skip locally; fail in CI, where every backend must be installed by `make deps`."""
+    if IN_CI:
+        pytest.fail(f"{reason} (CI=true: a missing backend is a failure)", pytrace=False)
+    pytest.skip(reason)
+
+
+S = TypeVar("S", bound=ServerProcess)
+
+
+def _start(server: S) -> S:
+    """Start a backend; a missing program is backend_unavailable(), a broken one a failure."""
+    try:
+        server.check_installed()
+        missing = None
+    except BackendMissing as exc:
+        missing = str(exc)
+    if missing is not None:  # outside the except block: no chained traceback in the report
+        backend_unavailable(missing)
+    try:
+        server.start()
+        broken = None
+    except ServerStartError as exc:
+        broken = str(exc)
+    if broken is not None:  # installed but broken is a real failure everywhere, not a skip
+        pytest.fail(broken, pytrace=False)
+    return server
+
+
+@contextlib.contextmanager
+def _serve(server: S) -> Iterator[S]:
+    try:
+        yield _start(server)
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def moto_server() -> Iterator[str]:
+    """Endpoint URL of moto's standalone server (real HTTP, own process, MOTO_PORT set)."""
+    with _serve(MotoServer()) as server:
+        yield server.endpoint_url
+
+
+@pytest.fixture(scope="session")
+def dynalite_server() -> Iterator[str]:
+    """Endpoint URL of an in-memory dynalite (DynamoDB implementation from npm)."""
+    with _serve(DynaliteServer()) as server:
+        yield server.endpoint_url
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[str]:
+    """URL (redis://127.0.0.1:PORT/0) of a redis-server shared by the session.
+
+    Shared: use unique keys. Tests that stop or restart redis use `redis_factory` instead.
+    """
+    with _serve(RedisServer()) as server:
+        yield server.url
+
+
+@pytest.fixture
+def redis_factory() -> Iterator[Callable[[], RedisServer]]:
+    """Start private RedisServer instances (stop/kill/restart/pause them freely).
+
+    All of them are stopped when the test ends.
+    """
+    started: list[RedisServer] = []
+
+    def start() -> RedisServer:
+        server = RedisServer()
+        started.append(server)
+        return _start(server)
+
+    try:
+        yield start
+    finally:
+        for server in started:
+            server.stop()
+
+
+@pytest.fixture
+def blackhole() -> Iterator[BlackholeServer]:
+    """A TCP server on 127.0.0.1 that accepts connections and never answers."""
+    with BlackholeServer() as server:
+        yield server
+
+
+@pytest.fixture
+def refused_port() -> int:
+    """A 127.0.0.1 port where connections are refused."""
+    return servers.refused_port()
+
+
+# --------------------------------------------------------------------------- CI skip rule
+
+_skipped: list[str] = []
+
+
+def _skip_reason(report: pytest.TestReport | pytest.CollectReport) -> str:
+    longrepr = report.longrepr
+    if isinstance(longrepr, tuple) and len(longrepr) == 3:
+        return str(longrepr[2]).removeprefix("Skipped: ")
+    return str(longrepr)
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.skipped and not hasattr(report, "wasxfail"):
+        _skipped.append(f"{report.nodeid}: {_skip_reason(report)}")
+
+
+def pytest_collectreport(report: pytest.CollectReport) -> None:
+    if report.skipped:
+        _skipped.append(f"{report.nodeid}: {_skip_reason(report)}")
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if IN_CI and _skipped and exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if IN_CI and _skipped:
+        terminalreporter.section("skipped tests fail the run in CI", red=True, bold=True)
+        for line in _skipped:
+            terminalreporter.line(f"SKIPPED {line}", red=True)

@@ -1,0 +1,214 @@
+"""DynamoDB trouble: every fault gives the right decision, in bounded time, with no exception.
+
+The store runs with its production defaults (0.2 s connect, 0.3 s read, one retry), so these
+tests also pin down the latency budget a Lambda pays when DynamoDB misbehaves.
+"""
+
+from __future__ import annotations
+
+import http.server
+import json
+import logging
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from fleetbreaker import BreakerConfig, CircuitBreaker, CircuitOpenError, DynamoDBStore, State
+from fleetbreaker.stores.dynamodb import TTL_ATTRIBUTE
+from tests import servers
+from tests.support import Dependency, FakeClock
+
+CONFIG = BreakerConfig(failure_threshold=3, recovery_timeout=10)
+# Two attempts of at most 0.3 s read (or 0.2 s connect) plus DynamoDB's 50 ms retry delay.
+BUDGET_S = 1.5
+
+
+def breaker_on(store: DynamoDBStore, clock: FakeClock, **kw: Any) -> CircuitBreaker:
+    return CircuitBreaker("payment-api", store=store, config=CONFIG, clock=clock, **kw)
+
+
+def timed(fn: Any, *args: Any) -> tuple[Any, float]:
+    started = time.perf_counter()
+    result = fn(*args)
+    return result, time.perf_counter() - started
+
+
+class _Throttling(http.server.BaseHTTPRequestHandler):
+    code = "ThrottlingException"
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        body = json.dumps(
+            {"__type": f"com.amazonaws.dynamodb.v20120810#{self.code}", "message": "Rate exceeded"}
+        ).encode()
+        self.send_response(400)
+        self.send_header("Content-Type", "application/x-amz-json-1.0")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture(params=["ThrottlingException", "ProvisionedThroughputExceededException"])
+def throttling_endpoint(request: pytest.FixtureRequest) -> Iterator[str]:
+    handler = type("Handler", (_Throttling,), {"code": request.param})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.fixture
+def moto_table(moto_server: str) -> tuple[str, str]:
+    return moto_server, servers.make_table(moto_server)
+
+
+# -- unreachable, silent, throttling ------------------------------------------------------------
+
+
+def _assert_degrades_within_budget(endpoint: str) -> None:
+    clock = FakeClock()
+    dep = Dependency()
+    breaker = breaker_on(DynamoDBStore("CircuitBreakers", endpoint_url=endpoint), clock)
+
+    result, first = timed(breaker.call, dep)
+    _, second = timed(breaker.call, dep)
+
+    assert result == "ok"
+    assert breaker.degraded
+    assert first < BUDGET_S
+    assert second < 0.05  # inside the back-off the store is not called at all
+
+
+def test_refused_connections_degrade_within_budget(refused_port: int) -> None:
+    _assert_degrades_within_budget(f"http://127.0.0.1:{refused_port}")
+
+
+def test_an_endpoint_that_never_answers_degrades_within_budget(blackhole: Any) -> None:
+    _assert_degrades_within_budget(blackhole.endpoint_url)
+
+
+def test_throttling_degrades_within_budget(throttling_endpoint: str) -> None:
+    _assert_degrades_within_budget(throttling_endpoint)
+
+
+def test_a_degraded_breaker_still_trips_locally(blackhole: Any) -> None:
+    clock = FakeClock()
+    dep = Dependency()
+    dep.failing = True
+    store = DynamoDBStore("CircuitBreakers", endpoint_url=blackhole.endpoint_url)
+    breaker = breaker_on(store, clock)
+
+    for _ in range(3):
+        with pytest.raises(ConnectionError):
+            breaker.call(dep)
+    with pytest.raises(CircuitOpenError):
+        breaker.call(dep)
+
+    assert dep.calls == 3
+
+
+# -- missing table ---------------------------------------------------------------------------
+
+
+def test_a_missing_table_is_logged_once_by_name_and_calls_still_run(
+    moto_server: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    clock = FakeClock()
+    dep = Dependency()
+    store = DynamoDBStore("NoSuchBreakerTable", boto3_client=servers.dynamodb_client(moto_server))
+    breaker = breaker_on(store, clock)
+
+    with caplog.at_level(logging.WARNING, logger="fleetbreaker"):
+        for _ in range(5):
+            assert breaker.call(dep) == "ok"
+            clock.advance(CONFIG.store_backoff_seconds)  # each round tries the store again
+
+    missing = [r for r in caplog.records if "NoSuchBreakerTable" in r.getMessage()]
+    assert len(missing) == 1
+    assert "does not exist" in missing[0].getMessage()
+    assert breaker.degraded
+
+
+# -- corrupt and expired items ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "corruption",
+    [
+        {"state": {"S": "sideways"}},
+        {"gen": {"S": "one"}},
+        {"gen": None},
+        {"open_until": {"BOOL": True}},
+    ],
+    ids=["unknown-state", "gen-as-string", "missing-attribute", "wrong-type"],
+)
+def test_a_corrupt_item_is_logged_treated_as_closed_and_repaired(
+    moto_table: tuple[str, str], corruption: dict[str, Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    endpoint, table = moto_table
+    client = servers.dynamodb_client(endpoint)
+    clock = FakeClock()
+    item = {
+        "name": {"S": "payment-api"},
+        "state": {"S": "open"},
+        "gen": {"N": "4"},
+        "failures": {"N": "0"},
+        "window_start": {"N": "0"},
+        "opened_at": {"N": str(clock())},
+        "open_until": {"N": str(clock() + 10_000)},
+        "reopens": {"N": "0"},
+        "successes": {"N": "0"},
+        "updated_at": {"N": str(clock())},
+        TTL_ATTRIBUTE: {"N": str(clock() // 1000 + 3600)},
+    }
+    corrupt = {k: v for k, v in {**item, **corruption}.items() if v is not None}
+    client.put_item(TableName=table, Item=corrupt)
+    dep = Dependency()
+    breaker = breaker_on(DynamoDBStore(table, boto3_client=client), clock)
+
+    with caplog.at_level(logging.ERROR, logger="fleetbreaker"):
+        assert breaker.call(dep) == "ok"
+    dep.failing = True
+    for _ in range(3):
+        with pytest.raises(ConnectionError):
+            breaker.call(dep)
+
+    assert "unreadable record treated as closed" in caplog.text
+    assert breaker.stats.corrupt_records == 1
+    assert not breaker.degraded
+    assert breaker.state is State.OPEN  # the failures overwrote the corrupt item
+
+
+def test_an_item_past_its_ttl_is_closed_though_dynamodb_still_returns_it(
+    moto_table: tuple[str, str],
+) -> None:
+    endpoint, table = moto_table
+    clock = FakeClock()
+    store = DynamoDBStore(table, boto3_client=servers.dynamodb_client(endpoint))
+    first = breaker_on(store, clock)
+    dep = Dependency()
+    dep.failing = True
+    for _ in range(3):
+        with pytest.raises(ConnectionError):
+            first.call(dep)
+    clock.advance(CONFIG.record_ttl_seconds)
+
+    raw = servers.dynamodb_client(endpoint).get_item(
+        TableName=table, Key={"name": {"S": "payment-api"}}
+    )
+    dep.failing = False
+    later = breaker_on(store, clock)
+
+    assert raw["Item"]["state"]["S"] == "open"  # moto, like DynamoDB for a while, keeps it
+    assert later.state is State.CLOSED
+    assert later.call(dep) == "ok"

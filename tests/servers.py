@@ -1,0 +1,487 @@
+"""Real test backends on loopback: moto's server, dynalite, redis-server, and fault helpers.
+
+Every server runs as a child process in its own process group on a free 127.0.0.1 port and is
+killed by PID when stopped, at interpreter exit (atexit) and, on Linux, when the test process
+itself dies (PR_SET_PDEATHSIG, for servers started from the main thread), so a crashed or
+interrupted run leaves nothing listening.
+
+The pytest fixtures live in tests/conftest.py; the classes here are also usable directly by
+tests that need a server of their own (for example to kill and restart redis mid-test).
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import ctypes
+import http.client
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DYNALITE_CLI = REPO_ROOT / "node_modules" / "dynalite" / "cli.js"
+LOOPBACK = "127.0.0.1"
+READY_TIMEOUT = 20.0  # seconds; a backend slower than this to start is reported as broken
+REGION = "us-east-1"
+
+# Server logs go here; a startup failure quotes the log's tail in its error.
+_LOG_DIR = Path(tempfile.mkdtemp(prefix="fleetbreaker-servers-"))
+atexit.register(shutil.rmtree, _LOG_DIR, ignore_errors=True)
+
+
+class BackendMissing(RuntimeError):
+    """A backend's program is not installed (the fixture turns this into skip, or fail in CI)."""
+
+
+class ServerStartError(RuntimeError):
+    """A backend process exited or did not become ready in time."""
+
+
+# --------------------------------------------------------------------------- ports
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago (the kernel picked it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((LOOPBACK, 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+# Sockets that reserve refused ports until the process exits.
+_reserved: list[socket.socket] = []
+
+
+def refused_port() -> int:
+    """A port on 127.0.0.1 where connections are refused (RST), for "store is down" tests.
+
+    The port is bound but never listened on, and stays bound for the life of the process, so
+    no server started later can take it and turn "refused" into "answered".
+    """
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.bind((LOOPBACK, 0))
+    _reserved.append(s)
+    port: int = s.getsockname()[1]
+    return port
+
+
+# --------------------------------------------------------------------------- processes
+
+
+_PR_SET_PDEATHSIG = 1
+# Looked up here, not in the forked child, where loading libraries is unsafe.
+_prctl: Any = ctypes.CDLL(None, use_errno=True).prctl if sys.platform == "linux" else None
+
+
+def _die_with_parent() -> None:
+    """preexec_fn: have the kernel SIGKILL the child if the test process dies (Linux only)."""
+    _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def _preexec() -> Callable[[], None] | None:
+    # The death signal fires when the *thread* that forked exits, so only servers started from
+    # the main thread get it; one started from a worker thread relies on stop()/atexit alone.
+    if _prctl is not None and threading.current_thread() is threading.main_thread():
+        return _die_with_parent
+    return None
+
+
+_live: set[ServerProcess] = set()
+
+
+@atexit.register
+def _stop_all() -> None:
+    for server in list(_live):
+        server.stop()
+
+
+class ServerProcess:
+    """One backend child process: start, readiness polling, stop/kill/pause by PID.
+
+    Subclasses supply `command()` and `is_ready()`. Start retries on a fresh port if the
+    chosen one was taken between `free_port()` and the server binding it (unless the port was
+    fixed by the caller, as a restart on the same port needs).
+    """
+
+    name = "server"
+
+    def __init__(self, port: int | None = None, *, ready_timeout: float = READY_TIMEOUT) -> None:
+        self._fixed_port = port is not None
+        self.port: int = port if port is not None else free_port()
+        self.ready_timeout = ready_timeout
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log_path = _LOG_DIR / f"{self.name}-{uuid.uuid4().hex[:8]}.log"
+
+    # -- subclass hooks
+    @staticmethod
+    def check_installed() -> None:
+        """Raise BackendMissing if the server's program is not installed."""
+
+    def command(self) -> Sequence[str]:
+        raise NotImplementedError
+
+    def env(self) -> Mapping[str, str]:
+        return os.environ
+
+    def is_ready(self) -> bool:
+        raise NotImplementedError
+
+    # -- lifecycle
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc is not None else None
+
+    def start(self) -> ServerProcess:
+        if self.running:
+            return self
+        attempts = 1 if self._fixed_port else 3
+        for attempt in range(attempts):
+            try:
+                self._spawn_and_wait()
+                return self
+            except ServerStartError:
+                self.stop()
+                if attempt == attempts - 1:
+                    raise
+                self.port = free_port()
+        raise AssertionError("unreachable")
+
+    def _spawn_and_wait(self) -> None:
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(
+                list(self.command()),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=dict(self.env()),
+                cwd=REPO_ROOT,
+                start_new_session=True,  # own process group: stop() kills helpers too
+                preexec_fn=_preexec(),
+            )
+        _live.add(self)
+        deadline = time.monotonic() + self.ready_timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise ServerStartError(
+                    f"{self.name} exited with code {self.proc.returncode} on port {self.port}"
+                    f"\n{self.log_tail()}"
+                )
+            with contextlib.suppress(OSError):
+                if self.is_ready():
+                    return
+            time.sleep(0.05)
+        raise ServerStartError(
+            f"{self.name} not ready on port {self.port} after {self.ready_timeout:.0f} s"
+            f"\n{self.log_tail()}"
+        )
+
+    def _signal_group(self, sig: signal.Signals) -> None:
+        if self.proc is None:
+            return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, sig)
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Graceful stop (SIGTERM to the process group), SIGKILL if it lingers."""
+        if self.proc is None:
+            return
+        self._signal_group(signal.SIGCONT)  # a paused server cannot act on SIGTERM
+        self._signal_group(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self._signal_group(signal.SIGKILL)
+            self.proc.wait()
+        self._signal_group(signal.SIGKILL)  # stragglers left in the group
+        self.proc = None
+        _live.discard(self)
+
+    def kill(self) -> None:
+        """Crash the server (SIGKILL): no clean shutdown, connections reset."""
+        if self.proc is None:
+            return
+        self._signal_group(signal.SIGKILL)
+        self.proc.wait()
+        self.proc = None
+        _live.discard(self)
+
+    def restart(self) -> ServerProcess:
+        """Stop and start again on the same port (clients keep their URL)."""
+        self.stop()
+        self._fixed_port = True
+        return self.start()
+
+    def pause(self) -> None:
+        """SIGSTOP: the port still accepts connections but nothing answers (a hung server)."""
+        self._signal_group(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        self._signal_group(signal.SIGCONT)
+
+    def log_tail(self, lines: int = 30) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return "(no log)"
+        return "\n".join(text.splitlines()[-lines:]) or "(empty log)"
+
+    def __enter__(self) -> ServerProcess:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+def _http_answers(port: int) -> bool:
+    """True once anything answers HTTP on the port (any status: the server is up)."""
+    conn = http.client.HTTPConnection(LOOPBACK, port, timeout=1.0)
+    try:
+        conn.request("GET", "/")
+        conn.getresponse().read()
+        return True
+    finally:
+        conn.close()
+
+
+class MotoServer(ServerProcess):
+    """moto's standalone server (`python -m moto.server`): AWS APIs over real HTTP."""
+
+    name = "moto"
+
+    @staticmethod
+    def check_installed() -> None:
+        import importlib.util
+
+        if importlib.util.find_spec("moto") is None or importlib.util.find_spec("flask") is None:
+            raise BackendMissing("moto[server] is not installed in this Python (run `make venv`)")
+
+    def command(self) -> Sequence[str]:
+        # DynamoDB requests are serialised the way real DynamoDB serialises writes to an item;
+        # see tests/moto_atomic_server.py.
+        launcher = str(Path(__file__).with_name("moto_atomic_server.py"))
+        return [sys.executable, launcher, LOOPBACK, str(self.port)]
+
+    def env(self) -> Mapping[str, str]:
+        # Step Functions service integrations call back into moto at MOTO_PORT.
+        return {**os.environ, "MOTO_PORT": str(self.port), "PYTHONUNBUFFERED": "1"}
+
+    def is_ready(self) -> bool:
+        return _http_answers(self.port)
+
+    @property
+    def endpoint_url(self) -> str:
+        return f"http://{LOOPBACK}:{self.port}"
+
+
+class DynaliteServer(ServerProcess):
+    """dynalite from node_modules (an independent, in-memory DynamoDB implementation)."""
+
+    name = "dynalite"
+
+    @staticmethod
+    def check_installed() -> None:
+        if shutil.which("node") is None:
+            raise BackendMissing("node is not on PATH (dynalite needs Node.js)")
+        if not DYNALITE_CLI.is_file():
+            raise BackendMissing(f"{DYNALITE_CLI} is missing (run `make node`)")
+
+    def command(self) -> Sequence[str]:
+        # Short CREATING/DELETING phases keep table setup fast; make_table still waits for
+        # ACTIVE, so the state machine is exercised. No --path: in-memory store.
+        return [
+            "node",
+            str(DYNALITE_CLI),
+            "--host",
+            LOOPBACK,
+            "--port",
+            str(self.port),
+            "--createTableMs",
+            "50",
+            "--deleteTableMs",
+            "50",
+            "--updateTableMs",
+            "50",
+        ]
+
+    def is_ready(self) -> bool:
+        return _http_answers(self.port)
+
+    @property
+    def endpoint_url(self) -> str:
+        return f"http://{LOOPBACK}:{self.port}"
+
+
+class RedisServer(ServerProcess):
+    """A throwaway redis-server: no persistence, loopback only, on its own port.
+
+    `stop()`/`kill()`/`restart()`/`pause()` simulate outages; `restart()` keeps the port so a
+    client's URL stays valid (the data is gone: nothing is persisted).
+    """
+
+    name = "redis"
+
+    @staticmethod
+    def check_installed() -> None:
+        if shutil.which("redis-server") is None:
+            raise BackendMissing("redis-server is not on PATH (run `make redis`)")
+
+    def command(self) -> Sequence[str]:
+        return [
+            "redis-server",
+            "--port",
+            str(self.port),
+            "--bind",
+            LOOPBACK,
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(_LOG_DIR),
+        ]
+
+    def is_ready(self) -> bool:
+        with socket.create_connection((LOOPBACK, self.port), timeout=1.0) as s:
+            s.sendall(b"PING\r\n")
+            return s.recv(64).startswith(b"+PONG")
+
+    @property
+    def url(self) -> str:
+        return f"redis://{LOOPBACK}:{self.port}/0"
+
+
+# --------------------------------------------------------------------------- fault helpers
+
+
+class BlackholeServer:
+    """Accepts TCP connections on 127.0.0.1 and never reads or answers: every read times out.
+
+    Stands in for a store that is reachable but hung. Use as a context manager or call
+    close(); accepted sockets are held open until then.
+    """
+
+    def __init__(self) -> None:
+        self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._listener.bind((LOOPBACK, 0))
+        self._listener.listen(128)
+        self.port: int = self._listener.getsockname()[1]
+        self._held: list[socket.socket] = []
+        self._closed = threading.Event()
+        self._thread = threading.Thread(target=self._accept_loop, name="blackhole", daemon=True)
+        self._thread.start()
+
+    @property
+    def address(self) -> tuple[str, int]:
+        return (LOOPBACK, self.port)
+
+    @property
+    def endpoint_url(self) -> str:
+        return f"http://{LOOPBACK}:{self.port}"
+
+    @property
+    def redis_url(self) -> str:
+        return f"redis://{LOOPBACK}:{self.port}/0"
+
+    def _accept_loop(self) -> None:
+        self._listener.settimeout(0.2)
+        while not self._closed.is_set():
+            try:
+                conn, _ = self._listener.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            self._held.append(conn)
+
+    def close(self) -> None:
+        self._closed.set()
+        self._thread.join(timeout=2)
+        self._listener.close()
+        for conn in self._held:
+            conn.close()
+        self._held.clear()
+
+    def __enter__(self) -> BlackholeServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+# --------------------------------------------------------------------------- DynamoDB
+
+
+def dynamodb_client(endpoint_url: str, **config: Any) -> Any:
+    """A boto3 DynamoDB client for a local endpoint, with dummy credentials and short timeouts.
+
+    Keyword arguments go to botocore.config.Config (they override the defaults here).
+    """
+    import boto3
+    from botocore.config import Config
+
+    settings: dict[str, Any] = {
+        "connect_timeout": 2,
+        "read_timeout": 10,
+        "retries": {"max_attempts": 2, "mode": "standard"},
+        **config,
+    }
+    return boto3.client(
+        "dynamodb",
+        endpoint_url=endpoint_url,
+        region_name=REGION,
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+        config=Config(**settings),
+    )
+
+
+def make_table(endpoint_url: str, name: str | None = None, *, timeout: float = 20.0) -> str:
+    """Create a breaker table (partition key `name` (S), on-demand) and wait until ACTIVE.
+
+    Works against moto's server and dynalite. The default name is unique, so tests sharing
+    one server never see each other's items. Returns the table name.
+    """
+    table = name or f"fleetbreaker-test-{uuid.uuid4().hex[:12]}"
+    client = dynamodb_client(endpoint_url)
+    client.create_table(
+        TableName=table,
+        AttributeDefinitions=[{"AttributeName": "name", "AttributeType": "S"}],
+        KeySchema=[{"AttributeName": "name", "KeyType": "HASH"}],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    _wait_until(
+        lambda: client.describe_table(TableName=table)["Table"]["TableStatus"] == "ACTIVE",
+        timeout,
+        f"table {table} at {endpoint_url} not ACTIVE",
+    )
+    return table
+
+
+def _wait_until(predicate: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what} after {timeout:.0f} s")
+        time.sleep(0.05)

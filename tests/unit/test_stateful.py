@@ -1,0 +1,215 @@
+"""Hypothesis drives random calls, outcomes, stuck probes and clock jumps through several
+breakers ("containers") sharing one store, and checks the fleet-wide invariants after every
+step:
+
+- at most one trip per generation (generations only grow across trips);
+- never open without `failure_threshold` counted failures inside one window;
+- live admitted probes never exceed `half_open_max_probes`;
+- the breaker is closed as soon as enough probes succeeded.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from fleetbreaker import (
+    Admission,
+    BreakerConfig,
+    BreakerListener,
+    CircuitBreaker,
+    CircuitOpenError,
+    Decision,
+    MemoryStore,
+    State,
+)
+from tests.support import FakeClock
+
+CONFIG = BreakerConfig(
+    failure_threshold=3,
+    window_seconds=20,
+    recovery_timeout=10,
+    max_recovery_timeout=40,
+    half_open_max_probes=2,
+    half_open_successes=2,
+    probe_lease_seconds=5,
+    cache_ttl=1.0,
+    record_ttl_seconds=3600,
+)
+NAME = "stateful"
+CONTAINERS = 3
+
+
+class Journal(BreakerListener):
+    """Everything the breakers report, in order, stamped with the fake clock."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        self.clock = clock
+        self.events: list[tuple[str, int, Any]] = []
+
+    def on_transition(self, name: str, before: State, after: State) -> None:
+        self.events.append(("transition", self.clock(), (before, after)))
+
+    def on_failure_recorded(self, name: str, state: State) -> None:
+        self.events.append(("failure", self.clock(), state))
+
+    def on_probe(self, name: str, success: bool, applied: bool) -> None:
+        self.events.append(("probe", self.clock(), (success, applied)))
+
+
+class FleetMachine(RuleBasedStateMachine):
+    store_factory: Any = MemoryStore
+
+    @initialize()
+    def setup(self) -> None:
+        self.clock = FakeClock()
+        self.store = type(self).store_factory()
+        self.journal = Journal(self.clock)
+        self.breakers = [
+            CircuitBreaker(
+                NAME, store=self.store, config=CONFIG, clock=self.clock, listeners=[self.journal]
+            )
+            for _ in range(CONTAINERS)
+        ]
+        self.held: list[tuple[int, Admission, int]] = []  # (container, probe, claimed at)
+        self.trip_gens: list[int] = []
+        self.episode_successes = 0  # applied probe successes since the last transition
+        self.closed_after = 0  # successes counted before the last half_open -> closed
+
+    def _record(self) -> Any:
+        return self.store.load(NAME, self.clock())
+
+    @rule(container=st.integers(0, CONTAINERS - 1), fails=st.booleans())
+    def call(self, container: int, fails: bool) -> None:
+        def dependency() -> str:
+            if fails:
+                raise ConnectionError("down")
+            return "ok"
+
+        before = len(self.journal.events)
+        with contextlib.suppress(ConnectionError, CircuitOpenError):
+            self.breakers[container].call(dependency)
+        self._after_step(before)
+
+    @rule(container=st.integers(0, CONTAINERS - 1))
+    def probe_and_hold(self, container: int) -> None:
+        before = len(self.journal.events)
+        admission = self.breakers[container].check()
+        if admission.decision is Decision.PROBE:
+            self.held.append((container, admission, self.clock()))
+        self._after_step(before)
+
+    @precondition(lambda self: bool(self.held))
+    @rule(data=st.data(), success=st.booleans())
+    def settle_held(self, data: st.DataObject, success: bool) -> None:
+        index = data.draw(st.integers(0, len(self.held) - 1))
+        container, admission, _ = self.held.pop(index)
+        before = len(self.journal.events)
+        self.breakers[container].record(success, admission.token)
+        self._after_step(before)
+
+    @rule(seconds=st.sampled_from([0.1, 0.5, 1, 2, 5, 10, 20, 45]))
+    def advance(self, seconds: float) -> None:
+        self.clock.advance(seconds)
+
+    def _after_step(self, before: int) -> None:
+        events = self.journal.events
+        for index in range(before, len(events)):
+            kind, at, detail = events[index]
+            if kind == "transition":
+                closing = detail == (State.HALF_OPEN, State.CLOSED)
+                self.closed_after = self.episode_successes if closing else 0
+                self.episode_successes = 0
+                if detail == (State.CLOSED, State.OPEN):
+                    self._check_trip(index, at)
+            elif kind == "probe" and detail == (True, True):
+                # A closing transition is reported just before the probe that caused it.
+                if index > 0 and events[index - 1][2] == (State.HALF_OPEN, State.CLOSED):
+                    assert self.closed_after + 1 >= CONFIG.half_open_successes, "closed early"
+                else:
+                    self.episode_successes += 1
+                    assert self.episode_successes < CONFIG.half_open_successes, (
+                        "enough probe successes but still not closed"
+                    )
+
+    def _check_trip(self, index: int, at: int) -> None:
+        record = self._record()
+        assert record is not None
+        if self.trip_gens:
+            assert record.gen > self.trip_gens[-1], "two trips in one generation"
+        self.trip_gens.append(record.gen)
+        # The tripping failure is reported just after the transition; count back to the
+        # previous transition of any kind.
+        counted = 0
+        for kind, _, _ in self.journal.events[index + 1 : index + 2]:
+            counted += kind == "failure"
+        for kind, when, _ in reversed(self.journal.events[:index]):
+            if kind == "transition":
+                break
+            if kind == "failure" and when > at - CONFIG.window_seconds * 1000:
+                counted += 1
+        assert counted >= CONFIG.failure_threshold, f"opened after {counted} failures"
+
+    @invariant()
+    def live_probes_within_budget(self) -> None:
+        record = self._record()
+        if record is None or record.state is not State.HALF_OPEN:
+            return
+        now = self.clock()
+        live = [
+            a
+            for _, a, claimed in self.held
+            if claimed + CONFIG.probe_lease_seconds * 1000 > now
+            and a.token in {lease.token for lease in record.leases.values()}
+        ]
+        assert len(live) <= CONFIG.half_open_max_probes
+
+
+FleetMachine.TestCase.settings = settings(
+    max_examples=150,
+    stateful_step_count=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+test_fleet_invariants_on_memory_store = FleetMachine.TestCase
+
+
+@pytest.fixture
+def moto_store_factory() -> Any:
+    from moto import mock_aws
+
+    from fleetbreaker import DynamoDBStore
+    from tests import servers
+
+    with mock_aws():
+        client = servers.dynamodb_client(None)
+        client.create_table(
+            TableName="StatefulBreakers",
+            KeySchema=[{"AttributeName": "name", "KeyType": "HASH"}],
+            AttributeDefinitions=[{"AttributeName": "name", "AttributeType": "S"}],
+            BillingMode="PAY_PER_REQUEST",
+        )
+
+        def factory() -> Any:
+            client.delete_item(TableName="StatefulBreakers", Key={"name": {"S": NAME}})
+            return DynamoDBStore("StatefulBreakers", boto3_client=client)
+
+        yield factory
+
+
+def test_fleet_invariants_on_dynamodb_store(moto_store_factory: Any) -> None:
+    class DynamoFleet(FleetMachine):
+        store_factory = staticmethod(moto_store_factory)
+
+    DynamoFleet.TestCase.settings = settings(
+        max_examples=25,
+        stateful_step_count=30,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+    )
+    DynamoFleet.TestCase("runTest").runTest()
