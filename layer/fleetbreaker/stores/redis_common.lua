@@ -79,12 +79,13 @@ local function read(key, now)
         old
     end
   end
-  for slot = 0, MAX_SLOTS - 1 do
-    local token = raw['probe' .. slot .. '_token']
-    local until_ms = parse_int(raw['probe' .. slot .. '_until'])
-    -- A malformed lease counts as free, as in the DynamoDB store.
-    if token ~= nil and until_ms ~= nil then
-      rec.leases[slot] = {token = token, until_ms = until_ms}
+  -- Leases: probe<slot>_token and probe<slot>_until. A malformed lease counts as free, as in
+  -- the DynamoDB store. (Matching the fields present is cheaper than trying all 16 slots.)
+  for field, token in pairs(raw) do
+    local slot = tonumber(string.match(field, '^probe([1-9]?%d)_token$'))
+    if slot ~= nil and slot < MAX_SLOTS then
+      local until_ms = parse_int(raw['probe' .. slot .. '_until'])
+      if until_ms ~= nil then rec.leases[slot] = {token = token, until_ms = until_ms} end
     end
   end
   if rec.expires_at * 1000 <= now then return nil, nil, old end
