@@ -21,7 +21,7 @@ ARGS ?=
 # apt-get needs root; use sudo when not root (CI and the dev machines run as root).
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: help venv node redis deps lint test test-deployed demo constraints clean distclean
+.PHONY: help venv node redis deps lint test test-deployed demo bench constraints clean distclean
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-14s %s\n", $$1, $$2}' \
@@ -76,6 +76,9 @@ test-deployed: venv ## opt-in: tests against a deployed stack (needs FLEETBREAKE
 
 demo: deps ## run the demo (bench/demo.py; pass options with ARGS=...)
 	$(PY) bench/demo.py $(ARGS)
+
+bench: venv ## fleetbreaker vs Powertools' circuit breaker on a local moto server (bench/README.md)
+	$(PY) bench/fleet_vs_powertools.py $(ARGS)
 
 constraints: venv ## regenerate constraints.txt from the current venv
 	{ echo "# Full resolved pin set for the dev environment, so a fresh clone installs what was tested."; \

@@ -388,6 +388,19 @@ class CircuitBreaker:
             return record
         if self._store_paused(now):
             return self._local.load(self.name, now)
+        if not self._cache.begin_refresh():
+            if self._cache.has_entry:
+                # Another thread is reading the store right now: its answer is moments away,
+                # and the previous one is still the best this container knows.
+                return self._cache.last_seen
+            return self._load(now)
+        try:
+            return self._load(now)
+        finally:
+            self._cache.end_refresh()
+
+    def _load(self, now: int) -> Record | None:
+        self._emit("on_store_call_start", self.name, "load")
         started = time.perf_counter()
         try:
             record = self.store.load(self.name, now)
@@ -409,6 +422,7 @@ class CircuitBreaker:
         """One store operation, or its local twin while the store is out of reach."""
         if self._store_paused(now):
             return op(self._local)
+        self._emit("on_store_call_start", self.name, operation)
         started = time.perf_counter()
         try:
             outcome = op(self.store)

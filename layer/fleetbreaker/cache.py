@@ -14,43 +14,55 @@ class RecordCache:
 
     Every store answer goes in, including the current item a failed conditional write hands
     back, so a container that loses a race learns the new state at once. ``last_seen`` keeps
-    the newest answer past its freshness: it seeds the local breaker if the store goes away.
+    the newest answer past its freshness: it seeds the local breaker if the store goes away,
+    and it answers threads that find the cache stale while another thread is already
+    refreshing it (one store read per refresh, however many threads call at that moment).
+
+    Reads take no lock: the entry is one tuple, replaced whole.
     """
 
     def __init__(self, ttl_ms: int) -> None:
         self.ttl_ms = ttl_ms
-        self._lock = threading.Lock()
-        self._record: Record | None = None
-        self._stored_at: int | None = None
+        self._entry: tuple[Record | None, int] | None = None
+        self._write = threading.Lock()
+        self._refreshing = threading.Lock()
 
     def get(self, now_ms: int) -> tuple[bool, Record | None]:
         """(hit, record): hit is False when empty, stale, or caching is off."""
-        with self._lock:
-            if self._stored_at is None or self.ttl_ms <= 0:
-                return False, None
-            if not 0 <= now_ms - self._stored_at < self.ttl_ms:
-                return False, None
-            return True, self._record
+        entry = self._entry
+        if entry is None or self.ttl_ms <= 0:
+            return False, None
+        record, stored_at = entry
+        if 0 <= now_ms - stored_at < self.ttl_ms:
+            return True, record
+        return False, None
 
     def put(self, record: Record | None, now_ms: int) -> None:
-        with self._lock:
+        with self._write:
+            entry = self._entry
             # Keep the newest generation: a slow answer must not roll back a faster one.
             if (
-                self._record is not None
+                entry is not None
+                and entry[0] is not None
                 and record is not None
-                and record.gen < self._record.gen
-                and self._stored_at is not None
-                and now_ms - self._stored_at < self.ttl_ms
+                and record.gen < entry[0].gen
+                and 0 <= now_ms - entry[1] < self.ttl_ms
             ):
                 return
-            self._record = record
-            self._stored_at = now_ms
+            self._entry = (record, now_ms)
 
-    def invalidate(self) -> None:
-        with self._lock:
-            self._stored_at = None
+    def begin_refresh(self) -> bool:
+        """Claim the refresh; False when another thread is already reading the store."""
+        return self._refreshing.acquire(blocking=False)
+
+    def end_refresh(self) -> None:
+        self._refreshing.release()
+
+    @property
+    def has_entry(self) -> bool:
+        return self._entry is not None
 
     @property
     def last_seen(self) -> Record | None:
-        with self._lock:
-            return self._record
+        entry = self._entry
+        return entry[0] if entry is not None else None

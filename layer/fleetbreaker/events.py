@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from fleetbreaker.state import Decision, State
@@ -36,6 +37,13 @@ class BreakerListener:
     def on_probe(self, name: str, success: bool, applied: bool) -> None:
         """A probe finished; ``applied`` is False when its lease had already ended."""
 
+    def on_store_call_start(self, name: str, operation: str) -> None:
+        """A store round trip is about to start; :meth:`on_store_call` follows on this thread.
+
+        It exists so a tracer can open a span that encloses the round trip (and the AWS SDK's
+        own spans inside it).
+        """
+
     def on_store_call(self, name: str, operation: str, elapsed_ms: float, ok: bool) -> None:
         """One store round trip finished (or failed) after ``elapsed_ms``."""
 
@@ -52,11 +60,42 @@ class BreakerListener:
         """The store held a record this package cannot read; it was treated as closed."""
 
 
-class LoggingListener(BreakerListener):
-    """Logs transitions, degradations and store trouble; nothing per healthy call."""
+class LoggerLike(Protocol):
+    """What :class:`LoggingListener` needs: a stdlib ``logging.Logger`` or a Powertools Logger."""
 
-    def __init__(self, log: logging.Logger | None = None) -> None:
-        self.log = log or logger
+    def info(self, msg: object, *args: object, extra: Mapping[str, object] | None = ...) -> None:
+        """Log at INFO."""
+
+    def warning(self, msg: object, *args: object, extra: Mapping[str, object] | None = ...) -> None:
+        """Log at WARNING."""
+
+    def error(self, msg: object, *args: object, extra: Mapping[str, object] | None = ...) -> None:
+        """Log at ERROR."""
+
+
+class LoggingListener(BreakerListener):
+    """Logs transitions, degradations and store trouble; nothing per healthy call.
+
+    Every record carries structured fields through ``extra``: ``breaker``, ``breaker_event``
+    (``transition``, ``store_error``, ``degraded``, ``recovered``, ``corrupt_record``) and the
+    event's own fields (``from_state``/``to_state``, ``operation``, ``error``, ``error_type``,
+    ``reason``, ``detail``). A Powertools ``Logger`` renders them as top-level JSON keys next to
+    its own (service, cold start, request id); so does any JSON formatter that renders extras.
+
+    Parameters
+    ----------
+    log:
+        A ``logging.Logger`` or an ``aws_lambda_powertools.Logger``; defaults to the stdlib
+        logger ``"fleetbreaker"``.
+
+    Example
+    -------
+    >>> from aws_lambda_powertools import Logger
+    >>> breaker = CircuitBreaker("payment-api", listeners=[LoggingListener(Logger())])
+    """
+
+    def __init__(self, log: LoggerLike | None = None) -> None:
+        self.log: LoggerLike = log if log is not None else logger
 
     def on_transition(self, name: str, before: State, after: State) -> None:
         self.log.info(
@@ -64,7 +103,12 @@ class LoggingListener(BreakerListener):
             name,
             before.value,
             after.value,
-            extra={"breaker": name, "from_state": before.value, "to_state": after.value},
+            extra={
+                "breaker": name,
+                "breaker_event": "transition",
+                "from_state": before.value,
+                "to_state": after.value,
+            },
         )
 
     def on_store_error(self, name: str, operation: str, error: BaseException) -> None:
@@ -73,7 +117,13 @@ class LoggingListener(BreakerListener):
             name,
             operation,
             error,
-            extra={"breaker": name, "operation": operation, "error": str(error)},
+            extra={
+                "breaker": name,
+                "breaker_event": "store_error",
+                "operation": operation,
+                "error": str(error),
+                "error_type": type(error).__name__,
+            },
         )
 
     def on_degraded(self, name: str, reason: str) -> None:
@@ -81,16 +131,20 @@ class LoggingListener(BreakerListener):
             "circuit %s: running on local state (%s)",
             name,
             reason,
-            extra={"breaker": name, "reason": reason},
+            extra={"breaker": name, "breaker_event": "degraded", "reason": reason},
         )
 
     def on_recovered(self, name: str) -> None:
-        self.log.info("circuit %s: store reachable again", name, extra={"breaker": name})
+        self.log.info(
+            "circuit %s: store reachable again",
+            name,
+            extra={"breaker": name, "breaker_event": "recovered"},
+        )
 
     def on_corrupt_record(self, name: str, detail: str) -> None:
         self.log.error(
             "circuit %s: unreadable record treated as closed: %s",
             name,
             detail,
-            extra={"breaker": name, "detail": detail},
+            extra={"breaker": name, "breaker_event": "corrupt_record", "detail": detail},
         )

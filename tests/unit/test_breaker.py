@@ -75,6 +75,45 @@ def test_healthy_steady_state_reads_once_per_cache_ttl(store, clock, dep) -> Non
     assert store.stats.writes == 0
 
 
+def test_threads_finding_the_cache_stale_share_one_store_read(clock, dep) -> None:
+    class SlowStore(MemoryStore):
+        """load() blocks, the first time after warm-up, until the other threads are done."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.others_done = threading.Event()
+            self.block = False
+
+        def load(self, name: str, now_ms: int) -> Any:
+            if self.block:
+                self.block = False
+                assert self.others_done.wait(10)
+            return super().load(name, now_ms)
+
+    store = SlowStore()
+    breaker = make(store, clock)
+    breaker.call(dep)  # warm: one read
+    clock.advance(CONFIG.cache_ttl)
+    store.block = True
+    finished = threading.Semaphore(0)
+
+    def call() -> None:
+        breaker.call(dep)
+        finished.release()
+
+    threads = [threading.Thread(target=call) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for _ in range(7):  # everyone but the refreshing thread answers from the previous read
+        assert finished.acquire(timeout=10)
+    store.others_done.set()
+    for thread in threads:
+        thread.join()
+
+    assert store.stats.reads == 2
+    assert dep.calls == 9
+
+
 def test_failures_from_two_containers_add_up_to_one_trip(store, clock, dep) -> None:
     first, second = make(store, clock), make(store, clock)
     dep.failing = True

@@ -1,0 +1,1 @@
+"""Benchmarks: figures, not pass/fail tests (see bench/README.md)."""

@@ -1,0 +1,596 @@
+"""fleetbreaker vs the Powertools circuit breaker, side by side in one run on one moto server.
+
+    make bench
+    .venv/bin/python bench/fleet_vs_powertools.py [--output PATH]
+
+Figures, not pass/fail tests (see bench/README.md for what each one means):
+
+(a) per-call overhead of a closed, warm, healthy breaker around a no-op (median ns/call);
+(b) failing calls that reach the dependency before a fleet of N containers (worker processes,
+    one thread each) is rejecting, N = 8 and 16;
+(c) calls admitted in the first 300 ms of half-open while 16 containers × 4 threads race;
+(d) store round trips per 1,000 healthy calls per container, spread over a few seconds.
+Two extra rows repeat (b) and (d) with 4 threads per container.
+
+Both contenders get the same thresholds, the same boto3 client settings and the same moto
+server (tests/servers.py's MotoServer, which serialises DynamoDB requests like real DynamoDB
+serialises writes to an item). The table is printed and written as JSON to
+bench/results/fleet_vs_powertools.json. Exit status: 0 when every figure was measured, whether
+or not its target was met; 1 when the benchmark itself failed; 130 when interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import math
+import os
+import platform
+import signal
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_OUTPUT = REPO_ROOT / "bench" / "results" / "fleet_vs_powertools.json"
+
+FLEET_SIZES = (8, 16)  # (b): containers
+TRIP_THREADS = 1  # (b): threads per container (a Lambda container runs one request at a time)
+EXTRA_TRIP = (16, 4)  # (b), informational: containers × threads
+RACE_FLEET = (16, 4)  # (c): containers × threads racing
+RACE_WINDOW = 0.3  # (c): the first seconds of half-open, whose admissions are the figure
+RACE_SECONDS = 1.0  # (c): how long the threads keep racing after half-open begins
+HEALTHY_FLEET = 8  # (d): containers (1 thread each)
+HEALTHY_EXTRA_THREADS = 4  # (d+), informational: the same calls shared by 4 threads
+HEALTHY_CALLS = 1000  # (d): calls per container
+HEALTHY_SECONDS = 3.0  # (d): ...spread evenly over this long
+OVERHEAD_BLOCKS = 30  # (a): interleaved blocks per contender
+OVERHEAD_BLOCK_CALLS = 4000  # (a): individually timed calls per block
+OVERHEAD_TARGET = 0.3
+
+
+def _prepare_environment() -> None:
+    """Make `bench` and `tests` importable (also in spawned workers) and AWS hermetic."""
+    if str(REPO_ROOT) not in sys.path:
+        sys.path.insert(0, str(REPO_ROOT))
+    for key in [k for k in os.environ if k.startswith("AWS_ENDPOINT_URL")]:
+        del os.environ[key]
+    for key in ("AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_SESSION_TOKEN"):
+        os.environ.pop(key, None)
+    os.environ.pop("POWERTOOLS_CIRCUIT_BREAKER_DISABLED", None)
+    os.environ.update(
+        {
+            "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_DEFAULT_REGION": "us-east-1",
+            "AWS_EC2_METADATA_DISABLED": "true",
+        }
+    )
+
+
+def _unique(label: str) -> str:
+    return f"bench-{label}-{uuid.uuid4().hex[:8]}"
+
+
+def _log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+# --------------------------------------------------------------------------- (a)
+
+
+def measure_overhead(container: Any, thresholds: Any) -> dict[str, Any]:
+    """Median ns of one call: bare no-op, and each contender's decorator around it."""
+    from bench import workers as w
+
+    guards = {
+        "bare": w.noop,
+        w.FLEET: container.guard(w.FLEET, _unique("overhead"), thresholds, w.noop).call,
+        w.POWERTOOLS: container.guard(w.POWERTOOLS, _unique("overhead"), thresholds, w.noop).call,
+    }
+    samples: dict[str, list[int]] = {name: [] for name in guards}
+    for fn in guards.values():
+        for _ in range(2000):  # warm: caches filled, code paths hot
+            fn()
+    clock = time.perf_counter_ns
+    order = list(guards)
+    gc.collect()
+    started = time.perf_counter()
+    for block in range(OVERHEAD_BLOCKS):
+        # Interleaved, alternating order: background load hits every contender alike.
+        for name in order if block % 2 == 0 else order[::-1]:
+            fn, out = guards[name], samples[name]
+            for _ in range(OVERHEAD_BLOCK_CALLS):
+                t0 = clock()
+                fn()
+                out.append(clock() - t0)
+    elapsed = time.perf_counter() - started
+    median = {name: statistics.median(values) for name, values in samples.items()}
+    p90 = {name: _percentile(values, 0.9) for name, values in samples.items()}
+    overhead = {name: median[name] - median["bare"] for name in (w.FLEET, w.POWERTOOLS)}
+    return {
+        "calls_per_contender": OVERHEAD_BLOCKS * OVERHEAD_BLOCK_CALLS,
+        "seconds": round(elapsed, 2),
+        "median_ns": median,
+        "p90_ns": p90,
+        "overhead_ns": overhead,
+        "ratio": overhead[w.FLEET] / overhead[w.POWERTOOLS],
+    }
+
+
+def _percentile(values: list[int], q: float) -> float:
+    ordered = sorted(values)
+    return float(ordered[min(len(ordered) - 1, int(q * len(ordered)))])
+
+
+# --------------------------------------------------------------------------- (b)
+
+
+def measure_trip(
+    pool: Any, kind: str, workers: int, threads: int, thresholds: Any
+) -> dict[str, Any]:
+    cmd = {
+        "phase": "trip",
+        "kind": kind,
+        "name": _unique(f"trip{workers}x{threads}"),
+        "thresholds": thresholds,
+        "workers": workers,
+        "threads": threads,
+        "max_seconds": 30.0,
+    }
+    payloads = pool.run(cmd, workers, _aligned_start)
+    firsts = [t for p in payloads for t in p["first_reject_s"]]
+    return {
+        "kind": kind,
+        "workers": workers,
+        "threads": threads,
+        "dependency_calls": pool.dependency_calls.value,
+        "per_container": [p["dependency_calls"] for p in payloads],
+        "all_rejecting": len(firsts) == workers * threads,
+        "seconds_until_fleet_rejecting": round(max(firsts), 3) if firsts else None,
+        "admitted_after_first_reject": sum(p["admitted_after_first_reject"] for p in payloads),
+        "store_reads": sum(p["store"]["reads"] for p in payloads),
+        "store_writes": sum(p["store"]["writes"] for p in payloads),
+        "degradations": sum(p["degradations"] for p in payloads),
+    }
+
+
+def _aligned_start() -> dict[str, float]:
+    """Warm every container just after a whole second, start the outage 0.25 s later."""
+    warm_at = math.ceil(time.time() + 0.05) + 0.02
+    return {"warm_at": warm_at, "start_at": warm_at + 0.25}
+
+
+# --------------------------------------------------------------------------- (c)
+
+
+def measure_race(
+    pool: Any, container: Any, kind: str, workers: int, threads: int, thresholds: Any
+) -> dict[str, Any]:
+    from bench import workers as w
+
+    name = _unique("race")
+    cmd = {
+        "phase": "race",
+        "kind": kind,
+        "name": name,
+        "thresholds": thresholds,
+        "threads": threads,
+        "race_seconds": RACE_SECONDS,
+    }
+    moment: dict[str, float] = {}
+
+    def go() -> dict[str, Any]:
+        # Every container is ready (breaker built, cache empty for this name): open the
+        # breaker from this process, then let the fleet call it until the window is over.
+        w.trip(container, kind, name, thresholds)
+        moment["tripped_at"] = time.time()
+        moment["half_open_at"] = container.half_open_at(kind, name, thresholds)
+        return {"half_open_at": moment["half_open_at"]}
+
+    payloads = pool.run(cmd, workers, go)
+    start = moment["half_open_at"]
+    entries = sorted(e for p in payloads for e in p["entries"])
+    after = [e for e in entries if e >= start]
+    return {
+        "kind": kind,
+        "workers": workers,
+        "threads": threads,
+        "open_seconds": round(start - moment["tripped_at"], 3),
+        "admitted_in_window": sum(1 for e in after if e < start + RACE_WINDOW),
+        "admitted_in_race": sum(1 for e in after if e < start + RACE_SECONDS),
+        "admitted_before_half_open": len(entries) - len(after),
+        "first_admission_ms_after_half_open": (
+            round((after[0] - start) * 1000, 1) if after else None
+        ),
+        "rejections": sum(p["rejections"] for p in payloads),
+        "store_reads": sum(p["store"]["reads"] for p in payloads),
+        "store_writes": sum(p["store"]["writes"] for p in payloads),
+        "degradations": sum(p["degradations"] for p in payloads),
+    }
+
+
+# --------------------------------------------------------------------------- (d)
+
+
+def measure_healthy(
+    pool: Any, kind: str, workers: int, threads: int, thresholds: Any
+) -> dict[str, Any]:
+    cmd = {
+        "phase": "healthy",
+        "kind": kind,
+        "name": _unique("healthy"),
+        "thresholds": thresholds,
+        "calls": HEALTHY_CALLS,
+        "seconds": HEALTHY_SECONDS,
+        "threads": threads,
+    }
+    payloads = pool.run(cmd, workers, lambda: {"start_at": time.time() + 0.3})
+    # Per container, reads scaled to 1,000 calls, against the allowance for its own span.
+    reads = [p["store"]["reads"] * 1000 / p["calls"] for p in payloads]
+    writes = [p["store"]["writes"] * 1000 / p["calls"] for p in payloads]
+    spans = [p["span_s"] for p in payloads]
+    allowed = [_read_allowance(span, thresholds.cache_ttl) for span in spans]
+    client_reads = [p["client"]["reads"] for p in payloads]
+    return {
+        "kind": kind,
+        "workers": workers,
+        "threads": threads,
+        "calls_per_container": HEALTHY_CALLS,
+        "span_s": [round(s, 3) for s in spans],
+        "reads_per_1000": reads,
+        "writes_per_1000": writes,
+        "read_allowance": allowed,
+        "reads_within_allowance": all(r <= a for r, a in zip(reads, allowed, strict=True)),
+        "client_hook_reads": client_reads,
+        "client_hook_writes": [p["client"]["writes"] for p in payloads],
+        "degradations": sum(p["degradations"] for p in payloads),
+    }
+
+
+def _read_allowance(span_s: float, cache_ttl: float) -> int:
+    """≤ 1 read per cache_ttl: calls spanning T seconds may read ceil(T / cache_ttl) times
+    (the first call of a cold breaker reads, then one read per elapsed cache_ttl)."""
+    return max(1, -(-round(span_s * 1000) // round(cache_ttl * 1000)))
+
+
+# --------------------------------------------------------------------------- report
+
+
+def build_rows(results: dict[str, Any], thresholds: dict[str, Any]) -> list[dict[str, Any]]:
+    """The summary table: one row per figure; `met` is fleetbreaker against its target."""
+    threshold = thresholds["trip"]["failure_threshold"]
+    rows: list[dict[str, Any]] = []
+    a = results["a_overhead"]
+    rows.append(
+        {
+            "id": "a",
+            "metric": "(a) closed breaker around a no-op: overhead, median ns/call",
+            "fleetbreaker": round(a["overhead_ns"]["fleetbreaker"]),
+            "powertools": round(a["overhead_ns"]["powertools"]),
+            "ratio": a["ratio"],
+            "target": f"≤ {OVERHEAD_TARGET} × Powertools",
+            "met": a["ratio"] <= OVERHEAD_TARGET,
+        }
+    )
+    for b in results["b_trip"]:
+        fb, pt = b["fleetbreaker"], b["powertools"]
+        n, t = fb["workers"], fb["threads"]
+        extra = t != TRIP_THREADS
+        metric = (
+            f"(b+) same, N={n} × {t} threads each (extra)"
+            if extra
+            else f"(b) failing calls reaching the dependency, N={n} (1 thread each)"
+        )
+        rows.append(
+            {
+                "id": f"b{n}x{t}",
+                "metric": metric,
+                "fleetbreaker": fb["dependency_calls"],
+                "powertools": pt["dependency_calls"],
+                "ratio": fb["dependency_calls"] / max(pt["dependency_calls"], 1),
+                "target": (
+                    f"≤ {threshold + n * t} (threshold+N×{t})"
+                    if extra
+                    else f"≤ {threshold + n} (threshold+N)"
+                ),
+                "met": fb["dependency_calls"] <= threshold + n * t and fb["all_rejecting"],
+            }
+        )
+    fb, pt = results["c_race"]["fleetbreaker"], results["c_race"]["powertools"]
+    budget = thresholds["race"]["probe_budget"]
+    rows.append(
+        {
+            "id": "c",
+            "metric": (
+                f"(c) calls admitted in first {round(RACE_WINDOW * 1000)} ms of half-open "
+                f"({fb['workers']}×{fb['threads']} racing)"
+            ),
+            "fleetbreaker": fb["admitted_in_window"],
+            "powertools": pt["admitted_in_window"],
+            "ratio": None,
+            "target": f"= {budget} (probe budget)",
+            "met": fb["admitted_in_window"] == budget and fb["admitted_before_half_open"] == 0,
+        }
+    )
+    for d in results["d_healthy"]:
+        fb, pt = d["fleetbreaker"], d["powertools"]
+        t = fb["threads"]
+        label = "(d)" if t == 1 else "(d+)"
+        how = f"worst of {fb['workers']}" if t == 1 else f"{t} threads each, extra"
+        allowance = max(fb["read_allowance"])
+        fb_reads, pt_reads = max(fb["reads_per_1000"]), max(pt["reads_per_1000"])
+        rows.append(
+            {
+                "id": f"d_reads_{t}",
+                "metric": f"{label} store reads per 1,000 healthy calls per container ({how})",
+                "fleetbreaker": _num(fb_reads),
+                "powertools": _num(pt_reads),
+                "ratio": fb_reads / pt_reads if pt_reads else None,
+                "target": f"≤ {allowance} ({HEALTHY_SECONDS:g} s / cache_ttl)",
+                "met": fb["reads_within_allowance"],
+            }
+        )
+        rows.append(
+            {
+                "id": f"d_writes_{t}",
+                "metric": f"{label} store writes per 1,000 healthy calls per container",
+                "fleetbreaker": _num(max(fb["writes_per_1000"])),
+                "powertools": _num(max(pt["writes_per_1000"])),
+                "ratio": None,
+                "target": "= 0",
+                "met": max(fb["writes_per_1000"]) == 0,
+            }
+        )
+    return rows
+
+
+def _num(value: float) -> float | int:
+    return int(value) if float(value).is_integer() else round(value, 2)
+
+
+def format_table(rows: list[dict[str, Any]]) -> str:
+    header = ("metric", "fleetbreaker", "powertools", "ratio / target", "met?")
+    cells = [
+        (
+            r["metric"],
+            str(r["fleetbreaker"]),
+            str(r["powertools"]),
+            f"{'–' if r['ratio'] is None else format(r['ratio'], '.2f')} / {r['target']}",
+            "yes" if r["met"] else "NO",
+        )
+        for r in rows
+    ]
+    widths = [max(len(row[i]) for row in [header, *cells]) for i in range(len(header))]
+
+    def line(row: tuple[str, ...]) -> str:
+        parts = [
+            row[i].ljust(widths[i]) if i in (0, 3) else row[i].rjust(widths[i])
+            for i in range(len(row))
+        ]
+        return "  ".join(parts).rstrip()
+
+    rule = "  ".join("-" * w for w in widths)
+    return "\n".join([line(header), rule, *(line(c) for c in cells)])
+
+
+def details(results: dict[str, Any]) -> list[str]:
+    """Supporting figures: where the time and the store round trips went."""
+    out = [
+        "ratio = fleetbreaker / powertools; met? = fleetbreaker against its target. "
+        "Powertools is expected at ≈ threshold × N in (b), and up to threshold × N × "
+        "threads in (b+) (each tripping thread writes OPEN before caching it)."
+    ]
+    a = results["a_overhead"]
+    out.append(
+        "(a) median ns/call incl. timer: bare {bare:.0f}, fleetbreaker {fb:.0f}, "
+        "powertools {pt:.0f} ({n:,} calls each, interleaved)".format(
+            bare=a["median_ns"]["bare"],
+            fb=a["median_ns"]["fleetbreaker"],
+            pt=a["median_ns"]["powertools"],
+            n=a["calls_per_contender"],
+        )
+    )
+    for b in results["b_trip"]:
+        for kind in ("fleetbreaker", "powertools"):
+            r = b[kind]
+            out.append(
+                f"(b) {r['workers']}×{r['threads']} {kind}: fleet rejecting after "
+                f"{r['seconds_until_fleet_rejecting']} s; per container "
+                f"{r['per_container']}; store reads/writes {r['store_reads']}/"
+                f"{r['store_writes']}; admitted after a rejection "
+                f"{r['admitted_after_first_reject']}; degradations {r['degradations']}"
+            )
+    for kind in ("fleetbreaker", "powertools"):
+        r = results["c_race"][kind]
+        out.append(
+            f"(c) {kind}: open {r['open_seconds']} s; first admission "
+            f"{r['first_admission_ms_after_half_open']} ms into half-open; admitted in the "
+            f"first {RACE_SECONDS:g} s {r['admitted_in_race']}, before half-open "
+            f"{r['admitted_before_half_open']}; rejections {r['rejections']}; "
+            f"store reads/writes {r['store_reads']}/{r['store_writes']}"
+        )
+    for d in results["d_healthy"]:
+        for kind in ("fleetbreaker", "powertools"):
+            r = d[kind]
+            out.append(
+                f"(d) {r['workers']}×{r['threads']} {kind}: reads per container "
+                f"{[_num(x) for x in r['reads_per_1000']]} (botocore hook "
+                f"{r['client_hook_reads']}), spans {r['span_s']} s"
+            )
+    return out
+
+
+def _git_state() -> dict[str, Any]:
+    """The commit measured, and whether the package's source differs from it."""
+
+    def git(*args: str) -> str | None:
+        try:
+            done = subprocess.run(
+                ["git", *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=10
+            )
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return done.stdout.strip() if done.returncode == 0 else None
+
+    status = git("status", "--porcelain", "--", "layer")
+    return {
+        "commit": git("rev-parse", "--short", "HEAD"),
+        "layer_dirty": bool(status) if status is not None else None,
+    }
+
+
+def environment_info() -> dict[str, Any]:
+    versions = {}
+    for package in ("fleetbreaker", "aws-lambda-powertools", "boto3", "botocore", "moto"):
+        try:
+            versions[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            versions[package] = None
+    return {
+        "date_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "git": _git_state(),
+        "cpu_count": os.cpu_count(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "loadavg_at_start": [round(x, 2) for x in os.getloadavg()],
+        "versions": versions,
+    }
+
+
+# --------------------------------------------------------------------------- main
+
+
+def run(output: Path) -> int:
+    from bench import workers as w
+    from tests.servers import MotoServer, make_table
+
+    info = environment_info()
+    trip_thresholds = w.Thresholds(failure_threshold=5, recovery_timeout=30, cache_ttl=1)
+    race_thresholds = w.Thresholds(failure_threshold=5, recovery_timeout=2, cache_ttl=1)
+    thresholds = {"trip": trip_thresholds.as_dict(), "race": race_thresholds.as_dict()}
+    started = time.monotonic()
+    server = MotoServer()
+    pool = None
+    results: dict[str, Any] = {}
+    try:
+        server.start()
+        _log(f"moto server on {server.endpoint_url} (pid {server.pid})")
+        endpoint = w.Endpoint(
+            server.endpoint_url,
+            make_table(server.endpoint_url, "bench-fleetbreaker-circuits"),
+            w.make_powertools_table(server.endpoint_url),
+        )
+        container = w.Container(endpoint)  # this process: (a), and the trips of (c)
+        container.warm_connections()
+
+        _log("(a) per-call overhead...")
+        results["a_overhead"] = measure_overhead(container, trip_thresholds)
+
+        size = max(*FLEET_SIZES, EXTRA_TRIP[0], RACE_FLEET[0], HEALTHY_FLEET)
+        _log(f"starting {size} worker processes (spawn)...")
+        pool = w.Pool(size, endpoint)
+        pool.start()
+
+        results["b_trip"] = []
+        for workers, threads in [*((n, TRIP_THREADS) for n in FLEET_SIZES), EXTRA_TRIP]:
+            row = {}
+            for kind in w.KINDS:
+                _log(f"(b) {kind}: {workers} containers × {threads} thread(s)...")
+                row[kind] = measure_trip(pool, kind, workers, threads, trip_thresholds)
+            results["b_trip"].append(row)
+
+        results["c_race"] = {}
+        for kind in w.KINDS:
+            _log(f"(c) {kind}: half-open race, {RACE_FLEET[0]} × {RACE_FLEET[1]} threads...")
+            results["c_race"][kind] = measure_race(
+                pool, container, kind, RACE_FLEET[0], RACE_FLEET[1], race_thresholds
+            )
+
+        results["d_healthy"] = []
+        for threads in (1, HEALTHY_EXTRA_THREADS):
+            row = {}
+            for kind in w.KINDS:
+                _log(
+                    f"(d) {kind}: {HEALTHY_CALLS} healthy calls × {HEALTHY_FLEET} containers"
+                    f" × {threads} thread(s)..."
+                )
+                row[kind] = measure_healthy(pool, kind, HEALTHY_FLEET, threads, trip_thresholds)
+            results["d_healthy"].append(row)
+    finally:
+        if pool is not None:
+            pool.close()
+        server.stop()
+
+    info["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
+    info["runtime_s"] = round(time.monotonic() - started, 1)
+    rows = build_rows(results, thresholds)
+    print()
+    git = info["git"]
+    print(
+        f"fleetbreaker {git['commit']}{' (layer/ modified)' if git['layer_dirty'] else ''} "
+        f"vs Powertools {info['versions']['aws-lambda-powertools']} circuit breaker — "
+        f"{info['date_utc']}, {info['cpu_count']} cores, load {info['loadavg_at_start']} → "
+        f"{info['loadavg_at_end']}, {info['runtime_s']} s"
+    )
+    print(
+        f"thresholds: failure_threshold {trip_thresholds.failure_threshold}, cache "
+        f"{trip_thresholds.cache_ttl} s, probe budget {race_thresholds.probe_budget}; "
+        f"recovery_timeout {trip_thresholds.recovery_timeout} s ((a), (b), (d)), "
+        f"{race_thresholds.recovery_timeout} s ((c))"
+    )
+    print()
+    print(format_table(rows))
+    print()
+    for line in details(results):
+        print(line)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    document = {
+        "benchmark": "fleet_vs_powertools",
+        "environment": info,
+        "thresholds": thresholds,
+        "fleet": {
+            "b_threads_per_container": TRIP_THREADS,
+            "b_extra": list(EXTRA_TRIP),
+            "c_containers_threads": list(RACE_FLEET),
+            "c_window_s": RACE_WINDOW,
+            "c_race_s": RACE_SECONDS,
+            "d_containers": HEALTHY_FLEET,
+            "d_extra_threads": HEALTHY_EXTRA_THREADS,
+            "d_calls": HEALTHY_CALLS,
+            "d_seconds": HEALTHY_SECONDS,
+        },
+        "table": rows,
+        "results": results,
+    }
+    output.write_text(json.dumps(document, indent=2) + "\n")
+    print(f"\nJSON: {output}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT, help="JSON file to write")
+    args = parser.parse_args(argv)
+    _prepare_environment()
+
+    def terminate(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    signal.signal(signal.SIGTERM, terminate)
+    try:
+        return run(args.output)
+    except KeyboardInterrupt:
+        _log("interrupted: workers and the moto server were stopped")
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
