@@ -108,8 +108,9 @@ class CircuitBreaker:
         The dependency this breaker protects, e.g. ``"payment-api"`` (1 to 1024 UTF-8 bytes).
     store:
         Where the fleet's shared state lives: ``DynamoDBStore``, ``RedisStore`` or, for one
-        process only, ``MemoryStore``. When omitted and ``CIRCUIT_BREAKER_TABLE`` is set, a
-        ``DynamoDBStore`` on that table.
+        process only, ``MemoryStore``. When omitted: a ``RedisStore`` if
+        ``CIRCUIT_BREAKER_REDIS_URL`` is set, else a ``DynamoDBStore`` if
+        ``CIRCUIT_BREAKER_TABLE`` is set.
     config:
         A :class:`BreakerConfig`; defaults apply when omitted.
     fallback:
@@ -483,10 +484,14 @@ def _default_store() -> Store:
     import os
 
     from fleetbreaker.stores.dynamodb import TABLE_ENV, DynamoDBStore
+    from fleetbreaker.stores.redis import URL_ENV, RedisStore
 
+    # Redis first: a stack that adds a cache keeps its table, and the URL is the opt-in.
+    if os.environ.get(URL_ENV):
+        return RedisStore()
     if os.environ.get(TABLE_ENV):
         return DynamoDBStore()
     raise ConfigError(
         f"CircuitBreaker needs a store: pass store=DynamoDBStore(...), RedisStore(...) or "
-        f"MemoryStore(), or set {TABLE_ENV} to use DynamoDB"
+        f"MemoryStore(), or set {TABLE_ENV} to use DynamoDB ({URL_ENV} for Redis)"
     )

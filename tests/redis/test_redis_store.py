@@ -17,7 +17,14 @@ from typing import Any
 import pytest
 import redis
 
-from fleetbreaker import ConfigError, CorruptRecordError, RedisStore, State, StoreError
+from fleetbreaker import (
+    CircuitBreaker,
+    ConfigError,
+    CorruptRecordError,
+    RedisStore,
+    State,
+    StoreError,
+)
 from fleetbreaker.state import OVERRIDE_TTL_S, Lease, Policy, Record
 from tests.servers import LOOPBACK, RedisServer
 
@@ -267,8 +274,6 @@ def test_a_malformed_lease_counts_as_free(
 def test_the_breaker_reads_a_corrupt_record_as_closed(
     raw: redis.Redis, make_store: MakeStore, name: str
 ) -> None:
-    from fleetbreaker import CircuitBreaker
-
     store = make_store()
     raw.hset(store.key(name), mapping=CORRUPT["unknown state"])
     breaker = CircuitBreaker(name, store=store, clock=lambda: T0)
@@ -495,3 +500,17 @@ def test_a_wrong_password_is_a_store_error(
     with pytest.raises(StoreError):
         make_store(url=server.url, password="wrong").load(name, T0)
     assert make_store(url=server.url, password="s3cret").load(name, T0) is None
+
+
+def test_a_breaker_without_a_store_uses_redis_when_its_url_is_set(
+    monkeypatch: pytest.MonkeyPatch, redis_server: str
+) -> None:
+    # GIVEN both variables, as a stack that adds a cache to its table sets them
+    monkeypatch.setenv("CIRCUIT_BREAKER_REDIS_URL", redis_server)
+    monkeypatch.setenv("CIRCUIT_BREAKER_TABLE", "CircuitBreakers")
+
+    breaker = CircuitBreaker("payment-api")
+
+    assert isinstance(breaker.store, RedisStore)
+    assert breaker.call(lambda: "ran") == "ran"
+    breaker.store.close()
