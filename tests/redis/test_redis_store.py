@@ -459,8 +459,17 @@ def test_tls_with_an_untrusted_certificate_is_a_store_error(
 
 
 # The commands the scripts run, plus loading them: the least an ElastiCache RBAC user needs.
-BREAKER_ACL = ["+evalsha", "+script|load", "+type", "+hgetall", "+hset", "+del", "+pexpire"]
-BREAKER_ACL += ["+time"]
+BREAKER_ACL = [
+    "+evalsha",
+    "+script|load",
+    "+type",
+    "+hgetall",
+    "+hset",
+    "+hdel",
+    "+del",
+    "+pexpire",
+    "+time",
+]
 
 
 def test_an_rbac_user_with_only_the_breaker_commands(
@@ -476,17 +485,23 @@ def test_an_rbac_user_with_only_the_breaker_commands(
         keys=["fleetbreaker:*"],
         commands=BREAKER_ACL,
     )
+    admin.set(f"fleetbreaker:{{{name}-other}}", "a string")  # for the DEL of a foreign key
     admin.close()
     store = make_store(url=server.url, username="breaker", password="s3cret")
 
-    # WHEN it runs every operation (on the server's clock, which needs TIME)
-    store.use_server_time = True
-    opened = trip(store, name, now=wall_ms())
-    forced = store.force_state(name, POLICY, wall_ms(), State.DISABLED)
+    # WHEN every operation runs, through every write path (leases dropped: HDEL)
+    opened = trip(store, name)
+    claim = store.claim_probe(name, POLICY, opened.open_until, "a", None)
+    closed = store.settle_probe(name, POLICY, opened.open_until, claim.token or "", True, 1.0, None)
+    replaced = store.force_state(f"{name}-other", POLICY, T0, State.DISABLED)
+    store.use_server_time = True  # and on the server's clock (TIME)
+    counted = store.record_failure(name, POLICY, T0, None)
 
     # THEN they all work
-    assert opened.state is State.OPEN
-    assert forced.transition == (State.OPEN, State.DISABLED)
+    assert closed.transition == (State.HALF_OPEN, State.CLOSED)
+    assert replaced.transition == (State.CLOSED, State.DISABLED)
+    assert counted.record is not None
+    assert counted.record.updated_at > T0
 
 
 def test_a_wrong_password_is_a_store_error(
