@@ -97,6 +97,7 @@ class BreakerStats:
 
 
 _UNSET: Any = object()
+_COLD_WAIT_S = 2.0  # longer than a store read can take with the default timeouts
 
 
 class CircuitBreaker:
@@ -394,9 +395,13 @@ class CircuitBreaker:
                 # Another thread is reading the store right now: its answer is moments away,
                 # and the previous one is still the best this container knows.
                 return self._cache.last_seen
-            return self._load(now)
+            # A cold container: nothing to answer with yet, so wait for that one read (the
+            # store's own timeouts bound it) rather than sending the same read again.
+            if not self._cache.begin_refresh(wait_s=_COLD_WAIT_S):
+                return self._load(now)
         try:
-            return self._load(now)
+            hit, record = self._cache.get(now)  # refreshed while this thread was arriving?
+            return record if hit else self._load(now)
         finally:
             self._cache.end_refresh()
 

@@ -51,9 +51,11 @@ class RecordCache:
                 return
             self._entry = (record, now_ms)
 
-    def begin_refresh(self) -> bool:
-        """Claim the refresh; False when another thread is already reading the store."""
-        return self._refreshing.acquire(blocking=False)
+    def begin_refresh(self, wait_s: float = 0.0) -> bool:
+        """Claim the refresh; False when another thread kept it for ``wait_s`` seconds."""
+        if wait_s <= 0:
+            return self._refreshing.acquire(blocking=False)
+        return self._refreshing.acquire(timeout=wait_s)
 
     def end_refresh(self) -> None:
         self._refreshing.release()

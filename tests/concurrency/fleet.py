@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import multiprocessing
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,8 +58,11 @@ def _worker(
     clock: Any,
     ready: Any,
     dependency_calls: Any,
+    rejected: Any,
+    everyone: int,
     results: Any,
 ) -> None:
+    budget = config.get("half_open_max_probes", 1)
     transitions = _Transitions()
     breaker = CircuitBreaker(
         name,
@@ -86,9 +90,25 @@ def _worker(
                 except CircuitOpenError:
                     break
         else:
-            admission = breaker.check()
+            # Every thread calls once. An admitted probe holds its lease until every other
+            # thread of the fleet has been turned away, so a quick recovery cannot let late
+            # arrivals in as "closed" and blur the count.
+            def probe() -> None:
+                with dependency_calls.get_lock():
+                    dependency_calls.value += 1
+                deadline = time.monotonic() + 60
+                while rejected.value < everyone - budget and time.monotonic() < deadline:
+                    time.sleep(0.005)
+
+            try:
+                breaker.call(probe)
+                outcome = "probe"
+            except CircuitOpenError:
+                with rejected.get_lock():
+                    rejected.value += 1
+                outcome = "reject"
             with lock:
-                decisions.append(admission.decision.value)
+                decisions.append(outcome)
 
     workers = [threading.Thread(target=run) for _ in range(threads)]
     for thread in workers:
@@ -121,6 +141,7 @@ class Fleet:
     def run(self, mode: str, processes: int = 8, threads: int = 8) -> FleetResult:
         ready = CTX.Barrier(processes * threads)
         calls = CTX.Value("i", 0)
+        rejected = CTX.Value("i", 0)
         results = CTX.Queue()
         procs = [
             CTX.Process(
@@ -134,6 +155,8 @@ class Fleet:
                     self.clock,
                     ready,
                     calls,
+                    rejected,
+                    processes * threads,
                     results,
                 ),
             )

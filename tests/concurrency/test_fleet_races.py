@@ -60,6 +60,33 @@ def test_racing_callers_after_the_open_window_get_exactly_the_budget(
 
     result = fleet.run("race", PROCESSES, THREADS)
 
+    assert result.dependency_calls == budget
     assert result.decisions.count("probe") == budget
     assert result.decisions.count("reject") == PROCESSES * THREADS - budget
     assert ("open", "half_open") in result.transitions
+
+
+def test_a_prober_whose_lease_expired_cannot_overwrite_the_next_probe(spec: StoreSpec) -> None:
+    from fleetbreaker import BreakerConfig, CircuitBreaker, State
+    from tests.support import FakeClock
+
+    clock = FakeClock()
+    config = BreakerConfig(failure_threshold=1, recovery_timeout=1, probe_lease_seconds=5)
+    name = f"lease-{uuid.uuid4().hex[:8]}"
+    frozen, next_one = (
+        CircuitBreaker(name, store=spec.build(), config=config, clock=clock) for _ in range(2)
+    )
+    frozen.record(False)  # one failure trips (threshold 1)
+    clock.advance(1)
+    stale = frozen.check()  # GIVEN a container that takes the probe and freezes
+    clock.advance(5)
+    fresh = next_one.check()  # WHEN its lease runs out and another container probes
+
+    closed = next_one.record(True, fresh.token)
+    late = frozen.record(False, stale.token)
+
+    assert stale.token is not None
+    assert fresh.token is not None
+    assert closed.state is State.CLOSED
+    assert not late.applied  # THEN the late failure changes nothing
+    assert spec.build().load(name, clock()).state is State.CLOSED

@@ -114,6 +114,35 @@ def test_threads_finding_the_cache_stale_share_one_store_read(clock, dep) -> Non
     assert dep.calls == 9
 
 
+def test_a_cold_container_sends_one_read_for_all_its_threads(clock, dep) -> None:
+    release = threading.Event()
+    entered = threading.Event()
+
+    class SlowStore(MemoryStore):
+        def load(self, name: str, now_ms: int) -> Any:
+            entered.set()
+            assert release.wait(10)
+            return super().load(name, now_ms)
+
+    store = SlowStore()
+    breaker = make(store, clock)
+    first = threading.Thread(target=breaker.call, args=(dep,))
+    first.start()
+    assert entered.wait(10)
+    others = [threading.Thread(target=breaker.call, args=(dep,)) for _ in range(7)]
+    for thread in others:
+        thread.start()
+    for thread in others:
+        thread.join(0.2)  # they wait for the first read instead of sending their own
+
+    assert all(thread.is_alive() for thread in others)
+    release.set()
+    for thread in [first, *others]:
+        thread.join()
+    assert store.stats.reads == 1
+    assert dep.calls == 8
+
+
 def test_failures_from_two_containers_add_up_to_one_trip(store, clock, dep) -> None:
     first, second = make(store, clock), make(store, clock)
     dep.failing = True
