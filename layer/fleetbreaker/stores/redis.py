@@ -16,7 +16,6 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-import threading
 from importlib import resources
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -130,8 +129,8 @@ class RedisStore:
     Parameters
     ----------
     client:
-        A ready redis-py client (``redis.Redis`` or ``redis.RedisCluster``), used as it is,
-        with its own timeouts and retries.
+        A ready redis-py client, used as it is, with its own timeouts and retries: for
+        example ``redis.cluster.RedisCluster`` for a node-based cluster in cluster mode.
     url:
         Where to connect when no client is given, e.g. ``rediss://my-cache.serverless.
         use1.cache.amazonaws.com:6379``; defaults to the ``CIRCUIT_BREAKER_REDIS_URL``
@@ -193,7 +192,6 @@ class RedisStore:
         self.use_server_time = use_server_time
         self.stats = StoreStats()
         self._scripts = _load_scripts()
-        self._load_lock = threading.Lock()
         self._owns_client = client is None
         if client is not None:
             if url is not None:
@@ -237,16 +235,15 @@ class RedisStore:
         from redis.exceptions import NoScriptError, RedisError
 
         script = self._scripts[operation]
-        keys_and_args = (*self.keys(name), *args)
+        keys = self.keys(name)
         try:
             try:
-                reply = self.client.evalsha(script.sha, len(self.keys(name)), *keys_and_args)
+                reply = self.client.evalsha(script.sha, len(keys), *keys, *args)
             except NoScriptError:
                 # The cache forgot its scripts (restart, failover, SCRIPT FLUSH): load it and
                 # run again. Nothing ran the first time, so the retry cannot double-count.
-                with self._load_lock:
-                    self.client.script_load(script.source)
-                reply = self.client.evalsha(script.sha, len(self.keys(name)), *keys_and_args)
+                self.client.script_load(script.source)
+                reply = self.client.evalsha(script.sha, len(keys), *keys, *args)
         except RedisError as exc:
             raise StoreError(f"Redis {operation} failed for breaker {name!r}: {exc}") from exc
         except OSError as exc:  # a custom client may let a socket error through
