@@ -1,0 +1,107 @@
+"""Fixtures for the SAM application: the payment function's module, its table, a fake provider."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from tests.sam.fakes import FakeLambdaContext, FakePaymentApi
+from tests.servers import REPO_ROOT, make_table
+
+PAYMENT_APP = REPO_ROOT / "functions" / "payment" / "app.py"
+EVENTS = REPO_ROOT / "events"
+
+
+def load_payment_module(name: str = "payment_app") -> ModuleType:
+    """Import functions/payment/app.py under ``name`` (it builds its handler from os.environ)."""
+    spec = importlib.util.spec_from_file_location(name, PAYMENT_APP)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    # Registered before it runs: dataclasses look their module up in sys.modules.
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[name]
+        raise
+    return module
+
+
+def load_event(path: Path) -> dict[str, Any]:
+    event: dict[str, Any] = json.loads(path.read_text())
+    return event
+
+
+def payment_event(body: dict[str, Any] | None = None, **fields: Any) -> dict[str, Any]:
+    """events/payment-ok.json with its body replaced (a fresh idempotency key by default)."""
+    event = load_event(EVENTS / "payment-ok.json")
+    payment = body or {
+        "amount": 1250,
+        "currency": "EUR",
+        "idempotency_key": f"test-{uuid.uuid4().hex[:12]}",
+    }
+    event["body"] = json.dumps({**payment, **fields})
+    return event
+
+
+Response = tuple[int, dict[str, str], dict[str, Any]]
+
+
+def invoke(
+    handler: Callable[[dict[str, Any], Any], dict[str, Any]], event: dict[str, Any]
+) -> Response:
+    """Run one event through a handler: (status, headers, parsed JSON body)."""
+    result = handler(event, FakeLambdaContext())
+    return result["statusCode"], result.get("headers", {}), json.loads(result["body"])
+
+
+@pytest.fixture(scope="session")
+def payment_table(moto_server: str) -> str:
+    """A CircuitBreakers table on the moto server, shared by the session (breaker names differ)."""
+    return make_table(moto_server)
+
+
+@pytest.fixture(scope="session")
+def healthy_payment_api() -> Iterator[FakePaymentApi]:
+    """A provider that always charges; shared by the session."""
+    with FakePaymentApi("ok") as api:
+        yield api
+
+
+@pytest.fixture
+def payment_api() -> Iterator[FakePaymentApi]:
+    """A provider of this test's own, to fail and recover at will."""
+    with FakePaymentApi("ok", hold_timeout=5.0) as api:
+        yield api
+
+
+@pytest.fixture(scope="session")
+def payment_module(payment_table: str, healthy_payment_api: FakePaymentApi) -> ModuleType:
+    """functions/payment/app.py, imported the way Lambda does: its handler built from env.
+
+    Only the variables the import reads are set, and only during the import.
+    """
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("CIRCUIT_BREAKER_TABLE", payment_table)
+        env.setenv("PAYMENT_API_URL", healthy_payment_api.url)
+        env.setenv("BREAKER_NAME", f"payment-events-{uuid.uuid4().hex[:8]}")
+        return load_payment_module()
+
+
+@pytest.fixture
+def payment_env(payment_table: str, payment_api: FakePaymentApi) -> dict[str, str]:
+    """Environment for a handler built by create_handler: this test's API and breaker name."""
+    return {
+        "CIRCUIT_BREAKER_TABLE": payment_table,
+        "PAYMENT_API_URL": payment_api.url,
+        "BREAKER_NAME": f"payment-{uuid.uuid4().hex[:12]}",
+    }

@@ -1,0 +1,267 @@
+"""`sam build` on this machine (no Docker), and the built artifacts on every declared runtime.
+
+The built layer and function are run the way Lambda lays them out: the function's code first
+(/var/task), then the layer (/opt/python), then the runtime's boto3 (/var/runtime), and
+nothing else: each interpreter starts isolated (-I -S), without its own site-packages.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import backend_unavailable
+from tests.sam.conftest import EVENTS
+from tests.sam.fakes import FakePaymentApi
+from tests.sam.test_template import load_template, pins
+from tests.servers import REPO_ROOT, make_table
+
+# What the Lambda Python runtimes ship; the layer must not bring its own copy.
+RUNTIME_PACKAGES = ("boto3", "botocore", "s3transfer", "jmespath", "dateutil", "six", "urllib3")
+
+
+def declared_runtimes() -> list[str]:
+    runtimes: list[str] = load_template()["Resources"]["FleetbreakerLayer"]["Properties"][
+        "CompatibleRuntimes"
+    ]
+    return runtimes
+
+
+def find_interpreter(runtime: str) -> str | None:
+    """An interpreter on this machine for a Lambda runtime name such as python3.12."""
+    version = runtime.removeprefix("python")
+    pyenv_root = os.environ.get("PYENV_ROOT") or os.path.expanduser("~/.pyenv")
+    candidates = [
+        shutil.which(runtime),
+        *sorted(glob.glob(f"{pyenv_root}/versions/{version}.*/bin/python{version}"), reverse=True),
+        f"/usr/bin/{runtime}",
+        f"/usr/local/bin/{runtime}",
+    ]
+    for candidate in candidates:
+        if not candidate or not os.access(candidate, os.X_OK):
+            continue
+        # A pyenv shim exists for every installed version but runs only the selected ones.
+        probe = subprocess.run(
+            [candidate, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+        if probe.returncode == 0 and probe.stdout.strip() == version:
+            return candidate
+    return None
+
+
+@pytest.fixture(scope="module")
+def build_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """`sam build` with samconfig.toml's settings, into a temporary build and cache dir."""
+    root = tmp_path_factory.mktemp("sam")
+    started = time.monotonic()
+    result = subprocess.run(
+        [
+            str(Path(sys.executable).parent / "sam"),
+            "build",
+            "--build-dir",
+            str(root / "build"),
+            "--cache-dir",
+            str(root / "cache"),
+        ],
+        cwd=REPO_ROOT,
+        # The build Makefiles' pip: this venv's, as `make build` passes it.
+        env={**os.environ, "PYTHON": sys.executable},
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    elapsed = time.monotonic() - started
+    assert result.returncode == 0, result.stdout + result.stderr
+    print(f"\nsam build: {elapsed:.1f} s")
+    return root / "build"
+
+
+@pytest.fixture(scope="module")
+def runtime_boto3(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """boto3 and its dependencies alone in a directory: what the Lambda runtime provides."""
+    target = tmp_path_factory.mktemp("runtime")
+    version = pins(REPO_ROOT / "constraints.txt")["boto3"]
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            "--no-compile",
+            "--only-binary=:all:",
+            "--target",
+            str(target),
+            "-c",
+            str(REPO_ROOT / "constraints.txt"),
+            f"boto3=={version}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    return target
+
+
+def tree_size(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+def test_layer_holds_the_package_and_only_pure_python(build_dir: Path) -> None:
+    layer = build_dir / "FleetbreakerLayer" / "python"
+    assert (layer / "fleetbreaker" / "__init__.py").is_file()
+    assert (layer / "fleetbreaker" / "py.typed").is_file()
+    assert not list(layer.rglob("__pycache__")), "bytecode of the build machine's Python"
+    # Nothing the runtime already has (a copy would shadow the runtime's boto3).
+    present = {path.name for path in layer.iterdir()}
+    assert not present & set(RUNTIME_PACKAGES)
+    # Pure Python only: the same zip must work on arm64 and x86_64, on 3.11 to 3.13.
+    assert not [str(p) for p in layer.rglob("*") if re.search(r"\.(so|pyd|dylib)$", p.name)]
+    wheels = sorted(layer.glob("*.dist-info"))
+    assert len(wheels) == len(pins(REPO_ROOT / "layer" / "requirements.txt"))
+    for wheel in wheels:
+        tags = re.findall(r"^Tag: (\S+)$", (wheel / "WHEEL").read_text(), re.MULTILINE)
+        assert tags, wheel.name
+        assert all(tag.endswith("-none-any") for tag in tags), (wheel.name, tags)
+    size = tree_size(layer)
+    print(f"\nlayer: {size / 1e6:.1f} MB unzipped, {len(wheels)} bundled distributions")
+    assert size < 50e6, "Lambda allows 250 MB for function and layers together"
+
+
+def test_function_holds_its_code_and_requests(build_dir: Path) -> None:
+    function = build_dir / "PaymentFunction"
+    assert (function / "app.py").is_file()
+    assert (function / "requests" / "__init__.py").is_file()
+    assert not (function / "fleetbreaker").exists(), "the layer provides it"
+    assert not (function / "boto3").exists(), "the runtime provides it"
+    assert not [str(p) for p in function.rglob("*.so")]
+
+
+# Run inside each interpreter with only the built artifacts and boto3 on sys.path.
+IMPORT_EVERYTHING = textwrap.dedent(
+    """
+    import importlib, json, pkgutil, sys
+    sys.path[:0] = json.loads(sys.argv[1])
+    import fleetbreaker
+    modules = [m.name for m in pkgutil.walk_packages(fleetbreaker.__path__, "fleetbreaker.")]
+    for name in modules:
+        importlib.import_module(name)
+    for name in ("aws_lambda_powertools.event_handler", "aws_lambda_powertools.metrics",
+                 "aws_xray_sdk.core", "redis"):
+        importlib.import_module(name)
+    from aws_lambda_powertools import Logger, Tracer
+    from fleetbreaker import BreakerConfig, CircuitBreaker, DynamoDBStore, MemoryStore
+    from fleetbreaker.observability import default_listeners
+    DynamoDBStore("CircuitBreakers")
+    breaker = CircuitBreaker("import-check", store=MemoryStore(),
+                             config=BreakerConfig(failure_threshold=1),
+                             listeners=default_listeners(Logger()))
+    assert breaker.call(lambda: "ok") == "ok"
+    assert fleetbreaker.__file__.startswith(sys.path[0])
+    print(json.dumps({"python": "%d.%d" % sys.version_info[:2], "modules": len(modules)}))
+    """
+)
+
+INVOKE_FUNCTION = textwrap.dedent(
+    """
+    import json, sys
+    sys.path[:0] = json.loads(sys.argv[1])
+    import app
+    from types import SimpleNamespace
+    context = SimpleNamespace(function_name="payment", memory_limit_in_mb=256,
+                              invoked_function_arn="arn:aws:lambda:us-east-1:1:function:p",
+                              aws_request_id="req-1")
+    answers = {}
+    for path in sys.argv[2:]:
+        with open(path) as f:
+            response = app.lambda_handler(json.load(f), context)
+        answers[path.rsplit("/", 1)[-1]] = response["statusCode"]
+    print(json.dumps(answers))
+    """
+)
+
+
+def isolated(python: str, script: str, *args: str, env: dict[str, str] | None = None) -> Any:
+    # -I: no user site, no PYTHON* variables, no script dir; -S: not even the interpreter's
+    # own site-packages. sys.path is then the standard library plus what the script adds.
+    result = subprocess.run(
+        [python, "-I", "-S", "-c", script, *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **(env or {})},
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("runtime", declared_runtimes())
+def test_built_layer_imports_on_declared_runtime(
+    runtime: str, build_dir: Path, runtime_boto3: Path
+) -> None:
+    # GIVEN an interpreter for a runtime the layer declares compatible
+    python = find_interpreter(runtime)
+    if python is None:
+        backend_unavailable(f"no {runtime} interpreter on this machine, but the layer declares it")
+
+    # WHEN the built layer is imported with only boto3 beside it
+    layer = build_dir / "FleetbreakerLayer" / "python"
+    answer = isolated(python, IMPORT_EVERYTHING, json.dumps([str(layer), str(runtime_boto3)]))
+
+    # THEN every fleetbreaker module and bundled dependency imports, and a breaker works
+    assert answer["python"] == runtime.removeprefix("python")
+    assert answer["modules"] >= 10
+
+
+@pytest.mark.parametrize("runtime", declared_runtimes())
+def test_built_function_answers_on_declared_runtime(
+    runtime: str,
+    build_dir: Path,
+    runtime_boto3: Path,
+    moto_server: str,
+) -> None:
+    # GIVEN an interpreter for the runtime, the built function and layer in Lambda's order,
+    # a table on moto and a healthy provider
+    python = find_interpreter(runtime)
+    if python is None:
+        backend_unavailable(f"no {runtime} interpreter on this machine, but the template allows it")
+    paths = [
+        str(build_dir / "PaymentFunction"),
+        str(build_dir / "FleetbreakerLayer" / "python"),
+        str(runtime_boto3),
+    ]
+    events = [str(EVENTS / "payment-ok.json"), str(EVENTS / "payment-bad-body.json")]
+    with FakePaymentApi("ok") as api:
+        env = {
+            "CIRCUIT_BREAKER_TABLE": make_table(moto_server),
+            "PAYMENT_API_URL": api.url,
+            "AWS_ENDPOINT_URL_DYNAMODB": moto_server,
+            "POWERTOOLS_SERVICE_NAME": "payment",
+        }
+
+        # WHEN sample events are invoked through the built lambda_handler
+        answers = isolated(python, INVOKE_FUNCTION, json.dumps(paths), *events, env=env)
+
+    # THEN the payment is charged through the provider and the bad body is a 400
+    assert answers == {"payment-ok.json": 200, "payment-bad-body.json": 400}
+    assert api.calls == 1

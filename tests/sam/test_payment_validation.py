@@ -1,0 +1,166 @@
+"""The payment function's input and settings validation: bad input is a 400, never a 500."""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+from types import ModuleType
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests.sam.conftest import invoke, payment_event
+
+VALID = {"amount": 1250, "currency": "EUR", "idempotency_key": "order-1"}
+
+
+@pytest.mark.parametrize(
+    ("body", "error"),
+    [
+        ("", "body: a JSON object is required"),
+        ("[1, 2]", "body: must be a JSON object"),
+        ('{"amount": NaN}', "body: not valid JSON"),
+        ("[" * 100_000, "body: not valid JSON"),
+        (json.dumps({**VALID, "amount": True}), "amount: must be an integer"),
+        (json.dumps({**VALID, "amount": "12.50"}), "amount: must be an integer"),
+        (json.dumps({**VALID, "amount": 0}), "amount: must be between 1 and 100000000"),
+        (json.dumps({**VALID, "amount": 10**9}), "amount: must be between 1 and 100000000"),
+        (json.dumps({**VALID, "currency": "eur"}), "currency: must be a three-letter"),
+        (json.dumps({**VALID, "currency": None}), "currency: required"),
+        (json.dumps({**VALID, "idempotency_key": ""}), "idempotency_key: 1 to 255"),
+        (json.dumps({**VALID, "idempotency_key": "k" * 256}), "idempotency_key: 1 to 255"),
+        (json.dumps({**VALID, "description": 5}), "description: must be a string"),
+        (json.dumps({**VALID, "card_number": "4242"}), "card_number: unknown field"),
+    ],
+)
+def test_invalid_body_names_the_problem(payment_module: ModuleType, body: str, error: str) -> None:
+    # WHEN a malformed body is parsed
+    with pytest.raises(payment_module.InvalidPayment) as raised:
+        payment_module.parse_payment(body)
+    # THEN the error names the field and the rule
+    assert any(message.startswith(error) for message in raised.value.errors), raised.value.errors
+
+
+def test_valid_body_is_parsed(payment_module: ModuleType) -> None:
+    payment = payment_module.parse_payment(json.dumps({**VALID, "description": "Order 1"}))
+    assert payment == payment_module.PaymentRequest(1250, "EUR", "order-1", "Order 1")
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
+    lambda children: st.lists(children) | st.dictionaries(st.text(), children),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    body=st.text()
+    | json_values.map(json.dumps)
+    | st.fixed_dictionaries(
+        {},
+        optional={
+            "amount": json_values,
+            "currency": json_values,
+            "idempotency_key": json_values,
+            "description": json_values,
+        },
+    ).map(json.dumps)
+)
+def test_parser_raises_nothing_but_invalid_payment(payment_module: ModuleType, body: str) -> None:
+    # WHEN any text is parsed, THEN the answer is a payment or InvalidPayment, nothing else
+    try:
+        payment_module.parse_payment(body)
+    except payment_module.InvalidPayment as exc:
+        errors = exc.errors
+    else:
+        errors = ["(valid)"]
+    assert errors
+
+
+@pytest.mark.parametrize(
+    "event_change",
+    [
+        {"isBase64Encoded": True, "body": "%%% not base64 %%%"},
+        {"isBase64Encoded": True, "body": base64.b64encode(b"\xff\xfe").decode()},
+        {"body": None},
+    ],
+    ids=["bad-base64", "not-utf8", "no-body"],
+)
+def test_undecodable_body_is_a_400(
+    payment_module: ModuleType, payment_env: dict[str, str], event_change: dict[str, Any]
+) -> None:
+    # GIVEN a request whose body cannot be decoded
+    handler = payment_module.create_handler(payment_env)
+    event = {**payment_event(), **event_change}
+    # WHEN it is handled, THEN it is a 400 (the provider and the table are never reached)
+    status, _, body = invoke(handler, event)
+    assert status == 400, body
+    assert body["errors"]
+
+
+# --------------------------------------------------------------------------- settings
+
+BASE_ENV = {"CIRCUIT_BREAKER_TABLE": "CircuitBreakers", "PAYMENT_API_URL": "https://pay.test/c"}
+
+
+def test_settings_defaults(payment_module: ModuleType) -> None:
+    settings = payment_module.Settings.from_env(BASE_ENV)
+    assert settings.breaker_name == "payment-api"
+    assert settings.failure_threshold == 5
+    assert (settings.connect_timeout, settings.read_timeout) == (1.0, 5.0)
+    assert settings.open_circuit_mode == "reject"
+
+
+def test_settings_read_every_variable(payment_module: ModuleType) -> None:
+    env = {
+        **BASE_ENV,
+        "BREAKER_NAME": "psp",
+        "BREAKER_FAILURE_THRESHOLD": "7",
+        "BREAKER_WINDOW_SECONDS": "30",
+        "BREAKER_RECOVERY_TIMEOUT": "12.5",
+        "BREAKER_HALF_OPEN_MAX_PROBES": "2",
+        "BREAKER_CACHE_TTL": "0",
+        "PAYMENT_CONNECT_TIMEOUT": "0.5",
+        "PAYMENT_READ_TIMEOUT": "3",
+        "OPEN_CIRCUIT_MODE": "defer",
+        "DEFERRED_PAYMENTS_QUEUE_URL": "https://sqs.test/q",
+    }
+    settings = payment_module.Settings.from_env(env)
+    assert settings == payment_module.Settings(
+        table_name="CircuitBreakers",
+        payment_api_url="https://pay.test/c",
+        breaker_name="psp",
+        connect_timeout=0.5,
+        read_timeout=3.0,
+        failure_threshold=7,
+        window_seconds=30.0,
+        recovery_timeout=12.5,
+        half_open_max_probes=2,
+        cache_ttl=0.0,
+        open_circuit_mode="defer",
+        deferred_queue_url="https://sqs.test/q",
+    )
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"CIRCUIT_BREAKER_TABLE": ""}, "CIRCUIT_BREAKER_TABLE is required"),
+        ({"PAYMENT_API_URL": "ftp://x"}, "PAYMENT_API_URL must be an http(s) URL"),
+        ({"BREAKER_FAILURE_THRESHOLD": "2.5"}, "BREAKER_FAILURE_THRESHOLD must be an integer"),
+        ({"PAYMENT_READ_TIMEOUT": "0"}, "PAYMENT_READ_TIMEOUT must be > 0"),
+        ({"BREAKER_CACHE_TTL": "-1"}, "BREAKER_CACHE_TTL must be >= 0"),
+        ({"OPEN_CIRCUIT_MODE": "queue"}, "OPEN_CIRCUIT_MODE must be one of"),
+        ({"OPEN_CIRCUIT_MODE": "defer"}, "needs DEFERRED_PAYMENTS_QUEUE_URL"),
+    ],
+)
+def test_bad_settings_fail_at_init(
+    payment_module: ModuleType, change: dict[str, str], message: str
+) -> None:
+    # A misconfigured function fails its init with the variable's name, not on a request.
+    with pytest.raises(payment_module.SettingsError, match=re.escape(message)):
+        payment_module.Settings.from_env({**BASE_ENV, **change})

@@ -1,0 +1,367 @@
+"""template.yaml and samconfig.toml: linters, checkov (offline), and the promises they make.
+
+The promises are checked against the code they describe: the TTL attribute and key are the
+DynamoDB store's own constants, and the IAM policy is compared with the DynamoDB operations
+the breaker really sends (recorded on a real client talking to moto's server).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+import tomllib
+
+from fleetbreaker import BreakerConfig, CircuitBreaker, CircuitOpenError
+from fleetbreaker.stores.dynamodb import KEY_ATTRIBUTE, TTL_ATTRIBUTE, DynamoDBStore
+from tests.conftest import backend_unavailable
+from tests.sam.conftest import invoke, payment_event
+from tests.sam.fakes import FakePaymentApi
+from tests.servers import REPO_ROOT, make_table
+from tests.support import FakeClock
+
+TEMPLATE = REPO_ROOT / "template.yaml"
+SAMCONFIG = REPO_ROOT / "samconfig.toml"
+BIN = Path(sys.executable).parent
+CHECKOV = REPO_ROOT / ".venv-tools" / "bin" / "checkov"
+
+
+def load_template() -> dict[str, Any]:
+    from samcli.yamlhelper import yaml_parse
+
+    template: dict[str, Any] = yaml_parse(TEMPLATE.read_text())
+    return template
+
+
+@pytest.fixture(scope="module")
+def template() -> dict[str, Any]:
+    return load_template()
+
+
+def run(
+    *command: str | Path, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(part) for part in command],
+        cwd=REPO_ROOT,
+        env={**os.environ, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+# --------------------------------------------------------------------------- linters
+
+
+def test_sam_validate_lint_is_clean() -> None:
+    result = run(BIN / "sam", "validate", "--lint", "--template-file", TEMPLATE)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "is a valid SAM Template" in result.stdout + result.stderr
+    # --lint prints cfn-lint's findings (errors and warnings) and fails on them.
+    assert not re.search(r"^\[?[EW]\d{4}", result.stdout + result.stderr, re.MULTILINE)
+
+
+def test_cfn_lint_reports_nothing_even_informational() -> None:
+    # Exit code 0 means no error (2), warning (4) or, with I included, informational (8).
+    result = run(BIN / "cfn-lint", "--include-checks", "I", "--", TEMPLATE)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.strip() == ""
+
+
+def translated_template(tmp_path: Path) -> Path:
+    """The CloudFormation SAM turns the template into (roles, API stage, layer version)."""
+    from samtranslator.translator.transform import transform
+
+    template = load_template()
+    for resource in template["Resources"].values():
+        properties = resource.get("Properties", {})
+        for key in ("CodeUri", "ContentUri"):
+            if key in properties:  # what `sam package` does: local paths become S3 objects
+                properties[key] = "s3://artifacts/code.zip"
+
+    class NoManagedPolicies:
+        # The template names no managed policies, so none have to be looked up in IAM.
+        def load(self) -> dict[str, str]:
+            return {}
+
+    path = tmp_path / "translated.json"
+    path.write_text(json.dumps(transform(template, {}, NoManagedPolicies())))
+    return path
+
+
+def run_checkov(path: Path, refused_port: int) -> dict[str, Any]:
+    if not CHECKOV.exists():
+        backend_unavailable(f"{CHECKOV} is missing (run `make tools`)")
+    # Offline: no platform download, no package scan; any request that slipped through would
+    # go to a proxy that refuses connections and show up as a warning below.
+    proxy = f"http://127.0.0.1:{refused_port}"
+    offline = {
+        "BC_SKIP_MAPPING": "TRUE",
+        "CHECKOV_RUN_SCA_PACKAGE_SCAN_V2": "false",
+        "HTTP_PROXY": proxy,
+        "HTTPS_PROXY": proxy,
+        "ALL_PROXY": proxy,
+        "NO_PROXY": "",
+    }
+    result = run(
+        CHECKOV,
+        "--file",
+        path,
+        "--framework",
+        "cloudformation",
+        "--skip-download",
+        "--output",
+        "json",
+        env=offline,
+    )
+    assert not re.search(r"Traceback|Failed to|Max retries|WARNING", result.stderr), result.stderr
+    report: dict[str, Any] = json.loads(result.stdout)
+    return report
+
+
+@pytest.mark.parametrize("form", ["template", "translated"])
+def test_checkov_offline_finds_nothing_unexplained(
+    form: str, tmp_path: Path, refused_port: int
+) -> None:
+    # GIVEN the template as written, and as SAM expands it (IAM role, API stage, layer)
+    path = TEMPLATE if form == "template" else translated_template(tmp_path)
+
+    # WHEN checkov scans it offline
+    report = run_checkov(path, refused_port)
+
+    # THEN no check fails, checks really ran, and every skip carries its reason
+    summary = report["summary"]
+    failed = [(c["check_id"], c["resource"]) for c in report["results"]["failed_checks"]]
+    assert failed == []
+    assert summary["parsing_errors"] == 0
+    assert summary["passed"] >= 6
+    for skipped in report["results"]["skipped_checks"]:
+        reason = skipped["check_result"].get("suppress_comment") or ""
+        assert len(reason) > 30, f"{skipped['check_id']} on {skipped['resource']}: no reason"
+
+
+# --------------------------------------------------------------------------- the table
+
+
+def test_table_matches_the_dynamodb_store(template: dict[str, Any]) -> None:
+    table = template["Resources"]["CircuitBreakersTable"]
+    properties = table["Properties"]
+    assert properties["KeySchema"] == [{"AttributeName": KEY_ATTRIBUTE, "KeyType": "HASH"}]
+    assert properties["AttributeDefinitions"] == [
+        {"AttributeName": KEY_ATTRIBUTE, "AttributeType": "S"}
+    ]
+    assert properties["BillingMode"] == "PAY_PER_REQUEST"
+    assert properties["TimeToLiveSpecification"] == {
+        "AttributeName": TTL_ATTRIBUTE,
+        "Enabled": True,
+    }
+    assert properties["SSESpecification"] == {"SSEEnabled": True}
+    assert properties["PointInTimeRecoverySpecification"] == {
+        "PointInTimeRecoveryEnabled": {"Fn::If": ["PointInTimeRecoveryEnabled", True, False]}
+    }
+    assert template["Conditions"]["PointInTimeRecoveryEnabled"] == {
+        "Fn::Equals": [{"Ref": "PointInTimeRecovery"}, "true"]
+    }
+    assert (table["DeletionPolicy"], table["UpdateReplacePolicy"]) == ("Retain", "Retain")
+
+
+# --------------------------------------------------------------------------- IAM
+
+
+def table_actions(template: dict[str, Any]) -> set[str]:
+    """DynamoDB actions the payment function's policy grants, each checked to be on the table."""
+    actions: set[str] = set()
+    for policy in template["Resources"]["PaymentFunction"]["Properties"]["Policies"]:
+        for statement in policy["Statement"]:
+            if "Fn::If" in statement:
+                continue  # the conditional SQS statement, checked below
+            granted = statement["Action"]
+            granted = [granted] if isinstance(granted, str) else granted
+            if any(action.startswith("dynamodb:") for action in granted):
+                assert statement["Effect"] == "Allow"
+                assert statement["Resource"] == {"Fn::GetAtt": ["CircuitBreakersTable", "Arn"]}
+                actions.update(granted)
+    return actions
+
+
+def test_function_policy_is_least_privilege(template: dict[str, Any]) -> None:
+    function = template["Resources"]["PaymentFunction"]["Properties"]
+    assert table_actions(template) == {"dynamodb:GetItem", "dynamodb:UpdateItem"}
+    # Nothing else but the SQS send, and that only when defer mode created the queue.
+    [policy] = function["Policies"]
+    others = [s for s in policy["Statement"] if "Fn::If" in s]
+    assert others == [
+        {
+            "Fn::If": [
+                "DeferWhenOpen",
+                {
+                    "Sid": "DeferPayments",
+                    "Effect": "Allow",
+                    "Action": "sqs:SendMessage",
+                    "Resource": {"Fn::GetAtt": ["DeferredPaymentsQueue", "Arn"]},
+                },
+                {"Ref": "AWS::NoValue"},
+            ]
+        }
+    ]
+
+
+def test_policy_covers_every_dynamodb_call_the_breaker_makes(
+    template: dict[str, Any],
+    moto_server: str,
+    payment_module: ModuleType,
+    payment_env: dict[str, str],
+    payment_api: FakePaymentApi,
+) -> None:
+    # GIVEN a breaker and the payment handler whose DynamoDB clients record every operation
+    sent: set[str] = set()
+
+    def record(model: Any, **_: Any) -> None:
+        sent.add(f"dynamodb:{model.name}")
+
+    clock = FakeClock()
+    table = make_table(moto_server)
+    store = DynamoDBStore(table, endpoint_url=moto_server)
+    store.client.meta.events.register("before-call.dynamodb", record)
+    breaker = CircuitBreaker(
+        "iam-check", store=store, config=BreakerConfig(failure_threshold=2), clock=clock
+    )
+    handler = payment_module.create_handler(payment_env, clock=clock, endpoint_url=moto_server)
+    handler.breaker.store.client.meta.events.register("before-call.dynamodb", record)
+
+    def fail() -> None:
+        raise ConnectionError("down")
+
+    # WHEN it goes through every path: count, trip, reject, probe, close, overrides
+    for _ in range(2):
+        with pytest.raises(ConnectionError):
+            breaker.call(fail)
+    clock.advance(2)
+    with pytest.raises(CircuitOpenError):
+        breaker.call(lambda: None)
+    clock.advance(60)
+    admission = breaker.check()
+    breaker.record(True, admission.token)
+    breaker.force_open()
+    breaker.disable()
+    breaker.reset()
+    payment_api.mode = "fail"
+    invoke(handler, payment_event())
+
+    # THEN every operation it sent is one the policy grants, and the policy grants no more
+    assert sent
+    assert sent == table_actions(template)
+
+
+# --------------------------------------------------------------------------- layer, function
+
+
+def test_layer_declarations_match_the_function(template: dict[str, Any]) -> None:
+    layer = template["Resources"]["FleetbreakerLayer"]
+    assert layer["Metadata"]["BuildMethod"] == "makefile"
+    assert "build-FleetbreakerLayer:" in (REPO_ROOT / "layer" / "Makefile").read_text()
+    runtimes = layer["Properties"]["CompatibleRuntimes"]
+    assert template["Parameters"]["Runtime"]["AllowedValues"] == runtimes
+    assert template["Parameters"]["Runtime"]["Default"] == "python3.13"
+    assert template["Parameters"]["Architecture"]["Default"] == "arm64"
+    assert set(layer["Properties"]["CompatibleArchitectures"]) == set(
+        template["Parameters"]["Architecture"]["AllowedValues"]
+    )
+
+
+def test_function_wiring(template: dict[str, Any], payment_module: ModuleType) -> None:
+    function = template["Resources"]["PaymentFunction"]
+    properties = function["Properties"]
+    assert function["Metadata"]["BuildMethod"] == "makefile"
+    assert properties["Runtime"] == {"Ref": "Runtime"}
+    assert properties["Architectures"] == [{"Ref": "Architecture"}]
+    assert properties["Tracing"] == "Active"
+    assert properties["Layers"] == [{"Ref": "FleetbreakerLayer"}]
+    assert properties["Events"]["CreatePayment"] == {
+        "Type": "HttpApi",
+        "Properties": {"ApiId": {"Ref": "PaymentsApi"}, "Method": "POST", "Path": "/payments"},
+    }
+    variables = properties["Environment"]["Variables"]
+    assert variables["CIRCUIT_BREAKER_TABLE"] == {"Ref": "CircuitBreakersTable"}
+    assert variables["PAYMENT_API_URL"] == {"Ref": "PaymentApiUrl"}
+    # Every variable the template sets is one the function (or Powertools) reads.
+    assert payment_module.__file__ is not None
+    source = Path(payment_module.__file__).read_text()
+    for name in variables:
+        assert name.startswith("POWERTOOLS_") or f'"{name}"' in source, name
+    # The function must finish before API Gateway's 30 s limit, after its own timeouts.
+    read = template["Parameters"]["PaymentReadTimeout"]["MaxValue"]
+    connect = template["Parameters"]["PaymentConnectTimeout"]["MaxValue"]
+    assert connect + read < properties["Timeout"] < 30
+
+
+def test_outputs_export_layer_table_and_api(template: dict[str, Any]) -> None:
+    outputs = template["Outputs"]
+    for output in outputs.values():
+        assert output["Description"].strip()
+    for name, value in [
+        ("FleetbreakerLayerArn", {"Ref": "FleetbreakerLayer"}),
+        ("CircuitBreakersTableName", {"Ref": "CircuitBreakersTable"}),
+    ]:
+        assert outputs[name]["Value"] == value
+        assert outputs[name]["Export"]["Name"] == {"Fn::Sub": f"${{AWS::StackName}}-{name}"}
+    api = outputs["PaymentsApiUrl"]
+    assert "${PaymentsApi}.execute-api" in api["Value"]["Fn::Sub"]
+    assert api["Value"]["Fn::Sub"].endswith("/payments")
+    assert "Export" in api
+
+
+# --------------------------------------------------------------------------- pins, samconfig
+
+
+def pins(path: Path) -> dict[str, str]:
+    found = {}
+    for line in path.read_text().splitlines():
+        line = line.split("#")[0].strip()
+        if line:
+            name, version = line.split("==")
+            found[re.sub(r"[-_.]+", "-", name).lower()] = version
+    return found
+
+
+@pytest.mark.parametrize(
+    "requirements",
+    ["layer/requirements.txt", "functions/payment/requirements.txt"],
+)
+def test_bundled_pins_match_the_tested_ones(requirements: str) -> None:
+    # What goes to Lambda is what the tests ran with.
+    tested = pins(REPO_ROOT / "constraints.txt")
+    bundled = pins(REPO_ROOT / requirements)
+    assert bundled
+    assert {name: tested.get(name) for name in bundled} == bundled
+
+
+def test_layer_bundles_nothing_the_runtime_has() -> None:
+    bundled = pins(REPO_ROOT / "layer" / "requirements.txt")
+    runtime = {"boto3", "botocore", "s3transfer", "jmespath", "python-dateutil", "six", "urllib3"}
+    assert not runtime & set(bundled)
+
+
+def test_samconfig_has_the_defaults_and_nothing_account_specific() -> None:
+    config = tomllib.loads(SAMCONFIG.read_text())["default"]
+    assert config["build"]["parameters"] == {"cached": True, "parallel": True}
+    assert config["validate"]["parameters"]["lint"] is True
+    deploy = config["deploy"]["parameters"]
+    assert deploy["capabilities"] == "CAPABILITY_IAM"
+    assert deploy["confirm_changeset"] is True
+    assert deploy["resolve_s3"] is True
+    overrides = dict(item.split("=", 1) for item in deploy["parameter_overrides"])
+    assert set(overrides) <= set(load_template()["Parameters"])
+    text = SAMCONFIG.read_text()
+    assert not re.search(r"\b\d{12}\b", text), "an account id"
+    assert not re.search(r"^\s*(region|s3_bucket|profile)\s*=", text, re.MULTILINE)
+    assert not re.search(r"\b[a-z]{2}-[a-z]+-\d\b", text), "a region name"
