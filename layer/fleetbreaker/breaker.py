@@ -97,7 +97,7 @@ class BreakerStats:
 
 
 _UNSET: Any = object()
-_COLD_WAIT_S = 2.0  # longer than a store read can take with the default timeouts
+_REFRESH_WAIT_S = 2.0  # longer than a store read can take with the default timeouts
 
 
 class CircuitBreaker:
@@ -390,18 +390,18 @@ class CircuitBreaker:
             return record
         if self._store_paused(now):
             return self._local.load(self.name, now)
-        if not self._cache.begin_refresh():
-            if self._cache.has_entry:
-                # Another thread is reading the store right now: its answer is moments away,
-                # and the previous one is still the best this container knows.
-                return self._cache.last_seen
-            # A cold container: nothing to answer with yet, so wait for that one read (the
-            # store's own timeouts bound it) rather than sending the same read again.
-            if not self._cache.begin_refresh(wait_s=_COLD_WAIT_S):
-                return self._load(now)
+        # One thread per container refreshes; the others wait for its answer (bounded: longer
+        # than a store read can take) instead of sending the same read, or acting on a view
+        # older than cache_ttl: that view may still say closed after the fleet tripped.
+        if not self._cache.begin_refresh(wait_s=_REFRESH_WAIT_S):
+            return self._load(now)
         try:
-            hit, record = self._cache.get(now)  # refreshed while this thread was arriving?
-            return record if hit else self._load(now)
+            hit, record = self._cache.get(now)
+            if hit:
+                return record
+            if self._store_paused(now):  # the refresh this thread waited for failed
+                return self._local.load(self.name, now)
+            return self._load(now)
         finally:
             self._cache.end_refresh()
 
