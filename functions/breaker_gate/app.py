@@ -27,7 +27,9 @@ the breakers degrade to per-container state as they do everywhere (``degraded: t
 
 Environment
 -----------
-``CIRCUIT_BREAKER_TABLE`` (required), ``BREAKER_FAILURE_THRESHOLD`` (5),
+``CIRCUIT_BREAKER_TABLE`` (required unless Redis is used), ``CIRCUIT_BREAKER_REDIS_URL``
+(optional, ``redis://`` or ``rediss://``: keeps the breakers in Redis, as the payment function
+does with the same variable), ``BREAKER_FAILURE_THRESHOLD`` (5),
 ``BREAKER_WINDOW_SECONDS`` (60), ``BREAKER_RECOVERY_TIMEOUT`` (30),
 ``BREAKER_HALF_OPEN_MAX_PROBES`` (1), ``BREAKER_PROBE_LEASE_SECONDS`` (10; must outlast the
 protected step, retries included), ``BREAKER_CACHE_TTL`` (1; 0 disables),
@@ -115,16 +117,25 @@ def _number(
 class GateSettings:
     """Everything the gate reads from its environment (see the module docstring)."""
 
-    table_name: str
+    table_name: str | None
     breaker_config: BreakerConfig
     max_wait_seconds: int = 300
     allowed_breakers: frozenset[str] | None = None
+    redis_url: str | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> GateSettings:
-        table = env.get("CIRCUIT_BREAKER_TABLE", "").strip()
-        if not table:
-            raise GateConfigError("environment variable CIRCUIT_BREAKER_TABLE is required")
+        table = env.get("CIRCUIT_BREAKER_TABLE", "").strip() or None
+        redis_url = env.get("CIRCUIT_BREAKER_REDIS_URL", "").strip() or None
+        if redis_url is not None and not redis_url.startswith(("redis://", "rediss://")):
+            raise GateConfigError(
+                f"CIRCUIT_BREAKER_REDIS_URL must be a redis:// or rediss:// URL, got {redis_url!r}"
+            )
+        if table is None and redis_url is None:
+            raise GateConfigError(
+                "environment variable CIRCUIT_BREAKER_TABLE (or CIRCUIT_BREAKER_REDIS_URL) "
+                "is required"
+            )
         try:
             config = BreakerConfig(
                 failure_threshold=_number(env, "BREAKER_FAILURE_THRESHOLD", 5, int),
@@ -143,7 +154,7 @@ class GateSettings:
             )
         names = env.get("GATE_ALLOWED_BREAKERS", "")
         allowed = frozenset(n.strip() for n in names.split(",") if n.strip()) or None
-        return cls(table, config, max_wait, allowed)
+        return cls(table, config, max_wait, allowed, redis_url)
 
 
 # --------------------------------------------------------------------------- requests
@@ -310,10 +321,15 @@ def create_gate(
         A local DynamoDB endpoint. Without it boto3 resolves the endpoint itself, which
         honours ``AWS_ENDPOINT_URL_DYNAMODB``.
     store:
-        A ready store, instead of a ``DynamoDBStore`` on ``CIRCUIT_BREAKER_TABLE``.
+        A ready store, instead of a ``RedisStore`` on ``CIRCUIT_BREAKER_REDIS_URL`` or else a
+        ``DynamoDBStore`` on ``CIRCUIT_BREAKER_TABLE``.
     """
     settings = GateSettings.from_env(os.environ if env is None else env)
-    if store is None:
+    if store is None and settings.redis_url is not None:
+        from fleetbreaker.stores.redis import RedisStore
+
+        store = RedisStore(url=settings.redis_url)
+    elif store is None:
         store = DynamoDBStore(settings.table_name, endpoint_url=endpoint_url)
     return BreakerGate(settings, store, clock=clock, listeners=default_listeners(logger))
 

@@ -30,6 +30,7 @@ from tests.stepfunctions.harness import (
     FakePaymentApi,
     InProcessLambdas,
     Workflow,
+    environment,
     load_function,
     load_template,
     read_definition,
@@ -231,12 +232,10 @@ def stack_factory(
             for logical_id in functions_named_by(machine):
                 properties = template["Resources"][logical_id]["Properties"]
                 code = Path(properties["CodeUri"]).name
-                variables = properties["Environment"]["Variables"]
-                env = {name: resolve(value, template, refs) for name, value in variables.items()}
-                env.update(overrides.get(code, {}))
+                env = {**environment(properties, template, refs), **overrides.get(code, {})}
                 created = lambda_client.create_function(
                     FunctionName=logical_id,
-                    Runtime=resolve(properties["Runtime"], template, refs),
+                    Runtime=str(resolve(properties["Runtime"], template, refs)),
                     Role=function_role,
                     Handler=properties["Handler"],
                     Code={"ZipFile": _code_zip(code)},
@@ -251,7 +250,7 @@ def stack_factory(
                 lambdas.register(logical_id, getattr(modules[code], handler))
 
             substitutions = {
-                name: resolve(value, template, refs)
+                name: str(resolve(value, template, refs))
                 for name, value in machine["DefinitionSubstitutions"].items()
             }
             definition = read_definition(REPO_ROOT / machine["DefinitionUri"], substitutions)

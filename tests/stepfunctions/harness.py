@@ -314,17 +314,24 @@ def load_template() -> dict[str, Any]:
     return template
 
 
-def resolve(value: Any, template: dict[str, Any], refs: dict[str, str]) -> str:
+# The template's conditions as its parameters' defaults make them (the tests deploy those).
+DEFAULT_CONDITIONS = {"BreakerOnRedis": False, "DeferWhenOpen": False}
+
+
+def resolve(value: Any, template: dict[str, Any], refs: dict[str, str]) -> str | None:
     """A template value as CloudFormation would resolve it, for what the workflow's wiring uses.
 
     ``Ref`` to a name in ``refs`` (deployed resources, test overrides) or else to a parameter
-    (its Default), ``Fn::GetAtt`` through ``refs["<LogicalId>.<Attribute>"]``, and scalars
-    (environment variables are strings).
+    (its Default), ``Fn::GetAtt`` through ``refs["<LogicalId>.<Attribute>"]``, ``Fn::If`` on
+    :data:`DEFAULT_CONDITIONS`, scalars (environment variables are strings), and None for
+    ``AWS::NoValue``.
     """
     if isinstance(value, (str, int, float)) and not isinstance(value, bool):
         return str(value)
     if isinstance(value, dict) and len(value) == 1:
         ((function, argument),) = value.items()
+        if function == "Ref" and argument == "AWS::NoValue":
+            return None
         if function == "Ref":
             if argument in refs:
                 return refs[argument]
@@ -332,7 +339,20 @@ def resolve(value: Any, template: dict[str, Any], refs: dict[str, str]) -> str:
         if function == "Fn::GetAtt":
             name = ".".join(argument) if isinstance(argument, list) else str(argument)
             return refs[name]
+        if function == "Fn::If":
+            condition, when_true, when_false = argument
+            chosen = when_true if DEFAULT_CONDITIONS[condition] else when_false
+            return resolve(chosen, template, refs)
     raise AssertionError(f"the test deployment cannot resolve {value!r}")
+
+
+def environment(
+    properties: dict[str, Any], template: dict[str, Any], refs: dict[str, str]
+) -> dict[str, str]:
+    """A function's environment variables as deployed (variables set to AWS::NoValue dropped)."""
+    variables = properties["Environment"]["Variables"]
+    resolved = {name: resolve(value, template, refs) for name, value in variables.items()}
+    return {name: value for name, value in resolved.items() if value is not None}
 
 
 def read_definition(path: Path, substitutions: dict[str, str]) -> str:

@@ -7,6 +7,7 @@ cold start runs against moto's server, and store trouble against a refused port.
 from __future__ import annotations
 
 import time
+import uuid
 from typing import Any
 
 import pytest
@@ -323,7 +324,8 @@ def test_the_first_invocation_builds_the_gate_from_the_environment(
 @pytest.mark.parametrize(
     ("env", "message"),
     [
-        ({"CIRCUIT_BREAKER_TABLE": ""}, "CIRCUIT_BREAKER_TABLE is required"),
+        ({"CIRCUIT_BREAKER_TABLE": ""}, "CIRCUIT_BREAKER_TABLE (or CIRCUIT_BREAKER_REDIS_URL)"),
+        ({"CIRCUIT_BREAKER_REDIS_URL": "http://cache:6379"}, "a redis:// or rediss:// URL"),
         ({"BREAKER_FAILURE_THRESHOLD": "five"}, "BREAKER_FAILURE_THRESHOLD must be a int"),
         ({"BREAKER_RECOVERY_TIMEOUT": "0"}, "BREAKER_RECOVERY_TIMEOUT must be > 0"),
         ({"BREAKER_RECOVERY_TIMEOUT": "nan"}, "BREAKER_RECOVERY_TIMEOUT must be > 0"),
@@ -342,8 +344,24 @@ def test_a_missing_table_variable_fails_the_invocation_by_name(
 ) -> None:
     monkeypatch.delenv("CIRCUIT_BREAKER_TABLE", raising=False)
     monkeypatch.setattr(app, "gate", None)
-    with pytest.raises(app.GateConfigError, match="CIRCUIT_BREAKER_TABLE is required"):
+    with pytest.raises(app.GateConfigError, match="CIRCUIT_BREAKER_TABLE"):
         check()
+
+
+def test_with_a_redis_url_the_breakers_live_in_redis(
+    redis_server: str, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN two containers configured as the template does with BreakerStore=redis
+    from fleetbreaker import RedisStore
+
+    name = f"gate-redis-{uuid.uuid4().hex[:8]}"
+    env = {**ENV, "CIRCUIT_BREAKER_REDIS_URL": redis_server, "BREAKER_CACHE_TTL": "0"}
+    one, two = app.create_gate(env, clock=clock), app.create_gate(env, clock=clock)
+    assert isinstance(one.store, RedisStore)
+    # WHEN one counts the failures THEN the other sees the breaker open
+    for _ in range(2):
+        one.handle({"action": "record", "breaker": name, "outcome": "failure"})
+    assert two.handle({"action": "check", "breaker": name})["decision"] == "reject"
 
 
 # --------------------------------------------------------------------------- store trouble

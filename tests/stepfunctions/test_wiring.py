@@ -20,7 +20,7 @@ from tests.stepfunctions.conftest import (
     STATE_MACHINE,
     functions_named_by,
 )
-from tests.stepfunctions.harness import load_function, load_template, resolve
+from tests.stepfunctions.harness import environment, load_function, load_template, resolve
 
 PLACEHOLDER = re.compile(r"\$\{([^}]*)\}")
 TRANSIENT_LAMBDA_ERRORS = {
@@ -184,11 +184,9 @@ def test_the_gate_environment_is_valid_and_serves_the_workflow_breaker(
     template: dict[str, Any], machine: dict[str, Any]
 ) -> None:
     app = load_function("breaker_gate")
-    variables = template["Resources"][GATE_FUNCTION]["Properties"]["Environment"]["Variables"]
-    env = {
-        name: resolve(value, template, {"CircuitBreakersTable": "CircuitBreakers"})
-        for name, value in variables.items()
-    }
+    properties = template["Resources"][GATE_FUNCTION]["Properties"]
+    variables = properties["Environment"]["Variables"]
+    env = environment(properties, template, {"CircuitBreakersTable": "CircuitBreakers"})
     settings = app.GateSettings.from_env(env)
     breaker = resolve(machine["DefinitionSubstitutions"]["BreakerName"], template, {})
     assert settings.allowed_breakers == {breaker}
@@ -199,12 +197,24 @@ def test_the_gate_environment_is_valid_and_serves_the_workflow_breaker(
     assert payment["BREAKER_NAME"] == machine["DefinitionSubstitutions"]["BreakerName"]
 
 
+def test_the_gate_keeps_its_breakers_where_the_payment_function_does(
+    template: dict[str, Any],
+) -> None:
+    # With BreakerStore=redis the payment function's breaker moves to the cache; the gate's
+    # must follow, or the workflow and the API would trip two different breakers.
+    gate = template["Resources"][GATE_FUNCTION]["Properties"]
+    payment = template["Resources"]["PaymentFunction"]["Properties"]
+    for name in ("CIRCUIT_BREAKER_TABLE", "CIRCUIT_BREAKER_REDIS_URL"):
+        assert gate["Environment"]["Variables"][name] == payment["Environment"]["Variables"][name]
+    assert gate["VpcConfig"] == payment["VpcConfig"]
+    assert "VpcConfig" not in template["Resources"][CHARGE_FUNCTION]["Properties"]
+
+
 def test_the_probe_lease_outlasts_the_charge_step(template: dict[str, Any]) -> None:
     # A probe's record must arrive while its lease holds, even after the Charge retries.
     app = load_function("breaker_gate")
-    variables = template["Resources"][GATE_FUNCTION]["Properties"]["Environment"]["Variables"]
-    refs = {"CircuitBreakersTable": "CircuitBreakers"}
-    env = {name: resolve(value, template, refs) for name, value in variables.items()}
+    properties = template["Resources"][GATE_FUNCTION]["Properties"]
+    env = environment(properties, template, {"CircuitBreakersTable": "CircuitBreakers"})
     lease = app.GateSettings.from_env(env).breaker_config.probe_lease_seconds
     charge_timeout = template["Resources"][CHARGE_FUNCTION]["Properties"]["Timeout"]
     definition = json.loads((REPO_ROOT / "statemachine" / "payment.asl.json").read_text())
