@@ -137,14 +137,7 @@ class GateSettings:
                 "is required"
             )
         try:
-            config = BreakerConfig(
-                failure_threshold=_number(env, "BREAKER_FAILURE_THRESHOLD", 5, int),
-                window_seconds=_number(env, "BREAKER_WINDOW_SECONDS", 60.0, float),
-                recovery_timeout=_number(env, "BREAKER_RECOVERY_TIMEOUT", 30.0, float),
-                half_open_max_probes=_number(env, "BREAKER_HALF_OPEN_MAX_PROBES", 1, int),
-                probe_lease_seconds=_number(env, "BREAKER_PROBE_LEASE_SECONDS", 10.0, float),
-                cache_ttl=_number(env, "BREAKER_CACHE_TTL", 1.0, float, allow_zero=True),
-            )
+            config = BreakerConfig.from_env(env)
         except ConfigError as exc:
             raise GateConfigError(f"breaker settings: {exc}") from exc
         max_wait = _number(env, "GATE_MAX_WAIT_SECONDS", 300, int)

@@ -3,13 +3,28 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from fleetbreaker.errors import ConfigError
 
 ExceptionTypes = tuple[type[BaseException], ...]
+
+# Fields BreakerConfig.from_env reads, each from BREAKER_<FIELD NAME IN CAPITALS>.
+ENV_FIELDS: dict[str, type[int] | type[float]] = {
+    "failure_threshold": int,
+    "window_seconds": float,
+    "recovery_timeout": float,
+    "max_recovery_timeout": float,
+    "half_open_max_probes": int,
+    "half_open_successes": int,
+    "probe_lease_seconds": float,
+    "cache_ttl": float,
+    "store_backoff_seconds": float,
+}
+_KIND_NAMES = {int: "a whole number", float: "a number"}
 
 
 def _positive_int(name: str, value: object) -> None:
@@ -145,6 +160,43 @@ class BreakerConfig:
             value = getattr(self, name)
             if value is not None and not callable(value):
                 raise ConfigError(f"{name} must be callable or None, got {value!r}")
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> BreakerConfig:
+        """A config from ``BREAKER_*`` environment variables (unset or empty: the default).
+
+        Reads ``BREAKER_FAILURE_THRESHOLD``, ``BREAKER_WINDOW_SECONDS``,
+        ``BREAKER_RECOVERY_TIMEOUT``, ``BREAKER_MAX_RECOVERY_TIMEOUT``,
+        ``BREAKER_HALF_OPEN_MAX_PROBES``, ``BREAKER_HALF_OPEN_SUCCESSES``,
+        ``BREAKER_PROBE_LEASE_SECONDS``, ``BREAKER_CACHE_TTL`` and
+        ``BREAKER_STORE_BACKOFF_SECONDS``; keyword arguments (classification predicates, for
+        instance) are passed through. A bad value raises :class:`ConfigError` naming the
+        variable.
+
+        Example
+        -------
+        >>> BreakerConfig.from_env({"BREAKER_FAILURE_THRESHOLD": "3"}).failure_threshold
+        3
+        """
+        env = os.environ if environ is None else environ
+        values: dict[str, Any] = {}
+        for field_name, kind in ENV_FIELDS.items():
+            variable = f"BREAKER_{field_name.upper()}"
+            raw = env.get(variable, "").strip()
+            if not raw:
+                continue
+            try:
+                values[field_name] = kind(raw)
+            except ValueError:
+                raise ConfigError(f"{variable} must be {_KIND_NAMES[kind]}, got {raw!r}") from None
+        try:
+            return cls(**{**values, **overrides})
+        except ConfigError as exc:
+            # Messages start with the field's name: point at the variable that set it.
+            field_name = str(exc).split(" ", 1)[0]
+            if field_name in values and field_name not in overrides:
+                raise ConfigError(f"BREAKER_{field_name.upper()}: {exc}") from None
+            raise
 
     def counts_exception(self, exc: BaseException) -> bool:
         """Whether a raised exception counts as a failure of the dependency."""

@@ -76,6 +76,20 @@ class Record:
         return self.expires_at * 1000 <= now_ms
 
 
+# The record's integer fields, as every store keeps them (the TTL field is ``expires_at``).
+RECORD_NUMBERS = (
+    "gen",
+    "failures",
+    "window_start",
+    "opened_at",
+    "open_until",
+    "reopens",
+    "successes",
+    "updated_at",
+    "expires_at",
+)
+
+
 @dataclass(frozen=True)
 class Policy:
     """The numbers the store operations need, in store units (ms, s).

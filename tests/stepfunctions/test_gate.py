@@ -326,9 +326,9 @@ def test_the_first_invocation_builds_the_gate_from_the_environment(
     [
         ({"CIRCUIT_BREAKER_TABLE": ""}, "CIRCUIT_BREAKER_TABLE (or CIRCUIT_BREAKER_REDIS_URL)"),
         ({"CIRCUIT_BREAKER_REDIS_URL": "http://cache:6379"}, "a redis:// or rediss:// URL"),
-        ({"BREAKER_FAILURE_THRESHOLD": "five"}, "BREAKER_FAILURE_THRESHOLD must be a int"),
-        ({"BREAKER_RECOVERY_TIMEOUT": "0"}, "BREAKER_RECOVERY_TIMEOUT must be > 0"),
-        ({"BREAKER_RECOVERY_TIMEOUT": "nan"}, "BREAKER_RECOVERY_TIMEOUT must be > 0"),
+        ({"BREAKER_FAILURE_THRESHOLD": "five"}, "BREAKER_FAILURE_THRESHOLD must be a whole number"),
+        ({"BREAKER_RECOVERY_TIMEOUT": "0"}, "BREAKER_RECOVERY_TIMEOUT: recovery_timeout must be"),
+        ({"BREAKER_RECOVERY_TIMEOUT": "nan"}, "BREAKER_RECOVERY_TIMEOUT: recovery_timeout must be"),
         ({"BREAKER_HALF_OPEN_MAX_PROBES": "17"}, "half_open_max_probes must be at most 16"),
         ({"GATE_MAX_WAIT_SECONDS": "7200"}, "GATE_MAX_WAIT_SECONDS must be at most 3600"),
     ],

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from fleetbreaker.config import ENV_FIELDS
 from tests.servers import REPO_ROOT
 from tests.stepfunctions.conftest import (
     CHARGE_FUNCTION,
@@ -176,8 +177,12 @@ def test_every_variable_the_template_sets_is_read_by_the_function(
 ) -> None:
     variables = template["Resources"][logical_id]["Properties"]["Environment"]["Variables"]
     source = (REPO_ROOT / "functions" / code / "app.py").read_text()
+    # BREAKER_* settings are read by BreakerConfig.from_env when the function calls it.
+    from_env = {f"BREAKER_{field.upper()}" for field in ENV_FIELDS}
+    reads_config = "BreakerConfig.from_env(" in source
     for name in variables:
-        assert name.startswith("POWERTOOLS_") or f'"{name}"' in source, name
+        read = f'"{name}"' in source or (reads_config and name in from_env)
+        assert name.startswith("POWERTOOLS_") or read, name
 
 
 def test_the_gate_environment_is_valid_and_serves_the_workflow_breaker(

@@ -521,3 +521,31 @@ def test_fractional_recovery_timeouts_are_honoured(store, clock, dep) -> None:
     clock.advance(0.001)
     dep.failing = False
     assert breaker.call(dep) == "ok"
+
+
+def test_config_from_environment_variables() -> None:
+    env = {
+        "BREAKER_FAILURE_THRESHOLD": "3",
+        "BREAKER_RECOVERY_TIMEOUT": "2.5",
+        "BREAKER_CACHE_TTL": "",
+    }
+
+    config = BreakerConfig.from_env(env, failure_result=bool)
+
+    assert config.failure_threshold == 3
+    assert config.recovery_timeout == 2.5
+    assert config.cache_ttl == 1.0
+    assert config.failure_result is bool
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"BREAKER_FAILURE_THRESHOLD": "five"}, "BREAKER_FAILURE_THRESHOLD must be a whole number"),
+        ({"BREAKER_FAILURE_THRESHOLD": "0"}, "BREAKER_FAILURE_THRESHOLD: failure_threshold must"),
+        ({"BREAKER_CACHE_TTL": "-1"}, "BREAKER_CACHE_TTL: cache_ttl must be a non-negative"),
+    ],
+)
+def test_config_from_bad_environment_names_the_variable(env: dict, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        BreakerConfig.from_env(env)

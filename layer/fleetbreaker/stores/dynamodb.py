@@ -30,17 +30,8 @@ MAX_SLOTS = 16  # BreakerConfig caps half_open_max_probes at this
 
 # Scalar attributes every usable item has, all numbers. The Python parser and the USABLE
 # condition below must agree, or a corrupt item could be both "absent" and "present".
-_NUMBERS = (
-    "gen",
-    "failures",
-    "window_start",
-    "opened_at",
-    "open_until",
-    "reopens",
-    "successes",
-    "updated_at",
-    TTL_ATTRIBUTE,
-)
+_NUMBERS = rules.RECORD_NUMBERS
+assert TTL_ATTRIBUTE in _NUMBERS
 _STATES = tuple(state.value for state in State)
 
 # How long the breaker may wait on DynamoDB: short timeouts and one quick retry. Legacy retry

@@ -29,17 +29,7 @@ if TYPE_CHECKING:
 
 URL_ENV = "CIRCUIT_BREAKER_REDIS_URL"
 MAX_SLOTS = 16  # BreakerConfig caps half_open_max_probes at this
-_NUMBERS = (
-    "gen",
-    "failures",
-    "window_start",
-    "opened_at",
-    "open_until",
-    "reopens",
-    "successes",
-    "updated_at",
-    "expires_at",
-)
+_NUMBERS = rules.RECORD_NUMBERS
 # The scripts' integer rule: an optional minus and 1 to 15 ASCII digits (exact in a Lua double).
 _INTEGER = re.compile(r"-?[0-9]{1,15}")
 # `{`, `}` would end or start a hash tag early; `%` is escaped so the mapping stays one-to-one.
