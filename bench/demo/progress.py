@@ -78,7 +78,7 @@ class Progress:
     def _line(self, row: Interval) -> None:
         self._print(
             f"{row.end:>5.0f}s  {provider_state(self.record, row.end - 0.001):<9}"
-            f"{row.api_charged + row.api_failed:>7}{row.api_failed:>8}{row.rejected:>10}"
+            f"{row.api_charged + row.api_failed:>7}{row.api_failed:>8}{row.turned_away:>10}"
             f"{row.deferred:>10}{row.probes:>8}{row.store_requests:>11}  {state_mix(row.states)}"
         )
 

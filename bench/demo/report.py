@@ -81,7 +81,7 @@ def table(runs: list[Run]) -> str:
         (
             "payments charged / failed / turned away",
             *(
-                f"{s.charged} / {s.provider_failed} / {s.rejected + s.deferred}"
+                f"{s.charged} / {s.provider_failed} / {s.turned_away}"
                 for s in (run.summary for run in runs)
             ),
         ),
@@ -189,7 +189,7 @@ def _plot_run(run: Run, calls: Axes, turned: Axes, states: Axes, until: float) -
         top = max(max(c + f for c, f in zip(charged, failed, strict=True)), 1.0) * 1.08
         calls.plot(probes, [top] * len(probes), "v", color="black", markersize=5, label="a probe")
     # Turned away: the breaker answered without calling the provider (503, or 202 deferred).
-    rejected = [(row.rejected - row.deferred) / BIN for row in bins]
+    rejected = [(row.turned_away - row.deferred) / BIN for row in bins]
     deferred = [row.deferred / BIN for row in bins]
     if any(rejected) or not any(deferred):
         turned.bar(

@@ -56,6 +56,11 @@ class RunSummary:
     def windows(self) -> int:
         return len(self.probes_per_window)
 
+    @property
+    def turned_away(self) -> int:
+        """Payments the breaker rejected: answered 503, or deferred by the fallback."""
+        return self.rejected + self.deferred
+
 
 def summarize(record: RunRecord) -> RunSummary:
     statuses = Counter(call.status for call in record.calls)
@@ -133,7 +138,7 @@ class Interval:
     end: float
     api_charged: int
     api_failed: int
-    rejected: int  # turned away by the breaker: 503, or 202 when the fallback deferred it
+    turned_away: int  # rejected by the breaker: a 503, or a 202 when the fallback deferred it
     deferred: int
     probes: int
     store_requests: int
@@ -154,7 +159,7 @@ def interval(record: RunRecord, start: float, end: float, states_at: StateIndex)
         end,
         api_charged=sum(provider),
         api_failed=len(provider) - sum(provider),
-        rejected=statuses[CIRCUIT_OPEN] + statuses[DEFERRED],
+        turned_away=statuses[CIRCUIT_OPEN] + statuses[DEFERRED],
         deferred=statuses[DEFERRED],
         probes=probes,
         store_requests=store_requests,
