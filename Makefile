@@ -96,8 +96,9 @@ distclean: clean ## clean, and remove .venv and node_modules too
 
 # ------------------------------------------------------------------ SAM application
 # template.yaml: the CircuitBreakers table, the layer (layer/Makefile), the payment function
-# (functions/payment/Makefile) behind an HTTP API. `sam build` needs neither Docker nor the
-# runtime's own Python: both Makefiles install pure-Python wheels only.
+# (functions/payment/Makefile) behind an HTTP API, and the payment workflow with its gate and
+# charge functions (their Makefiles copy app.py). `sam build` needs neither Docker nor the
+# runtime's own Python: the Makefiles install pure-Python wheels only.
 
 TOOLS_VENV := .venv-tools
 TOOLS_STAMP := $(TOOLS_VENV)/.stamp
@@ -128,7 +129,7 @@ constraints-tools: tools ## regenerate constraints-tools.txt from .venv-tools
 # The build Makefiles run pip with $(PYTHON): the venv's, whose pip version is pinned.
 build: export SAM_CLI_TELEMETRY := 0
 build: export PYTHON := $(CURDIR)/$(PY)
-build: venv ## sam build: layer and payment function into .aws-sam/build (no Docker needed)
+build: venv ## sam build: the layer and the functions into .aws-sam/build (no Docker needed)
 	$(SAM) build
 
 # sam validate needs a region to lint; any will do when none is configured.

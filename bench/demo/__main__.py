@@ -75,8 +75,9 @@ def parser() -> argparse.ArgumentParser:
     add(
         "--store",
         choices=STORES,
-        help=f"where the shared breaker keeps its state (default {d.store}); redis needs "
-        "fleetbreaker's RedisStore and redis-server",
+        help=f"where the shared breaker keeps its state (default {d.store}); redis starts a "
+        "redis-server (`make redis` installs it), memory serves one MemoryStore from a "
+        "local process",
     )
     add(
         "--fallback",

@@ -7,7 +7,6 @@ its state differs.
 
 from __future__ import annotations
 
-import importlib.util
 import shutil
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
@@ -64,10 +63,8 @@ class Options:
             raise OptionsError(f"--probes must be 1 to 16, got {self.probes}")
         if not 0 <= self.cache_ttl <= 60:
             raise OptionsError(f"--cache-ttl must be 0 to 60 s, got {self.cache_ttl}")
-        if self.store not in available_stores():
-            raise OptionsError(
-                f"--store {self.store} is not available here; choose from {available_stores()}"
-            )
+        if self.store not in STORES:
+            raise OptionsError(f"--store must be one of {STORES}, got {self.store!r}")
         if self.store == "redis" and shutil.which("redis-server") is None:
             raise OptionsError("--store redis needs redis-server on PATH (run `make redis`)")
         if self.fallback not in FALLBACKS:
@@ -108,9 +105,3 @@ DEFAULT = Options()
 SHORT = replace(
     DEFAULT, containers=8, rate=8.0, healthy=1.5, outage=2.5, threshold=3, recovery=1.0, linger=1.0
 )
-
-
-def available_stores() -> tuple[str, ...]:
-    """The shared stores this checkout has: redis once fleetbreaker ships a RedisStore."""
-    has_redis = importlib.util.find_spec("fleetbreaker.stores.redis") is not None
-    return tuple(store for store in STORES if store != "redis" or has_redis)

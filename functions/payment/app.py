@@ -1,7 +1,8 @@
 """Payment API (``POST /payments``): validates a payment and charges it through the fleet's breaker.
 
 One breaker per container, built at import from the environment (see ``Settings``), so every
-warm container of every function naming the same breaker shares one state in DynamoDB.
+warm container of every function naming the same breaker shares one state in DynamoDB (or in
+Redis, when ``CIRCUIT_BREAKER_REDIS_URL`` is set).
 
 Responses
 ---------
@@ -36,6 +37,7 @@ from aws_lambda_powertools.logging import correlation_paths
 from fleetbreaker import Admission, BreakerConfig, CircuitBreaker, CircuitOpenError, State
 from fleetbreaker.observability import default_listeners, log_metrics
 from fleetbreaker.stores.dynamodb import DynamoDBStore
+from fleetbreaker.stores.redis import RedisStore
 
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.typing import LambdaContext
@@ -106,6 +108,7 @@ class Settings:
     cache_ttl: float = 1.0
     open_circuit_mode: str = "reject"
     deferred_queue_url: str | None = None
+    redis_url: str | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Settings:
@@ -118,6 +121,11 @@ class Settings:
                 f"OPEN_CIRCUIT_MODE must be one of {OPEN_CIRCUIT_MODES}, got {mode!r}"
             )
         queue_url = env.get("DEFERRED_PAYMENTS_QUEUE_URL", "").strip() or None
+        redis_url = env.get("CIRCUIT_BREAKER_REDIS_URL", "").strip() or None
+        if redis_url is not None and not redis_url.startswith(("redis://", "rediss://")):
+            raise SettingsError(
+                f"CIRCUIT_BREAKER_REDIS_URL must be a redis:// or rediss:// URL, got {redis_url!r}"
+            )
         if mode == "defer" and queue_url is None:
             raise SettingsError("OPEN_CIRCUIT_MODE=defer needs DEFERRED_PAYMENTS_QUEUE_URL")
         return cls(
@@ -134,6 +142,8 @@ class Settings:
             cache_ttl=_number(env, "BREAKER_CACHE_TTL", 1.0, float, allow_zero=True),
             open_circuit_mode=mode,
             deferred_queue_url=queue_url,
+            # Set (by the template's BreakerStore=redis): the breaker lives in that cache.
+            redis_url=redis_url,
         )
 
 
@@ -436,8 +446,9 @@ def create_handler(
         A local AWS endpoint (moto) for DynamoDB and SQS. Without it boto3 resolves endpoints
         itself, which honours ``AWS_ENDPOINT_URL_DYNAMODB`` and ``AWS_ENDPOINT_URL_SQS``.
     store:
-        The breaker's store instead of a ``DynamoDBStore`` on ``CIRCUIT_BREAKER_TABLE``, e.g.
-        a ``MemoryStore`` for a per-container breaker (``make demo`` compares the two).
+        The breaker's store instead of the one the environment names (Redis at
+        ``CIRCUIT_BREAKER_REDIS_URL``, else DynamoDB), e.g. a ``MemoryStore`` for a
+        per-container breaker (``make demo`` compares the two).
     """
     settings = Settings.from_env(os.environ if env is None else env)
     fallback: DeferredPayments | None = None
@@ -453,7 +464,9 @@ def create_handler(
             config=Config(connect_timeout=1, read_timeout=2, retries={"total_max_attempts": 2}),
         )
         fallback = DeferredPayments(settings.deferred_queue_url, sqs)
-    if store is None:
+    if store is None and settings.redis_url is not None:
+        store = RedisStore(url=settings.redis_url)
+    elif store is None:
         store = DynamoDBStore(settings.table_name, endpoint_url=endpoint_url)
     breaker = CircuitBreaker(
         settings.breaker_name,

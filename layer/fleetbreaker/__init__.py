@@ -33,6 +33,7 @@ from fleetbreaker.stores.memory import MemoryStore
 
 if TYPE_CHECKING:
     from fleetbreaker.stores.dynamodb import DynamoDBStore
+    from fleetbreaker.stores.redis import RedisStore
 
 __version__ = "0.1.0"
 
@@ -52,6 +53,7 @@ __all__ = [
     "LoggingListener",
     "MemoryStore",
     "RecordResult",
+    "RedisStore",
     "State",
     "StoreError",
     "TableNotFoundError",
@@ -64,4 +66,8 @@ def __getattr__(name: str) -> Any:
         from fleetbreaker.stores.dynamodb import DynamoDBStore
 
         return DynamoDBStore
+    if name == "RedisStore":
+        from fleetbreaker.stores.redis import RedisStore
+
+        return RedisStore
     raise AttributeError(f"module 'fleetbreaker' has no attribute {name!r}")

@@ -97,7 +97,7 @@ class BreakerStats:
 
 
 _UNSET: Any = object()
-_COLD_WAIT_S = 2.0  # longer than a store read can take with the default timeouts
+_REFRESH_WAIT_S = 2.0  # longer than a store read can take with the default timeouts
 
 
 class CircuitBreaker:
@@ -109,8 +109,9 @@ class CircuitBreaker:
         The dependency this breaker protects, e.g. ``"payment-api"`` (1 to 1024 UTF-8 bytes).
     store:
         Where the fleet's shared state lives: ``DynamoDBStore``, ``RedisStore`` or, for one
-        process only, ``MemoryStore``. When omitted and ``CIRCUIT_BREAKER_TABLE`` is set, a
-        ``DynamoDBStore`` on that table.
+        process only, ``MemoryStore``. When omitted: a ``RedisStore`` if
+        ``CIRCUIT_BREAKER_REDIS_URL`` is set, else a ``DynamoDBStore`` if
+        ``CIRCUIT_BREAKER_TABLE`` is set.
     config:
         A :class:`BreakerConfig`; defaults apply when omitted.
     fallback:
@@ -389,18 +390,18 @@ class CircuitBreaker:
             return record
         if self._store_paused(now):
             return self._local.load(self.name, now)
-        if not self._cache.begin_refresh():
-            if self._cache.has_entry:
-                # Another thread is reading the store right now: its answer is moments away,
-                # and the previous one is still the best this container knows.
-                return self._cache.last_seen
-            # A cold container: nothing to answer with yet, so wait for that one read (the
-            # store's own timeouts bound it) rather than sending the same read again.
-            if not self._cache.begin_refresh(wait_s=_COLD_WAIT_S):
-                return self._load(now)
+        # One thread per container refreshes; the others wait for its answer (bounded: longer
+        # than a store read can take) instead of sending the same read, or acting on a view
+        # older than cache_ttl: that view may still say closed after the fleet tripped.
+        if not self._cache.begin_refresh(wait_s=_REFRESH_WAIT_S):
+            return self._load(now)
         try:
-            hit, record = self._cache.get(now)  # refreshed while this thread was arriving?
-            return record if hit else self._load(now)
+            hit, record = self._cache.get(now)
+            if hit:
+                return record
+            if self._store_paused(now):  # the refresh this thread waited for failed
+                return self._local.load(self.name, now)
+            return self._load(now)
         finally:
             self._cache.end_refresh()
 
@@ -488,10 +489,14 @@ def _default_store() -> Store:
     import os
 
     from fleetbreaker.stores.dynamodb import TABLE_ENV, DynamoDBStore
+    from fleetbreaker.stores.redis import URL_ENV, RedisStore
 
+    # Redis first: a stack that adds a cache keeps its table, and the URL is the opt-in.
+    if os.environ.get(URL_ENV):
+        return RedisStore()
     if os.environ.get(TABLE_ENV):
         return DynamoDBStore()
     raise ConfigError(
         f"CircuitBreaker needs a store: pass store=DynamoDBStore(...), RedisStore(...) or "
-        f"MemoryStore(), or set {TABLE_ENV} to use DynamoDB"
+        f"MemoryStore(), or set {TABLE_ENV} to use DynamoDB ({URL_ENV} for Redis)"
     )

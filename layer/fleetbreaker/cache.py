@@ -14,9 +14,9 @@ class RecordCache:
 
     Every store answer goes in, including the current item a failed conditional write hands
     back, so a container that loses a race learns the new state at once. ``last_seen`` keeps
-    the newest answer past its freshness: it seeds the local breaker if the store goes away,
-    and it answers threads that find the cache stale while another thread is already
-    refreshing it (one store read per refresh, however many threads call at that moment).
+    the newest answer past its freshness: it seeds the local breaker if the store goes away.
+    ``begin_refresh`` lets one thread at a time read the store, so a container sends one read
+    per refresh however many of its threads find the cache stale at that moment.
 
     Reads take no lock: the entry is one tuple, replaced whole.
     """
@@ -59,10 +59,6 @@ class RecordCache:
 
     def end_refresh(self) -> None:
         self._refreshing.release()
-
-    @property
-    def has_entry(self) -> bool:
-        return self._entry is not None
 
     @property
     def last_seen(self) -> Record | None:

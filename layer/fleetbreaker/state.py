@@ -153,7 +153,8 @@ def open_duration_ms(policy: Policy, reopens: int, jitter: float) -> int:
 def lease_slot(token: str) -> int | None:
     """The slot a lease token names (tokens look like ``"<slot>-<nonce>"``)."""
     head, sep, nonce = token.partition("-")
-    if not sep or not nonce or not head.isdigit() or len(head) > 2:
+    # isascii(): str.isdigit() also accepts "²" and other digits int() rejects or misreads.
+    if not sep or not nonce or not head.isascii() or not head.isdigit() or len(head) > 2:
         return None
     return int(head)
 

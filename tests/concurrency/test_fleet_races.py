@@ -20,7 +20,7 @@ pytestmark = pytest.mark.slow
 
 PROCESSES, THREADS = 8, 8
 CONFIG = {"failure_threshold": 5, "recovery_timeout": 30.0, "half_open_max_probes": 1}
-FLEET_BACKENDS = ["moto_server", "dynalite"]
+FLEET_BACKENDS = ["moto_server", "dynalite", "redis"]
 
 
 @pytest.fixture(params=FLEET_BACKENDS)

@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from fleetbreaker import DynamoDBStore, MemoryStore
+from fleetbreaker import DynamoDBStore, MemoryStore, RedisStore
 from tests import servers
 
 StoreFactory = Callable[[], Any]
@@ -56,7 +56,16 @@ def moto_inprocess_store() -> Iterator[DynamoDBStore]:
         yield DynamoDBStore("CircuitBreakers", boto3_client=client)
 
 
-STORE_BACKENDS = ["memory", "moto", "moto_server", "dynalite"]
+@pytest.fixture
+def redis_contract_store(redis_server: str) -> Iterator[RedisStore]:
+    # The contract passes explicit epoch-ms times (T0 is in 2023), so the scripts must use
+    # the caller's clock; tests/redis/ covers the default, the server's TIME.
+    store = RedisStore(url=redis_server, use_server_time=False, socket_timeout=5.0)
+    yield store
+    store.close()
+
+
+STORE_BACKENDS = ["memory", "moto", "moto_server", "dynalite", "redis"]
 # moto's in-process backend does not serialise UpdateItem calls from several threads (two
 # conditional writes can both pass their check), so it cannot stand in for DynamoDB's
 # per-item atomicity. Race tests use every other backend; the moto server is launched behind

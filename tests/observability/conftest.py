@@ -32,9 +32,23 @@ OBSERVABILITY_ENV = (
 
 
 @pytest.fixture(autouse=True)
-def clean_observability_env(monkeypatch: pytest.MonkeyPatch) -> None:
+def clean_observability_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     for name in OBSERVABILITY_ENV:
         monkeypatch.delenv(name, raising=False)
+    # Powertools' Tracer, created at import by a function module outside Lambda, switches the
+    # X-Ray SDK off process-wide; these tests need it on whatever ran before them. Only touch
+    # the SDK if something already imported it: some tests prove it stays unimported.
+    import sys
+
+    if "aws_xray_sdk" not in sys.modules:
+        yield
+        return
+    from aws_xray_sdk import global_sdk_config
+
+    was_enabled = global_sdk_config.sdk_enabled()
+    global_sdk_config.set_sdk_enabled(True)
+    yield
+    global_sdk_config.set_sdk_enabled(was_enabled)
 
 
 @pytest.fixture

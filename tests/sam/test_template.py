@@ -84,7 +84,7 @@ def translated_template(tmp_path: Path) -> Path:
     template = load_template()
     for resource in template["Resources"].values():
         properties = resource.get("Properties", {})
-        for key in ("CodeUri", "ContentUri"):
+        for key in ("CodeUri", "ContentUri", "DefinitionUri"):
             if key in properties:  # what `sam package` does: local paths become S3 objects
                 properties[key] = "s3://artifacts/code.zip"
 

@@ -75,43 +75,56 @@ def test_healthy_steady_state_reads_once_per_cache_ttl(store, clock, dep) -> Non
     assert store.stats.writes == 0
 
 
-def test_threads_finding_the_cache_stale_share_one_store_read(clock, dep) -> None:
-    class SlowStore(MemoryStore):
-        """load() blocks, the first time after warm-up, until the other threads are done."""
+def test_threads_finding_the_cache_stale_wait_for_one_store_read(store, clock, dep) -> None:
+    release = threading.Event()
+    entered = threading.Event()
 
-        def __init__(self) -> None:
-            super().__init__()
-            self.others_done = threading.Event()
-            self.block = False
+    class SlowStore(MemoryStore):
+        """load() blocks, once armed, until the test releases it."""
+
+        armed = False
 
         def load(self, name: str, now_ms: int) -> Any:
-            if self.block:
-                self.block = False
-                assert self.others_done.wait(10)
+            if self.armed:
+                entered.set()
+                assert release.wait(10)
             return super().load(name, now_ms)
 
-    store = SlowStore()
-    breaker = make(store, clock)
-    breaker.call(dep)  # warm: one read
+    slow = SlowStore()
+    breaker, tripper = make(slow, clock), make(slow, clock)
+    breaker.call(dep)  # GIVEN a container whose last read said closed
+    trip(tripper, dep)  # AND the fleet tripped since
     clock.advance(CONFIG.cache_ttl)
-    store.block = True
-    finished = threading.Semaphore(0)
+    reads_before = slow.stats.reads
+    slow.armed = True
+    outcomes: list[str] = []
 
     def call() -> None:
-        breaker.call(dep)
-        finished.release()
+        try:
+            breaker.call(dep)
+            outcomes.append("ran")
+        except CircuitOpenError:
+            outcomes.append("rejected")
 
-    threads = [threading.Thread(target=call) for _ in range(8)]
-    for thread in threads:
+    first = threading.Thread(target=call)
+    first.start()
+    assert entered.wait(10)
+
+    # WHEN its threads find the cache stale while one of them is reading the store
+    others = [threading.Thread(target=call) for _ in range(7)]
+    for thread in others:
         thread.start()
-    for _ in range(7):  # everyone but the refreshing thread answers from the previous read
-        assert finished.acquire(timeout=10)
-    store.others_done.set()
-    for thread in threads:
+    for thread in others:
+        thread.join(0.2)
+    assert all(thread.is_alive() for thread in others)  # waiting, not acting on "closed"
+    release.set()
+    for thread in [first, *others]:
         thread.join()
 
-    assert store.stats.reads == 2
-    assert dep.calls == 9
+    # THEN one read serves them all, and none of them calls the tripped dependency
+    assert slow.stats.reads == reads_before + 1
+    assert outcomes == ["rejected"] * 8
+    assert dep.calls == 4
 
 
 def test_a_cold_container_sends_one_read_for_all_its_threads(clock, dep) -> None:

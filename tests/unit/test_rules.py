@@ -126,7 +126,7 @@ def test_settle_with_an_expired_lease_is_ignored() -> None:
     assert not outcome.changed
 
 
-@pytest.mark.parametrize("token", ["", "abc", "-x", "0-", "100-x", "x-1"])
+@pytest.mark.parametrize("token", ["", "abc", "-x", "0-", "100-x", "x-1", "²-x", "٣-x"])
 def test_malformed_tokens_name_no_slot(token: str) -> None:
     assert rules.lease_slot(token) is None
 

@@ -1,0 +1,360 @@
+"""Breaker gate: lets any Step Functions workflow put a step behind a fleetbreaker breaker.
+
+A workflow cannot hold a breaker across states, so the gate splits a call in two: a ``check``
+Task before the protected step and a ``record`` Task after it. Both talk to the same breakers
+(shared through DynamoDB) as every Lambda function that uses the layer directly.
+
+Requests and answers
+--------------------
+``{"action": "check", "breaker": "payment-api", "max_wait_seconds": 60}``
+    → ``{"breaker", "state", "decision", "retry_after", "wait_seconds", "token", "degraded"}``.
+    ``decision`` is ``allow``, ``probe`` or ``reject``. A probe comes with a ``token`` that the
+    record step must pass back. ``wait_seconds`` is ``retry_after`` as the whole number of
+    seconds a Wait state's ``SecondsPath`` accepts: rounded up, at least 1 when rejected, 0
+    otherwise, and capped at the request's ``max_wait_seconds`` (optional) and at
+    ``GATE_MAX_WAIT_SECONDS``, whichever is lower.
+
+``{"action": "record", "breaker": "payment-api", "outcome": "success" | "failure", "token": ...}``
+    → ``{"breaker", "outcome", "applied", "stale_token", "state", "detail"}``. With the probe's
+    token the probe is settled; a token whose lease has ended (another probe settled, or the
+    lease ran out) changes nothing and the answer says so (``applied: false``,
+    ``stale_token: true``). Without a token (``null`` after an ``allow``) a failure is counted
+    and a success writes nothing.
+
+A request the gate cannot serve raises :class:`InvalidGateRequest` (a workflow catches it by
+that name); a broken environment raises :class:`GateConfigError`. Store trouble never raises:
+the breakers degrade to per-container state as they do everywhere (``degraded: true``).
+
+Environment
+-----------
+``CIRCUIT_BREAKER_TABLE`` (required unless Redis is used), ``CIRCUIT_BREAKER_REDIS_URL``
+(optional, ``redis://`` or ``rediss://``: keeps the breakers in Redis, as the payment function
+does with the same variable), ``BREAKER_FAILURE_THRESHOLD`` (5),
+``BREAKER_WINDOW_SECONDS`` (60), ``BREAKER_RECOVERY_TIMEOUT`` (30),
+``BREAKER_HALF_OPEN_MAX_PROBES`` (1), ``BREAKER_PROBE_LEASE_SECONDS`` (10; must outlast the
+protected step, retries included), ``BREAKER_CACHE_TTL`` (1; 0 disables),
+``GATE_MAX_WAIT_SECONDS`` (300), ``GATE_ALLOWED_BREAKERS`` (optional, comma-separated: the
+only names this gate serves, so a typo in a workflow fails instead of creating a new breaker).
+Every breaker of one gate uses the same config.
+
+One :class:`BreakerGate`, and one breaker per name, per container: built on the first
+invocation and reused while the container is warm. Tests build their own with
+:func:`create_gate` (injected clock, local endpoint) and assign it to :data:`gate`.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from aws_lambda_powertools import Logger
+
+from fleetbreaker import BreakerConfig, CircuitBreaker, InvalidTokenError
+from fleetbreaker.breaker import validate_name
+from fleetbreaker.errors import ConfigError
+from fleetbreaker.observability import default_listeners, log_metrics
+from fleetbreaker.stores.dynamodb import DynamoDBStore
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from aws_lambda_powertools.utilities.typing import LambdaContext
+
+    from fleetbreaker.events import BreakerListener
+    from fleetbreaker.stores.base import Store
+
+logger = Logger(service="breaker-gate")
+# No Powertools Tracer: with active tracing the breakers' own TracingListener annotates the
+# Lambda trace and adds a subsegment per store round trip, and the X-Ray SDK is imported only
+# when the invocation is traced (Tracer would import it on every cold start).
+
+ACTIONS = ("check", "record")
+OUTCOMES = ("success", "failure")
+FIELDS = {
+    "check": {"action", "breaker", "max_wait_seconds"},
+    "record": {"action", "breaker", "outcome", "token"},
+}
+# A Wait state takes at most a year; an hour is already far beyond any sane open window.
+MAX_WAIT_LIMIT = 3600
+
+
+class InvalidGateRequest(ValueError):
+    """The request is not one the gate serves; the message says which field is wrong."""
+
+
+class GateConfigError(ValueError):
+    """An environment variable of the gate function is missing or invalid."""
+
+
+# --------------------------------------------------------------------------- settings
+
+
+def _number(
+    env: Mapping[str, str],
+    name: str,
+    default: float,
+    kind: type[int] | type[float],
+    *,
+    allow_zero: bool = False,
+) -> Any:
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = kind(raw)
+    except ValueError:
+        raise GateConfigError(f"{name} must be a {kind.__name__}, got {raw!r}") from None
+    if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
+        raise GateConfigError(f"{name} must be {'>= 0' if allow_zero else '> 0'}, got {raw!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class GateSettings:
+    """Everything the gate reads from its environment (see the module docstring)."""
+
+    table_name: str | None
+    breaker_config: BreakerConfig
+    max_wait_seconds: int = 300
+    allowed_breakers: frozenset[str] | None = None
+    redis_url: str | None = None
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> GateSettings:
+        table = env.get("CIRCUIT_BREAKER_TABLE", "").strip() or None
+        redis_url = env.get("CIRCUIT_BREAKER_REDIS_URL", "").strip() or None
+        if redis_url is not None and not redis_url.startswith(("redis://", "rediss://")):
+            raise GateConfigError(
+                f"CIRCUIT_BREAKER_REDIS_URL must be a redis:// or rediss:// URL, got {redis_url!r}"
+            )
+        if table is None and redis_url is None:
+            raise GateConfigError(
+                "environment variable CIRCUIT_BREAKER_TABLE (or CIRCUIT_BREAKER_REDIS_URL) "
+                "is required"
+            )
+        try:
+            config = BreakerConfig(
+                failure_threshold=_number(env, "BREAKER_FAILURE_THRESHOLD", 5, int),
+                window_seconds=_number(env, "BREAKER_WINDOW_SECONDS", 60.0, float),
+                recovery_timeout=_number(env, "BREAKER_RECOVERY_TIMEOUT", 30.0, float),
+                half_open_max_probes=_number(env, "BREAKER_HALF_OPEN_MAX_PROBES", 1, int),
+                probe_lease_seconds=_number(env, "BREAKER_PROBE_LEASE_SECONDS", 10.0, float),
+                cache_ttl=_number(env, "BREAKER_CACHE_TTL", 1.0, float, allow_zero=True),
+            )
+        except ConfigError as exc:
+            raise GateConfigError(f"breaker settings: {exc}") from exc
+        max_wait = _number(env, "GATE_MAX_WAIT_SECONDS", 300, int)
+        if max_wait > MAX_WAIT_LIMIT:
+            raise GateConfigError(
+                f"GATE_MAX_WAIT_SECONDS must be at most {MAX_WAIT_LIMIT}, got {max_wait}"
+            )
+        names = env.get("GATE_ALLOWED_BREAKERS", "")
+        allowed = frozenset(n.strip() for n in names.split(",") if n.strip()) or None
+        return cls(table, config, max_wait, allowed, redis_url)
+
+
+# --------------------------------------------------------------------------- requests
+
+
+def _field(event: Mapping[str, Any], name: str) -> Any:
+    if name not in event:
+        raise InvalidGateRequest(f"{name}: required")
+    return event[name]
+
+
+def _parse(event: object) -> tuple[str, str]:
+    """The action and breaker name of a request, after checking its shape."""
+    if not isinstance(event, Mapping):
+        raise InvalidGateRequest(f"the request must be a JSON object, got {type(event).__name__}")
+    action = _field(event, "action")
+    if action not in ACTIONS:
+        raise InvalidGateRequest(f"action: must be one of {', '.join(ACTIONS)}, got {action!r}")
+    unknown = sorted(set(event) - FIELDS[action])
+    if unknown:
+        allowed = ", ".join(sorted(FIELDS[action]))
+        raise InvalidGateRequest(
+            f"unknown field(s) for {action}: {', '.join(unknown)} (allowed: {allowed})"
+        )
+    name = _field(event, "breaker")
+    try:
+        validate_name(name)
+    except ConfigError as exc:
+        raise InvalidGateRequest(f"breaker: {exc}") from None
+    return action, name
+
+
+# --------------------------------------------------------------------------- the gate
+
+
+class BreakerGate:
+    """Answers check and record requests, keeping one breaker per name for the container."""
+
+    def __init__(
+        self,
+        settings: GateSettings,
+        store: Store,
+        *,
+        clock: Callable[[], int] | None = None,
+        listeners: Sequence[BreakerListener] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.store = store
+        self.clock = clock
+        self.listeners = listeners
+        self._breakers: dict[str, CircuitBreaker] = {}
+        self._lock = threading.Lock()
+
+    def breaker(self, name: str) -> CircuitBreaker:
+        """The container's breaker for ``name`` (created on first use)."""
+        allowed = self.settings.allowed_breakers
+        if allowed is not None and name not in allowed:
+            raise InvalidGateRequest(
+                f"breaker: {name!r} is not served by this gate "
+                f"(GATE_ALLOWED_BREAKERS: {', '.join(sorted(allowed))})"
+            )
+        breaker = self._breakers.get(name)
+        if breaker is None:
+            with self._lock:
+                breaker = self._breakers.get(name)
+                if breaker is None:
+                    breaker = CircuitBreaker(
+                        name,
+                        store=self.store,
+                        config=self.settings.breaker_config,
+                        listeners=self.listeners,
+                        clock=self.clock,
+                    )
+                    self._breakers[name] = breaker
+        return breaker
+
+    def handle(self, event: object) -> dict[str, Any]:
+        """Serve one request; raises :class:`InvalidGateRequest` for a malformed one."""
+        action, name = _parse(event)
+        assert isinstance(event, Mapping)  # _parse checked it
+        if action == "check":
+            return self.check(name, self._max_wait(event))
+        return self.record(name, event)
+
+    def check(self, name: str, max_wait_seconds: int) -> dict[str, Any]:
+        admission = self.breaker(name).check()
+        wait = 0
+        if not admission.allowed:
+            wait = min(max_wait_seconds, max(1, math.ceil(admission.retry_after)))
+        return {
+            "breaker": name,
+            "state": admission.state.value,
+            "decision": admission.decision.value,
+            "retry_after": round(admission.retry_after, 3),
+            "wait_seconds": wait,
+            "token": admission.token,
+            "degraded": admission.degraded,
+        }
+
+    def record(self, name: str, event: Mapping[str, Any]) -> dict[str, Any]:
+        outcome = _field(event, "outcome")
+        if outcome not in OUTCOMES:
+            raise InvalidGateRequest(
+                f"outcome: must be one of {', '.join(OUTCOMES)}, got {outcome!r}"
+            )
+        token = event.get("token")
+        if token is not None and not isinstance(token, str):
+            raise InvalidGateRequest(
+                f"token: must be the check's token (a string) or null, got {type(token).__name__}"
+            )
+        try:
+            result = self.breaker(name).record(outcome == "success", token)
+        except InvalidTokenError:
+            raise InvalidGateRequest(
+                f"token: {token!r} is not a probe token issued by a check"
+            ) from None
+        return {
+            "breaker": name,
+            "outcome": outcome,
+            "applied": result.applied,
+            "stale_token": token is not None and not result.applied,
+            "state": result.state.value,
+            "detail": result.detail,
+        }
+
+    def _max_wait(self, event: Mapping[str, Any]) -> int:
+        cap = self.settings.max_wait_seconds
+        if "max_wait_seconds" not in event:
+            return cap
+        value = event["max_wait_seconds"]
+        # JSON has one number type: 60.0 is as whole as 60.
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int)
+            or not 1 <= value <= MAX_WAIT_LIMIT
+        ):
+            raise InvalidGateRequest(
+                f"max_wait_seconds: must be a whole number from 1 to {MAX_WAIT_LIMIT}, "
+                f"got {value!r}"
+            )
+        # The workflow's own bound, never above the gate's.
+        return min(value, cap)
+
+
+def create_gate(
+    env: Mapping[str, str] | None = None,
+    *,
+    clock: Callable[[], int] | None = None,
+    endpoint_url: str | None = None,
+    store: Store | None = None,
+) -> BreakerGate:
+    """Build a gate from environment variables, its breakers logging through the function's
+    Powertools logger, counting EMF metrics and annotating X-Ray traces.
+
+    Parameters
+    ----------
+    env:
+        The variables to read (default ``os.environ``).
+    clock:
+        Epoch-millisecond clock for every breaker of the gate (tests move time by hand).
+    endpoint_url:
+        A local DynamoDB endpoint. Without it boto3 resolves the endpoint itself, which
+        honours ``AWS_ENDPOINT_URL_DYNAMODB``.
+    store:
+        A ready store, instead of a ``RedisStore`` on ``CIRCUIT_BREAKER_REDIS_URL`` or else a
+        ``DynamoDBStore`` on ``CIRCUIT_BREAKER_TABLE``.
+    """
+    settings = GateSettings.from_env(os.environ if env is None else env)
+    if store is None and settings.redis_url is not None:
+        from fleetbreaker.stores.redis import RedisStore
+
+        store = RedisStore(url=settings.redis_url)
+    elif store is None:
+        store = DynamoDBStore(settings.table_name, endpoint_url=endpoint_url)
+    return BreakerGate(settings, store, clock=clock, listeners=default_listeners(logger))
+
+
+# The container's gate: built by the first invocation, so a configuration error is reported
+# as that invocation's error (with its message) rather than as an opaque init failure.
+gate: BreakerGate | None = None
+_gate_lock = threading.Lock()
+
+
+def current_gate() -> BreakerGate:
+    global gate
+    with _gate_lock:
+        if gate is None:
+            gate = create_gate()
+        return gate
+
+
+@log_metrics  # one EMF document per breaker per invocation, also when the handler raises
+@logger.inject_lambda_context
+def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    try:
+        answer = current_gate().handle(event)
+    except InvalidGateRequest as exc:
+        logger.warning("invalid gate request", extra={"error": str(exc)})
+        raise
+    logger.debug("gate answer", extra={"answer": answer})
+    return answer

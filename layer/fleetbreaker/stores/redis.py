@@ -1,0 +1,359 @@
+"""Redis store (ElastiCache, Valkey, Redis OSS): one hash per breaker, one Lua script per operation.
+
+Each operation is a single EVALSHA. The script reads the breaker's hash, applies the rule
+from state.py and writes the whole record back, atomically on the server, so there is no
+read-modify-write across the network and no retry loop: Redis runs one script at a time.
+By default the scripts take the time from the server's TIME, so containers whose clocks
+disagree still agree on when an open window or a probe lease ends.
+
+Keys look like ``fleetbreaker:{payment-api}``: the breaker's name is the hash tag, so all of
+a breaker's keys live in one slot of a Redis Cluster (or ElastiCache in cluster mode) and a
+script never touches keys in two slots.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from importlib import resources
+from typing import TYPE_CHECKING, Any, Protocol
+
+from fleetbreaker import state as rules
+from fleetbreaker.errors import ConfigError, CorruptRecordError, StoreError
+from fleetbreaker.state import Lease, Outcome, Policy, Record, State
+from fleetbreaker.stores.base import StoreStats
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+URL_ENV = "CIRCUIT_BREAKER_REDIS_URL"
+MAX_SLOTS = 16  # BreakerConfig caps half_open_max_probes at this
+_NUMBERS = (
+    "gen",
+    "failures",
+    "window_start",
+    "opened_at",
+    "open_until",
+    "reopens",
+    "successes",
+    "updated_at",
+    "expires_at",
+)
+# The scripts' integer rule: an optional minus and 1 to 15 ASCII digits (exact in a Lua double).
+_INTEGER = re.compile(r"-?[0-9]{1,15}")
+# `{`, `}` would end or start a hash tag early; `%` is escaped so the mapping stays one-to-one.
+_KEY_ESCAPES = str.maketrans({"%": "%25", "{": "%7B", "}": "%7D"})
+_OPERATIONS = ("load", "record_failure", "claim_probe", "settle_probe", "force_state")
+
+
+class RedisClient(Protocol):
+    """The two commands RedisStore needs; ``redis.Redis`` and ``redis.RedisCluster`` fit."""
+
+    def evalsha(self, sha: str, numkeys: int, *keys_and_args: str) -> Any: ...
+
+    def script_load(self, script: str) -> Any: ...
+
+
+class _Script:
+    """One operation's Lua source and its SHA1, loaded into the server on first NOSCRIPT."""
+
+    def __init__(self, operation: str) -> None:
+        package = resources.files("fleetbreaker.stores")
+        common = package.joinpath("redis_common.lua").read_text(encoding="utf-8")
+        body = package.joinpath(f"redis_{operation}.lua").read_text(encoding="utf-8")
+        self.operation = operation
+        self.source = f"{common}\n{body}"
+        self.sha = hashlib.sha1(self.source.encode("utf-8")).hexdigest()
+
+
+def _load_scripts() -> dict[str, _Script]:
+    return {operation: _Script(operation) for operation in _OPERATIONS}
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, bytes):
+        return value.decode("utf-8", errors="replace")
+    return str(value)
+
+
+def _integer(fields: dict[str, str], name: str) -> int:
+    raw = fields.get(name)
+    if raw is None or not _INTEGER.fullmatch(raw):
+        raise CorruptRecordError(f"field {name!r} is missing or not an integer: {raw!r}")
+    return int(raw)
+
+
+def parse_fields(fields: dict[str, str]) -> Record | None:
+    """Turn a breaker hash's fields (as the scripts return them) into a Record.
+
+    None for no fields. Raises CorruptRecordError when the fields are not a record's.
+    """
+    if not fields:
+        return None
+    raw_state = fields.get("state")
+    try:
+        state = State(raw_state)
+    except ValueError:
+        raise CorruptRecordError(f"field 'state' is not a breaker state: {raw_state!r}") from None
+    numbers = {name: _integer(fields, name) for name in _NUMBERS}
+    leases: dict[int, Lease] = {}
+    for slot in range(MAX_SLOTS):
+        token = fields.get(f"probe{slot}_token")
+        until = fields.get(f"probe{slot}_until")
+        if token is not None and until is not None and _INTEGER.fullmatch(until):
+            leases[slot] = Lease(token, int(until))
+    return Record(state=state, leases=leases, **numbers)
+
+
+def _policy_args(policy: Policy) -> list[str]:
+    # repr() of a float round-trips exactly, and Lua's tonumber reads it back to the same
+    # double, so the scripts' open-window arithmetic matches state.open_duration_ms.
+    return [
+        str(policy.failure_threshold),
+        str(policy.window_ms),
+        str(policy.base_open_ms),
+        repr(float(policy.backoff)),
+        str(policy.max_open_ms),
+        str(policy.max_probes),
+        str(policy.successes_needed),
+        str(policy.lease_ms),
+        str(policy.ttl_s),
+        str(rules.OVERRIDE_TTL_S),
+    ]
+
+
+class RedisStore:
+    """Keeps breakers in Redis: ElastiCache (Serverless or node-based), Valkey, Redis OSS.
+
+    Parameters
+    ----------
+    client:
+        A ready redis-py client, used as it is, with its own timeouts and retries: for
+        example ``redis.cluster.RedisCluster`` for a node-based cluster in cluster mode.
+    url:
+        Where to connect when no client is given, e.g. ``rediss://my-cache.serverless.
+        use1.cache.amazonaws.com:6379``; defaults to the ``CIRCUIT_BREAKER_REDIS_URL``
+        environment variable. ``rediss://`` means TLS.
+    key_prefix:
+        Start of every key (default ``"fleetbreaker"``; no braces).
+    socket_timeout, socket_connect_timeout:
+        Seconds to wait for a reply and for a connection (default 0.2 each). The breaker
+        never waits longer than about twice these before it falls back to local state.
+    ssl:
+        Force TLS on (True) or check it is off (False); None (default) follows the URL.
+        ElastiCache Serverless always needs TLS.
+    ssl_ca_certs:
+        A CA bundle for the server's certificate, when the system's does not cover it.
+    username, password:
+        ElastiCache RBAC user (Redis 6 ACL) and its password, or ``password`` alone for
+        AUTH. Credentials written in the URL take precedence.
+    use_server_time:
+        Use the server's TIME as the clock inside the scripts (default True), so every
+        container shares one clock. False uses the ``now_ms`` each caller passes, which
+        tests with a fake clock need.
+
+    Example
+    -------
+    >>> store = RedisStore(url="rediss://my-cache.serverless.use1.cache.amazonaws.com:6379")
+    >>> breaker = CircuitBreaker("payment-api", store=store)
+    """
+
+    def __init__(
+        self,
+        client: RedisClient | None = None,
+        url: str | None = None,
+        *,
+        key_prefix: str = "fleetbreaker",
+        socket_timeout: float = 0.2,
+        socket_connect_timeout: float = 0.2,
+        ssl: bool | None = None,
+        ssl_ca_certs: str | None = None,
+        username: str | None = None,
+        password: str | None = None,
+        use_server_time: bool = True,
+    ) -> None:
+        if (
+            not isinstance(key_prefix, str)
+            or not key_prefix
+            or "{" in key_prefix
+            or "}" in key_prefix
+        ):
+            raise ConfigError(
+                f"key_prefix must be a non-empty string without braces: {key_prefix!r}"
+            )
+        for label, seconds in (
+            ("socket_timeout", socket_timeout),
+            ("socket_connect_timeout", socket_connect_timeout),
+        ):
+            if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or seconds <= 0:
+                raise ConfigError(f"{label} must be a positive number of seconds, got {seconds!r}")
+        self.key_prefix = key_prefix
+        self.use_server_time = use_server_time
+        self.stats = StoreStats()
+        self._scripts = _load_scripts()
+        self._owns_client = client is None
+        if client is not None:
+            if url is not None:
+                raise ConfigError("RedisStore takes a client or a url, not both")
+            self.client: RedisClient = client
+        else:
+            self.client = _make_client(
+                url if url is not None else os.environ.get(URL_ENV, ""),
+                socket_timeout=float(socket_timeout),
+                socket_connect_timeout=float(socket_connect_timeout),
+                ssl=ssl,
+                ssl_ca_certs=ssl_ca_certs,
+                username=username,
+                password=password,
+            )
+
+    def __repr__(self) -> str:
+        return f"RedisStore(key_prefix={self.key_prefix!r})"
+
+    def close(self) -> None:
+        """Close the connections of a client this store created (an injected one is yours)."""
+        close = getattr(self.client, "close", None)
+        if self._owns_client and callable(close):
+            close()
+
+    def key(self, name: str) -> str:
+        """The Redis key of a breaker's record; its hash tag is the (escaped) name."""
+        return f"{self.key_prefix}:{{{name.translate(_KEY_ESCAPES)}}}"
+
+    def keys(self, name: str) -> tuple[str, ...]:
+        """Every key the store uses for a breaker (all in one cluster slot)."""
+        return (self.key(name),)
+
+    # -- raw calls -------------------------------------------------------------------------
+
+    def _now_arg(self, now_ms: int) -> str:
+        return "" if self.use_server_time else str(int(now_ms))
+
+    def _eval(self, operation: str, name: str, args: Sequence[str]) -> list[Any]:
+        """One EVALSHA; after a server restart (NOSCRIPT) load the script and run it again."""
+        from redis.exceptions import NoScriptError, RedisError
+
+        script = self._scripts[operation]
+        keys = self.keys(name)
+        try:
+            try:
+                reply = self.client.evalsha(script.sha, len(keys), *keys, *args)
+            except NoScriptError:
+                # The cache forgot its scripts (restart, failover, SCRIPT FLUSH): load it and
+                # run again. Nothing ran the first time, so the retry cannot double-count.
+                self.client.script_load(script.source)
+                reply = self.client.evalsha(script.sha, len(keys), *keys, *args)
+        except RedisError as exc:
+            raise StoreError(f"Redis {operation} failed for breaker {name!r}: {exc}") from exc
+        except OSError as exc:  # a custom client may let a socket error through
+            raise StoreError(f"Redis unreachable for breaker {name!r}: {exc}") from exc
+        if not isinstance(reply, list) or len(reply) < 6:
+            raise StoreError(f"Redis {operation} for breaker {name!r} gave {reply!r}")
+        return reply
+
+    def _outcome(self, operation: str, name: str, reply: list[Any]) -> Outcome:
+        status, changed, before, after, token = (_text(v) for v in reply[:5])
+        if status == "corrupt":
+            raise CorruptRecordError(f"breaker {name!r} in Redis: {changed}")
+        pairs = [_text(v) for v in reply[6:]]
+        record = parse_fields(dict(zip(pairs[::2], pairs[1::2], strict=True)))
+        transition = (State(before), State(after)) if before and after else None
+        return Outcome(record, changed=changed == "1", transition=transition, token=token or None)
+
+    def _operation(self, operation: str, name: str, args: Sequence[str]) -> Outcome:
+        self.stats.count_write()
+        return self._outcome(operation, name, self._eval(operation, name, args))
+
+    # -- the contract ----------------------------------------------------------------------
+
+    def load(self, name: str, now_ms: int) -> Record | None:
+        self.stats.count_read()
+        return self._outcome("load", name, self._eval("load", name, [self._now_arg(now_ms)])).record
+
+    def record_failure(
+        self, name: str, policy: Policy, now_ms: int, observed: Record | None
+    ) -> Outcome:
+        # `observed` is not needed: the script reads the current record under Redis' lock.
+        return self._operation(
+            "record_failure", name, [self._now_arg(now_ms), *_policy_args(policy)]
+        )
+
+    def claim_probe(
+        self, name: str, policy: Policy, now_ms: int, nonce: str, observed: Record | None
+    ) -> Outcome:
+        return self._operation(
+            "claim_probe", name, [self._now_arg(now_ms), *_policy_args(policy), nonce]
+        )
+
+    def settle_probe(
+        self,
+        name: str,
+        policy: Policy,
+        now_ms: int,
+        token: str,
+        success: bool,
+        jitter: float,
+        observed: Record | None,
+    ) -> Outcome:
+        args = [self._now_arg(now_ms), *_policy_args(policy), token, "1" if success else "0"]
+        return self._operation("settle_probe", name, [*args, repr(float(jitter))])
+
+    def force_state(self, name: str, policy: Policy, now_ms: int, target: State) -> Outcome:
+        if target not in rules.FORCEABLE:
+            raise ValueError(f"cannot force a breaker to {target.value!r}")
+        return self._operation(
+            "force_state", name, [self._now_arg(now_ms), *_policy_args(policy), target.value]
+        )
+
+
+def _make_client(
+    url: str,
+    *,
+    socket_timeout: float,
+    socket_connect_timeout: float,
+    ssl: bool | None,
+    ssl_ca_certs: str | None,
+    username: str | None,
+    password: str | None,
+) -> RedisClient:
+    if not isinstance(url, str) or not url.strip():
+        raise ConfigError(f"RedisStore needs a client or a url: pass client=/url= or set {URL_ENV}")
+    try:
+        import redis
+        from redis.backoff import NoBackoff
+        from redis.exceptions import ConnectionError as RedisConnectionError
+        from redis.retry import Retry
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise ConfigError("RedisStore needs redis-py: pip install 'fleetbreaker[redis]'") from exc
+
+    scheme, sep, rest = url.partition("://")
+    if not sep or scheme not in ("redis", "rediss"):
+        raise ConfigError(f"Redis url must start with redis:// or rediss://, got {url!r}")
+    if ssl is True and scheme == "redis":
+        url = f"rediss://{rest}"
+    elif ssl is False and scheme == "rediss":
+        raise ConfigError(f"ssl=False contradicts the rediss:// url {url!r}")
+    options: dict[str, Any] = {
+        "socket_timeout": socket_timeout,
+        "socket_connect_timeout": socket_connect_timeout,
+        # One quick retry on a broken connection: a Lambda container thawed after minutes
+        # often holds a pooled connection the server has closed. No retry on a timeout: the
+        # script may have run, and a second run would count a failure twice.
+        "retry": Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,)),
+        # No CLIENT SETINFO handshake: two fewer round trips on every new connection.
+        "driver_info": None,
+    }
+    if username is not None:
+        options["username"] = username
+    if password is not None:
+        options["password"] = password
+    if ssl_ca_certs is not None:
+        if not url.startswith("rediss://"):
+            raise ConfigError("ssl_ca_certs needs TLS: use a rediss:// url or ssl=True")
+        options["ssl_ca_certs"] = ssl_ca_certs
+    try:
+        client: RedisClient = redis.Redis.from_url(url, **options)
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(f"invalid Redis url or options for {url!r}: {exc}") from exc
+    return client

@@ -1,0 +1,24 @@
+-- record_failure: count one failure in the current window; trip (once) at the threshold.
+local now = clock(ARGV[1])
+local policy = policy_from(ARGV)
+local key = KEYS[1]
+-- Absent, expired or corrupt: counted as a fresh closed record (and a corrupt one replaced).
+local rec, _, old = read(key, now)
+local current = rec or blank('closed', 0)
+if current.state ~= 'closed' then return reply(rec, now, false) end
+
+local counted = copy(current)
+if current.window_start ~= 0 and now - current.window_start < policy.window_ms then
+  counted.failures = current.failures + 1
+else
+  counted.failures = 1
+  counted.window_start = now
+end
+if counted.failures < policy.failure_threshold then
+  return reply(save(key, counted, policy, now, old), now, true)
+end
+
+local opened = blank('open', current.gen + 1)
+opened.opened_at = now
+opened.open_until = now + open_duration(policy, 0, 1.0)
+return reply(save(key, opened, policy, now, old), now, true, 'closed', 'open')

@@ -1,0 +1,30 @@
+-- settle_probe: a probe's result. Only a live lease counts: a late prober changes nothing.
+-- ARGV[12] is the token, ARGV[13] "1" for success, ARGV[14] the jitter factor.
+local now = clock(ARGV[1])
+local policy = policy_from(ARGV)
+local token = ARGV[12]
+local success = ARGV[13] == '1'
+local jitter = tonumber(ARGV[14])
+local key = KEYS[1]
+local rec, _, old = read(key, now)
+if not holds_lease(rec, token, now) then return reply(rec, now, false) end
+
+local slot = lease_slot(token)
+if success then
+  local successes = rec.successes + 1
+  if successes < policy.successes_needed then
+    local kept = copy(rec)
+    kept.successes = successes
+    kept.leases[slot] = nil
+    return reply(save(key, kept, policy, now, old), now, true)
+  end
+  local closed = blank('closed', rec.gen + 1)
+  return reply(save(key, closed, policy, now, old), now, true, 'half_open', 'closed')
+end
+
+local reopens = rec.reopens + 1
+local reopened = blank('open', rec.gen + 1)
+reopened.opened_at = now
+reopened.open_until = now + open_duration(policy, reopens, jitter)
+reopened.reopens = reopens
+return reply(save(key, reopened, policy, now, old), now, true, 'half_open', 'open')

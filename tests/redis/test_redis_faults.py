@@ -1,0 +1,290 @@
+"""The breaker on RedisStore when Redis misbehaves: killed, restarted empty, hung, black-holed.
+
+DESIGN.md: a store error never reaches the protected call, the call is never held up for
+more than a small budget, and the breaker runs on a per-container local breaker until the
+store answers again. Time moves only by the fake clock; latencies are measured, never slept.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import redis
+
+from fleetbreaker import BreakerConfig, CircuitBreaker, CircuitOpenError, RedisStore, State
+from fleetbreaker.events import BreakerListener
+from tests.servers import BlackholeServer, RedisServer
+from tests.support import Dependency, FakeClock
+
+CONFIG = BreakerConfig(
+    failure_threshold=3, recovery_timeout=10, recovery_jitter=0.0, store_backoff_seconds=5
+)
+# What one call may cost when Redis is out of reach: the default 0.2 s connect and read
+# timeouts, one retry of a broken connection, and generous slack for a busy test machine.
+BUDGET_S = 1.0
+
+
+class Events(BreakerListener):
+    def __init__(self) -> None:
+        self.degraded: list[str] = []
+        self.recovered = 0
+        self.store_errors: list[BaseException] = []
+
+    def on_degraded(self, name: str, reason: str) -> None:
+        self.degraded.append(reason)
+
+    def on_recovered(self, name: str) -> None:
+        self.recovered += 1
+
+    def on_store_error(self, name: str, operation: str, error: BaseException) -> None:
+        self.store_errors.append(error)
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def dep() -> Dependency:
+    return Dependency()
+
+
+@pytest.fixture
+def events() -> Events:
+    return Events()
+
+
+@pytest.fixture
+def breaker_on(clock: FakeClock, events: Events) -> Iterator[Callable[[str], CircuitBreaker]]:
+    """A breaker on a RedisStore at `url`, with the store's default (short) timeouts."""
+    stores: list[RedisStore] = []
+
+    def make(url: str) -> CircuitBreaker:
+        store = RedisStore(url=url, use_server_time=False)  # the fake clock drives the rules
+        stores.append(store)
+        return CircuitBreaker(
+            "payment-api", store=store, config=CONFIG, clock=clock, listeners=[events]
+        )
+
+    yield make
+    for store in stores:
+        store.close()
+
+
+def timed(fn: Callable[[], Any]) -> tuple[Any, float]:
+    started = time.perf_counter()
+    try:
+        result: Any = fn()
+    except Exception as exc:
+        result = exc
+    return result, time.perf_counter() - started
+
+
+def trip(breaker: CircuitBreaker, dep: Dependency) -> None:
+    dep.failing = True
+    for _ in range(CONFIG.failure_threshold):
+        with pytest.raises(ConnectionError):
+            breaker.call(dep)
+    dep.failing = False
+
+
+# -- killed --------------------------------------------------------------------------------
+
+
+def test_a_killed_server_degrades_to_the_local_breaker(
+    redis_factory: Callable[[], RedisServer],
+    breaker_on: Callable[[str], CircuitBreaker],
+    clock: FakeClock,
+    dep: Dependency,
+    events: Events,
+) -> None:
+    # GIVEN a healthy breaker whose Redis then crashes
+    server = redis_factory()
+    breaker = breaker_on(server.url)
+    assert breaker.call(dep) == "ok"
+    server.kill()
+    clock.advance(CONFIG.cache_ttl)
+
+    # WHEN calls keep coming
+    result, elapsed = timed(lambda: breaker.call(dep))
+
+    # THEN they run, quickly, on the local breaker, and the degradation is reported
+    assert result == "ok"
+    assert elapsed < BUDGET_S
+    assert breaker.degraded
+    assert len(events.degraded) == 1
+    assert isinstance(events.store_errors[0].__cause__, redis.ConnectionError)
+    # and the local breaker still protects the dependency
+    trip(breaker, dep)
+    with pytest.raises(CircuitOpenError):
+        breaker.call(dep)
+
+
+def test_a_breaker_seen_open_keeps_rejecting_after_the_server_dies(
+    redis_factory: Callable[[], RedisServer],
+    breaker_on: Callable[[str], CircuitBreaker],
+    clock: FakeClock,
+    dep: Dependency,
+) -> None:
+    # GIVEN the fleet's breaker is open, then Redis crashes
+    server = redis_factory()
+    breaker = breaker_on(server.url)
+    trip(breaker, dep)
+    server.kill()
+    clock.advance(CONFIG.cache_ttl)
+
+    # WHEN a call comes before the open window ends THEN it is rejected without running
+    result, elapsed = timed(lambda: breaker.call(dep))
+    assert isinstance(result, CircuitOpenError)
+    assert elapsed < BUDGET_S
+    assert dep.calls == CONFIG.failure_threshold
+
+    # and once the window ends, the local breaker lets a probe through
+    clock.advance(CONFIG.recovery_timeout)
+    assert breaker.call(dep) == "ok"
+    assert breaker.state is State.CLOSED
+
+
+def test_the_breaker_recovers_when_the_server_is_back(
+    redis_factory: Callable[[], RedisServer],
+    breaker_on: Callable[[str], CircuitBreaker],
+    clock: FakeClock,
+    dep: Dependency,
+    events: Events,
+) -> None:
+    server = redis_factory()
+    breaker = breaker_on(server.url)
+    breaker.call(dep)
+    server.stop()
+    clock.advance(CONFIG.cache_ttl)
+    breaker.call(dep)
+    assert breaker.degraded
+
+    server.restart()  # same port, no data
+    clock.advance(CONFIG.store_backoff_seconds)
+
+    assert breaker.call(dep) == "ok"
+    assert not breaker.degraded
+    assert events.recovered == 1
+
+
+# -- restarted with its data lost ----------------------------------------------------------
+
+
+def test_a_restart_that_loses_the_data_reads_closed_and_reloads_scripts(
+    redis_factory: Callable[[], RedisServer],
+    breaker_on: Callable[[str], CircuitBreaker],
+    clock: FakeClock,
+    dep: Dependency,
+) -> None:
+    # GIVEN an open breaker, and Redis restarted in between: data and script cache are gone
+    server = redis_factory()
+    breaker = breaker_on(server.url)
+    trip(breaker, dep)
+    server.restart()
+    raw = redis.Redis.from_url(server.url)
+    assert raw.dbsize() == 0
+    assert raw.script_exists(*(s.sha for s in breaker.store._scripts.values())) == [False] * 5
+    clock.advance(CONFIG.cache_ttl)
+
+    # WHEN the breaker is used again
+    state = breaker.state
+    result = breaker.call(dep)
+
+    # THEN it reads closed and runs the call, on the shared store (the pooled connection the
+    # restart broke is replaced, NOSCRIPT is answered by loading the script)
+    assert state is State.CLOSED
+    assert result == "ok"
+    assert not breaker.degraded
+    assert raw.script_exists(breaker.store._scripts["load"].sha) == [True]
+    raw.close()
+
+
+def test_a_probe_whose_lease_was_lost_in_a_restart_settles_as_stale(
+    redis_factory: Callable[[], RedisServer],
+    breaker_on: Callable[[str], CircuitBreaker],
+    clock: FakeClock,
+    dep: Dependency,
+) -> None:
+    # GIVEN a probe admitted just before Redis restarted empty
+    server = redis_factory()
+    breaker = breaker_on(server.url)
+    trip(breaker, dep)
+    clock.advance(CONFIG.recovery_timeout)
+    admission = breaker.check()
+    assert admission.token is not None
+    server.restart()
+
+    # WHEN the probe reports
+    result = breaker.record(False, admission.token)
+
+    # THEN nothing is written (no lease any more) and the breaker reads closed
+    assert not result.applied
+    assert result.state is State.CLOSED
+    assert not breaker.degraded
+
+
+# -- hung: accepts, never answers ----------------------------------------------------------
+
+
+def test_a_server_that_never_answers_costs_one_timeout_then_nothing(
+    blackhole: BlackholeServer,
+    breaker_on: Callable[[str], CircuitBreaker],
+    clock: FakeClock,
+    dep: Dependency,
+    events: Events,
+) -> None:
+    breaker = breaker_on(blackhole.redis_url)
+
+    # WHEN the first call meets the hung store
+    first, first_s = timed(lambda: breaker.call(dep))
+    # and more calls come during the store back-off
+    rest = [timed(lambda: breaker.call(dep)) for _ in range(50)]
+
+    # THEN the first waits one read timeout, no exception reaches the caller, and the store
+    # is not asked again until the back-off ends
+    assert first == "ok"
+    assert first_s < BUDGET_S
+    assert isinstance(events.store_errors[0].__cause__, redis.TimeoutError)
+    assert [result for result, _ in rest] == ["ok"] * 50
+    assert sum(seconds for _, seconds in rest) < 0.1
+    assert len(events.store_errors) == 1
+
+    # WHEN the back-off ends THEN the store is tried again, within the same budget
+    clock.advance(CONFIG.store_backoff_seconds)
+    again, again_s = timed(lambda: breaker.call(dep))
+    assert again == "ok"
+    assert again_s < BUDGET_S
+    assert len(events.store_errors) == 2
+
+
+def test_a_paused_server_degrades_then_recovers_when_resumed(
+    redis_factory: Callable[[], RedisServer],
+    breaker_on: Callable[[str], CircuitBreaker],
+    clock: FakeClock,
+    dep: Dependency,
+    events: Events,
+) -> None:
+    # GIVEN an open breaker whose Redis then hangs (SIGSTOP: connections accepted, no replies)
+    server = redis_factory()
+    breaker = breaker_on(server.url)
+    trip(breaker, dep)
+    server.pause()
+    clock.advance(CONFIG.cache_ttl)
+
+    # WHEN a call comes THEN it is rejected from the last state seen, within the budget
+    result, elapsed = timed(lambda: breaker.call(dep))
+    assert isinstance(result, CircuitOpenError)
+    assert elapsed < BUDGET_S
+    assert isinstance(events.store_errors[0].__cause__, redis.TimeoutError)
+
+    # WHEN Redis resumes and the back-off ends THEN the fleet's record is in charge again
+    server.resume()
+    clock.advance(CONFIG.store_backoff_seconds)
+    assert breaker.state is State.OPEN
+    assert not breaker.degraded
+    assert events.recovered == 1

@@ -1,0 +1,363 @@
+"""Test helpers for the Lambda functions and the payment workflow.
+
+- :func:`load_function` imports ``functions/<name>/app.py`` as its own module (every function
+  calls its file ``app.py``, so they cannot share one import name).
+- :class:`InProcessLambdas` makes moto's Lambda backend run registered Python handlers
+  instead of Docker containers (see tests/stepfunctions/test_payment_workflow.py).
+- :class:`FakePaymentApi` is a payment provider on loopback whose answers a test sets.
+- :class:`Workflow` starts executions of a state machine in moto and waits for them.
+- :func:`load_template` and :func:`resolve` read template.yaml the way the tests deploy it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.server
+import importlib.util
+import json
+import sys
+import threading
+import time
+import traceback
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from tests.servers import LOOPBACK, REPO_ROOT
+
+FUNCTIONS_DIR = REPO_ROOT / "functions"
+STATEMACHINE_DIR = REPO_ROOT / "statemachine"
+EVENTS_DIR = REPO_ROOT / "events"
+TEMPLATE = REPO_ROOT / "template.yaml"
+
+Handler = Callable[[Any, Any], Any]
+
+
+def load_function(name: str) -> ModuleType:
+    """``functions/<name>/app.py`` as module ``fleetbreaker_functions.<name>`` (imported once)."""
+    module_name = f"fleetbreaker_functions.{name}"
+    module = sys.modules.get(module_name)
+    if module is None:
+        path = FUNCTIONS_DIR / name / "app.py"
+        spec = importlib.util.spec_from_file_location(module_name, path)
+        assert spec is not None, path
+        assert spec.loader is not None, path
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[module_name] = module
+        spec.loader.exec_module(module)
+    return module
+
+
+def read_event(name: str) -> Any:
+    return json.loads((EVENTS_DIR / name).read_text())
+
+
+# --------------------------------------------------------------------------- Lambda
+
+
+@dataclass
+class LambdaContext:
+    """The attributes of the Lambda runtime's context object that handlers (Powertools) read."""
+
+    function_name: str
+    invoked_function_arn: str
+    memory_limit_in_mb: int = 128
+    function_version: str = "$LATEST"
+    aws_request_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    log_group_name: str = ""
+    log_stream_name: str = ""
+
+    def get_remaining_time_in_millis(self) -> int:
+        return 30_000
+
+
+class LambdaThrottled(Exception):
+    """Raise from a routed handler to make moto's Lambda answer TooManyRequestsException."""
+
+
+def error_payload(exc: BaseException) -> dict[str, Any]:
+    """What the Lambda Python runtime returns when a handler raises (FunctionError: Unhandled)."""
+    return {
+        "errorMessage": str(exc),
+        "errorType": type(exc).__name__,
+        "requestId": str(uuid.uuid4()),
+        "stackTrace": traceback.format_tb(exc.__traceback__),
+    }
+
+
+@dataclass
+class Invocation:
+    """One call of a routed function: its event, and what it returned or raised."""
+
+    event: Any
+    result: Any = None
+    error: BaseException | None = None
+
+
+class InProcessLambdas:
+    """Runs Lambda functions created in moto as Python callables in this process.
+
+    moto's ``LambdaFunction._invoke_lambda(event)`` is the one place where its Lambda backend
+    starts a Docker container; it returns ``(payload, errored, logs)``. :meth:`patch` swaps it
+    for :meth:`_invoke`, which looks the function up by name in :attr:`handlers` and returns
+    the same triple. Everything around it stays moto's own code: resolving the ARN, the IAM
+    role check, the ``X-Amz-Function-Error`` header, and the Step Functions interpreter turning
+    the payload's ``errorType`` into the error name that Retry and Catch match.
+    """
+
+    def __init__(self) -> None:
+        self.handlers: dict[str, Handler] = {}
+        self.calls: dict[str, list[Invocation]] = {}
+        self._lock = threading.Lock()
+
+    def register(self, function_name: str, handler: Handler) -> None:
+        self.handlers[function_name] = handler
+        self.calls.setdefault(function_name, [])
+
+    def count(self, function_name: str) -> int:
+        with self._lock:
+            return len(self.calls[function_name])
+
+    def invocations(self, function_name: str) -> list[Invocation]:
+        with self._lock:
+            return list(self.calls[function_name])
+
+    @contextlib.contextmanager
+    def patch(self) -> Iterator[InProcessLambdas]:
+        from unittest import mock
+
+        from moto.awslambda.models import LambdaFunction
+
+        router = self
+
+        def _invoke_lambda(fn: Any, event: Any = None) -> tuple[str, bool, str]:
+            return router._invoke(fn, event)
+
+        with mock.patch.object(LambdaFunction, "_invoke_lambda", _invoke_lambda):
+            yield self
+
+    def _invoke(self, fn: Any, event: Any) -> tuple[str, bool, str]:
+        from moto.awslambda.exceptions import LambdaClientError
+
+        handler = self.handlers.get(fn.function_name)
+        if handler is None:
+            raise AssertionError(f"no in-process handler registered for {fn.function_name}")
+        invocation = Invocation(event)
+        with self._lock:
+            self.calls[fn.function_name].append(invocation)
+        context = LambdaContext(fn.function_name, fn.function_arn, int(fn.memory_size or 128))
+        try:
+            invocation.result = handler(event, context)
+        except LambdaThrottled as exc:
+            # Lambda itself refused the call: an API error, not a function error.
+            invocation.error = exc
+            raise LambdaClientError("TooManyRequestsException", str(exc)) from exc
+        except Exception as exc:
+            invocation.error = exc
+            return json.dumps(error_payload(exc)), True, ""
+        return json.dumps(invocation.result), False, ""
+
+
+# --------------------------------------------------------------------------- payment API
+
+
+@dataclass
+class ApiCall:
+    body: Any
+    headers: dict[str, str]
+
+
+class FakePaymentApi:
+    """A payment provider on 127.0.0.1: answers ``status`` with ``body``, records every call."""
+
+    def __init__(self) -> None:
+        self.status = 201
+        self.body: Any = {"charge_id": "ch_test", "state": "succeeded"}
+        self.calls: list[ApiCall] = []
+        # Called in the request's thread before answering: a test can hold the answer back
+        # or move its clock, as a slow provider would.
+        self.on_call: Callable[[], None] | None = None
+        self._lock = threading.Lock()
+        api = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length", "0"))
+                raw = self.rfile.read(length)
+                with api._lock:
+                    api.calls.append(ApiCall(json.loads(raw or b"null"), dict(self.headers)))
+                    hook = api.on_call
+                if hook is not None:
+                    hook()
+                with api._lock:
+                    status, body = api.status, api.body
+                payload = json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self._server = http.server.ThreadingHTTPServer((LOOPBACK, 0), Handler)
+        self._server.daemon_threads = True
+        # A short poll interval keeps shutdown() (every test's teardown) quick.
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
+        )
+        self._thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://{LOOPBACK}:{self._server.server_address[1]}/v1/charges"
+
+    def answer(self, status: int, body: Any = None) -> None:
+        with self._lock:
+            self.status = status
+            self.body = body if body is not None else {"error": f"HTTP {status} (test)"}
+
+    def healthy(self) -> None:
+        self.answer(201, {"charge_id": "ch_test", "state": "succeeded"})
+
+    @property
+    def call_count(self) -> int:
+        with self._lock:
+            return len(self.calls)
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+# --------------------------------------------------------------------------- executions
+
+
+@dataclass
+class Execution:
+    """A finished execution: its status, output or error, and the states it went through."""
+
+    name: str
+    status: str
+    output: Any
+    error: str | None
+    cause: str | None
+    states: list[str]
+    seconds: float
+
+    def entered(self, state: str) -> int:
+        return self.states.count(state)
+
+
+class Workflow:
+    """One state machine in moto's Step Functions: start executions and wait for the end."""
+
+    def __init__(self, client: Any, state_machine_arn: str, timeout: float = 30.0) -> None:
+        self.client = client
+        self.arn = state_machine_arn
+        self.timeout = timeout
+
+    def start(self, payment: Any, name: str | None = None) -> str:
+        # Execution names are unique per state machine (for 90 days in AWS).
+        name = name or f"test-{uuid.uuid4().hex}"
+        return str(
+            self.client.start_execution(
+                stateMachineArn=self.arn, name=name, input=json.dumps(payment)
+            )["executionArn"]
+        )
+
+    def wait(self, execution_arn: str, started: float | None = None) -> Execution:
+        started = time.perf_counter() if started is None else started
+        deadline = started + self.timeout
+        while True:
+            described = self.client.describe_execution(executionArn=execution_arn)
+            if described["status"] != "RUNNING":
+                break
+            if time.perf_counter() > deadline:
+                raise TimeoutError(f"{execution_arn} still RUNNING after {self.timeout} s")
+            time.sleep(0.005)
+        seconds = time.perf_counter() - started
+        events = self.client.get_execution_history(executionArn=execution_arn, maxResults=1000)[
+            "events"
+        ]
+        states = [
+            e["stateEnteredEventDetails"]["name"] for e in events if "stateEnteredEventDetails" in e
+        ]
+        failed = [
+            e["executionFailedEventDetails"] for e in events if "executionFailedEventDetails" in e
+        ]
+        output = described.get("output")
+        return Execution(
+            name=described["name"],
+            status=described["status"],
+            output=json.loads(output) if output else None,
+            error=failed[0].get("error") if failed else None,
+            cause=failed[0].get("cause") if failed else None,
+            states=states,
+            seconds=seconds,
+        )
+
+    def run(self, payment: Any, name: str | None = None) -> Execution:
+        started = time.perf_counter()
+        return self.wait(self.start(payment, name), started)
+
+
+def load_template() -> dict[str, Any]:
+    """template.yaml with its short-form intrinsics (!Ref, !GetAtt) as their long forms."""
+    from samcli.yamlhelper import yaml_parse
+
+    template: dict[str, Any] = yaml_parse(TEMPLATE.read_text())
+    return template
+
+
+# The template's conditions as its parameters' defaults make them (the tests deploy those).
+DEFAULT_CONDITIONS = {"BreakerOnRedis": False, "DeferWhenOpen": False}
+
+
+def resolve(value: Any, template: dict[str, Any], refs: dict[str, str]) -> str | None:
+    """A template value as CloudFormation would resolve it, for what the workflow's wiring uses.
+
+    ``Ref`` to a name in ``refs`` (deployed resources, test overrides) or else to a parameter
+    (its Default), ``Fn::GetAtt`` through ``refs["<LogicalId>.<Attribute>"]``, ``Fn::If`` on
+    :data:`DEFAULT_CONDITIONS`, scalars (environment variables are strings), and None for
+    ``AWS::NoValue``.
+    """
+    if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+        return str(value)
+    if isinstance(value, dict) and len(value) == 1:
+        ((function, argument),) = value.items()
+        if function == "Ref" and argument == "AWS::NoValue":
+            return None
+        if function == "Ref":
+            if argument in refs:
+                return refs[argument]
+            return str(template["Parameters"][argument]["Default"])
+        if function == "Fn::GetAtt":
+            name = ".".join(argument) if isinstance(argument, list) else str(argument)
+            return refs[name]
+        if function == "Fn::If":
+            condition, when_true, when_false = argument
+            chosen = when_true if DEFAULT_CONDITIONS[condition] else when_false
+            return resolve(chosen, template, refs)
+    raise AssertionError(f"the test deployment cannot resolve {value!r}")
+
+
+def environment(
+    properties: dict[str, Any], template: dict[str, Any], refs: dict[str, str]
+) -> dict[str, str]:
+    """A function's environment variables as deployed (variables set to AWS::NoValue dropped)."""
+    variables = properties["Environment"]["Variables"]
+    resolved = {name: resolve(value, template, refs) for name, value in variables.items()}
+    return {name: value for name, value in resolved.items() if value is not None}
+
+
+def read_definition(path: Path, substitutions: dict[str, str]) -> str:
+    """The ASL text with ``${Name}`` placeholders replaced, as CloudFormation does it."""
+    text = path.read_text()
+    for key, value in substitutions.items():
+        text = text.replace("${" + key + "}", value)
+    return text

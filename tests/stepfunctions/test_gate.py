@@ -1,0 +1,391 @@
+"""The breaker gate (functions/breaker_gate/app.py): its requests, answers and errors.
+
+Most tests run the gate on a MemoryStore with a hand-moved clock; the environment-driven
+cold start runs against moto's server, and store trouble against a refused port.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+
+import pytest
+
+from fleetbreaker import DynamoDBStore, MemoryStore
+from tests import servers
+from tests.stepfunctions.harness import EVENTS_DIR, LambdaContext, load_function, read_event
+from tests.support import FakeClock
+
+app = load_function("breaker_gate")
+
+ENV = {
+    "CIRCUIT_BREAKER_TABLE": "CircuitBreakers",
+    "BREAKER_FAILURE_THRESHOLD": "2",
+    "BREAKER_RECOVERY_TIMEOUT": "30",
+    "BREAKER_PROBE_LEASE_SECONDS": "20",
+}
+CONTEXT = LambdaContext("breaker-gate", "arn:aws:lambda:us-east-1:123456789012:function:gate")
+
+
+def make_gate(clock: FakeClock, store: Any = None, **env: str) -> Any:
+    settings = app.GateSettings.from_env({**ENV, **env})
+    return app.BreakerGate(settings, store if store is not None else MemoryStore(), clock=clock)
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def gate(clock: FakeClock, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """The container's gate, as lambda_handler uses it."""
+    built = make_gate(clock)
+    monkeypatch.setattr(app, "gate", built)
+    return built
+
+
+def invoke(event: Any) -> Any:
+    return app.lambda_handler(event, CONTEXT)
+
+
+def check(name: str = "payment-api", **extra: Any) -> Any:
+    return invoke({"action": "check", "breaker": name, **extra})
+
+
+def record(outcome: str, token: str | None = None, name: str = "payment-api") -> Any:
+    return invoke({"action": "record", "breaker": name, "outcome": outcome, "token": token})
+
+
+def open_breaker() -> None:
+    for _ in range(2):
+        record("failure")
+
+
+# --------------------------------------------------------------------------- event files
+
+GATE_EVENTS = sorted(path.name for path in EVENTS_DIR.glob("gate-*.json"))
+# What each sample event does on a fresh breaker. A new event file needs a line here.
+EXPECTED = {
+    "gate-check.json": {"decision": "allow", "state": "closed", "token": None},
+    "gate-record-success.json": {"applied": True, "stale_token": False, "state": "closed"},
+    "gate-record-failure.json": {"applied": True, "detail": "failure counted"},
+    "gate-record-stale-token.json": {"applied": False, "stale_token": True, "state": "closed"},
+    "gate-bad-request.json": app.InvalidGateRequest,
+    "gate-bad-outcome.json": app.InvalidGateRequest,
+}
+
+
+def test_every_gate_event_file_has_an_expectation() -> None:
+    assert sorted(EXPECTED) == GATE_EVENTS
+
+
+@pytest.mark.parametrize("name", GATE_EVENTS)
+def test_gate_event_file(name: str, gate: Any) -> None:
+    event = read_event(name)
+    expected = EXPECTED[name]
+    if isinstance(expected, type):
+        with pytest.raises(expected):
+            invoke(event)
+        return
+    answer = invoke(event)
+    assert answer["breaker"] == event["breaker"]
+    assert answer.items() >= expected.items()
+
+
+# --------------------------------------------------------------------------- check
+
+
+def test_check_on_a_closed_breaker_allows(gate: Any) -> None:
+    assert check() == {
+        "breaker": "payment-api",
+        "state": "closed",
+        "decision": "allow",
+        "retry_after": 0.0,
+        "wait_seconds": 0,
+        "token": None,
+        "degraded": False,
+    }
+
+
+def test_check_on_an_open_breaker_rejects_with_a_whole_number_of_seconds(
+    gate: Any, clock: FakeClock
+) -> None:
+    open_breaker()
+    clock.advance(12.3)
+    answer = check()
+    assert (answer["decision"], answer["state"]) == ("reject", "open")
+    assert answer["retry_after"] == pytest.approx(17.7)
+    assert answer["wait_seconds"] == 18  # rounded up: never back before the window ends
+    assert answer["token"] is None
+
+
+def test_wait_seconds_is_capped_by_the_request(gate: Any) -> None:
+    open_breaker()
+    assert check(max_wait_seconds=5)["wait_seconds"] == 5
+    assert check(max_wait_seconds=5.0)["wait_seconds"] == 5
+
+
+def test_wait_seconds_is_capped_by_the_gate(
+    clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(app, "gate", make_gate(clock, GATE_MAX_WAIT_SECONDS="10"))
+    open_breaker()
+    assert check()["wait_seconds"] == 10
+    assert check(max_wait_seconds=60)["wait_seconds"] == 10
+
+
+def test_a_short_retry_after_still_waits_one_second(gate: Any, clock: FakeClock) -> None:
+    open_breaker()
+    clock.advance(29.9)
+    answer = check()
+    assert answer["retry_after"] == pytest.approx(0.1)
+    assert answer["wait_seconds"] == 1  # a Wait of 0 s would spin on the gate
+
+
+def test_after_the_open_window_one_check_probes_and_the_next_waits_for_its_lease(
+    gate: Any, clock: FakeClock
+) -> None:
+    open_breaker()
+    clock.advance(30)
+    probe = check()
+    assert (probe["decision"], probe["state"]) == ("probe", "half_open")
+    assert probe["token"]
+    other = check()
+    assert (other["decision"], other["state"]) == ("reject", "half_open")
+    assert other["wait_seconds"] == 20  # the lease (BREAKER_PROBE_LEASE_SECONDS)
+
+
+# --------------------------------------------------------------------------- record
+
+
+def test_failures_without_a_token_are_counted_until_the_breaker_opens(gate: Any) -> None:
+    assert record("failure") == {
+        "breaker": "payment-api",
+        "outcome": "failure",
+        "applied": True,
+        "stale_token": False,
+        "state": "closed",
+        "detail": "failure counted",
+    }
+    assert record("failure")["state"] == "open"
+    late = record("failure")
+    assert (late["applied"], late["state"]) == (False, "open")
+
+
+def test_the_probe_token_settles_the_probe(gate: Any, clock: FakeClock) -> None:
+    open_breaker()
+    clock.advance(30)
+    token = check()["token"]
+    answer = record("success", token)
+    assert (answer["applied"], answer["stale_token"], answer["state"]) == (True, False, "closed")
+    assert answer["detail"] == "probe succeeded"
+    assert check()["decision"] == "allow"
+
+
+def test_a_failed_probe_reopens(gate: Any, clock: FakeClock) -> None:
+    open_breaker()
+    clock.advance(30)
+    answer = record("failure", check()["token"])
+    assert (answer["applied"], answer["state"]) == (True, "open")
+
+
+def test_a_stale_token_is_a_no_op_that_says_so(gate: Any, clock: FakeClock) -> None:
+    # GIVEN a probe whose lease ran out, and a second probe holding the slot now
+    open_breaker()
+    clock.advance(30)
+    stale = check()["token"]
+    clock.advance(21)
+    fresh = check()["token"]
+    assert fresh
+    assert fresh != stale
+    # WHEN the first prober reports late THEN nothing changes, and the answer says why
+    answer = record("success", stale)
+    assert answer["applied"] is False
+    assert answer["stale_token"] is True
+    assert answer["state"] == "half_open"
+    assert "stale probe token" in answer["detail"]
+    # THEN the fresh token still settles the probe
+    assert record("success", fresh)["state"] == "closed"
+
+
+def test_a_token_used_twice_applies_once(gate: Any, clock: FakeClock) -> None:
+    open_breaker()
+    clock.advance(30)
+    token = check()["token"]
+    assert record("success", token)["applied"] is True
+    assert record("success", token)["stale_token"] is True
+
+
+# --------------------------------------------------------------------------- bad requests
+
+
+@pytest.mark.parametrize(
+    ("event", "message"),
+    [
+        (["check"], "must be a JSON object, got list"),
+        ({"breaker": "payment-api"}, "action: required"),
+        ({"action": "open", "breaker": "payment-api"}, "action: must be one of check, record"),
+        ({"action": "check"}, "breaker: required"),
+        ({"action": "check", "breaker": ""}, "breaker: breaker name must not be empty"),
+        ({"action": "check", "breaker": 7}, "breaker: breaker name must be a string"),
+        ({"action": "check", "breaker": "a\nb"}, "control characters"),
+        (
+            {"action": "check", "breaker": "payment-api", "outcome": "success"},
+            "unknown field(s) for check: outcome",
+        ),
+        ({"action": "check", "breaker": "payment-api", "max_wait_seconds": 0}, "max_wait_seconds"),
+        ({"action": "check", "breaker": "payment-api", "max_wait_seconds": 1.5}, "whole number"),
+        ({"action": "check", "breaker": "payment-api", "max_wait_seconds": True}, "whole number"),
+        ({"action": "record", "breaker": "payment-api"}, "outcome: required"),
+        (
+            {"action": "record", "breaker": "payment-api", "outcome": "ok"},
+            "outcome: must be one of success, failure, got 'ok'",
+        ),
+        (
+            {"action": "record", "breaker": "payment-api", "outcome": "success", "token": 5},
+            "token: must be the check's token (a string) or null, got int",
+        ),
+        (
+            {"action": "record", "breaker": "payment-api", "outcome": "success", "token": "x"},
+            "token: 'x' is not a probe token issued by a check",
+        ),
+        (
+            {"action": "record", "breaker": "payment-api", "outcome": "success", "tokn": None},
+            "unknown field(s) for record: tokn",
+        ),
+    ],
+)
+def test_a_bad_request_raises_invalid_gate_request(gate: Any, event: Any, message: str) -> None:
+    with pytest.raises(app.InvalidGateRequest) as raised:
+        invoke(event)
+    assert message in str(raised.value)
+
+
+def test_a_bad_request_changes_nothing(gate: Any) -> None:
+    with pytest.raises(app.InvalidGateRequest):
+        invoke({"action": "record", "breaker": "payment-api", "outcome": "failed"})
+    assert gate.store.load("payment-api", gate.clock()) is None
+
+
+def test_an_allow_list_refuses_other_names(
+    clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    allowed = "payment-api, orders-api"
+    monkeypatch.setattr(app, "gate", make_gate(clock, GATE_ALLOWED_BREAKERS=allowed))
+    assert check("orders-api")["decision"] == "allow"
+    with pytest.raises(app.InvalidGateRequest, match="'paymnet-api' is not served by this gate"):
+        check("paymnet-api")
+
+
+# --------------------------------------------------------------------------- container
+
+
+def test_one_breaker_per_name_per_container(gate: Any) -> None:
+    check("payment-api")
+    check("orders-api")
+    first = gate.breaker("payment-api")
+    check("payment-api")
+    assert gate.breaker("payment-api") is first
+    assert gate.breaker("orders-api") is not first
+    assert first.config.failure_threshold == 2
+
+
+def test_breakers_are_shared_with_other_containers(clock: FakeClock) -> None:
+    # Two gates (two containers) on one store see one breaker.
+    store = MemoryStore()
+    one, two = make_gate(clock, store), make_gate(clock, store, BREAKER_CACHE_TTL="0")
+    one.handle({"action": "record", "breaker": "payment-api", "outcome": "failure"})
+    two.handle({"action": "record", "breaker": "payment-api", "outcome": "failure"})
+    assert two.handle({"action": "check", "breaker": "payment-api"})["decision"] == "reject"
+
+
+def test_the_first_invocation_builds_the_gate_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch, moto_server: str
+) -> None:
+    # GIVEN a container whose environment names a table on a local DynamoDB
+    table = servers.make_table(moto_server)
+    monkeypatch.setenv("CIRCUIT_BREAKER_TABLE", table)
+    monkeypatch.setenv("AWS_ENDPOINT_URL_DYNAMODB", moto_server)
+    monkeypatch.setenv("BREAKER_FAILURE_THRESHOLD", "1")
+    monkeypatch.setattr(app, "gate", None)
+    # WHEN it is invoked THEN it builds one gate and the breaker lives in that table
+    assert record("failure")["state"] == "open"
+    built = app.gate
+    assert check()["decision"] == "reject"
+    assert app.gate is built
+    item = servers.dynamodb_client(moto_server).get_item(
+        TableName=table, Key={"name": {"S": "payment-api"}}
+    )["Item"]
+    assert item["state"] == {"S": "open"}
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"CIRCUIT_BREAKER_TABLE": ""}, "CIRCUIT_BREAKER_TABLE (or CIRCUIT_BREAKER_REDIS_URL)"),
+        ({"CIRCUIT_BREAKER_REDIS_URL": "http://cache:6379"}, "a redis:// or rediss:// URL"),
+        ({"BREAKER_FAILURE_THRESHOLD": "five"}, "BREAKER_FAILURE_THRESHOLD must be a int"),
+        ({"BREAKER_RECOVERY_TIMEOUT": "0"}, "BREAKER_RECOVERY_TIMEOUT must be > 0"),
+        ({"BREAKER_RECOVERY_TIMEOUT": "nan"}, "BREAKER_RECOVERY_TIMEOUT must be > 0"),
+        ({"BREAKER_HALF_OPEN_MAX_PROBES": "17"}, "half_open_max_probes must be at most 16"),
+        ({"GATE_MAX_WAIT_SECONDS": "7200"}, "GATE_MAX_WAIT_SECONDS must be at most 3600"),
+    ],
+)
+def test_a_bad_environment_raises_gate_config_error(env: dict[str, str], message: str) -> None:
+    with pytest.raises(app.GateConfigError) as raised:
+        app.GateSettings.from_env({**ENV, **env})
+    assert message in str(raised.value)
+
+
+def test_a_missing_table_variable_fails_the_invocation_by_name(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("CIRCUIT_BREAKER_TABLE", raising=False)
+    monkeypatch.setattr(app, "gate", None)
+    with pytest.raises(app.GateConfigError, match="CIRCUIT_BREAKER_TABLE"):
+        check()
+
+
+def test_with_a_redis_url_the_breakers_live_in_redis(
+    redis_server: str, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN two containers configured as the template does with BreakerStore=redis
+    from fleetbreaker import RedisStore
+
+    name = f"gate-redis-{uuid.uuid4().hex[:8]}"
+    env = {**ENV, "CIRCUIT_BREAKER_REDIS_URL": redis_server, "BREAKER_CACHE_TTL": "0"}
+    one, two = app.create_gate(env, clock=clock), app.create_gate(env, clock=clock)
+    assert isinstance(one.store, RedisStore)
+    # WHEN one counts the failures THEN the other sees the breaker open
+    for _ in range(2):
+        one.handle({"action": "record", "breaker": name, "outcome": "failure"})
+    assert two.handle({"action": "check", "breaker": name})["decision"] == "reject"
+
+
+# --------------------------------------------------------------------------- store trouble
+
+
+@pytest.fixture
+def unreachable_gate(clock: FakeClock, refused_port: int, monkeypatch: pytest.MonkeyPatch) -> Any:
+    store = DynamoDBStore("CircuitBreakers", endpoint_url=f"http://127.0.0.1:{refused_port}")
+    built = make_gate(clock, store)
+    monkeypatch.setattr(app, "gate", built)
+    return built
+
+
+def test_an_unreachable_store_degrades_instead_of_failing(
+    unreachable_gate: Any, clock: FakeClock
+) -> None:
+    # WHEN the store refuses every connection
+    started = time.perf_counter()
+    answer = check()
+    elapsed = time.perf_counter() - started
+    # THEN the gate still answers, from the container's own breaker, and says so
+    assert (answer["decision"], answer["degraded"]) == ("allow", True)
+    assert elapsed < 2
+    # THEN failures are counted locally: the container stops calling a dead dependency too
+    record("failure")
+    assert record("failure")["state"] == "open"
+    assert check()["decision"] == "reject"

@@ -1,0 +1,234 @@
+"""template.yaml against statemachine/payment.asl.json and the functions it wires together.
+
+The workflow tests deploy from the template (conftest.stack_factory); these tests check what
+a deployment in moto cannot: that placeholders and substitutions match both ways, and that
+the roles grant exactly what the definition and the functions use.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import pytest
+
+from tests.servers import REPO_ROOT
+from tests.stepfunctions.conftest import (
+    CHARGE_FUNCTION,
+    GATE_FUNCTION,
+    STATE_MACHINE,
+    functions_named_by,
+)
+from tests.stepfunctions.harness import environment, load_function, load_template, resolve
+
+PLACEHOLDER = re.compile(r"\$\{([^}]*)\}")
+TRANSIENT_LAMBDA_ERRORS = {
+    "Lambda.ServiceException",
+    "Lambda.AWSLambdaException",
+    "Lambda.SdkClientException",
+    "Lambda.TooManyRequestsException",
+}
+
+
+@pytest.fixture(scope="module")
+def template() -> dict[str, Any]:
+    return load_template()
+
+
+@pytest.fixture(scope="module")
+def machine(template: dict[str, Any]) -> dict[str, Any]:
+    properties: dict[str, Any] = template["Resources"][STATE_MACHINE]["Properties"]
+    return properties
+
+
+@pytest.fixture(scope="module")
+def definition_text(machine: dict[str, Any]) -> str:
+    return (REPO_ROOT / machine["DefinitionUri"]).read_text()
+
+
+@pytest.fixture(scope="module")
+def tasks(definition_text: str) -> dict[str, dict[str, Any]]:
+    states = json.loads(definition_text)["States"]
+    return {name: state for name, state in states.items() if state["Type"] == "Task"}
+
+
+def task_function_placeholder(task: dict[str, Any]) -> str:
+    """The placeholder naming the Lambda function a Task invokes."""
+    if task["Resource"] == "arn:aws:states:::lambda:invoke":
+        target = task["Parameters"]["FunctionName"]
+    else:  # a function ARN as the Resource itself
+        target = task["Resource"]
+    match = PLACEHOLDER.fullmatch(target)
+    assert match, f"the Task's function is not a ${{Placeholder}}: {target!r}"
+    return match.group(1)
+
+
+# --------------------------------------------------------------------------- substitutions
+
+
+def test_the_state_machine_is_the_definition_file(template: dict[str, Any]) -> None:
+    resource = template["Resources"][STATE_MACHINE]
+    assert resource["Type"] == "AWS::Serverless::StateMachine"
+    assert resource["Properties"]["DefinitionUri"] == "statemachine/payment.asl.json"
+    assert "Definition" not in resource["Properties"]
+
+
+def test_every_task_names_its_function_through_a_substitution(
+    machine: dict[str, Any], tasks: dict[str, dict[str, Any]]
+) -> None:
+    substitutions = machine["DefinitionSubstitutions"]
+    assert tasks
+    for name, task in tasks.items():
+        placeholder = task_function_placeholder(task)
+        assert placeholder in substitutions, f"{name}: ${{{placeholder}}} has no substitution"
+        value = substitutions[placeholder]
+        assert list(value) == ["Fn::GetAtt"], f"{name}: {value!r} is not a function's ARN"
+        logical_id, attribute = value["Fn::GetAtt"]
+        assert attribute == "Arn"
+        assert logical_id in (GATE_FUNCTION, CHARGE_FUNCTION), name
+
+
+def test_placeholders_and_substitutions_match_both_ways(
+    machine: dict[str, Any], definition_text: str
+) -> None:
+    placeholders = set(PLACEHOLDER.findall(definition_text))
+    assert placeholders == set(machine["DefinitionSubstitutions"])
+
+
+def test_substituted_values_resolve(template: dict[str, Any], machine: dict[str, Any]) -> None:
+    # Every substitution is a function ARN or a parameter: nothing a deployment cannot fill.
+    refs = {f"{logical_id}.Arn": "arn" for logical_id in functions_named_by(machine)}
+    for value in machine["DefinitionSubstitutions"].values():
+        assert resolve(value, template, refs)
+
+
+# --------------------------------------------------------------------------- IAM
+
+
+def test_the_workflow_may_invoke_exactly_its_functions(
+    template: dict[str, Any], machine: dict[str, Any], tasks: dict[str, dict[str, Any]]
+) -> None:
+    [policy] = machine["Policies"]
+    [statement] = policy["Statement"]
+    assert statement["Effect"] == "Allow"
+    assert statement["Action"] == "lambda:InvokeFunction"
+    granted = {item["Fn::GetAtt"][0] for item in statement["Resource"]}
+    invoked = {
+        machine["DefinitionSubstitutions"][task_function_placeholder(task)]["Fn::GetAtt"][0]
+        for task in tasks.values()
+    }
+    assert granted == invoked == {GATE_FUNCTION, CHARGE_FUNCTION}
+    # Exact ARNs: no "function:<name>*" wildcard that could match another function.
+    assert sorted(statement["Resource"], key=str) == sorted(
+        ({"Fn::GetAtt": [name, "Arn"]} for name in granted), key=str
+    )
+    assert machine["Tracing"] == {"Enabled": True}
+
+
+def test_the_gate_may_only_read_and_update_the_breaker_table(template: dict[str, Any]) -> None:
+    properties = template["Resources"][GATE_FUNCTION]["Properties"]
+    [policy] = properties["Policies"]
+    assert policy["Statement"] == [
+        {
+            "Sid": "BreakerState",
+            "Effect": "Allow",
+            "Action": ["dynamodb:GetItem", "dynamodb:UpdateItem"],
+            "Resource": {"Fn::GetAtt": ["CircuitBreakersTable", "Arn"]},
+        }
+    ]
+    # The same two actions the SAM tests prove the breaker needs, for PaymentFunction.
+    payment = template["Resources"]["PaymentFunction"]["Properties"]["Policies"][0]
+    assert policy["Statement"][0]["Action"] == payment["Statement"][0]["Action"]
+
+
+def test_the_charge_function_has_no_aws_permissions(template: dict[str, Any]) -> None:
+    assert "Policies" not in template["Resources"][CHARGE_FUNCTION]["Properties"]
+
+
+# --------------------------------------------------------------------------- functions
+
+
+@pytest.mark.parametrize(
+    ("logical_id", "code"), [(GATE_FUNCTION, "breaker_gate"), (CHARGE_FUNCTION, "charge")]
+)
+def test_function_is_built_and_traced_like_the_others(
+    template: dict[str, Any], logical_id: str, code: str
+) -> None:
+    resource = template["Resources"][logical_id]
+    properties = resource["Properties"]
+    assert properties["CodeUri"] == f"functions/{code}/"
+    assert properties["Handler"] == "app.lambda_handler"
+    assert resource["Metadata"]["BuildMethod"] == "makefile"
+    makefile = (REPO_ROOT / "functions" / code / "Makefile").read_text()
+    assert f"build-{logical_id}:" in makefile
+    assert properties["Runtime"] == {"Ref": "Runtime"}
+    assert properties["Architectures"] == [{"Ref": "Architecture"}]
+    assert properties["Layers"] == [{"Ref": "FleetbreakerLayer"}]
+    assert properties["Tracing"] == "Active"
+
+
+@pytest.mark.parametrize(
+    ("logical_id", "code"), [(GATE_FUNCTION, "breaker_gate"), (CHARGE_FUNCTION, "charge")]
+)
+def test_every_variable_the_template_sets_is_read_by_the_function(
+    template: dict[str, Any], logical_id: str, code: str
+) -> None:
+    variables = template["Resources"][logical_id]["Properties"]["Environment"]["Variables"]
+    source = (REPO_ROOT / "functions" / code / "app.py").read_text()
+    for name in variables:
+        assert name.startswith("POWERTOOLS_") or f'"{name}"' in source, name
+
+
+def test_the_gate_environment_is_valid_and_serves_the_workflow_breaker(
+    template: dict[str, Any], machine: dict[str, Any]
+) -> None:
+    app = load_function("breaker_gate")
+    properties = template["Resources"][GATE_FUNCTION]["Properties"]
+    variables = properties["Environment"]["Variables"]
+    env = environment(properties, template, {"CircuitBreakersTable": "CircuitBreakers"})
+    settings = app.GateSettings.from_env(env)
+    breaker = resolve(machine["DefinitionSubstitutions"]["BreakerName"], template, {})
+    assert settings.allowed_breakers == {breaker}
+    # One breaker, one configuration: the gate and PaymentFunction read the same parameters.
+    payment = template["Resources"]["PaymentFunction"]["Properties"]["Environment"]["Variables"]
+    for name in ("BREAKER_FAILURE_THRESHOLD", "BREAKER_WINDOW_SECONDS", "BREAKER_RECOVERY_TIMEOUT"):
+        assert variables[name] == payment[name], name
+    assert payment["BREAKER_NAME"] == machine["DefinitionSubstitutions"]["BreakerName"]
+
+
+def test_the_gate_keeps_its_breakers_where_the_payment_function_does(
+    template: dict[str, Any],
+) -> None:
+    # With BreakerStore=redis the payment function's breaker moves to the cache; the gate's
+    # must follow, or the workflow and the API would trip two different breakers.
+    gate = template["Resources"][GATE_FUNCTION]["Properties"]
+    payment = template["Resources"]["PaymentFunction"]["Properties"]
+    for name in ("CIRCUIT_BREAKER_TABLE", "CIRCUIT_BREAKER_REDIS_URL"):
+        assert gate["Environment"]["Variables"][name] == payment["Environment"]["Variables"][name]
+    assert gate["VpcConfig"] == payment["VpcConfig"]
+    assert "VpcConfig" not in template["Resources"][CHARGE_FUNCTION]["Properties"]
+
+
+def test_the_probe_lease_outlasts_the_charge_step(template: dict[str, Any]) -> None:
+    # A probe's record must arrive while its lease holds, even after the Charge retries.
+    app = load_function("breaker_gate")
+    properties = template["Resources"][GATE_FUNCTION]["Properties"]
+    env = environment(properties, template, {"CircuitBreakersTable": "CircuitBreakers"})
+    lease = app.GateSettings.from_env(env).breaker_config.probe_lease_seconds
+    charge_timeout = template["Resources"][CHARGE_FUNCTION]["Properties"]["Timeout"]
+    definition = json.loads((REPO_ROOT / "statemachine" / "payment.asl.json").read_text())
+    [retry] = definition["States"]["Charge"]["Retry"]
+    assert set(retry["ErrorEquals"]) == TRANSIENT_LAMBDA_ERRORS
+    backoff = sum(
+        retry["IntervalSeconds"] * retry["BackoffRate"] ** n for n in range(retry["MaxAttempts"])
+    )
+    assert lease > charge_timeout + backoff
+
+
+def test_the_gate_and_charge_outputs(template: dict[str, Any]) -> None:
+    outputs = template["Outputs"]
+    assert outputs["PaymentStateMachineArn"]["Value"] == {"Ref": STATE_MACHINE}
+    assert outputs["BreakerGateFunctionArn"]["Value"] == {"Fn::GetAtt": [GATE_FUNCTION, "Arn"]}
+    for name in ("PaymentStateMachineArn", "BreakerGateFunctionArn", "ChargeFunctionName"):
+        assert outputs[name]["Description"].strip()
