@@ -264,6 +264,19 @@ def markdown(options: Options, runs: list[Run], chart_name: str) -> str:
         "",
         table(runs),
         "",
+        *(
+            [
+                "Deferred payments found in each run's SQS queue: "
+                + ", ".join(
+                    f"{run.record.queued} of {run.summary.deferred} ({run.record.title})"
+                    for run in runs
+                )
+                + ".",
+                "",
+            ]
+            if options.fallback == "defer"
+            else []
+        ),
         "The fleet-wide guarantees, on the shared run:",
         "",
         *(f"- {'✓' if held else '✗'} {sentence}" for held, sentence in guarantees(options, runs)),

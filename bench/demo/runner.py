@@ -34,7 +34,8 @@ if TYPE_CHECKING:
 TABLE = "CircuitBreakers"
 BREAKER = "payment-api"
 REGION = "us-east-1"
-QUEUE = "deferred-payments"
+SHARED = "shared"
+RUNS = (SHARED, PER_CONTAINER)
 # A port nothing listens on: the endpoint of AWS services the demo does not run.
 NOWHERE = "http://127.0.0.1:9"
 
@@ -54,6 +55,36 @@ class DemoResult:
         return all(held for held, _ in self.checks)
 
 
+class DeferredQueues:
+    """One SQS queue (on moto) per run for the payments the fallback defers.
+
+    One per run because moto's SendMessage slows down as a queue grows (it is linear in the
+    queue's length): a queue shared by both runs would slow the second run's containers.
+    """
+
+    def __init__(self, endpoint_url: str) -> None:
+        import boto3
+
+        self.sqs = boto3.client(
+            "sqs",
+            endpoint_url=endpoint_url,
+            region_name=REGION,
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+        )
+        self.urls = {
+            label: self.sqs.create_queue(QueueName=f"deferred-payments-{label}")["QueueUrl"]
+            for label in RUNS
+        }
+
+    def count(self, label: str) -> int:
+        """Payments in the run's queue."""
+        attributes = self.sqs.get_queue_attributes(
+            QueueUrl=self.urls[label], AttributeNames=["ApproximateNumberOfMessages"]
+        )["Attributes"]
+        return int(attributes["ApproximateNumberOfMessages"])
+
+
 @dataclass(frozen=True)
 class Backends:
     """The local services both runs use."""
@@ -61,7 +92,7 @@ class Backends:
     api: ScheduledPaymentApi
     shared_store: StoreSpec
     endpoint_url: str | None  # moto: DynamoDB and SQS
-    queue_url: str | None  # deferred payments, with --fallback defer
+    queues: DeferredQueues | None  # with --fallback defer
 
 
 def local_aws_environment() -> dict[str, str]:
@@ -83,7 +114,7 @@ def backends(options: Options, out: TextIO) -> Iterator[Backends]:
 
     with contextlib.ExitStack() as stack:
         api = stack.enter_context(ScheduledPaymentApi())
-        endpoint = queue_url = None
+        endpoint = None
         if options.needs_moto:
             moto = MotoServer()
             stack.enter_context(moto)
@@ -108,36 +139,28 @@ def backends(options: Options, out: TextIO) -> Iterator[Backends]:
             host, port = address
             shared = StoreSpec("memory", f"{host}:{port}", authkey=authkey)
             say(out, f"shared MemoryStore in a manager process at {host}:{port}")
+        queues = None
         if options.fallback == "defer":
-            import boto3
-
             assert endpoint is not None
-            sqs = boto3.client(
-                "sqs",
-                endpoint_url=endpoint,
-                region_name=REGION,
-                aws_access_key_id="testing",
-                aws_secret_access_key="testing",
-            )
-            queue_url = sqs.create_queue(QueueName=QUEUE)["QueueUrl"]
+            queues = DeferredQueues(endpoint)
         say(out, f"payment API at {api.url}")
-        yield Backends(api, shared, endpoint, queue_url)
+        yield Backends(api, shared, endpoint, queues)
 
 
 def say(out: TextIO, line: str) -> None:
     print(line, file=out, flush=True)
 
 
-def function_env(options: Options, found: Backends) -> dict[str, str]:
-    """The payment function's environment, as the SAM template would set it."""
+def function_env(options: Options, found: Backends, label: str = SHARED) -> dict[str, str]:
+    """The payment function's environment in run ``label``, as the SAM template sets it."""
     env = {
         "CIRCUIT_BREAKER_TABLE": TABLE,
         "PAYMENT_API_URL": found.api.url,
         "BREAKER_NAME": BREAKER,
         **options.function_env(),
     }
-    if found.queue_url is not None:
-        env["DEFERRED_PAYMENTS_QUEUE_URL"] = found.queue_url
+    if found.queues is not None:
+        env["DEFERRED_PAYMENTS_QUEUE_URL"] = found.queues.urls[label]
     return env
 
 
@@ -169,7 +192,7 @@ def run_once(
     down, back = options.healthy, options.healthy + options.outage
     where = STORE_LABELS[options.store] if shared else "a MemoryStore in each container"
     record = RunRecord(
-        label="shared" if shared else "per-container",
+        label=SHARED if shared else PER_CONTAINER,
         title=title,
         store=where,
         shared=shared,
@@ -178,7 +201,7 @@ def run_once(
     )
     spec = RunSpec(
         label=record.label,
-        env=function_env(options, found),
+        env=function_env(options, found, record.label),
         store=store,
         endpoint_url=found.endpoint_url,
         rate=options.rate,
@@ -212,6 +235,9 @@ def run_once(
     record.duration = end
     record.provider = [(r.at - start, r.ok) for r in api.requests() if r.at - start < end]
     progress.tick(end, final=True)
+    if found.queues is not None:
+        record.queued = found.queues.count(record.label)
+        progress.note(f"-- {record.queued} deferred payments are in the run's SQS queue")
     closed = fleet_closed_at(record)
     if closed is not None:
         progress.note(

@@ -31,6 +31,7 @@ class RunRecord:
     provider: list[tuple[float, bool]] = field(default_factory=list)  # arrival, charged?
     reports: list[ContainerReport] = field(default_factory=list)
     duration: float = 0.0
+    queued: int | None = None  # payments in the run's SQS queue at the end (defer mode)
 
 
 @dataclass(frozen=True)

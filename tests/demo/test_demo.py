@@ -83,10 +83,12 @@ def test_the_shared_store_stayed_reachable(short_demo: ShortDemo) -> None:
 
 
 def test_payments_turned_away_were_deferred(short_demo: ShortDemo) -> None:
-    # GIVEN the default fallback (defer to SQS), THEN no payment got a bare 503
+    # GIVEN the default fallback (defer to SQS), THEN no payment got a bare 503, and every
+    # 202 is a payment in the run's queue
     for run in short_demo.result.runs:
         assert run.summary.deferred > 0
         assert run.summary.rejected == 0
+        assert run.record.queued == run.summary.deferred
         assert run.summary.calls == (
             run.summary.charged + run.summary.provider_failed + run.summary.deferred
         )
