@@ -56,10 +56,6 @@ class Fleet:
         self._t0: Any = CTX.Value("d", 0.0)
         self.processes: list[Any] = []
 
-    @property
-    def pids(self) -> list[int]:
-        return [proc.pid for proc in self.processes if proc.pid is not None]
-
     def start(self) -> Fleet:
         with sigint_blocked():
             for number in range(self.count):
