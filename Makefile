@@ -74,8 +74,8 @@ test-deployed: venv ## opt-in: tests against a deployed stack (needs FLEETBREAKE
 	@[ -n "$${FLEETBREAKER_STACK:-}" ] || { echo "set FLEETBREAKER_STACK to the deployed stack's name" >&2; exit 2; }
 	$(PYTEST) -m deployed $(PYTEST_ARGS)
 
-demo: deps ## run the demo (bench/demo.py; pass options with ARGS=...)
-	$(PY) bench/demo.py $(ARGS)
+demo: deps ## an outage seen by 16 containers, shared vs per-container breakers (ARGS='--help')
+	$(PY) -m bench.demo $(ARGS)
 
 bench: venv ## fleetbreaker vs Powertools' circuit breaker on a local moto server (bench/README.md)
 	$(PY) bench/fleet_vs_powertools.py $(ARGS)

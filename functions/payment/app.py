@@ -43,6 +43,8 @@ if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.typing import LambdaContext
     from mypy_boto3_sqs.client import SQSClient
 
+    from fleetbreaker.stores.base import Store
+
 # Service name from POWERTOOLS_SERVICE_NAME (the template sets it), shared with the metrics.
 logger = Logger()
 tracer = Tracer()
@@ -430,6 +432,7 @@ def create_handler(
     *,
     clock: Callable[[], int] | None = None,
     endpoint_url: str | None = None,
+    store: Store | None = None,
 ) -> PaymentHandler:
     """Build the handler, its breaker and clients from environment variables.
 
@@ -442,6 +445,10 @@ def create_handler(
     endpoint_url:
         A local AWS endpoint (moto) for DynamoDB and SQS. Without it boto3 resolves endpoints
         itself, which honours ``AWS_ENDPOINT_URL_DYNAMODB`` and ``AWS_ENDPOINT_URL_SQS``.
+    store:
+        The breaker's store instead of the one the environment names (Redis at
+        ``CIRCUIT_BREAKER_REDIS_URL``, else DynamoDB), e.g. a ``MemoryStore`` for a
+        per-container breaker (``make demo`` compares the two).
     """
     settings = Settings.from_env(os.environ if env is None else env)
     fallback: DeferredPayments | None = None
@@ -457,10 +464,9 @@ def create_handler(
             config=Config(connect_timeout=1, read_timeout=2, retries={"total_max_attempts": 2}),
         )
         fallback = DeferredPayments(settings.deferred_queue_url, sqs)
-    store: DynamoDBStore | RedisStore
-    if settings.redis_url is not None:
+    if store is None and settings.redis_url is not None:
         store = RedisStore(url=settings.redis_url)
-    else:
+    elif store is None:
         store = DynamoDBStore(settings.table_name, endpoint_url=endpoint_url)
     breaker = CircuitBreaker(
         settings.breaker_name,

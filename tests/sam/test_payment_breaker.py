@@ -164,6 +164,38 @@ def test_unreachable_table_does_not_block_payments(
     assert payment_api.calls == 1
 
 
+def test_a_store_given_to_create_handler_replaces_the_table(
+    payment_module: ModuleType,
+    payment_env: dict[str, str],
+    payment_api: FakePaymentApi,
+    payment_table: str,
+    moto_server: str,
+) -> None:
+    # GIVEN two containers, each with a MemoryStore of its own (per-container breakers);
+    # one failure opens a breaker
+    from fleetbreaker import MemoryStore
+
+    env = {**payment_env, "BREAKER_FAILURE_THRESHOLD": "1"}
+    clock = FakeClock()
+    a_store, b_store = MemoryStore(), MemoryStore()
+    a = payment_module.create_handler(env, clock=clock, endpoint_url=moto_server, store=a_store)
+    b = payment_module.create_handler(env, clock=clock, endpoint_url=moto_server, store=b_store)
+    payment_api.mode = "fail"
+
+    # WHEN container A's payment fails, then each container takes a payment
+    assert invoke(a, payment_event())[0] == 502
+    after = [invoke(handler, payment_event())[0] for handler in (a, b)]
+
+    # THEN only A's breaker opened: B knows nothing of it and still calls the provider
+    assert after == [503, 502]
+    assert payment_api.calls == 2
+    assert a.breaker.store is a_store
+    assert b.breaker.store is b_store
+    assert a_store.stats.writes >= 1
+    # AND the table was never used
+    assert stored_state(moto_server, payment_table, env["BREAKER_NAME"]) is None
+
+
 # --------------------------------------------------------------------------- defer mode
 
 

@@ -1,0 +1,132 @@
+"""The payment provider the demo's containers call: healthy, then down for a while, then back.
+
+A real HTTP server (``http.server`` on a thread, 127.0.0.1, a free port), so the payment
+function's ``requests`` session, timeouts and status handling run over a socket. Whether it is
+down is decided per request from the wall clock and the schedule of the current run, and every
+request is logged with its arrival time and answer: the provider's own count of the calls that
+reached it is what the demo reports, not the callers' idea of it.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, NamedTuple
+
+LOOPBACK = "127.0.0.1"
+
+
+class Request(NamedTuple):
+    """One request that reached the provider: when (epoch s) and whether it was charged."""
+
+    at: float
+    ok: bool
+
+
+@dataclass(frozen=True)
+class Outage:
+    """The provider answers 503 from ``starts`` until ``ends`` (epoch seconds)."""
+
+    starts: float
+    ends: float
+
+    def covers(self, at: float) -> bool:
+        return self.starts <= at < self.ends
+
+
+class ScheduledPaymentApi:
+    """``POST /charges``: 200 with a JSON charge, or 503 during the scheduled outage.
+
+    Use as a context manager; :meth:`schedule` starts a new run (and a new request log).
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._outage: Outage | None = None
+        self._log: list[Request] = []
+        self._server = ThreadingHTTPServer((LOOPBACK, 0), self._handler_class())
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, name="payment-api", daemon=True
+        )
+
+    @property
+    def url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host!s}:{port}/charges"
+
+    def schedule(self, outage: Outage) -> None:
+        """Fail during ``outage``; forget the requests of the previous run."""
+        with self._lock:
+            self._outage = outage
+            self._log = []
+
+    def requests(self) -> list[Request]:
+        """Every request of the current run so far, in arrival order."""
+        with self._lock:
+            return list(self._log)
+
+    def _answer_ok(self) -> bool:
+        now = time.time()
+        with self._lock:
+            ok = self._outage is None or not self._outage.covers(now)
+            self._log.append(Request(now, ok))
+        return ok
+
+    def start(self) -> ScheduledPaymentApi:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
+
+    def __enter__(self) -> ScheduledPaymentApi:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _handler_class(self) -> type[BaseHTTPRequestHandler]:
+        api = self
+
+        class Handler(BaseHTTPRequestHandler):
+            # Keep-alive, as a real provider: each container's requests.Session reuses its
+            # connection, so the demo measures calls rather than TCP handshakes.
+            protocol_version = "HTTP/1.1"
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                raw = self.rfile.read(length)
+                if not api._answer_ok():
+                    self._answer(503, {"error": "service unavailable"})
+                    return
+                try:
+                    body = json.loads(raw or b"null")
+                except ValueError:
+                    body = None
+                key = self.headers.get("Idempotency-Key") or "none"
+                charge: dict[str, Any] = {"id": f"ch_{key}", "status": "succeeded"}
+                if isinstance(body, dict):
+                    charge.update(amount=body.get("amount"), currency=body.get("currency"))
+                self._answer(200, charge)
+
+            def _answer(self, status: int, payload: dict[str, Any]) -> None:
+                data = json.dumps(payload).encode()
+                try:
+                    self.send_response(status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the caller gave up (its read timeout): nothing to answer
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass  # the demo prints its own progress
+
+        return Handler

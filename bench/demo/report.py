@@ -1,0 +1,303 @@
+"""The demo's output: the comparison table, a PNG chart of both runs, a markdown summary."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from bench.demo.summary import STATES, StateIndex, intervals
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+
+    from bench.demo.scenario import Options
+    from bench.demo.summary import RunRecord, RunSummary
+
+CHART = "fleet-demo.png"
+MARKDOWN = "fleet-demo.md"
+BIN = 0.5  # seconds per bar in the chart
+STATE_STEP = 0.05  # seconds between samples of the containers' states
+
+COLOURS = {
+    "charged": "#2e7d32",
+    "failed": "#c62828",
+    "rejected": "#78909c",
+    "deferred": "#1565c0",
+    "closed": "#a5d6a7",
+    "half_open": "#ffb74d",
+    "open": "#ef9a9a",
+    "outage": "#ffebee",
+}
+
+
+@dataclass(frozen=True)
+class Run:
+    """One run's record and figures, as the report shows them."""
+
+    record: RunRecord
+    summary: RunSummary
+
+
+# --------------------------------------------------------------------------- the table
+
+
+def _windows(summary: RunSummary) -> str:
+    counts = summary.probes_per_window
+    if not counts:
+        return "none"
+    low, high = min(counts), max(counts)
+    each = f"{low}" if low == high else f"{low} to {high}"
+    return f"{len(counts)} × {each}"
+
+
+def _seconds(value: float | None) -> str:
+    return "not closed" if value is None else f"{value:.1f} s"
+
+
+def table(runs: list[Run]) -> str:
+    """The comparison as a markdown table, padded so that it also reads as plain text."""
+    rows: list[tuple[str, ...]] = [
+        ("", *(run.record.title for run in runs)),
+        (
+            "failing calls sent to the API during the outage",
+            *(str(run.summary.failing_calls) for run in runs),
+        ),
+        ("… of them failed probes", *(str(run.summary.failed_probes) for run in runs)),
+        ("probes at recovery", *(str(run.summary.probes_at_recovery) for run in runs)),
+        ("half-open windows × probes admitted in each", *(_windows(run.summary) for run in runs)),
+        (
+            "seconds from provider recovery to the fleet closing",
+            *(_seconds(run.summary.recovery_to_closed) for run in runs),
+        ),
+        (
+            "store requests made",
+            *(
+                str(run.summary.store_requests) if run.record.shared else "0 (in-process)"
+                for run in runs
+            ),
+        ),
+        (
+            "payments charged / failed / turned away",
+            *(
+                f"{s.charged} / {s.provider_failed} / {s.turned_away}"
+                for s in (run.summary for run in runs)
+            ),
+        ),
+    ]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+
+    def line(cells: tuple[str, ...]) -> str:
+        first = cells[0].ljust(widths[0])
+        rest = [cell.rjust(width) for cell, width in zip(cells[1:], widths[1:], strict=True)]
+        return "| " + " | ".join([first, *rest]) + " |"
+
+    rule = (
+        "|"
+        + "|".join(["-" * (widths[0] + 2)] + ["-" * (width + 1) + ":" for width in widths[1:]])
+        + "|"
+    )
+    return "\n".join([line(rows[0]), rule, *(line(row) for row in rows[1:])])
+
+
+def guarantees(options: Options, runs: list[Run]) -> list[tuple[bool, str]]:
+    """The fleet-wide guarantees, checked on the shared run: (held, sentence) each."""
+    shared = next(run for run in runs if run.record.shared)
+    bound = options.threshold + options.containers
+    failing = shared.summary.failing_calls
+    windows = shared.summary.probes_per_window
+    checks = [
+        (
+            failing <= bound,
+            f"the shared breaker sent {failing} failing calls during the outage, at most "
+            f"threshold + containers = {options.threshold} + {options.containers} = {bound}",
+        ),
+        (
+            bool(windows) and all(count == options.probes for count in windows),
+            f"it admitted exactly the probe budget ({options.probes}) in each of its "
+            f"{len(windows)} half-open windows: {', '.join(map(str, windows)) or 'none'}",
+        ),
+        (
+            shared.summary.recovery_to_closed is not None,
+            f"every container closed again after the recovery: "
+            f"{_seconds(shared.summary.recovery_to_closed)}",
+        ),
+    ]
+    if shared.summary.degradations:
+        checks.append(
+            (
+                False,
+                f"{shared.summary.degradations} containers lost the store and ran on local "
+                f"state ({shared.summary.store_errors} store errors): the machine is too busy",
+            )
+        )
+    return checks
+
+
+# --------------------------------------------------------------------------- the chart
+
+
+def chart(runs: list[Run], path: Path) -> Path:
+    """Calls reaching the API, calls turned away and the breaker's state, per run (PNG)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    until = math.ceil(max(run.record.duration for run in runs))
+    fig, axes = plt.subplots(
+        3,
+        len(runs),
+        figsize=(6.5 * len(runs) + 1.5, 8),
+        sharex=True,
+        sharey="row",
+        squeeze=False,
+        gridspec_kw={"height_ratios": [3, 2, 2]},
+    )
+    for column, run in enumerate(runs):
+        _plot_run(run, axes[0][column], axes[1][column], axes[2][column], until)
+    axes[0][0].set_ylabel("calls reaching the\npayment API per second")
+    axes[1][0].set_ylabel("calls turned away\nper second")
+    axes[2][0].set_ylabel("containers seeing\nthe breaker as")
+    for row in axes:
+        row[-1].legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=8, frameon=False)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _plot_run(run: Run, calls: Axes, turned: Axes, states: Axes, until: float) -> None:
+    record, summary = run.record, run.summary
+    bins = intervals(record, BIN, until)
+    starts = [row.start for row in bins]
+    charged = [row.api_charged / BIN for row in bins]
+    failed = [row.api_failed / BIN for row in bins]
+    calls.bar(starts, charged, BIN, align="edge", color=COLOURS["charged"], label="charged")
+    calls.bar(
+        starts,
+        failed,
+        BIN,
+        bottom=charged,
+        align="edge",
+        color=COLOURS["failed"],
+        label="failed: the API is down",
+    )
+    probes = [call.start for call in record.calls if call.probe]
+    if probes:
+        top = max(max(c + f for c, f in zip(charged, failed, strict=True)), 1.0) * 1.08
+        calls.plot(probes, [top] * len(probes), "v", color="black", markersize=5, label="a probe")
+    # Turned away: the breaker answered without calling the provider (503, or 202 deferred).
+    rejected = [(row.turned_away - row.deferred) / BIN for row in bins]
+    deferred = [row.deferred / BIN for row in bins]
+    if any(rejected) or not any(deferred):
+        turned.bar(
+            starts,
+            rejected,
+            BIN,
+            align="edge",
+            color=COLOURS["rejected"],
+            label="503: circuit open",
+        )
+    if any(deferred):
+        turned.bar(
+            starts,
+            deferred,
+            BIN,
+            bottom=rejected,
+            align="edge",
+            color=COLOURS["deferred"],
+            label="202: deferred to SQS",
+        )
+    # The state is sampled finely: containers learn of a change within one call.
+    index = StateIndex(record)
+    times = [i * STATE_STEP for i in range(round(until / STATE_STEP) + 1)]
+    counts = [index.counts(t) for t in times]
+    states.stackplot(
+        times,
+        *[[count[state] for count in counts] for state in STATES],
+        step="post",
+        colors=[COLOURS[state] for state in STATES],
+        labels=[state.replace("_", "-") for state in STATES],
+    )
+    states.set_ylim(0, record.containers)
+    states.set_xlabel("seconds since the run began")
+    closed = summary.recovery_to_closed
+    for ax in (calls, turned, states):
+        # Labelled once, in the top row's legend ("_" hides a label from a legend).
+        hide = "" if ax is calls else "_"
+        ax.axvspan(
+            *record.outage, color=COLOURS["outage"], zorder=0, label=f"{hide}the API is down"
+        )
+        if closed is not None:
+            ax.axvline(
+                record.outage[1] + closed,
+                color="#1b5e20",
+                linestyle="--",
+                lw=1,
+                label=f"{hide}every container closed",
+            )
+        ax.grid(axis="y", alpha=0.3)
+        ax.set_xlim(0, until)
+    plural = "" if summary.probes_at_recovery == 1 else "s"
+    calls.set_title(
+        f"{record.title}\n{summary.failing_calls} failing calls reached the API, "
+        f"{summary.probes_at_recovery} probe{plural} at recovery",
+        fontsize=11,
+    )
+
+
+# --------------------------------------------------------------------------- markdown
+
+
+def markdown(options: Options, runs: list[Run], chart_name: str) -> str:
+    shared = next(run for run in runs if run.record.shared)
+    lines = [
+        "# fleetbreaker demo: one payment-API outage, two fleets",
+        "",
+        f"{options.describe()}. Both runs invoke the payment function's real handler "
+        "(`functions/payment/app.py`, built by `create_handler`) with HTTP API events; the "
+        f"shared breaker keeps its state in {shared.record.store}, the per-container breakers "
+        f"in a MemoryStore each. While open, payments are "
+        f"{'deferred to SQS (202)' if options.fallback == 'defer' else 'rejected (503)'}.",
+        "",
+        table(runs),
+        "",
+        *(
+            [
+                "Deferred payments found in each run's SQS queue: "
+                + ", ".join(
+                    f"{run.record.queued} of {run.summary.deferred} ({run.record.title})"
+                    for run in runs
+                )
+                + ".",
+                "",
+            ]
+            if options.fallback == "defer"
+            else []
+        ),
+        "The fleet-wide guarantees, on the shared run:",
+        "",
+        *(f"- {'✓' if held else '✗'} {sentence}" for held, sentence in guarantees(options, runs)),
+        "",
+        f"![calls reaching the API, calls turned away and breaker states over time]({chart_name})",
+        "",
+        "The shared breaker trips the whole fleet after about `threshold` failures and admits "
+        "exactly the probe budget per half-open window; per-container breakers each learn of "
+        "the outage on their own (`threshold` failures each) and each probe the recovering "
+        "provider. The seconds to close depend on the jittered open windows after a failed "
+        "probe and on `cache_ttl`, so they vary from run to run. The function's own logs are "
+        "in `containers.log`.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def write(options: Options, runs: list[Run], output: Path) -> tuple[Path, Path]:
+    """The chart and the markdown summary, in ``output``; returns their paths."""
+    output.mkdir(parents=True, exist_ok=True)
+    png = chart(runs, output / CHART)
+    md = output / MARKDOWN
+    md.write_text(markdown(options, runs, png.name))
+    return png, md

@@ -1,0 +1,303 @@
+"""Runs the demo: local servers, the container fleet, both runs, the report.
+
+Everything started here is stopped here, in reverse order, whether the demo ends, fails or is
+interrupted (Ctrl-C or SIGTERM become KeyboardInterrupt in ``__main__``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from bench.demo import report
+from bench.demo.container import RunSpec, exit_with_parent
+from bench.demo.fleet import CTX, Fleet, sigint_blocked
+from bench.demo.progress import Progress
+from bench.demo.provider import Outage, ScheduledPaymentApi
+from bench.demo.scenario import STORE_LABELS, STORE_NAMES
+from bench.demo.stores import PER_CONTAINER, SharedStoreManager, StoreSpec
+from bench.demo.summary import RunRecord, fleet_closed_at, summarize
+
+if TYPE_CHECKING:
+    from typing import TextIO
+
+    from bench.demo.container import Call
+    from bench.demo.scenario import Options
+
+TABLE = "CircuitBreakers"
+BREAKER = "payment-api"
+REGION = "us-east-1"
+SHARED = "shared"
+RUNS = (SHARED, PER_CONTAINER)
+# A port nothing listens on: the endpoint of AWS services the demo does not run.
+NOWHERE = "http://127.0.0.1:9"
+
+
+@dataclass(frozen=True)
+class DemoResult:
+    """What a finished demo produced."""
+
+    runs: list[report.Run]
+    chart: Path
+    markdown: Path
+    checks: list[tuple[bool, str]]
+    seconds: float
+
+    @property
+    def guarantees_held(self) -> bool:
+        return all(held for held, _ in self.checks)
+
+
+class DeferredQueues:
+    """One SQS queue (on moto) per run for the payments the fallback defers.
+
+    One per run because moto's SendMessage slows down as a queue grows (it is linear in the
+    queue's length): a queue shared by both runs would slow the second run's containers.
+    """
+
+    def __init__(self, endpoint_url: str) -> None:
+        import boto3
+
+        self.sqs = boto3.client(
+            "sqs",
+            endpoint_url=endpoint_url,
+            region_name=REGION,
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+        )
+        self.urls = {
+            label: self.sqs.create_queue(QueueName=f"deferred-payments-{label}")["QueueUrl"]
+            for label in RUNS
+        }
+
+    def count(self, label: str) -> int:
+        """Payments in the run's queue."""
+        attributes = self.sqs.get_queue_attributes(
+            QueueUrl=self.urls[label], AttributeNames=["ApproximateNumberOfMessages"]
+        )["Attributes"]
+        return int(attributes["ApproximateNumberOfMessages"])
+
+
+@dataclass(frozen=True)
+class Backends:
+    """The local services both runs use."""
+
+    api: ScheduledPaymentApi
+    shared_store: StoreSpec
+    endpoint_url: str | None  # moto: DynamoDB and SQS
+    queues: DeferredQueues | None  # with --fallback defer
+
+
+def local_aws_environment() -> dict[str, str]:
+    """Dummy credentials and a region: nothing in a container can reach, or wait for, AWS."""
+    return {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": REGION,
+        "AWS_CONFIG_FILE": os.devnull,
+        "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
+        "AWS_EC2_METADATA_DISABLED": "true",
+    }
+
+
+@contextlib.contextmanager
+def backends(options: Options, out: TextIO) -> Iterator[Backends]:
+    """Start the payment API and the shared store (and moto when needed); stop them after."""
+    from tests.servers import MotoServer, RedisServer, make_table
+
+    with contextlib.ExitStack() as stack:
+        api = stack.enter_context(ScheduledPaymentApi())
+        endpoint = None
+        if options.needs_moto:
+            moto = MotoServer()
+            stack.enter_context(moto)
+            endpoint = moto.endpoint_url
+            say(out, f"moto server (DynamoDB, SQS) at {endpoint}, pid {moto.pid}")
+        if options.store == "dynamodb":
+            assert endpoint is not None
+            shared = StoreSpec("dynamodb", endpoint, make_table(endpoint, TABLE))
+        elif options.store == "redis":
+            redis = RedisServer()
+            stack.enter_context(redis)
+            say(out, f"redis-server at {redis.url}, pid {redis.pid}")
+            shared = StoreSpec("redis", redis.url)
+        else:
+            authkey = os.urandom(16)
+            manager = SharedStoreManager(address=("127.0.0.1", 0), authkey=authkey, ctx=CTX)
+            with sigint_blocked():
+                manager.start(exit_with_parent, (os.getpid(),))
+            stack.callback(manager.shutdown)
+            address = manager.address
+            assert isinstance(address, tuple)
+            host, port = address
+            shared = StoreSpec("memory", f"{host}:{port}", authkey=authkey)
+            say(out, f"shared MemoryStore in a manager process at {host}:{port}")
+        queues = None
+        if options.fallback == "defer":
+            assert endpoint is not None
+            queues = DeferredQueues(endpoint)
+        say(out, f"payment API at {api.url}")
+        yield Backends(api, shared, endpoint, queues)
+
+
+def say(out: TextIO, line: str) -> None:
+    print(line, file=out, flush=True)
+
+
+def function_env(options: Options, found: Backends, label: str = SHARED) -> dict[str, str]:
+    """The payment function's environment in run ``label``, as the SAM template sets it."""
+    env = {
+        "CIRCUIT_BREAKER_TABLE": TABLE,
+        "PAYMENT_API_URL": found.api.url,
+        "BREAKER_NAME": BREAKER,
+        **options.function_env(),
+    }
+    if found.queues is not None:
+        env["DEFERRED_PAYMENTS_QUEUE_URL"] = found.queues.urls[label]
+    return env
+
+
+def process_env(options: Options, found: Backends) -> dict[str, str]:
+    """A container's process environment: what Lambda would give it, pointed at loopback."""
+    endpoint = found.endpoint_url or NOWHERE
+    return {
+        **local_aws_environment(),
+        **function_env(options, found),
+        "AWS_ENDPOINT_URL_DYNAMODB": endpoint,
+        "AWS_ENDPOINT_URL_SQS": endpoint,
+        "POWERTOOLS_SERVICE_NAME": "payment",
+        "POWERTOOLS_LOG_LEVEL": "WARNING",
+        "POWERTOOLS_METRICS_DISABLED": "true",
+        "POWERTOOLS_TRACE_DISABLED": "true",
+    }
+
+
+def run_once(
+    options: Options,
+    fleet: Fleet,
+    found: Backends,
+    shared: bool,
+    out: TextIO,
+) -> RunRecord:
+    """One run of the scenario, with the live display."""
+    store = found.shared_store if shared else StoreSpec(PER_CONTAINER)
+    title = f"shared breaker ({STORE_NAMES[options.store]})" if shared else "per-container breakers"
+    down, back = options.healthy, options.healthy + options.outage
+    where = STORE_LABELS[options.store] if shared else "a MemoryStore in each container"
+    record = RunRecord(
+        label=SHARED if shared else PER_CONTAINER,
+        title=title,
+        store=where,
+        shared=shared,
+        containers=options.containers,
+        outage=(down, back),
+    )
+    spec = RunSpec(
+        label=record.label,
+        env=function_env(options, found, record.label),
+        store=store,
+        endpoint_url=found.endpoint_url,
+        rate=options.rate,
+        containers=options.containers,
+    )
+    api = found.api
+    progress = Progress(out, record)
+    fleet.prepare(spec)
+    start = time.time() + 0.3
+    api.schedule(Outage(start + down, start + back))
+    progress.header(["", f"== {title}: {where}"])
+
+    def on_calls(calls: list[Call]) -> None:
+        record.calls.extend(calls)
+
+    end: float | None = None
+    next_check = 0.0
+    fleet.go(start)
+    while True:
+        fleet.drain(on_calls, 0.05)
+        now = time.time() - start
+        if now >= next_check:
+            next_check = now + 0.25
+            record.provider = [(r.at - start, r.ok) for r in api.requests()]
+            progress.tick(now)
+            if end is None:
+                end = _end_of_run(options, record, now)
+        if end is not None and now >= end:
+            break
+    record.reports = fleet.finish(on_calls)
+    record.duration = end
+    record.provider = [(r.at - start, r.ok) for r in api.requests() if r.at - start < end]
+    progress.tick(end, final=True)
+    if found.queues is not None:
+        record.queued = found.queues.count(record.label)
+        progress.note(f"-- {record.queued} deferred payments are in the run's SQS queue")
+    closed = fleet_closed_at(record)
+    if closed is not None:
+        progress.note(
+            f"-- {closed:.1f} s: every container admits payments again, "
+            f"{closed - back:.1f} s after the recovery"
+        )
+    else:
+        progress.note(f"-- not every container closed within {options.max_after:g} s")
+    return record
+
+
+def _end_of_run(options: Options, record: RunRecord, now: float) -> float | None:
+    """A whole second: ``linger`` after the fleet closed, or the cap after the recovery."""
+    back = record.outage[1]
+    if now < back:
+        return None
+    closed = fleet_closed_at(record)
+    if closed is not None:
+        return float(math.ceil(max(closed + options.linger, back + 1)))
+    if now >= back + options.max_after:
+        return float(math.ceil(now))
+    return None
+
+
+def run_demo(options: Options, out: TextIO = sys.stdout) -> DemoResult:
+    """The whole demo: both runs, the table, the report. Raises KeyboardInterrupt on Ctrl-C."""
+    began = time.monotonic()
+    options = options.validate()
+    output = options.output
+    output.mkdir(parents=True, exist_ok=True)
+    log_path = output / "containers.log"
+    log_path.write_text("")
+    say(out, f"fleetbreaker demo: {options.describe()}")
+    with contextlib.ExitStack() as stack:
+        found = stack.enter_context(backends(options, out))
+        say(out, f"starting {options.containers} containers (processes) ...")
+        fleet = stack.enter_context(
+            Fleet(options.containers, process_env(options, found), str(log_path))
+        )
+        records = [
+            run_once(options, fleet, found, shared=True, out=out),
+            run_once(options, fleet, found, shared=False, out=out),
+        ]
+    runs = [report.Run(record, summarize(record)) for record in records]
+    checks = report.guarantees(options, runs)
+    say(out, "")
+    say(out, report.table(runs))
+    say(out, "")
+    for held, sentence in checks:
+        say(out, f"{'✓' if held else '✗'} {sentence}")
+    chart, markdown = report.write(options, runs, output)
+    seconds = time.monotonic() - began
+    say(out, "")
+    say(out, f"finished in {seconds:.0f} s; every server and container has stopped")
+    say(out, f"chart:   {_shown(chart)}")
+    say(out, f"summary: {_shown(markdown)}")
+    return DemoResult(runs, chart, markdown, checks, seconds)
+
+
+def _shown(path: Path) -> str:
+    with contextlib.suppress(ValueError):
+        return str(path.resolve().relative_to(Path.cwd()))
+    return str(path)

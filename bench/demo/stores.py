@@ -1,0 +1,166 @@
+"""Where each run's breakers keep their state, and how a container watches its breaker.
+
+A container process builds its store from a :class:`StoreSpec` (plain, picklable data). The
+shared run gives every container a client to the same store; the per-container run gives each
+one a ``MemoryStore`` of its own: the same thresholds, no shared state.
+
+:class:`WatchedStore` sits between the breaker and its store and notes what every answer told
+the breaker (the state it saw, the probe leases it won and in which half-open window). It
+changes nothing: the real store does the work, and the breaker cannot tell the difference.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from multiprocessing.managers import BaseManager
+from typing import TYPE_CHECKING
+
+from fleetbreaker import MemoryStore, State
+from fleetbreaker.stores.base import StoreStats
+
+if TYPE_CHECKING:
+    from fleetbreaker.state import Outcome, Policy, Record
+    from fleetbreaker.stores.base import Store
+
+# Kinds of StoreSpec: the shared stores of scenario.STORES, and a container's own.
+PER_CONTAINER = "per-container"
+
+
+@dataclass(frozen=True)
+class StoreSpec:
+    """How a container builds its breaker's store."""
+
+    kind: str  # "dynamodb", "redis", "memory" (shared through a manager) or PER_CONTAINER
+    address: str = ""  # endpoint URL, redis URL, or host:port of the manager
+    table: str = ""
+    authkey: bytes = b""
+
+    @property
+    def shared(self) -> bool:
+        return self.kind != PER_CONTAINER
+
+    def build(self) -> Store:
+        if self.kind == PER_CONTAINER:
+            return MemoryStore()
+        if self.kind == "dynamodb":
+            from fleetbreaker import DynamoDBStore
+
+            # The store's own client and defaults (0.2 s connect, 0.3 s read, one retry), as
+            # create_handler would build it: the demo does not tune the breaker's client.
+            return DynamoDBStore(self.table, endpoint_url=self.address)
+        if self.kind == "redis":
+            from fleetbreaker import RedisStore
+
+            # The store's defaults (0.2 s timeouts, the server's clock), as in Lambda.
+            return RedisStore(url=self.address)
+        if self.kind == "memory":
+            host, _, port = self.address.rpartition(":")
+            manager = SharedStoreManager(address=(host, int(port)), authkey=self.authkey)
+            manager.connect()
+            proxy: Store = manager.shared_store()  # type: ignore[attr-defined]
+            return proxy
+        raise ValueError(f"unknown store kind {self.kind!r}")
+
+
+# --------------------------------------------------------------------------- memory, shared
+
+_shared = MemoryStore()
+
+
+def _shared_store() -> MemoryStore:
+    return _shared
+
+
+class SharedStoreManager(BaseManager):
+    """Serves one MemoryStore to every container (``--store memory``): no server to install.
+
+    Each operation is one request to the manager process, where MemoryStore applies the rules
+    under its lock: as atomic as a conditional write, and nothing like a network store's
+    latency. A quick look, not a benchmark.
+    """
+
+
+SharedStoreManager.register("shared_store", callable=_shared_store)
+
+
+# --------------------------------------------------------------------------- watching
+
+
+class WatchedStore:
+    """Passes every operation to ``inner`` and remembers what the answers told the breaker.
+
+    ``seen`` is the breaker's state as this container last learned it from the store;
+    ``claims`` the probe leases it won, each with the generation of the half-open window (a
+    window is one generation of the record, so claims with the same generation shared one).
+    """
+
+    def __init__(self, inner: Store) -> None:
+        self.inner = inner
+        # A manager's proxy has no stats: then each operation counts as one request.
+        inner_stats = getattr(inner, "stats", None)
+        self._inner_stats = inner_stats if isinstance(inner_stats, StoreStats) else None
+        self.stats = StoreStats()
+        self.seen = State.CLOSED
+        self.claims: list[int] = []
+        self._lock = threading.Lock()
+
+    @property
+    def requests(self) -> int:
+        """Round trips to the store so far (the store's own count when it keeps one)."""
+        stats = self._inner_stats or self.stats
+        return stats.requests
+
+    def _saw(self, record: Record | None) -> None:
+        self.seen = record.state if record is not None else State.CLOSED
+
+    def _after(self, outcome: Outcome) -> Outcome:
+        self._saw(outcome.record)
+        return outcome
+
+    def load(self, name: str, now_ms: int) -> Record | None:
+        self.stats.count_read()
+        record = self.inner.load(name, now_ms)
+        self._saw(record)
+        return record
+
+    def record_failure(
+        self, name: str, policy: Policy, now_ms: int, observed: Record | None
+    ) -> Outcome:
+        self.stats.count_write()
+        return self._after(self.inner.record_failure(name, policy, now_ms, observed))
+
+    def claim_probe(
+        self, name: str, policy: Policy, now_ms: int, nonce: str, observed: Record | None
+    ) -> Outcome:
+        self.stats.count_write()
+        outcome = self.inner.claim_probe(name, policy, now_ms, nonce, observed)
+        if outcome.token is not None and outcome.record is not None:
+            with self._lock:
+                self.claims.append(outcome.record.gen)
+        return self._after(outcome)
+
+    def settle_probe(
+        self,
+        name: str,
+        policy: Policy,
+        now_ms: int,
+        token: str,
+        success: bool,
+        jitter: float,
+        observed: Record | None,
+    ) -> Outcome:
+        self.stats.count_write()
+        return self._after(
+            self.inner.settle_probe(name, policy, now_ms, token, success, jitter, observed)
+        )
+
+    def force_state(self, name: str, policy: Policy, now_ms: int, target: State) -> Outcome:
+        self.stats.count_write()
+        return self._after(self.inner.force_state(name, policy, now_ms, target))
+
+    def take_claims(self) -> list[int]:
+        """The half-open generations of the leases won since the last call."""
+        with self._lock:
+            claims, self.claims = self.claims, []
+        return claims

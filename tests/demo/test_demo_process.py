@@ -1,0 +1,118 @@
+"""`python -m bench.demo` as a process: its options, and Ctrl-C stopping everything it started."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from bench.demo.__main__ import BAD_OPTIONS, INTERRUPTED, main, options_from
+from bench.demo.scenario import DEFAULT, SHORT
+from tests.servers import REPO_ROOT
+
+
+def children_of(pid: int) -> set[int]:
+    """Every living descendant of ``pid``, from /proc (Linux)."""
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        # "pid (comm) state ppid ...": comm may hold spaces and parentheses.
+        parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+    found: set[int] = set()
+    frontier = {pid}
+    while frontier:
+        frontier = {child for child, parent in parents.items() if parent in frontier} - found
+        found |= frontier
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def refuses(url: str) -> bool:
+    host, port = re.sub(r"^http://", "", url).split("/")[0].split(":")
+    try:
+        socket.create_connection((host, int(port)), timeout=1).close()
+    except OSError:
+        return True
+    return False
+
+
+def test_short_preset_and_explicit_options() -> None:
+    # Options given on the command line override the preset; the rest is the preset's
+    assert options_from([]) == DEFAULT
+    assert options_from(["--short"]) == SHORT
+    options = options_from(["--short", "--containers", "3", "--store", "memory"])
+    assert (options.containers, options.store, options.outage) == (3, "memory", SHORT.outage)
+
+
+@pytest.mark.parametrize("argv", [["--containers", "0"], ["--probes", "17"], ["--outage", "-1"]])
+def test_bad_options_exit_2_before_starting_anything(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(argv) == BAD_OPTIONS
+    assert capsys.readouterr().err.startswith("demo: --")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(sys.platform != "linux", reason="reads the process tree from /proc")
+def test_ctrl_c_stops_every_server_and_container(tmp_path: Path) -> None:
+    # GIVEN the demo running in a terminal of its own (its own process group), in its first run
+    demo = subprocess.Popen(
+        [sys.executable, "-m", "bench.demo", "--short", "--output", str(tmp_path)],
+        cwd=REPO_ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    assert demo.stdout is not None
+    printed: list[str] = []
+    try:
+        for line in demo.stdout:
+            printed.append(line)
+            if re.match(r"\s+1s  ", line):
+                break
+        else:
+            pytest.fail(f"the demo ended before its first run:\n{''.join(printed)}")
+        started = children_of(demo.pid)
+        urls = re.findall(r"at (http://127\.0\.0\.1:\d+)", "".join(printed))
+
+        # WHEN Ctrl-C reaches the whole foreground process group, as a terminal sends it
+        os.killpg(demo.pid, signal.SIGINT)
+        rest, _ = demo.communicate(timeout=30)
+    finally:
+        if demo.poll() is None:
+            os.killpg(demo.pid, signal.SIGKILL)
+            demo.wait()
+
+    # THEN the demo says so and exits 130, without a traceback
+    assert demo.returncode == INTERRUPTED, rest
+    assert "interrupted: every server and container has been stopped" in rest
+    assert "Traceback" not in rest
+    # AND the moto server, the container processes and the payment API are gone
+    assert len(started) >= SHORT.containers + 1, "containers and moto were running"
+    deadline = time.monotonic() + 5  # multiprocessing's resource tracker exits on its own
+    while (left := {pid for pid in started if alive(pid)}) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not left, f"still running after the demo ended: {sorted(left)}"
+    assert len(urls) == 2, printed
+    for url in urls:
+        assert refuses(url), f"{url} still answers"

@@ -1,0 +1,49 @@
+"""The demo's figures from recorded calls: half-open windows and when a fleet closed again."""
+
+from __future__ import annotations
+
+from bench.demo.container import Call
+from bench.demo.summary import RunRecord, closed_since, summarize
+
+OUTAGE = (1.0, 3.0)
+
+
+def call(container: int, start: float, status: int, windows: tuple[int, ...] = ()) -> Call:
+    return Call(container, start, start + 0.01, status, "closed", 0, windows)
+
+
+def record(shared: bool, calls: list[Call]) -> RunRecord:
+    return RunRecord("run", "a run", "a store", shared, 2, OUTAGE, calls=calls)
+
+
+def test_a_shared_window_is_one_generation_of_the_fleet_record() -> None:
+    # GIVEN two containers that each won a lease in half-open generation 4, and one in 6
+    calls = [call(0, 1.5, 502, (4,)), call(1, 1.6, 502, (4,)), call(0, 3.5, 200, (6,))]
+
+    # WHEN the calls come from a shared breaker, THEN generation 4 was one window of two probes
+    shared = summarize(record(True, calls))
+    assert shared.probes_per_window == (2, 1)
+    # AND from per-container breakers, each container's generation 4 was a window of its own
+    assert summarize(record(False, calls)).probes_per_window == (1, 1, 1)
+    # AND probes that met the failing provider and the recovered one are counted apart
+    assert (shared.failed_probes, shared.probes_at_recovery) == (2, 1)
+
+
+def test_a_container_is_closed_from_its_first_charge_after_its_last_refusal() -> None:
+    # GIVEN a container charged once after the recovery, then failed, then charged again
+    calls = [call(0, 3.1, 202), call(0, 3.2, 200), call(0, 3.3, 502), call(0, 3.4, 200)]
+
+    # THEN it counts as closed from the last charge on; without that charge, not at all
+    assert closed_since(calls, after=3.0) == calls[3].end
+    assert closed_since(calls[:3], after=3.0) is None
+
+
+def test_the_fleet_is_closed_when_its_last_container_is() -> None:
+    # GIVEN container 0 charging from 3.2 s and container 1 from 3.6 s (recovery at 3.0 s)
+    calls = [call(0, 3.2, 200), call(1, 3.2, 202), call(1, 3.6, 200), call(1, 3.8, 200)]
+
+    # THEN the fleet closed 0.61 s after the recovery, and not at all without container 1
+    summary = summarize(record(True, calls))
+    assert summary.recovery_to_closed is not None
+    assert round(summary.recovery_to_closed, 2) == 0.61
+    assert summarize(record(True, calls[:2])).recovery_to_closed is None
