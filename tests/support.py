@@ -73,3 +73,14 @@ class Dependency:
         if self.failing:
             raise ConnectionError("dependency down (test)")
         return "ok"
+
+
+def function_reads(source: str, variable: str) -> bool:
+    """Whether a function's source reads an environment variable: by name, through
+    BreakerConfig.from_env (the BREAKER_* settings), or through Powertools (POWERTOOLS_*)."""
+    from fleetbreaker.config import ENV_FIELDS
+
+    if variable.startswith("POWERTOOLS_") or f'"{variable}"' in source:
+        return True
+    from_env = {f"BREAKER_{field.upper()}" for field in ENV_FIELDS}
+    return variable in from_env and "BreakerConfig.from_env(" in source

@@ -26,7 +26,7 @@ import math
 import os
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
 import requests
@@ -34,7 +34,14 @@ from aws_lambda_powertools import Logger, Tracer
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response, content_types
 from aws_lambda_powertools.logging import correlation_paths
 
-from fleetbreaker import Admission, BreakerConfig, CircuitBreaker, CircuitOpenError, State
+from fleetbreaker import (
+    Admission,
+    BreakerConfig,
+    CircuitBreaker,
+    CircuitOpenError,
+    ConfigError,
+    State,
+)
 from fleetbreaker.observability import default_listeners, log_metrics
 from fleetbreaker.stores.dynamodb import DynamoDBStore
 from fleetbreaker.stores.redis import RedisStore
@@ -92,6 +99,15 @@ def _number(
     return value
 
 
+def _breaker_config(env: Mapping[str, str]) -> BreakerConfig:
+    try:
+        # Only the provider's own trouble counts: a declined payment or a bug here must not
+        # open the circuit for everyone.
+        return BreakerConfig.from_env(env, failure_exceptions=(ProviderError,))
+    except ConfigError as exc:
+        raise SettingsError(str(exc)) from None
+
+
 @dataclass(frozen=True)
 class Settings:
     """Everything the function reads from its environment (see the README's reference)."""
@@ -101,11 +117,8 @@ class Settings:
     breaker_name: str = "payment-api"
     connect_timeout: float = 1.0
     read_timeout: float = 5.0
-    failure_threshold: int = 5
-    window_seconds: float = 60.0
-    recovery_timeout: float = 30.0
-    half_open_max_probes: int = 1
-    cache_ttl: float = 1.0
+    # BREAKER_* variables, read by BreakerConfig.from_env (the gate reads the same ones).
+    breaker_config: BreakerConfig = field(default_factory=lambda: _breaker_config({}))
     open_circuit_mode: str = "reject"
     deferred_queue_url: str | None = None
     redis_url: str | None = None
@@ -134,12 +147,7 @@ class Settings:
             breaker_name=_text(env, "BREAKER_NAME", "payment-api"),
             connect_timeout=_number(env, "PAYMENT_CONNECT_TIMEOUT", 1.0, float),
             read_timeout=_number(env, "PAYMENT_READ_TIMEOUT", 5.0, float),
-            failure_threshold=_number(env, "BREAKER_FAILURE_THRESHOLD", 5, int),
-            window_seconds=_number(env, "BREAKER_WINDOW_SECONDS", 60.0, float),
-            recovery_timeout=_number(env, "BREAKER_RECOVERY_TIMEOUT", 30.0, float),
-            half_open_max_probes=_number(env, "BREAKER_HALF_OPEN_MAX_PROBES", 1, int),
-            # 0 turns the per-container cache off.
-            cache_ttl=_number(env, "BREAKER_CACHE_TTL", 1.0, float, allow_zero=True),
+            breaker_config=_breaker_config(env),
             open_circuit_mode=mode,
             deferred_queue_url=queue_url,
             # Set (by the template's BreakerStore=redis): the breaker lives in that cache.
@@ -471,16 +479,7 @@ def create_handler(
     breaker = CircuitBreaker(
         settings.breaker_name,
         store=store,
-        config=BreakerConfig(
-            failure_threshold=settings.failure_threshold,
-            window_seconds=settings.window_seconds,
-            recovery_timeout=settings.recovery_timeout,
-            half_open_max_probes=settings.half_open_max_probes,
-            cache_ttl=settings.cache_ttl,
-            # Only the provider's own trouble counts: a declined payment or a bug here must
-            # not open the circuit for everyone.
-            failure_exceptions=(ProviderError,),
-        ),
+        config=settings.breaker_config,
         fallback=fallback,
         # Structured logs through this function's Logger, EMF metrics, X-Ray annotations.
         listeners=default_listeners(logger),

@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from fleetbreaker import BreakerConfig
 from tests.sam.conftest import invoke, payment_event
 
 VALID = {"amount": 1250, "currency": "EUR", "idempotency_key": "order-1"}
@@ -110,7 +111,8 @@ BASE_ENV = {"CIRCUIT_BREAKER_TABLE": "CircuitBreakers", "PAYMENT_API_URL": "http
 def test_settings_defaults(payment_module: ModuleType) -> None:
     settings = payment_module.Settings.from_env(BASE_ENV)
     assert settings.breaker_name == "payment-api"
-    assert settings.failure_threshold == 5
+    assert settings.breaker_config.failure_threshold == 5
+    assert settings.breaker_config.failure_exceptions == (payment_module.ProviderError,)
     assert (settings.connect_timeout, settings.read_timeout) == (1.0, 5.0)
     assert settings.open_circuit_mode == "reject"
 
@@ -136,11 +138,14 @@ def test_settings_read_every_variable(payment_module: ModuleType) -> None:
         breaker_name="psp",
         connect_timeout=0.5,
         read_timeout=3.0,
-        failure_threshold=7,
-        window_seconds=30.0,
-        recovery_timeout=12.5,
-        half_open_max_probes=2,
-        cache_ttl=0.0,
+        breaker_config=BreakerConfig(
+            failure_threshold=7,
+            window_seconds=30.0,
+            recovery_timeout=12.5,
+            half_open_max_probes=2,
+            cache_ttl=0.0,
+            failure_exceptions=(payment_module.ProviderError,),
+        ),
         open_circuit_mode="defer",
         deferred_queue_url="https://sqs.test/q",
     )
@@ -151,9 +156,9 @@ def test_settings_read_every_variable(payment_module: ModuleType) -> None:
     [
         ({"CIRCUIT_BREAKER_TABLE": ""}, "CIRCUIT_BREAKER_TABLE is required"),
         ({"PAYMENT_API_URL": "ftp://x"}, "PAYMENT_API_URL must be an http(s) URL"),
-        ({"BREAKER_FAILURE_THRESHOLD": "2.5"}, "BREAKER_FAILURE_THRESHOLD must be an integer"),
+        ({"BREAKER_FAILURE_THRESHOLD": "2.5"}, "BREAKER_FAILURE_THRESHOLD must be a whole number"),
         ({"PAYMENT_READ_TIMEOUT": "0"}, "PAYMENT_READ_TIMEOUT must be > 0"),
-        ({"BREAKER_CACHE_TTL": "-1"}, "BREAKER_CACHE_TTL must be >= 0"),
+        ({"BREAKER_CACHE_TTL": "-1"}, "BREAKER_CACHE_TTL: cache_ttl must be a non-negative"),
         ({"OPEN_CIRCUIT_MODE": "queue"}, "OPEN_CIRCUIT_MODE must be one of"),
         ({"OPEN_CIRCUIT_MODE": "defer"}, "needs DEFERRED_PAYMENTS_QUEUE_URL"),
     ],

@@ -25,7 +25,7 @@ from tests.conftest import backend_unavailable
 from tests.sam.conftest import invoke, payment_event
 from tests.sam.fakes import FakePaymentApi
 from tests.servers import REPO_ROOT, make_table
-from tests.support import FakeClock
+from tests.support import FakeClock, function_reads
 
 TEMPLATE = REPO_ROOT / "template.yaml"
 SAMCONFIG = REPO_ROOT / "samconfig.toml"
@@ -297,7 +297,7 @@ def test_function_wiring(template: dict[str, Any], payment_module: ModuleType) -
     assert payment_module.__file__ is not None
     source = Path(payment_module.__file__).read_text()
     for name in variables:
-        assert name.startswith("POWERTOOLS_") or f'"{name}"' in source, name
+        assert function_reads(source, name), name
     # The function must finish before API Gateway's 30 s limit, after its own timeouts.
     read = template["Parameters"]["PaymentReadTimeout"]["MaxValue"]
     connect = template["Parameters"]["PaymentConnectTimeout"]["MaxValue"]

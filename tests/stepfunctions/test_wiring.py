@@ -13,7 +13,6 @@ from typing import Any
 
 import pytest
 
-from fleetbreaker.config import ENV_FIELDS
 from tests.servers import REPO_ROOT
 from tests.stepfunctions.conftest import (
     CHARGE_FUNCTION,
@@ -22,6 +21,7 @@ from tests.stepfunctions.conftest import (
     functions_named_by,
 )
 from tests.stepfunctions.harness import environment, load_function, load_template, resolve
+from tests.support import function_reads
 
 PLACEHOLDER = re.compile(r"\$\{([^}]*)\}")
 TRANSIENT_LAMBDA_ERRORS = {
@@ -177,12 +177,8 @@ def test_every_variable_the_template_sets_is_read_by_the_function(
 ) -> None:
     variables = template["Resources"][logical_id]["Properties"]["Environment"]["Variables"]
     source = (REPO_ROOT / "functions" / code / "app.py").read_text()
-    # BREAKER_* settings are read by BreakerConfig.from_env when the function calls it.
-    from_env = {f"BREAKER_{field.upper()}" for field in ENV_FIELDS}
-    reads_config = "BreakerConfig.from_env(" in source
     for name in variables:
-        read = f'"{name}"' in source or (reads_config and name in from_env)
-        assert name.startswith("POWERTOOLS_") or read, name
+        assert function_reads(source, name), name
 
 
 def test_the_gate_environment_is_valid_and_serves_the_workflow_breaker(
