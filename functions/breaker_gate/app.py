@@ -55,6 +55,7 @@ from aws_lambda_powertools import Logger
 
 from fleetbreaker import BreakerConfig, CircuitBreaker, InvalidTokenError
 from fleetbreaker.breaker import validate_name
+from fleetbreaker.config import env_number
 from fleetbreaker.errors import ConfigError
 from fleetbreaker.observability import default_listeners, log_metrics
 from fleetbreaker.stores.dynamodb import DynamoDBStore
@@ -101,16 +102,10 @@ def _number(
     *,
     allow_zero: bool = False,
 ) -> Any:
-    raw = env.get(name, "").strip()
-    if not raw:
-        return default
     try:
-        value = kind(raw)
-    except ValueError:
-        raise GateConfigError(f"{name} must be a {kind.__name__}, got {raw!r}") from None
-    if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
-        raise GateConfigError(f"{name} must be {'>= 0' if allow_zero else '> 0'}, got {raw!r}")
-    return value
+        return env_number(env, name, default, kind, allow_zero=allow_zero)
+    except ConfigError as exc:
+        raise GateConfigError(str(exc)) from None
 
 
 @dataclass(frozen=True)

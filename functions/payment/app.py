@@ -42,6 +42,7 @@ from fleetbreaker import (
     ConfigError,
     State,
 )
+from fleetbreaker.config import env_number
 from fleetbreaker.observability import default_listeners, log_metrics
 from fleetbreaker.stores.dynamodb import DynamoDBStore
 from fleetbreaker.stores.redis import RedisStore
@@ -86,17 +87,10 @@ def _number(
     *,
     allow_zero: bool = False,
 ) -> Any:
-    raw = env.get(name, "").strip()
-    if not raw:
-        return default
     try:
-        value = kind(raw)
-    except ValueError:
-        what = "an integer" if kind is int else "a number"
-        raise SettingsError(f"{name} must be {what}, got {raw!r}") from None
-    if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
-        raise SettingsError(f"{name} must be {'>= 0' if allow_zero else '> 0'}, got {raw!r}")
-    return value
+        return env_number(env, name, default, kind, allow_zero=allow_zero)
+    except ConfigError as exc:
+        raise SettingsError(str(exc)) from None
 
 
 def _breaker_config(env: Mapping[str, str]) -> BreakerConfig:

@@ -27,6 +27,31 @@ ENV_FIELDS: dict[str, type[int] | type[float]] = {
 _KIND_NAMES = {int: "a whole number", float: "a number"}
 
 
+def env_number(
+    env: Mapping[str, str],
+    name: str,
+    default: float,
+    kind: type[int] | type[float] = float,
+    *,
+    allow_zero: bool = False,
+) -> Any:
+    """A positive (or, with ``allow_zero``, non-negative) number from an environment variable.
+
+    Unset or empty gives ``default``; anything else that is not such a number raises
+    :class:`ConfigError` naming the variable. Functions use it for their own settings.
+    """
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = kind(raw)
+    except ValueError:
+        raise ConfigError(f"{name} must be {_KIND_NAMES[kind]}, got {raw!r}") from None
+    if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
+        raise ConfigError(f"{name} must be {'>= 0' if allow_zero else '> 0'}, got {raw!r}")
+    return value
+
+
 def _positive_int(name: str, value: object) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ConfigError(f"{name} must be a positive integer, got {value!r}")
