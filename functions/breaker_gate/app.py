@@ -94,20 +94,6 @@ class GateConfigError(ValueError):
 # --------------------------------------------------------------------------- settings
 
 
-def _number(
-    env: Mapping[str, str],
-    name: str,
-    default: float,
-    kind: type[int] | type[float],
-    *,
-    allow_zero: bool = False,
-) -> Any:
-    try:
-        return env_number(env, name, default, kind, allow_zero=allow_zero)
-    except ConfigError as exc:
-        raise GateConfigError(str(exc)) from None
-
-
 @dataclass(frozen=True)
 class GateSettings:
     """Everything the gate reads from its environment (see the module docstring)."""
@@ -135,7 +121,10 @@ class GateSettings:
             config = BreakerConfig.from_env(env)
         except ConfigError as exc:
             raise GateConfigError(f"breaker settings: {exc}") from exc
-        max_wait = _number(env, "GATE_MAX_WAIT_SECONDS", 300, int)
+        try:
+            max_wait = env_number(env, "GATE_MAX_WAIT_SECONDS", 300, int)
+        except ConfigError as exc:
+            raise GateConfigError(str(exc)) from None
         if max_wait > MAX_WAIT_LIMIT:
             raise GateConfigError(
                 f"GATE_MAX_WAIT_SECONDS must be at most {MAX_WAIT_LIMIT}, got {max_wait}"

@@ -79,20 +79,6 @@ def _text(env: Mapping[str, str], name: str, default: str | None = None) -> str:
     return value
 
 
-def _number(
-    env: Mapping[str, str],
-    name: str,
-    default: float,
-    kind: type[int] | type[float],
-    *,
-    allow_zero: bool = False,
-) -> Any:
-    try:
-        return env_number(env, name, default, kind, allow_zero=allow_zero)
-    except ConfigError as exc:
-        raise SettingsError(str(exc)) from None
-
-
 def _breaker_config(env: Mapping[str, str]) -> BreakerConfig:
     try:
         # Only the provider's own trouble counts: a declined payment or a bug here must not
@@ -135,12 +121,17 @@ class Settings:
             )
         if mode == "defer" and queue_url is None:
             raise SettingsError("OPEN_CIRCUIT_MODE=defer needs DEFERRED_PAYMENTS_QUEUE_URL")
+        try:
+            connect_timeout = env_number(env, "PAYMENT_CONNECT_TIMEOUT", 1.0)
+            read_timeout = env_number(env, "PAYMENT_READ_TIMEOUT", 5.0)
+        except ConfigError as exc:
+            raise SettingsError(str(exc)) from None
         return cls(
             table_name=_text(env, "CIRCUIT_BREAKER_TABLE"),
             payment_api_url=url,
             breaker_name=_text(env, "BREAKER_NAME", "payment-api"),
-            connect_timeout=_number(env, "PAYMENT_CONNECT_TIMEOUT", 1.0, float),
-            read_timeout=_number(env, "PAYMENT_READ_TIMEOUT", 5.0, float),
+            connect_timeout=connect_timeout,
+            read_timeout=read_timeout,
             breaker_config=_breaker_config(env),
             open_circuit_mode=mode,
             deferred_queue_url=queue_url,
