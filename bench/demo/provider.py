@@ -9,12 +9,13 @@ reached it is what the demo reports, not the callers' idea of it.
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, NamedTuple
+from typing import NamedTuple
+
+from tests.sam.fakes import PaymentApiHandler
 
 LOOPBACK = "127.0.0.1"
 
@@ -94,39 +95,16 @@ class ScheduledPaymentApi:
     def _handler_class(self) -> type[BaseHTTPRequestHandler]:
         api = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(PaymentApiHandler):
             # Keep-alive, as a real provider: each container's requests.Session reuses its
             # connection, so the demo measures calls rather than TCP handshakes.
             protocol_version = "HTTP/1.1"
 
             def do_POST(self) -> None:
-                length = int(self.headers.get("Content-Length") or 0)
-                raw = self.rfile.read(length)
+                body = self.read_json()
                 if not api._answer_ok():
-                    self._answer(503, {"error": "service unavailable"})
+                    self.answer(503, {"error": "service unavailable"})
                     return
-                try:
-                    body = json.loads(raw or b"null")
-                except ValueError:
-                    body = None
-                key = self.headers.get("Idempotency-Key") or "none"
-                charge: dict[str, Any] = {"id": f"ch_{key}", "status": "succeeded"}
-                if isinstance(body, dict):
-                    charge.update(amount=body.get("amount"), currency=body.get("currency"))
-                self._answer(200, charge)
-
-            def _answer(self, status: int, payload: dict[str, Any]) -> None:
-                data = json.dumps(payload).encode()
-                try:
-                    self.send_response(status)
-                    self.send_header("Content-Type", "application/json")
-                    self.send_header("Content-Length", str(len(data)))
-                    self.end_headers()
-                    self.wfile.write(data)
-                except (BrokenPipeError, ConnectionResetError):
-                    pass  # the caller gave up (its read timeout): nothing to answer
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass  # the demo prints its own progress
+                self.answer_charge(body)
 
         return Handler

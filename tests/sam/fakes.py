@@ -26,6 +26,41 @@ LOOPBACK = "127.0.0.1"
 MODES = ("ok", "fail", "decline", "hold")
 
 
+class PaymentApiHandler(BaseHTTPRequestHandler):
+    """What every fake provider shares: read a JSON body, answer JSON, charge like a provider.
+
+    Also the base of the demo's scheduled provider (bench/demo/provider.py).
+    """
+
+    def read_json(self) -> Any:
+        raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        try:
+            return json.loads(raw or b"null")
+        except ValueError:
+            return None
+
+    def answer_charge(self, body: Any) -> None:
+        key = self.headers.get("Idempotency-Key") or "none"
+        charge: dict[str, Any] = {"id": f"ch_{key}", "status": "succeeded"}
+        if isinstance(body, dict):
+            charge.update(amount=body.get("amount"), currency=body.get("currency"))
+        self.answer(200, charge)
+
+    def answer(self, status: int, payload: dict[str, Any]) -> None:
+        data = json.dumps(payload).encode()
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the caller gave up (its read timeout): nothing to answer
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass  # tests and the demo report what they need themselves
+
+
 class FakePaymentApi:
     """``POST /charges`` on 127.0.0.1:<free port>. Use as a context manager."""
 
@@ -96,14 +131,9 @@ class FakePaymentApi:
     def _handler_class(self) -> type[BaseHTTPRequestHandler]:
         api = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(PaymentApiHandler):
             def do_POST(self) -> None:
-                length = int(self.headers.get("Content-Length") or 0)
-                raw = self.rfile.read(length)
-                try:
-                    body = json.loads(raw or b"null")
-                except ValueError:
-                    body = None
+                body = self.read_json()
                 mode = api._record(
                     {
                         "path": self.path,
@@ -114,29 +144,11 @@ class FakePaymentApi:
                 if mode == "hold":
                     api._released.wait(api.hold_timeout)
                 if mode == "fail":
-                    self._answer(503, {"error": "service unavailable"})
+                    self.answer(503, {"error": "service unavailable"})
                 elif mode == "decline":
-                    self._answer(402, {"error": "card_declined"})
+                    self.answer(402, {"error": "card_declined"})
                 else:
-                    key = self.headers.get("Idempotency-Key") or "none"
-                    charge: dict[str, Any] = {"id": f"ch_{key}", "status": "succeeded"}
-                    if isinstance(body, dict):
-                        charge.update(amount=body.get("amount"), currency=body.get("currency"))
-                    self._answer(200, charge)
-
-            def _answer(self, status: int, payload: dict[str, Any]) -> None:
-                data = json.dumps(payload).encode()
-                try:
-                    self.send_response(status)
-                    self.send_header("Content-Type", "application/json")
-                    self.send_header("Content-Length", str(len(data)))
-                    self.end_headers()
-                    self.wfile.write(data)
-                except (BrokenPipeError, ConnectionResetError):
-                    pass  # the client gave up (its read timeout): nothing to answer
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass  # keep test output clean
+                    self.answer_charge(body)
 
         return Handler
 
