@@ -23,7 +23,15 @@ from fleetbreaker.errors import (
     TableNotFoundError,
 )
 from fleetbreaker.events import BreakerListener, LoggingListener
-from fleetbreaker.state import Decision, Outcome, Policy, Record, State
+from fleetbreaker.reporting import (
+    CallTally,
+    SlowCallWatcher,
+    process_container_id,
+    report_interval_ms,
+    urgent_allowed,
+    wants_urgent_report,
+)
+from fleetbreaker.state import Decision, Outcome, Policy, Record, Snapshot, State
 from fleetbreaker.stores.memory import MemoryStore
 
 if TYPE_CHECKING:
@@ -36,6 +44,7 @@ if TYPE_CHECKING:
 R = TypeVar("R")
 Clock = Callable[[], int]
 MAX_NAME_BYTES = 1024  # DynamoDB allows 2048 for a partition key; leave room for Redis keys
+MAX_CONTAINER_ID = 64  # container ids are kept in the record (quorum), so they stay short
 
 log = logging.getLogger("fleetbreaker")
 
@@ -56,6 +65,16 @@ def validate_name(name: object) -> str:
     if any(ord(ch) < 32 or ord(ch) == 127 for ch in name):
         raise ConfigError(f"breaker name must not contain control characters: {name!r}")
     return name
+
+
+def validate_container_id(container_id: object) -> str:
+    if not isinstance(container_id, str):
+        raise ConfigError(f"container_id must be a string, got {type(container_id).__name__}")
+    if not 1 <= len(container_id) <= MAX_CONTAINER_ID or not container_id.isprintable():
+        raise ConfigError(
+            f"container_id must be 1 to {MAX_CONTAINER_ID} printable characters: {container_id!r}"
+        )
+    return container_id
 
 
 @dataclass(frozen=True)
@@ -122,6 +141,10 @@ class CircuitBreaker:
         Event hooks; defaults to a :class:`LoggingListener`.
     clock, rng:
         Injectable epoch-millisecond clock and random source (tests move time by hand).
+        Call durations (slow calls) are measured on this clock too.
+    container_id:
+        The identity ``min_containers`` counts; default a random id per process (one Lambda
+        container is one process). Pass one to run a fleet inside one process.
 
     Example
     -------
@@ -141,6 +164,7 @@ class CircuitBreaker:
         listeners: Iterable[BreakerListener] | None = None,
         clock: Clock | None = None,
         rng: random.Random | None = None,
+        container_id: str | None = None,
     ) -> None:
         self.name = validate_name(name)
         if config is None:
@@ -160,6 +184,21 @@ class CircuitBreaker:
         self.stats = BreakerStats()
         self._policy = Policy.from_config(config)
         self._cache = RecordCache(round(config.cache_ttl * 1000))
+        self.container_id = (
+            process_container_id() if container_id is None else validate_container_id(container_id)
+        )
+        # Rate policy, slow calls, quorum: calls are tallied here and reported in batches.
+        self._base_interval_ms = max(1, round(config.effective_report_interval * 1000))
+        self._interval_ms = self._base_interval_ms
+        self._tally: CallTally | None = None
+        self._watcher: SlowCallWatcher | None = None
+        if config.reporting:
+            self._tally = CallTally(self._policy, self._base_interval_ms)
+            self._tally.due_ms = self.clock() + self._base_interval_ms
+            if config.slow_call_duration is not None:
+                self._watcher = SlowCallWatcher(
+                    self.report_hung_calls, max(0.005, config.slow_call_duration / 4)
+                )
         self._local = MemoryStore()
         self._lock = threading.Lock()
         self._paused_until = 0
@@ -195,6 +234,32 @@ class CircuitBreaker:
     def degraded(self) -> bool:
         """True while the store is unreachable and the breaker runs on local state."""
         return self._degraded
+
+    def snapshot(self) -> Snapshot:
+        """The fleet's view of this breaker, read through the cache.
+
+        State, generation, the sliding window's calls, failures and slow calls, the failing
+        containers (up to ``min_containers``), the rates, ``retry_after`` and ``open_until``.
+        """
+        now = self.clock()
+        return rules.snapshot_of(self.name, self._read(now), self._policy, now)
+
+    def report_hung_calls(self) -> int:
+        """Report the calls running past ``slow_call_duration`` as slow calls, now.
+
+        The breaker's watcher thread does this every quarter of that duration; a simulation
+        or a test with an injected clock calls it after moving the clock. Returns how many
+        calls it reported.
+        """
+        tally = self._tally
+        if tally is None:
+            return 0
+        now = self.clock()
+        hung = tally.sweep(now)
+        if hung:
+            # Out of turn: the Lambda timeout may kill this container before the call ends.
+            self._flush(now)
+        return hung
 
     def call(self, fn: Callable[..., R], /, *args: Any, **kwargs: Any) -> R:
         """Run ``fn(*args, **kwargs)`` through the breaker.
@@ -271,6 +336,10 @@ class CircuitBreaker:
             if not isinstance(token, str) or rules.lease_slot(token) is None:
                 raise InvalidTokenError(f"not a probe token of this package: {token!r}")
             return self._settle(token, success, now)
+        tally = self._tally
+        if tally is not None:
+            self._tally_done(tally, None, success=success)
+            return RecordResult(True, self._state_of(self._cache.last_seen), "call tallied")
         if success:
             return RecordResult(True, self._state_of(self._read(now)), "success: nothing to write")
         return self._count_failure(now)
@@ -314,6 +383,11 @@ class CircuitBreaker:
             self._emit("on_fallback", self.name, admission.state)
             result: R = fallback(admission, *args, **kwargs)
             return result
+        tally = self._tally
+        if tally is not None and admission.decision is Decision.ALLOW:
+            if admission.state is State.DISABLED:
+                return fn(*args, **kwargs)
+            return self._tallied(tally, fn, args, kwargs)
         try:
             result = fn(*args, **kwargs)
         except Exception as exc:
@@ -332,6 +406,74 @@ class CircuitBreaker:
             failed = True
         self._finish(admission, success=not failed)
         return result
+
+    def _tallied(
+        self,
+        tally: CallTally,
+        fn: Callable[..., R],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> R:
+        number = None
+        if tally.slow_ms is not None:
+            number = tally.start(self.clock())
+            if self._watcher is not None:
+                self._watcher.ensure_running()
+        try:
+            result = fn(*args, **kwargs)
+        except Exception as exc:
+            self._tally_done(tally, number, success=not self.config.counts_exception(exc))
+            raise
+        except BaseException:
+            tally.abandon(number)
+            raise
+        try:
+            failed = self.config.counts_result(result)
+        except Exception:
+            log.exception(
+                "circuit %s: failure_result predicate raised; counted as failure", self.name
+            )
+            failed = True
+        self._tally_done(tally, number, success=not failed)
+        return result
+
+    def _tally_done(self, tally: CallTally, number: int | None, success: bool) -> None:
+        now = self.clock()
+        bad = tally.finish(number, now, failed=not success)
+        if tally.due(now):
+            self._flush(now)
+        elif bad:
+            self._maybe_flush_urgently(tally, now)
+
+    def _maybe_flush_urgently(self, tally: CallTally, now: int) -> None:
+        record = self._cache.last_seen
+        if now < tally.urgent_after_ms or not wants_urgent_report(
+            record, tally, self._policy, self.container_id, now
+        ):
+            return
+        # One out-of-turn decision per cache_ttl per container, thinned across a large fleet.
+        tally.urgent_after_ms = now + self._cache.ttl_ms
+        counts = rules.window_counts(record, self._policy, now)
+        if urgent_allowed(counts, self._policy, self._interval_ms, self._cache.ttl_ms, self.rng):
+            self._flush(now)
+
+    def _flush(self, now: int) -> Record | None:
+        """Report the tally in one write; the answer refreshes the cache."""
+        tally = self._tally
+        assert tally is not None
+        report = tally.take(self.container_id, now, self._interval_ms)
+        if not report:
+            return self._cache.last_seen
+        observed = self._cache.last_seen
+        outcome = self._run(
+            "report",
+            now,
+            lambda store: store.report(self.name, self._policy, now, report, observed),
+        )
+        # Stretch the interval while the record takes more writes than one item should.
+        counts = rules.window_counts(outcome.record, self._policy, now)
+        self._interval_ms = report_interval_ms(self._base_interval_ms, counts, self._policy)
+        return outcome.record
 
     def _finish(self, admission: Admission, success: bool) -> None:
         if admission.decision is Decision.PROBE and admission.token is not None:
@@ -401,6 +543,9 @@ class CircuitBreaker:
                 return record
             if self._store_paused(now):  # the refresh this thread waited for failed
                 return self._local.load(self.name, now)
+            if self._tally is not None and self._tally.pending:
+                # The report's answer is the fleet's record: it replaces the refresh read.
+                return self._flush(now)
             return self._load(now)
         finally:
             self._cache.end_refresh()

@@ -51,6 +51,39 @@ class Lease:
 
 
 @dataclass(frozen=True)
+class Bucket:
+    """One slice of the rate policy's sliding window: the calls reported in it.
+
+    ``idx`` is the slice's absolute number (epoch ms // bucket length), so a slot of the ring
+    whose ``idx`` is old holds counts that have left the window.
+    """
+
+    idx: int
+    calls: int = 0
+    failures: int = 0
+    slow: int = 0
+    reports: int = 0
+
+
+@dataclass(frozen=True)
+class Report:
+    """What one container reports in one write: its calls since its last report.
+
+    ``container`` is the id the quorum counts. A call still running past
+    ``slow_call_duration`` is reported as a call and a slow call; when it ends it adds only
+    its failure, if any.
+    """
+
+    container: str
+    calls: int = 0
+    failures: int = 0
+    slow: int = 0
+
+    def __bool__(self) -> bool:
+        return bool(self.calls or self.failures or self.slow)
+
+
+@dataclass(frozen=True)
 class Record:
     """One breaker's shared state, as every store keeps it.
 
@@ -70,6 +103,12 @@ class Record:
     leases: Mapping[int, Lease] = field(default_factory=dict)
     updated_at: int = 0
     expires_at: int = 0
+    # Rate policy, slow calls and quorum (empty under the plain count policy): the sliding
+    # window's ring of buckets by slot, and the containers whose failures / slow calls fall in
+    # the window (id -> epoch ms of the latest), at most ``min_containers`` of each.
+    buckets: Mapping[int, Bucket] = field(default_factory=dict)
+    failing: Mapping[str, int] = field(default_factory=dict)
+    slowing: Mapping[str, int] = field(default_factory=dict)
 
     def is_expired(self, now_ms: int) -> bool:
         """Past its TTL: DynamoDB may still return it, but it counts as absent."""
@@ -90,6 +129,11 @@ RECORD_NUMBERS = (
 )
 
 
+# The rate policy's sliding window is a ring of this many buckets (each window_ms / 10 long):
+# the window slides in tenths, and the record stays a few hundred bytes at any fleet size.
+WINDOW_BUCKETS = 10
+
+
 @dataclass(frozen=True)
 class Policy:
     """The numbers the store operations need, in store units (ms, s).
@@ -106,9 +150,23 @@ class Policy:
     successes_needed: int
     lease_ms: int
     ttl_s: int
+    # Rate policy, slow calls, quorum: see BreakerConfig. ``reporting`` says whether
+    # containers report batches through ``apply_report`` instead of ``apply_failure``.
+    failure_rate: float | None = None
+    minimum_calls: int = 20
+    slow_ms: int | None = None
+    slow_rate: float = 1.0
+    min_containers: int = 1
+    reporting: bool = False
+
+    @property
+    def bucket_ms(self) -> int:
+        """Length of one of the window's WINDOW_BUCKETS slices."""
+        return max(1, -(-self.window_ms // WINDOW_BUCKETS))
 
     @classmethod
     def from_config(cls, config: BreakerConfig) -> Policy:
+        slow = config.slow_call_duration
         return cls(
             failure_threshold=config.failure_threshold,
             window_ms=max(1, round(config.window_seconds * 1000)),
@@ -119,6 +177,12 @@ class Policy:
             successes_needed=config.half_open_successes,
             lease_ms=max(1, round(config.probe_lease_seconds * 1000)),
             ttl_s=config.record_ttl_seconds,
+            failure_rate=config.failure_rate_threshold,
+            minimum_calls=config.minimum_calls,
+            slow_ms=None if slow is None else max(1, round(slow * 1000)),
+            slow_rate=config.slow_call_rate_threshold,
+            min_containers=config.min_containers,
+            reporting=config.reporting,
         )
 
 
@@ -337,3 +401,205 @@ def apply_force(record: Record | None, policy: Policy, now_ms: int, target: Stat
     gen = record.gen + 1 if record is not None else 1
     forced = _stamp(Record(state=target, gen=gen), policy, now_ms)
     return Outcome(forced, changed=True, transition=(before, target))
+
+
+# -- rate policy, slow calls and quorum ---------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WindowCounts:
+    """The fleet's calls in the sliding window, summed over its live buckets."""
+
+    calls: int = 0
+    failures: int = 0
+    slow: int = 0
+    reports: int = 0
+    failing_containers: int = 0
+    slow_containers: int = 0
+
+    @property
+    def failure_rate(self) -> float:
+        return self.failures / self.calls if self.calls else 0.0
+
+    @property
+    def slow_call_rate(self) -> float:
+        return self.slow / self.calls if self.calls else 0.0
+
+
+def bucket_index(policy: Policy, now_ms: int) -> int:
+    return now_ms // policy.bucket_ms
+
+
+def live_containers(seen: Mapping[str, int], policy: Policy, now_ms: int) -> int:
+    """Containers whose latest bad call is inside the window (as many as the record keeps)."""
+    return sum(1 for at in seen.values() if now_ms - at < policy.window_ms)
+
+
+def window_counts(record: Record | None, policy: Policy, now_ms: int) -> WindowCounts:
+    """Sum the buckets still inside the sliding window ending at ``now_ms``."""
+    if record is None or record.state is not State.CLOSED:
+        return WindowCounts()
+    current = bucket_index(policy, now_ms)
+    calls = failures = slow = reports = 0
+    for bucket in record.buckets.values():
+        if current - WINDOW_BUCKETS < bucket.idx <= current:
+            calls += bucket.calls
+            failures += bucket.failures
+            slow += bucket.slow
+            reports += bucket.reports
+    return WindowCounts(
+        calls,
+        failures,
+        slow,
+        reports,
+        live_containers(record.failing, policy, now_ms),
+        live_containers(record.slowing, policy, now_ms),
+    )
+
+
+def should_trip(counts: WindowCounts, policy: Policy) -> bool:
+    """Whether the window's counts open the breaker under the policy (with its quorum)."""
+    quorum = policy.min_containers
+    if policy.failure_rate is None:
+        failing = counts.failures >= policy.failure_threshold
+    else:
+        failing = (
+            counts.calls >= policy.minimum_calls
+            and counts.failures >= policy.failure_rate * counts.calls
+        )
+    if failing and (quorum <= 1 or counts.failing_containers >= quorum):
+        return True
+    if policy.slow_ms is None or counts.calls < policy.minimum_calls:
+        return False
+    slow = counts.slow > 0 and counts.slow >= policy.slow_rate * counts.calls
+    return slow and (quorum <= 1 or counts.slow_containers >= quorum)
+
+
+def note_container(
+    seen: Mapping[str, int], container: str, policy: Policy, now_ms: int
+) -> Mapping[str, int]:
+    """``seen`` with ``container`` stamped ``now_ms``, keeping the newest ``min_containers``.
+
+    Keeping the K most recent distinct containers is enough to count, up to K, how many
+    distinct containers fall in the window: if K or more do, the K newest all do.
+    """
+    if policy.min_containers <= 1:
+        return seen
+    updated = {**seen, container: now_ms}
+    if len(updated) > policy.min_containers:
+        newest = sorted(updated.items(), key=lambda item: (item[1], item[0]), reverse=True)
+        updated = dict(newest[: policy.min_containers])
+    return updated
+
+
+def quorum_unchanged(seen: Mapping[str, int], container: str, policy: Policy, now_ms: int) -> bool:
+    """Whether noting ``container`` would change nothing the quorum needs to know.
+
+    True when the quorum is off, or the record already holds ``min_containers`` live
+    containers (the quorum is met whoever else fails), or this container is already noted
+    within the last bucket. Stores use it to skip rewriting the container map.
+    """
+    if policy.min_containers <= 1:
+        return True
+    if live_containers(seen, policy, now_ms) >= policy.min_containers:
+        return True
+    at = seen.get(container)
+    return at is not None and now_ms - at < policy.bucket_ms
+
+
+def add_report(record: Record, policy: Policy, now_ms: int, report: Report) -> Record:
+    """``record`` (closed) with ``report`` added to the current bucket; not yet stamped."""
+    current = bucket_index(policy, now_ms)
+    slot = current % WINDOW_BUCKETS
+    bucket = record.buckets.get(slot)
+    if bucket is None or bucket.idx != current:
+        bucket = Bucket(current)
+    bucket = Bucket(
+        current,
+        bucket.calls + report.calls,
+        bucket.failures + report.failures,
+        bucket.slow + report.slow,
+        bucket.reports + 1,
+    )
+    failing, slowing = record.failing, record.slowing
+    if report.failures and not quorum_unchanged(failing, report.container, policy, now_ms):
+        failing = note_container(failing, report.container, policy, now_ms)
+    if report.slow and not quorum_unchanged(slowing, report.container, policy, now_ms):
+        slowing = note_container(slowing, report.container, policy, now_ms)
+    return replace(
+        record, buckets={**record.buckets, slot: bucket}, failing=failing, slowing=slowing
+    )
+
+
+def apply_report(record: Record | None, policy: Policy, now_ms: int, report: Report) -> Outcome:
+    """Add one container's batch to the fleet's window; trip (once) when the policy says so.
+
+    Only a closed breaker counts: while open or half-open the window is empty (probes decide
+    recovery) and a disabled breaker records nothing.
+    """
+    current = record if record is not None else Record()
+    if current.state is not State.CLOSED or not report:
+        return Outcome(record)
+    counted = add_report(current, policy, now_ms, report)
+    if should_trip(window_counts(counted, policy, now_ms), policy):
+        return Outcome(
+            trip(current, policy, now_ms), changed=True, transition=(State.CLOSED, State.OPEN)
+        )
+    return Outcome(_stamp(counted, policy, now_ms), changed=True)
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The fleet's view of one breaker at one moment (see ``CircuitBreaker.snapshot``).
+
+    ``calls``, ``failures`` and ``slow_calls`` are the sliding window's, fleet-wide (under the
+    plain count policy: ``failures`` in the current window and no calls). ``containers``
+    counts the distinct containers whose failures or slow calls fall in the window, up to
+    ``min_containers`` (the record keeps no more). Rates are None while no call is counted.
+    ``retry_after`` is the seconds until a rejected call may be admitted (0 when admitting);
+    ``open_until`` the epoch ms the open window ends (None unless open).
+    """
+
+    name: str
+    state: State
+    generation: int
+    calls: int
+    failures: int
+    slow_calls: int
+    containers: int
+    failure_rate: float | None
+    slow_call_rate: float | None
+    retry_after: float
+    open_until: int | None
+    updated_at: int | None
+
+
+def snapshot_of(name: str, record: Record | None, policy: Policy, now_ms: int) -> Snapshot:
+    """What a record says about a breaker at ``now_ms`` (pure: the CLI and gate reuse it)."""
+    counts = window_counts(record, policy, now_ms)
+    failures, calls = counts.failures, counts.calls
+    # The plain count policy keeps its own window: failures since window_start.
+    if (
+        record is not None
+        and record.state is State.CLOSED
+        and not record.buckets
+        and record.window_start
+        and now_ms - record.window_start < policy.window_ms
+    ):
+        failures = record.failures
+    decided = verdict(record, policy, now_ms)
+    state = record.state if record is not None else State.CLOSED
+    return Snapshot(
+        name=name,
+        state=state,
+        generation=record.gen if record is not None else 0,
+        calls=calls,
+        failures=failures,
+        slow_calls=counts.slow,
+        containers=max(counts.failing_containers, counts.slow_containers),
+        failure_rate=counts.failures / calls if calls else None,
+        slow_call_rate=counts.slow / calls if calls else None,
+        retry_after=decided.retry_after_ms / 1000 if decided.decision is Decision.REJECT else 0.0,
+        open_until=record.open_until if record is not None and state is State.OPEN else None,
+        updated_at=record.updated_at if record is not None else None,
+    )

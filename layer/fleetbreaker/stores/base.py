@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
-    from fleetbreaker.state import Outcome, Policy, Record, State
+    from fleetbreaker.state import Outcome, Policy, Record, Report, State
 
 
 @dataclass
@@ -72,6 +72,13 @@ class Store(Protocol):
         observed: Record | None,
     ) -> Outcome:
         """Report a probe's result; a token whose lease is gone changes nothing."""
+        ...
+
+    def report(
+        self, name: str, policy: Policy, now_ms: int, report: Report, observed: Record | None
+    ) -> Outcome:
+        """Add one container's batch of calls to the window; trip (once) when the rate,
+        slow-call or count rule says so. The outcome's record is the fleet's view after it."""
         ...
 
     def force_state(self, name: str, policy: Policy, now_ms: int, target: State) -> Outcome:

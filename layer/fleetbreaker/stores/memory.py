@@ -6,7 +6,7 @@ import threading
 from collections.abc import Callable
 
 from fleetbreaker import state as rules
-from fleetbreaker.state import Outcome, Policy, Record, State
+from fleetbreaker.state import Outcome, Policy, Record, Report, State
 from fleetbreaker.stores.base import StoreStats
 
 
@@ -80,6 +80,11 @@ class MemoryStore:
             now_ms,
             lambda r: rules.apply_settle(r, policy, now_ms, token, success, jitter),
         )
+
+    def report(
+        self, name: str, policy: Policy, now_ms: int, report: Report, observed: Record | None
+    ) -> Outcome:
+        return self._apply(name, now_ms, lambda r: rules.apply_report(r, policy, now_ms, report))
 
     def force_state(self, name: str, policy: Policy, now_ms: int, target: State) -> Outcome:
         return self._apply(name, now_ms, lambda r: rules.apply_force(r, policy, now_ms, target))
