@@ -81,7 +81,7 @@ def _is_number(value: object) -> bool:
     return (
         isinstance(value, (int, float))
         and not isinstance(value, bool)
-        and math.isfinite(float(value))  # type: ignore[arg-type]
+        and math.isfinite(float(value))
     )
 
 

@@ -192,7 +192,7 @@ class SlowCallWatcher:
 
     def __init__(self, sweep: Callable[[], object], period_s: float) -> None:
         # A weak reference: the thread must not keep a discarded breaker alive.
-        self._sweep = weakref.WeakMethod(sweep)  # type: ignore[arg-type]
+        self._sweep = weakref.WeakMethod(sweep)
         self.period_s = period_s
         self._started = False
         self._lock = threading.Lock()

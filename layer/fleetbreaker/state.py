@@ -9,10 +9,10 @@ test suite checks that every store agrees with them.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from enum import Enum
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from fleetbreaker.config import BreakerConfig
@@ -65,6 +65,34 @@ class Bucket:
     reports: int = 0
 
 
+# How stores name a bucket's numbers: w<slot>_<code> (DynamoDB attributes, Redis fields).
+BUCKET_CODES = {"i": "idx", "c": "calls", "f": "failures", "s": "slow", "r": "reports"}
+# How stores name the quorum maps (a DynamoDB map attribute; Redis fields "<code>:<id>").
+QUORUM_CODES = {"fq": "failing", "sq": "slowing"}
+
+
+def bucket_field(slot: int, code: str) -> str:
+    return f"w{slot}_{code}"
+
+
+def parse_window(
+    number: Callable[[str], int | None], quorum: Mapping[str, Mapping[str, int]]
+) -> dict[str, Any]:
+    """The window fields of a Record from a store's raw values (shared by every store).
+
+    ``number(field)`` gives a stored integer or None. A bucket with any part missing or
+    negative is dropped: it reads as empty, never as a crash or a trip.
+    """
+    buckets: dict[int, Bucket] = {}
+    for slot in range(WINDOW_BUCKETS):
+        parts = {name: number(bucket_field(slot, code)) for code, name in BUCKET_CODES.items()}
+        if all(
+            value is not None and (name == "idx" or value >= 0) for name, value in parts.items()
+        ):
+            buckets[slot] = Bucket(**parts)  # type: ignore[arg-type]
+    return {"buckets": buckets, **{QUORUM_CODES[code]: dict(m) for code, m in quorum.items()}}
+
+
 @dataclass(frozen=True)
 class Report:
     """What one container reports in one write: its calls since its last report.
@@ -109,6 +137,8 @@ class Record:
     buckets: Mapping[int, Bucket] = field(default_factory=dict)
     failing: Mapping[str, int] = field(default_factory=dict)
     slowing: Mapping[str, int] = field(default_factory=dict)
+    # Bumped by every rewrite of the quorum maps: DynamoDB fences such a rewrite on it.
+    rev: int = 0
 
     def is_expired(self, now_ms: int) -> bool:
         """Past its TTL: DynamoDB may still return it, but it counts as absent."""

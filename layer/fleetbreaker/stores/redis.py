@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from fleetbreaker import state as rules
 from fleetbreaker.errors import ConfigError, CorruptRecordError, StoreError
-from fleetbreaker.state import Lease, Outcome, Policy, Record, State
+from fleetbreaker.state import Lease, Outcome, Policy, Record, Report, State
 from fleetbreaker.stores.base import StoreStats
 
 if TYPE_CHECKING:
@@ -34,7 +34,14 @@ _NUMBERS = rules.RECORD_NUMBERS
 _INTEGER = re.compile(r"-?[0-9]{1,15}")
 # `{`, `}` would end or start a hash tag early; `%` is escaped so the mapping stays one-to-one.
 _KEY_ESCAPES = str.maketrans({"%": "%25", "{": "%7B", "}": "%7D"})
-_OPERATIONS = ("load", "record_failure", "claim_probe", "settle_probe", "force_state")
+_OPERATIONS = (
+    "load",
+    "record_failure",
+    "claim_probe",
+    "settle_probe",
+    "force_state",
+    "report",
+)
 
 
 class RedisClient(Protocol):
@@ -86,14 +93,25 @@ def parse_fields(fields: dict[str, str]) -> Record | None:
         state = State(raw_state)
     except ValueError:
         raise CorruptRecordError(f"field 'state' is not a breaker state: {raw_state!r}") from None
-    numbers = {name: _integer(fields, name) for name in _NUMBERS}
+    numbers: dict[str, Any] = {name: _integer(fields, name) for name in _NUMBERS}
     leases: dict[int, Lease] = {}
     for slot in range(MAX_SLOTS):
         token = fields.get(f"probe{slot}_token")
         until = fields.get(f"probe{slot}_until")
         if token is not None and until is not None and _INTEGER.fullmatch(until):
             leases[slot] = Lease(token, int(until))
-    return Record(state=state, leases=leases, **numbers)
+    quorum: dict[str, dict[str, int]] = {code: {} for code in rules.QUORUM_CODES}
+    for field, value in fields.items():
+        code, sep, container = field.partition(":")
+        if sep and code in quorum and container and _INTEGER.fullmatch(value):
+            quorum[code][container] = int(value)
+
+    def number(field: str) -> int | None:
+        raw = fields.get(field)
+        return int(raw) if raw is not None and _INTEGER.fullmatch(raw) else None
+
+    window = rules.parse_window(number, quorum)
+    return Record(state=state, leases=leases, **numbers, **window)
 
 
 def _policy_args(policy: Policy) -> list[str]:
@@ -288,6 +306,27 @@ class RedisStore:
     ) -> Outcome:
         args = [self._now_arg(now_ms), *_policy_args(policy), token, "1" if success else "0"]
         return self._operation("settle_probe", name, [*args, repr(float(jitter))])
+
+    def report(
+        self, name: str, policy: Policy, now_ms: int, report: Report, observed: Record | None
+    ) -> Outcome:
+        rate = policy.failure_rate
+        args = [
+            self._now_arg(now_ms),
+            *_policy_args(policy),
+            "" if rate is None else repr(float(rate)),
+            str(policy.minimum_calls),
+            "" if policy.slow_ms is None else str(policy.slow_ms),
+            repr(float(policy.slow_rate)),
+            str(policy.min_containers),
+            str(policy.bucket_ms),
+            str(policy.window_ms),
+            report.container,
+            str(report.calls),
+            str(report.failures),
+            str(report.slow),
+        ]
+        return self._operation("report", name, args)
 
     def force_state(self, name: str, policy: Policy, now_ms: int, target: State) -> Outcome:
         if target not in rules.FORCEABLE:
