@@ -54,52 +54,53 @@ def process_container_id() -> str:
 class CallTally:
     """A container's calls since its last report, and the calls still running.
 
-    ``start``/``finish`` are on the hot path: a counter, a dict entry and a short lock.
+    Good calls (succeeded, not slow) are the hot path: each is one ``next(good)`` on an
+    ``itertools.count``, atomic under the GIL, so no lock. Bad calls, the watcher and
+    ``take`` use the lock. ``take`` reads the counter with a ``next`` of its own, which it
+    accounts for.
     """
 
     def __init__(self, policy: Policy, interval_ms: int) -> None:
         self.slow_ms = policy.slow_ms
         self.interval_ms = interval_ms
-        self.calls = 0
+        self.good = itertools.count()
+        self._good_base = 0  # the counter's value just after the last take
+        self._peeks = 0  # next() calls made by peeks since then (not calls)
+        self.calls = 0  # bad calls, and calls the watcher reported
         self.failures = 0
         self.slow = 0
         self.due_ms = 0  # the pending counts must be reported by then
         self.urgent_after_ms = 0  # an out-of-turn report is considered again from then
         self.running: dict[int, int] = {}  # call number -> start, epoch ms
-        self._numbers = itertools.count()
+        self.numbers = itertools.count()
         self._lock = threading.Lock()
 
-    @property
-    def pending(self) -> bool:
-        return bool(self.calls or self.failures or self.slow)
+    def _goods(self) -> int:
+        # Caller holds the lock. This next() is not a call: remember it.
+        seen = next(self.good) - self._good_base - self._peeks
+        self._peeks += 1
+        return seen
 
-    def start(self, now_ms: int) -> int:
-        number = next(self._numbers)
-        self.running[number] = now_ms
-        return number
-
-    def finish(self, number: int | None, now_ms: int, failed: bool) -> bool:
-        """Count a finished call; True when it was bad (failed or slow)."""
-        started = self.running.pop(number, None) if number is not None else None
+    def bad(self, started: int | None, now_ms: int, failed: bool) -> bool:
+        """Count a call that failed or may be slow (``started`` None: it was not timed).
+        True when it was bad."""
         with self._lock:
-            if number is not None and started is None:
-                # The watcher already reported this call (as a call and a slow call).
-                self.failures += failed
-                return failed
-            self.calls += 1
-            self.failures += failed
             slow = (
                 started is not None
                 and self.slow_ms is not None
                 and now_ms - started >= self.slow_ms
             )
+            self.calls += 1
+            self.failures += failed
             self.slow += slow
             return failed or slow
 
-    def abandon(self, number: int | None) -> None:
-        """Forget a call that was interrupted (no verdict on the dependency)."""
-        if number is not None:
-            self.running.pop(number, None)
+    def late(self, failed: bool) -> bool:
+        """Count the end of a call the watcher already reported as a call and a slow call."""
+        if failed:
+            with self._lock:
+                self.failures += 1
+        return failed
 
     def sweep(self, now_ms: int) -> int:
         """Count the calls running past ``slow_call_duration`` as slow calls; how many."""
@@ -108,7 +109,7 @@ class CallTally:
         overdue = [
             n for n, started in list(self.running.items()) if now_ms - started >= self.slow_ms
         ]
-        # pop() decides the race with finish(): whoever removes the entry counts the call.
+        # pop() decides the race with the call's end: whoever removes the entry counts it.
         taken = sum(1 for n in overdue if self.running.pop(n, None) is not None)
         if taken:
             with self._lock:
@@ -119,20 +120,24 @@ class CallTally:
     def take(self, container: str, now_ms: int, interval_ms: int) -> Report:
         """The pending counts as one report, zeroed here; the next one is due an interval on."""
         with self._lock:
-            report = Report(container, self.calls, self.failures, self.slow)
+            mark = next(self.good)
+            goods = mark - self._good_base - self._peeks
+            self._good_base, self._peeks = mark + 1, 0
+            report = Report(container, self.calls + goods, self.failures, self.slow)
             self.calls = self.failures = self.slow = 0
             self.due_ms = now_ms + interval_ms
             return report
 
-    def due(self, now_ms: int) -> bool:
-        return now_ms >= self.due_ms and self.pending
+    def pending_calls(self) -> int:
+        with self._lock:
+            return self.calls + self._goods()
 
     def projected(self, counts: WindowCounts, container_noted: bool) -> WindowCounts:
         """The fleet's window as last seen, plus what this container has not reported yet."""
         adds_failing = 0 if container_noted or not self.failures else 1
         adds_slow = 0 if container_noted or not self.slow else 1
         return WindowCounts(
-            counts.calls + self.calls,
+            counts.calls + self.pending_calls(),
             counts.failures + self.failures,
             counts.slow + self.slow,
             counts.reports,

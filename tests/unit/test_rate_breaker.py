@@ -163,7 +163,9 @@ def test_a_hung_call_that_ends_later_is_not_counted_twice(store, clock) -> None:
     release.set()
     worker.join(10)
     clock.advance(1.0)
-    breaker.call(Dependency())  # flushes whatever is pending
+    breaker.call(Dependency())
+    clock.advance(1.0)
+    breaker.call(Dependency())  # reports the call before it
 
     snap = breaker.snapshot()
     assert (snap.calls, snap.slow_calls) == (2, 1)
@@ -211,3 +213,27 @@ def test_default_container_id_is_one_per_process() -> None:
     second = CircuitBreaker("y", store=MemoryStore())
 
     assert first.container_id == second.container_id
+
+
+def test_threads_calling_while_reports_are_taken_count_every_call_once(store, clock) -> None:
+    # GIVEN 8 threads making calls while the clock keeps making reports due
+    config = BreakerConfig(failure_rate_threshold=0.9, minimum_calls=10**6, cache_ttl=0.001)
+    breaker = make(store, clock, config)
+    dep = Dependency()
+
+    def worker() -> None:
+        for i in range(2_000):
+            breaker.call(dep)
+            if i % 100 == 0:
+                clock.advance(0.002)
+
+    threads = [threading.Thread(target=worker) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    clock.advance(1.0)
+    breaker.call(dep)  # reports the rest
+
+    # THEN the fleet's window holds every call exactly once
+    assert breaker.snapshot().calls == 16_000
