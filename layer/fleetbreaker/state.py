@@ -523,18 +523,21 @@ def note_container(
 
 
 def quorum_unchanged(seen: Mapping[str, int], container: str, policy: Policy, now_ms: int) -> bool:
-    """Whether noting ``container`` would change nothing the quorum needs to know.
+    """Whether noting ``container`` can be skipped: the map is exact to within one bucket.
 
-    True when the quorum is off, or the record already holds ``min_containers`` live
-    containers (the quorum is met whoever else fails), or this container is already noted
-    within the last bucket. Stores use it to skip rewriting the container map.
+    True when the quorum is off; when this container was noted within the last bucket; or
+    when the map already holds ``min_containers`` containers all noted within the last
+    bucket (the quorum is met, and stays met for most of a window, whoever else fails).
+    Stores skip rewriting the map then, so in a fleet-wide outage thousands of failing
+    containers do not all rewrite it.
     """
     if policy.min_containers <= 1:
         return True
-    if live_containers(seen, policy, now_ms) >= policy.min_containers:
-        return True
+    fresh = now_ms - policy.bucket_ms
     at = seen.get(container)
-    return at is not None and now_ms - at < policy.bucket_ms
+    if at is not None and at > fresh:
+        return True
+    return len(seen) >= policy.min_containers and all(t > fresh for t in seen.values())
 
 
 def add_report(record: Record, policy: Policy, now_ms: int, report: Report) -> Record:

@@ -27,10 +27,18 @@ local function live(map)
   return n
 end
 
+-- As state.quorum_unchanged: skip when this container or a full map was noted in the last bucket.
 local function unchanged(map)
-  if min_containers <= 1 or live(map) >= min_containers then return true end
+  if min_containers <= 1 then return true end
+  local fresh = now - bucket_ms
   local at = map[container]
-  return at ~= nil and now - at < bucket_ms
+  if at ~= nil and at > fresh then return true end
+  local count = 0
+  for _, t in pairs(map) do
+    if t <= fresh then return false end
+    count = count + 1
+  end
+  return count >= min_containers
 end
 
 -- Stamp the container and keep the newest min_containers entries (ties: the larger id wins,
