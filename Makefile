@@ -32,6 +32,9 @@ venv: $(VENV_STAMP) ## python venv in .venv with the package (editable) and pinn
 $(VENV_STAMP): pyproject.toml constraints.txt
 	[ -x $(PY) ] || $(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet -c constraints.txt -e '.[dev]'
+	@# devtools/ (servers, fakes, function loader for tests, bench and scripts) is never
+	@# packaged: the repository root goes on the venv's path instead, for the dev venv only.
+	$(PY) -c 'import pathlib, sysconfig; pathlib.Path(sysconfig.get_path("purelib"), "fleetbreaker-dev.pth").write_text("$(CURDIR)\n")'
 	touch $@
 
 node: $(NODE_STAMP) ## node_modules from package-lock.json (dynalite)

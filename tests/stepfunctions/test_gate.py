@@ -12,9 +12,11 @@ from typing import Any
 
 import pytest
 
+from devtools import servers
+from devtools.functions import load_function
+from devtools.lambda_context import FakeLambdaContext
 from fleetbreaker import DynamoDBStore, MemoryStore
-from tests import servers
-from tests.stepfunctions.harness import EVENTS_DIR, LambdaContext, load_function, read_event
+from tests.stepfunctions.harness import EVENTS_DIR, read_event
 from tests.support import FakeClock
 
 app = load_function("breaker_gate")
@@ -25,7 +27,10 @@ ENV = {
     "BREAKER_RECOVERY_TIMEOUT": "30",
     "BREAKER_PROBE_LEASE_SECONDS": "20",
 }
-CONTEXT = LambdaContext("breaker-gate", "arn:aws:lambda:us-east-1:123456789012:function:gate")
+CONTEXT = FakeLambdaContext(
+    function_name="breaker-gate",
+    invoked_function_arn="arn:aws:lambda:us-east-1:123456789012:function:gate",
+)
 
 
 def make_gate(clock: FakeClock, store: Any = None, **env: str) -> Any:
