@@ -122,6 +122,35 @@ def test_an_invalid_payment_is_refused_before_calling_the_provider(
 
 
 @pytest.mark.parametrize(
+    ("event", "kind"),
+    [(None, "null"), ([PAYMENT], "array"), (1250, "number"), (read_event("payment-ok.json"), "")],
+    ids=["null", "list", "int", "api-gateway-event"],
+)
+def test_an_input_that_is_no_payment_is_refused_by_name(api: Any, event: Any, kind: str) -> None:
+    # GIVEN an input of another shape (a direct invoke, an HTTP API event sent by mistake)
+    # WHEN the charge step runs, THEN it raises InvalidPaymentRequest and sends nothing
+    with pytest.raises(app.InvalidPaymentRequest) as raised:
+        charge(event)
+    if kind:
+        assert str(raised.value) == f"input: must be a JSON object, got {kind}"
+    else:
+        assert "amount: required" in str(raised.value)
+    assert api.calls == 0
+
+
+def test_the_refusal_of_a_huge_input_is_bounded(api: Any) -> None:
+    # GIVEN a payment carrying 300,000 unknown fields (about 4.6 MB of JSON)
+    event = {**PAYMENT, **{f"field-{n:07d}": n for n in range(300_000)}}
+    # WHEN the charge step refuses it
+    with pytest.raises(app.InvalidPaymentRequest) as raised:
+        charge(event)
+    # THEN the error (the workflow's cause, at most 32 KB) lists a few and counts the rest
+    message = str(raised.value)
+    assert len(message) < 1000, len(message)
+    assert message.endswith(f"... and {300_000 - 10} more unknown fields")
+
+
+@pytest.mark.parametrize(
     ("env", "message"),
     [
         ({}, "PAYMENT_API_URL is required"),
