@@ -100,8 +100,9 @@ distclean: clean ## clean, and remove .venv and node_modules too
 # ------------------------------------------------------------------ SAM application
 # template.yaml: the CircuitBreakers table, the layer (layer/Makefile), the payment function
 # (functions/payment/Makefile) behind an HTTP API, and the payment workflow with its gate and
-# charge functions (their Makefiles copy app.py). `sam build` needs neither Docker nor the
-# runtime's own Python: the Makefiles install pure-Python wheels only.
+# charge functions (their Makefiles copy app.py; payment and charge also functions/shared's
+# payments.py). `sam build` needs neither Docker nor the runtime's own Python: the Makefiles
+# install pure-Python wheels only.
 
 TOOLS_VENV := .venv-tools
 TOOLS_STAMP := $(TOOLS_VENV)/.stamp
