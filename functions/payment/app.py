@@ -53,6 +53,7 @@ from payments import (
     PaymentProviderError,
     PaymentRequest,
     connection_failed,
+    json_type,
     parse_payment,
     read_answer,
     timed_out,
@@ -244,26 +245,22 @@ def _json(
     return Response(status, content_types.APPLICATION_JSON, body, headers)
 
 
-def _kind(value: object) -> str:
-    return "null" if value is None else type(value).__name__
-
-
 def event_shape_errors(event: object) -> list[str]:
     """What keeps ``event`` from being an HTTP API (payload 2.0) event; empty when it is one.
 
     Only what the resolver reads is checked: the method, the path, the headers and the body.
     """
     if not isinstance(event, dict):
-        return [f"event: must be a JSON object (an HTTP API event), got {_kind(event)}"]
+        return [f"event: must be a JSON object (an HTTP API event), got {json_type(event)}"]
     errors = []
     context = event.get("requestContext")
     http = context.get("http") if isinstance(context, dict) else None
     if not isinstance(context, dict):
-        errors.append(f"requestContext: must be an object, got {_kind(context)}")
+        errors.append(f"requestContext: must be an object, got {json_type(context)}")
     elif not isinstance(http, dict) or not isinstance(http.get("method"), str):
         errors.append("requestContext.http.method: required, a string")
     if not isinstance(event.get("rawPath"), str):
-        errors.append(f"rawPath: must be a string, got {_kind(event.get('rawPath'))}")
+        errors.append(f"rawPath: must be a string, got {json_type(event.get('rawPath'))}")
     headers = event.get("headers")
     if headers is not None and not (
         isinstance(headers, dict) and all(isinstance(v, str) for v in headers.values())
@@ -271,10 +268,10 @@ def event_shape_errors(event: object) -> list[str]:
         errors.append("headers: must be an object of strings")
     body = event.get("body")
     if body is not None and not isinstance(body, str):
-        errors.append(f"body: must be a string or null, got {_kind(body)}")
+        errors.append(f"body: must be a string or null, got {json_type(body)}")
     encoded = event.get("isBase64Encoded", False)
     if not isinstance(encoded, bool):
-        errors.append(f"isBase64Encoded: must be true or false, got {_kind(encoded)}")
+        errors.append(f"isBase64Encoded: must be true or false, got {json_type(encoded)}")
     return errors
 
 

@@ -81,7 +81,8 @@ def unknown_field_errors(names: set[str]) -> list[str]:
     return errors
 
 
-def _json_type(value: object) -> str:
+def json_type(value: object) -> str:
+    """The JSON name of a decoded value's type, for error messages."""
     names = {dict: "object", list: "array", str: "string", bool: "boolean", type(None): "null"}
     return names.get(type(value), "number")
 
@@ -102,7 +103,7 @@ def validate_payment(data: object, source: str = "body") -> PaymentRequest:
     PaymentRequest(amount=1250, currency='EUR', idempotency_key='o-1', description=None)
     """
     if not isinstance(data, Mapping):
-        raise InvalidPayment([f"{source}: must be a JSON object, got {_json_type(data)}"])
+        raise InvalidPayment([f"{source}: must be a JSON object, got {json_type(data)}"])
     errors = unknown_field_errors(set(data) - FIELDS)
     amount = data.get("amount")
     if amount is None:
