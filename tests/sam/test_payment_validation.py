@@ -174,8 +174,8 @@ def test_the_lambda_entry_point_answers_a_shapeless_event_with_a_400(
 def test_a_body_of_millions_of_unknown_fields_gets_a_bounded_400(
     payment_module: ModuleType, payment_env: dict[str, str]
 ) -> None:
-    # GIVEN a request whose 4.6 MB body is a valid payment plus 300,000 unknown fields
-    fields = {f"field-{n:07d}": n for n in range(300_000)}
+    # GIVEN a request whose 4.6 MB body is a valid payment plus 190,000 unknown fields
+    fields = {f"field-{n:07d}": n for n in range(190_000)}
     event = payment_event(body={**VALID, **fields})
     assert len(event["body"]) > 4_600_000
     handler = payment_module.create_handler(payment_env)
@@ -186,7 +186,7 @@ def test_a_body_of_millions_of_unknown_fields_gets_a_bounded_400(
     assert len(result["body"]) < 4096, len(result["body"])
     errors = json.loads(result["body"])["errors"]
     assert errors[0] == "'field-0000000': unknown field"
-    assert f"... and {300_000 - 10} more unknown fields" in errors
+    assert f"... and {190_000 - 10} more unknown fields" in errors
 
 
 def test_a_huge_unknown_field_name_is_quoted_in_part(payment_module: ModuleType) -> None:
