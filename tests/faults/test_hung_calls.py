@@ -20,9 +20,9 @@ from typing import Any
 
 import pytest
 
+from devtools import servers
 from fleetbreaker import BreakerConfig, DynamoDBStore, RedisStore, State
 from fleetbreaker.state import Policy, window_counts
-from tests import servers
 
 CHILD = textwrap.dedent(
     """

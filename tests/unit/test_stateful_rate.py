@@ -225,8 +225,8 @@ def test_rate_fleet_on_memory_store(config: BreakerConfig) -> None:
 def moto_factory() -> Any:
     from moto import mock_aws
 
+    from devtools import servers
     from fleetbreaker import DynamoDBStore
-    from tests import servers
 
     with mock_aws():
         client = servers.dynamodb_client(None)
