@@ -524,6 +524,10 @@ class CircuitBreaker:
         # Stretch the interval while the record takes more writes than one item should.
         counts = rules.window_counts(outcome.record, self._policy, now)
         self._interval_ms = report_interval_ms(self._base_interval_ms, counts, self._policy)
+        if counts.calls:
+            self._emit(
+                "on_window", self.name, counts.calls, counts.failure_rate, counts.slow_call_rate
+            )
         return outcome.record
 
     def _finish(self, admission: Admission, success: bool) -> None:
