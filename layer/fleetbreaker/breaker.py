@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import hashlib
 import logging
 import random
 import secrets
@@ -65,6 +66,11 @@ def validate_name(name: object) -> str:
     if any(ord(ch) < 32 or ord(ch) == 127 for ch in name):
         raise ConfigError(f"breaker name must not contain control characters: {name!r}")
     return name
+
+
+def container_key(container_id: str) -> str:
+    """The short, fixed-size key a container's id is counted under in the quorum."""
+    return hashlib.blake2s(container_id.encode("utf-8"), digest_size=4).hexdigest()
 
 
 def validate_container_id(container_id: object) -> str:
@@ -187,6 +193,9 @@ class CircuitBreaker:
         self.container_id = (
             process_container_id() if container_id is None else validate_container_id(container_id)
         )
+        # The record keeps quorum ids, so they go in as a short digest: 8 hex characters
+        # whatever the id's length keep the record under one write unit.
+        self._container_key = container_key(self.container_id)
         # Rate policy, slow calls, quorum: calls are tallied here and reported in batches.
         self._base_interval_ms = max(1, round(config.effective_report_interval * 1000))
         self._interval_ms = self._base_interval_ms
@@ -499,7 +508,7 @@ class CircuitBreaker:
     def _maybe_flush_urgently(self, tally: CallTally, now: int) -> None:
         record = self._cache.last_seen
         if now < tally.urgent_after_ms or not wants_urgent_report(
-            record, tally, self._policy, self.container_id, now
+            record, tally, self._policy, self._container_key, now
         ):
             return
         # One out-of-turn decision per cache_ttl per container, thinned across a large fleet.
@@ -512,7 +521,7 @@ class CircuitBreaker:
         """Report the tally in one write; the answer refreshes the cache."""
         tally = self._tally
         assert tally is not None
-        report = tally.take(self.container_id, now, self._interval_ms)
+        report = tally.take(self._container_key, now, self._interval_ms)
         if not report:
             return self._load(now) if load_if_empty else self._cache.last_seen
         observed = self._cache.last_seen
