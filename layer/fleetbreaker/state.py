@@ -606,6 +606,33 @@ class Snapshot:
     open_until: int | None
     updated_at: int | None
 
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready: times as ISO 8601 UTC strings (or None), rates as fractions."""
+        return {
+            "name": self.name,
+            "state": self.state.value,
+            "generation": self.generation,
+            "calls": self.calls,
+            "failures": self.failures,
+            "slow_calls": self.slow_calls,
+            "containers": self.containers,
+            "failure_rate": self.failure_rate,
+            "slow_call_rate": self.slow_call_rate,
+            "retry_after": round(self.retry_after, 3),
+            "open_until": iso_utc(self.open_until),
+            "updated_at": iso_utc(self.updated_at),
+        }
+
+
+def iso_utc(epoch_ms: int | None) -> str | None:
+    """Epoch milliseconds as ISO 8601 UTC with milliseconds (``...Z``), or None."""
+    if epoch_ms is None:
+        return None
+    import datetime
+
+    moment = datetime.datetime.fromtimestamp(epoch_ms / 1000, tz=datetime.timezone.utc)
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
 
 def snapshot_of(name: str, record: Record | None, policy: Policy, now_ms: int) -> Snapshot:
     """What a record says about a breaker at ``now_ms`` (pure: the CLI and gate reuse it)."""
