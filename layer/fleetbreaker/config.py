@@ -277,8 +277,11 @@ class BreakerConfig:
         Reads ``BREAKER_FAILURE_THRESHOLD``, ``BREAKER_WINDOW_SECONDS``,
         ``BREAKER_RECOVERY_TIMEOUT``, ``BREAKER_MAX_RECOVERY_TIMEOUT``,
         ``BREAKER_HALF_OPEN_MAX_PROBES``, ``BREAKER_HALF_OPEN_SUCCESSES``,
-        ``BREAKER_PROBE_LEASE_SECONDS``, ``BREAKER_CACHE_TTL`` and
-        ``BREAKER_STORE_BACKOFF_SECONDS``; keyword arguments (classification predicates, for
+        ``BREAKER_PROBE_LEASE_SECONDS``, ``BREAKER_CACHE_TTL``,
+        ``BREAKER_STORE_BACKOFF_SECONDS`` and the rate policy's
+        ``BREAKER_FAILURE_RATE_THRESHOLD``, ``BREAKER_MINIMUM_CALLS``,
+        ``BREAKER_SLOW_CALL_DURATION``, ``BREAKER_SLOW_CALL_RATE_THRESHOLD``,
+        ``BREAKER_MIN_CONTAINERS`` and ``BREAKER_REPORT_INTERVAL``; keyword arguments (classification predicates, for
         instance) are passed through. A bad value raises :class:`ConfigError` naming the
         variable.
 
