@@ -60,7 +60,12 @@ def validate_name(name: object) -> str:
         raise ConfigError(f"breaker name must be a string, got {type(name).__name__}")
     if not name or not name.strip():
         raise ConfigError("breaker name must not be empty")
-    size = len(name.encode("utf-8"))
+    try:
+        size = len(name.encode("utf-8"))
+    except UnicodeEncodeError:
+        # A lone surrogate (e.g. from a JSON "\udcff" escape) has no UTF-8 form: no store
+        # could keep the name.
+        raise ConfigError(f"breaker name must be valid Unicode text: {name!r}") from None
     if size > MAX_NAME_BYTES:
         raise ConfigError(f"breaker name is {size} bytes; the limit is {MAX_NAME_BYTES} (UTF-8)")
     if any(ord(ch) < 32 or ord(ch) == 127 for ch in name):

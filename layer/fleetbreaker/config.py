@@ -281,9 +281,9 @@ class BreakerConfig:
         ``BREAKER_STORE_BACKOFF_SECONDS`` and the rate policy's
         ``BREAKER_FAILURE_RATE_THRESHOLD``, ``BREAKER_MINIMUM_CALLS``,
         ``BREAKER_SLOW_CALL_DURATION``, ``BREAKER_SLOW_CALL_RATE_THRESHOLD``,
-        ``BREAKER_MIN_CONTAINERS`` and ``BREAKER_REPORT_INTERVAL``; keyword arguments (classification predicates, for
-        instance) are passed through. A bad value raises :class:`ConfigError` naming the
-        variable.
+        ``BREAKER_MIN_CONTAINERS`` and ``BREAKER_REPORT_INTERVAL``; keyword arguments
+        (classification predicates, for instance) are passed through. A bad value raises
+        :class:`ConfigError` naming the variable.
 
         Example
         -------

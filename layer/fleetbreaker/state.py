@@ -258,8 +258,15 @@ def open_duration_ms(policy: Policy, reopens: int, jitter: float) -> int:
     return max(1, math.floor(grown * jitter))
 
 
+MAX_TOKEN_CHARS = 64
+
+
 def lease_slot(token: str) -> int | None:
     """The slot a lease token names (tokens look like ``"<slot>-<nonce>"``)."""
+    if not token.isascii() or len(token) > MAX_TOKEN_CHARS:
+        # Tokens this package issues are short ASCII; anything else (a lone surrogate, a
+        # megabyte) is refused before it can reach a store that would fail to encode it.
+        return None
     head, sep, nonce = token.partition("-")
     # isascii(): str.isdigit() also accepts "²" and other digits int() rejects or misreads.
     if not sep or not nonce or not head.isascii() or not head.isdigit() or len(head) > 2:

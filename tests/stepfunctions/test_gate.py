@@ -486,3 +486,16 @@ def test_status_of_an_open_breaker_says_until_when(gate: Any, clock: FakeClock) 
 def test_status_refuses_fields_it_does_not_take(gate: Any) -> None:
     with pytest.raises(app.InvalidGateRequest, match="outcome"):
         invoke({"action": "status", "breaker": "svc", "outcome": "success"})
+
+
+@pytest.mark.parametrize(
+    "event",
+    [
+        {"action": "check", "breaker": "pay\udcffment"},
+        {"action": "record", "breaker": "svc", "outcome": "success", "token": "0-\udcff"},
+    ],
+    ids=["name", "token"],
+)
+def test_text_that_is_not_valid_unicode_is_an_invalid_request(gate: Any, event: Any) -> None:
+    with pytest.raises(app.InvalidGateRequest):
+        invoke(event)

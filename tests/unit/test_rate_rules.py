@@ -224,3 +224,9 @@ def test_rate_settings_come_from_the_environment() -> None:
     assert dataclasses.astuple(config)[-6:] == (0.25, 50, 1.5, 0.8, 3, 0.5)
     with pytest.raises(ConfigError, match="BREAKER_FAILURE_RATE_THRESHOLD"):
         BreakerConfig.from_env({"BREAKER_FAILURE_RATE_THRESHOLD": "2"})
+
+
+def test_a_token_that_is_not_short_ascii_names_no_slot() -> None:
+    assert rules.lease_slot("0-\udcff") is None
+    assert rules.lease_slot("0-" + "a" * 100) is None
+    assert rules.lease_slot("0-abcdef0123456789") == 0
