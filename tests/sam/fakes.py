@@ -62,9 +62,9 @@ class PaymentApiHandler(BaseHTTPRequestHandler):
 
 
 class FakePaymentApi:
-    """``POST /charges`` on 127.0.0.1:<free port>. Use as a context manager."""
+    """``POST /charges`` on 127.0.0.1:<port> (a free one by default). Use as a context manager."""
 
-    def __init__(self, mode: str = "ok", *, hold_timeout: float = 10.0) -> None:
+    def __init__(self, mode: str = "ok", *, hold_timeout: float = 10.0, port: int = 0) -> None:
         self._lock = threading.Lock()
         self._mode = "ok"
         self.mode = mode
@@ -72,7 +72,7 @@ class FakePaymentApi:
         self.requests: list[dict[str, Any]] = []
         self.arrived = threading.Event()  # set whenever a request arrives
         self._released = threading.Event()
-        self._server = ThreadingHTTPServer((LOOPBACK, 0), self._handler_class())
+        self._server = ThreadingHTTPServer((LOOPBACK, port), self._handler_class())
         self._server.daemon_threads = True
         self._thread = threading.Thread(
             target=self._server.serve_forever, name="fake-payment-api", daemon=True
