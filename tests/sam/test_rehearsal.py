@@ -530,6 +530,10 @@ def test_the_breaker_functions_may_only_get_and_update_the_table(
         assert [(s["Action"], s["Resource"]) for s in tables] == [
             (["dynamodb:GetItem", "dynamodb:UpdateItem"], table_arn)
         ], role
+        breaker = load_template()["Parameters"]["BreakerName"]["Default"]
+        assert tables[0]["Condition"] == {
+            "ForAllValues:StringEquals": {"dynamodb:LeadingKeys": [breaker]}
+        }, role
     assert example_deployment["roles"]["ChargeFunctionRole"]["statements"] == []
 
 

@@ -196,6 +196,12 @@ def table_actions(template: dict[str, Any]) -> set[str]:
 def test_function_policy_is_least_privilege(template: dict[str, Any]) -> None:
     function = template["Resources"]["PaymentFunction"]["Properties"]
     assert table_actions(template) == {"dynamodb:GetItem", "dynamodb:UpdateItem"}
+    # Only the item of its own breaker: the table's key is the breaker's name.
+    [table] = [s for s in function["Policies"][0]["Statement"] if s.get("Sid") == "BreakerState"]
+    assert table["Condition"] == {
+        "ForAllValues:StringEquals": {"dynamodb:LeadingKeys": [{"Ref": "BreakerName"}]}
+    }
+    assert function["Environment"]["Variables"]["BREAKER_NAME"] == {"Ref": "BreakerName"}
     # Nothing else but the SQS send, and that only when defer mode created the queue.
     [policy] = function["Policies"]
     others = [s for s in policy["Statement"] if "Fn::If" in s]

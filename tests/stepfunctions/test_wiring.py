@@ -170,8 +170,15 @@ def test_the_gate_may_only_read_and_update_the_breaker_table(template: dict[str,
             "Effect": "Allow",
             "Action": ["dynamodb:GetItem", "dynamodb:UpdateItem"],
             "Resource": {"Fn::GetAtt": ["CircuitBreakersTable", "Arn"]},
+            # Only the items of the breakers it serves (GATE_ALLOWED_BREAKERS): the key is
+            # the breaker's name.
+            "Condition": {
+                "ForAllValues:StringEquals": {"dynamodb:LeadingKeys": [{"Ref": "BreakerName"}]}
+            },
         }
     ]
+    allowed = properties["Environment"]["Variables"]["GATE_ALLOWED_BREAKERS"]
+    assert allowed == {"Ref": "BreakerName"}
     # The same two actions the SAM tests prove the breaker needs, for PaymentFunction.
     payment = template["Resources"]["PaymentFunction"]["Properties"]["Policies"][0]
     assert policy["Statement"][0]["Action"] == payment["Statement"][0]["Action"]
