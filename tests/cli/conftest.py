@@ -18,7 +18,9 @@ from typing import Any
 
 import pytest
 
-from fleetbreaker import DynamoDBStore, RedisStore
+from fleetbreaker import BreakerConfig, DynamoDBStore, RedisStore
+from fleetbreaker.breaker import system_clock
+from fleetbreaker.state import Policy
 from tests import servers
 
 CLI = Path(sys.executable).with_name("fleetbreaker")
@@ -99,3 +101,23 @@ def moto_server_backend(moto_server: str, sts_env: dict[str, str]) -> Backend:
 @pytest.fixture
 def name() -> str:
     return f"cli-{uuid.uuid4().hex[:10]}"
+
+
+POLICY = Policy.from_config(BreakerConfig(failure_threshold=3))
+
+
+def fail(backend: Backend, name: str, times: int) -> None:
+    for _ in range(times):
+        now = system_clock()
+        backend.store.record_failure(name, POLICY, now, backend.store.load(name, now))
+
+
+def load(backend: Backend, name: str) -> Any:
+    return backend.store.load(name, system_clock())
+
+
+def one_line_error(result: Any) -> str:
+    lines = result.err.strip().splitlines()
+    assert len(lines) == 1, result.err
+    assert "Traceback" not in result.err
+    return lines[0]

@@ -5,18 +5,14 @@ running breaker within cache_ttl.
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
 from fleetbreaker import BreakerConfig, CircuitBreaker, State
 from fleetbreaker.breaker import system_clock
-from fleetbreaker.state import Policy
 from fleetbreaker.tuning import Action, decode_tuned
-from tests.cli.conftest import MOTO_ARN, Backend
+from tests.cli.conftest import MOTO_ARN, POLICY, Backend, fail, load, one_line_error
 from tests.support import Dependency, FakeClock
 
-POLICY = Policy.from_config(BreakerConfig(failure_threshold=3))
 JSON_KEYS = {
     "name",
     "state",
@@ -32,23 +28,6 @@ JSON_KEYS = {
     "last_change",
     "error",
 }
-
-
-def fail(backend: Backend, name: str, times: int) -> None:
-    for _ in range(times):
-        now = system_clock()
-        backend.store.record_failure(name, POLICY, now, backend.store.load(name, now))
-
-
-def load(backend: Backend, name: str) -> Any:
-    return backend.store.load(name, system_clock())
-
-
-def one_line_error(result: Any) -> str:
-    lines = result.err.strip().splitlines()
-    assert len(lines) == 1, result.err
-    assert "Traceback" not in result.err
-    return lines[0]
 
 
 # -- list and status -------------------------------------------------------------------------
