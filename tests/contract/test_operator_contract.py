@@ -7,8 +7,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
+from fleetbreaker import DynamoDBStore
 from fleetbreaker.state import State
 from fleetbreaker.tuning import Action, decode_tuned
+from tests import servers
 from tests.contract.test_store_contract import POLICY, T0, fail_n, open_breaker
 
 ACTION = Action("forced_open", "arn:aws:sts::123456789012:assumed-role/ops/alice", "incident", T0)
@@ -103,3 +107,33 @@ def test_a_force_without_an_action_keeps_the_previous_one(store: Any, name: str)
     outcome = store.force_state(name, POLICY, T0 + 1, State.CLOSED)
 
     assert Action.decode(outcome.record.last_action) == ACTION
+
+
+def test_names_with_braces_and_percent_signs_list_as_themselves(store: Any, name: str) -> None:
+    # Redis escapes these in its keys; the listing must give the names back unchanged.
+    odd = [f"{name}-{{x}}", f"{name}-%7B", f"{name}-%25}}"]
+    for breaker in odd:
+        fail_n(store, breaker, 1)
+
+    listed = {entry.name for entry in store.list_records(T0)}
+
+    assert set(odd) <= listed
+
+
+@pytest.mark.parametrize("backend", ["moto_server", "dynalite"])
+def test_a_dynamodb_listing_follows_every_scan_page(
+    request: pytest.FixtureRequest, backend: str, name: str
+) -> None:
+    # GIVEN five breakers in a table of their own, scanned two items per page
+    endpoint = request.getfixturevalue(f"{backend}_server" if backend == "dynalite" else backend)
+    table = servers.make_table(endpoint)
+    store = DynamoDBStore(table, boto3_client=servers.dynamodb_client(endpoint))
+    names = {f"{name}-{i}" for i in range(5)}
+    for breaker in names:
+        fail_n(store, breaker, 1)
+
+    # WHEN the store lists them
+    listed = {entry.name for entry in store.list_records(T0, page_size=2)}
+
+    # THEN every page was read
+    assert listed == names

@@ -483,15 +483,18 @@ class DynamoDBStore:
 
     # -- operators -------------------------------------------------------------------------
 
-    def list_records(self, now_ms: int) -> Iterator[Listing]:
+    def list_records(self, now_ms: int, *, page_size: int | None = None) -> Iterator[Listing]:
         """Every breaker in the table: a paginated, strongly consistent Scan.
 
         A Scan reads the whole table (every breaker is one small item), so this is for
-        operators, never for the breaker's own path.
+        operators, never for the breaker's own path. ``page_size`` caps the items per Scan
+        call (default: DynamoDB's 1 MB pages).
         """
         start: dict[str, Any] | None = None
         while True:
             request: dict[str, Any] = {"TableName": self.table_name, "ConsistentRead": True}
+            if page_size is not None:
+                request["Limit"] = page_size
             if start is not None:
                 request["ExclusiveStartKey"] = start
             self.stats.count_read()
