@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import uuid
+from typing import Any
 
 import boto3
 import pytest
@@ -115,9 +116,9 @@ def test_importing_the_package_does_not_load_the_cli() -> None:
 # -- --stack ---------------------------------------------------------------------------------
 
 
-def _stack_with_table(moto_server: str, table: str) -> str:
+def _stack_with_table(moto_server: str, table: str, cache_endpoint: str | None = None) -> str:
     stack = f"fleetbreaker-cli-{uuid.uuid4().hex[:8]}"
-    template = {
+    template: dict[str, Any] = {
         "Resources": {
             "Table": {
                 "Type": "AWS::DynamoDB::Table",
@@ -132,6 +133,8 @@ def _stack_with_table(moto_server: str, table: str) -> str:
         # The output name template.yaml gives the table.
         "Outputs": {"CircuitBreakersTableName": {"Value": {"Ref": "Table"}}},
     }
+    if cache_endpoint is not None:
+        template["Outputs"]["BreakerCacheEndpoint"] = {"Value": cache_endpoint}
     client = boto3.client("cloudformation", endpoint_url=moto_server)
     client.create_stack(StackName=stack, TemplateBody=json.dumps(template))
     return stack
@@ -151,6 +154,22 @@ def test_stack_names_the_table_through_its_outputs(moto_server: str, name: str) 
     # THEN the CLI finds the breaker in that table
     assert result.code == 0, result.err
     assert json.loads(result.out)["failures"] == 1
+
+
+def test_a_stack_with_a_cache_sends_the_cli_to_redis_over_tls(
+    moto_server: str, refused_port: int
+) -> None:
+    # GIVEN a stack whose BreakerCacheEndpoint output names an address nothing listens on
+    table = f"fleetbreaker-stack-{uuid.uuid4().hex[:8]}"
+    stack = _stack_with_table(moto_server, table, cache_endpoint=f"127.0.0.1:{refused_port}")
+
+    # WHEN the operator names the stack
+    env = {"AWS_ENDPOINT_URL_CLOUDFORMATION": moto_server, "AWS_ENDPOINT_URL_DYNAMODB": moto_server}
+    result = run_cli(["--stack", stack, "list"], env)
+
+    # THEN the CLI went to the cache (as the functions do), not the table, and says so
+    assert result.code == 3
+    assert "Redis" in one_line_error(result)
 
 
 def test_an_unknown_stack_exits_2(moto_server: str) -> None:
