@@ -18,10 +18,10 @@ from typing import Any
 
 import pytest
 
+from devtools import servers
 from fleetbreaker import BreakerConfig, DynamoDBStore, RedisStore
 from fleetbreaker.breaker import system_clock
 from fleetbreaker.state import Policy
-from tests import servers
 
 CLI = Path(sys.executable).with_name("fleetbreaker")
 MOTO_ARN = "arn:aws:sts::123456789012:user/moto"  # what moto's GetCallerIdentity answers

@@ -17,11 +17,11 @@ from typing import Any
 import boto3
 import pytest
 
+from devtools import servers
 from fleetbreaker import DynamoDBStore
 from fleetbreaker.breaker import system_clock
 from fleetbreaker.state import State
 from fleetbreaker.tuning import Action
-from tests import servers
 from tests.cli.conftest import (
     CLI,
     CLI_TIMEOUT_S,

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
+from devtools import servers
 from fleetbreaker import DynamoDBStore
 from fleetbreaker.state import State
 from fleetbreaker.tuning import Action, decode_tuned
-from tests import servers
 from tests.contract.test_store_contract import POLICY, T0, fail_n, open_breaker
 
 ACTION = Action("forced_open", "arn:aws:sts::123456789012:assumed-role/ops/alice", "incident", T0)
