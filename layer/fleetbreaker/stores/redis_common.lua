@@ -15,6 +15,8 @@ local NUMBERS = {
   'gen', 'failures', 'window_start', 'opened_at', 'open_until', 'reopens', 'successes',
   'updated_at', 'expires_at',
 }
+-- Operator fields (live tuning, last action): text that state changes carry over untouched.
+local TEXTS = {'tuned', 'last_action'}
 
 local function int(n)
   return string.format('%d', n)
@@ -88,6 +90,7 @@ local function read(key, now)
       if until_ms ~= nil then rec.leases[slot] = {token = token, until_ms = until_ms} end
     end
   end
+  for _, field in ipairs(TEXTS) do rec[field] = raw[field] end
   if rec.expires_at * 1000 <= now then return nil, nil, old end
   return rec, nil, old
 end
@@ -129,6 +132,12 @@ local function save(key, rec, policy, now, old)
       fields['probe' .. slot .. '_until'] = int(lease.until_ms)
     end
   end
+  for _, field in ipairs(TEXTS) do
+    -- A record built from scratch (a transition) keeps the operator's fields of the one it
+    -- replaces; "" clears a field.
+    if rec[field] == nil and old.kind == 'hash' then rec[field] = old.fields[field] end
+    if rec[field] ~= nil and rec[field] ~= '' then fields[field] = rec[field] end
+  end
   if old.kind ~= 'hash' and old.kind ~= 'none' then redis.call('DEL', key) end
   local args = {}
   for field, value in pairs(fields) do
@@ -167,6 +176,12 @@ local function reply(rec, now, changed, from, to, token)
         out[#out + 1] = lease.token
         out[#out + 1] = 'probe' .. slot .. '_until'
         out[#out + 1] = int(lease.until_ms)
+      end
+    end
+    for _, field in ipairs(TEXTS) do
+      if rec[field] ~= nil and rec[field] ~= '' then
+        out[#out + 1] = field
+        out[#out + 1] = rec[field]
       end
     end
   end
