@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from fleetbreaker import state as rules
+from fleetbreaker import tuning
 from fleetbreaker.cache import RecordCache
 from fleetbreaker.config import BreakerConfig
 from fleetbreaker.errors import (
@@ -33,6 +34,7 @@ from fleetbreaker.reporting import (
     wants_urgent_report,
 )
 from fleetbreaker.state import Decision, Outcome, Policy, Record, Snapshot, State
+from fleetbreaker.stores.base import AdminStore
 from fleetbreaker.stores.memory import MemoryStore
 
 if TYPE_CHECKING:
@@ -193,7 +195,9 @@ class CircuitBreaker:
         self.clock: Clock = clock or system_clock
         self.rng = rng or random.Random()
         self.stats = BreakerStats()
-        self._policy = Policy.from_config(config)
+        # The policy follows the live-tuned settings stored with the record (see _policy).
+        self._tuned_text = ""
+        self._tuned_policy = Policy.from_config(config)
         self._cache = RecordCache(round(config.cache_ttl * 1000))
         self.container_id = (
             process_container_id() if container_id is None else validate_container_id(container_id)
@@ -208,13 +212,7 @@ class CircuitBreaker:
         self._watcher: SlowCallWatcher | None = None
         self._watching = False
         self._failure_result = config.failure_result
-        if config.reporting:
-            self._tally = CallTally(self._policy, self._base_interval_ms)
-            self._tally.due_ms = self.clock() + self._base_interval_ms
-            if config.slow_call_duration is not None:
-                self._watcher = SlowCallWatcher(
-                    self.report_hung_calls, max(0.005, config.slow_call_duration / 4)
-                )
+        self._adopt_reporting(config, self._tuned_policy)
         self._local = MemoryStore()
         self._lock = threading.Lock()
         self._paused_until = 0
@@ -367,17 +365,71 @@ class CircuitBreaker:
             return RecordResult(True, self._state_of(self._read(now)), "success: nothing to write")
         return self._count_failure(now)
 
-    def force_open(self) -> State:
-        """Operator override: reject every call until :meth:`reset`."""
-        return self._force(State.FORCED_OPEN)
+    def force_open(self, *, reason: str | None = None, by: str | None = None) -> State:
+        """Operator override: reject every call until :meth:`reset`.
 
-    def disable(self) -> State:
+        ``reason`` and ``by`` (default: the local user), when either is given, are stored
+        with the record as its last operator action (the store must be an AdminStore).
+        """
+        return self._force(State.FORCED_OPEN, reason, by)
+
+    def disable(self, *, reason: str | None = None, by: str | None = None) -> State:
         """Operator override: allow every call and record nothing until :meth:`reset`."""
-        return self._force(State.DISABLED)
+        return self._force(State.DISABLED, reason, by)
 
-    def reset(self) -> State:
+    def reset(self, *, reason: str | None = None, by: str | None = None) -> State:
         """Release an override or close the breaker, forgetting failures and back-off."""
-        return self._force(State.CLOSED)
+        return self._force(State.CLOSED, reason, by)
+
+    @property
+    def _policy(self) -> Policy:
+        # Live tuning: the settings travel with the record, so a container picks them up with
+        # its next read, within cache_ttl. Re-derived only when the stored text changes.
+        record = self._cache.last_seen
+        text = record.tuned if record is not None else ""
+        if text != self._tuned_text:
+            self._retune(text)
+        return self._tuned_policy
+
+    def _retune(self, text: str) -> None:
+        config = self.config
+        try:
+            values = tuning.decode_tuned(text)
+        except ConfigError as exc:
+            log.warning("circuit %s: ignoring its tuned settings: %s", self.name, exc)
+            values = {}
+        for setting, value in sorted(values.items()):
+            try:
+                config = tuning.apply_tuning(config, {setting: value})
+            except ConfigError as exc:
+                # Another version of the package may store settings this one cannot use.
+                log.warning("circuit %s: ignoring tuned %s: %s", self.name, setting, exc)
+        # Policy before text: a thread that sees the new text must also see its policy.
+        policy = Policy.from_config(config)
+        self._adopt_reporting(config, policy)
+        self._tuned_policy = policy
+        self._tuned_text = text
+
+    def _adopt_reporting(self, config: BreakerConfig, policy: Policy) -> None:
+        """Tally and report calls (rate policy, slow calls, quorum) as ``config`` says.
+
+        Called at construction and when live tuning changes the settings: tuning can switch a
+        running fleet between the count and the rate policy, or change the slow-call duration.
+        """
+        if not config.reporting:
+            self._tally = None
+            return
+        tally = self._tally
+        if tally is None:
+            tally = CallTally(policy, self._base_interval_ms)
+            tally.due_ms = self.clock() + self._base_interval_ms
+        tally.slow_ms = policy.slow_ms
+        if config.slow_call_duration is not None:
+            period = max(0.005, config.slow_call_duration / 4)
+            if self._watcher is None:
+                self._watcher = SlowCallWatcher(self.report_hung_calls, period)
+            self._watcher.period_s = period
+        self._tally = tally
 
     # -- internals -------------------------------------------------------------------------
 
@@ -581,11 +633,21 @@ class CircuitBreaker:
             return RecordResult(True, state, f"probe {'succeeded' if success else 'failed'}")
         return RecordResult(False, state, "stale probe token: its lease has ended; nothing changed")
 
-    def _force(self, target: State) -> State:
+    def _force(self, target: State, reason: str | None = None, by: str | None = None) -> State:
         # Operator actions go to the store or fail loudly: a silent local override would
         # leave the rest of the fleet unaware of it.
         now = self.clock()
-        outcome = self.store.force_state(self.name, self._policy, now, target)
+        if reason is None and by is None:
+            outcome = self.store.force_state(self.name, self._policy, now, target)
+        else:
+            if not isinstance(self.store, AdminStore):
+                raise ConfigError(
+                    f"{type(self.store).__name__} cannot record who forced a breaker and why"
+                )
+            action = tuning.Action(
+                target.value, by or tuning.local_user(), tuning.check_reason(reason), now
+            )
+            outcome = self.store.force_state(self.name, self._policy, now, target, action=action)
         self._cache.put(outcome.record, now)
         if outcome.transition is not None:
             self._emit("on_transition", self.name, *outcome.transition)

@@ -118,6 +118,10 @@ class Record:
     Times are epoch milliseconds except ``expires_at``, which is epoch seconds because
     DynamoDB's TTL wants seconds. ``gen`` grows by one on every state change, so a write
     fenced on the generation it observed cannot land on a later state.
+
+    ``tuned`` (live settings, a JSON object) and ``last_action`` (the last operator action, a
+    JSON object) are kept as the store holds them, as text: state changes carry them over
+    untouched, and :mod:`fleetbreaker.tuning` reads them ("" means none).
     """
 
     state: State = State.CLOSED
@@ -131,6 +135,8 @@ class Record:
     leases: Mapping[int, Lease] = field(default_factory=dict)
     updated_at: int = 0
     expires_at: int = 0
+    tuned: str = ""
+    last_action: str = ""
     # Rate policy, slow calls and quorum (empty under the plain count policy): the sliding
     # window's ring of buckets by slot, and the containers whose failures / slow calls fall in
     # the window (id -> epoch ms of the latest), at most ``min_containers`` of each.
@@ -157,6 +163,9 @@ RECORD_NUMBERS = (
     "updated_at",
     "expires_at",
 )
+
+# Text fields a state change never touches: stores carry them over from the record they replace.
+RECORD_TEXTS = ("tuned", "last_action")
 
 
 # The rate policy's sliding window is a ring of this many buckets (each window_ms / 10 long):

@@ -188,9 +188,8 @@ def test_a_restart_that_loses_the_data_reads_closed_and_reloads_scripts(
     server.restart()
     raw = redis.Redis.from_url(server.url)
     assert raw.dbsize() == 0
-    assert raw.script_exists(*(s.sha for s in breaker.store._scripts.values())) == [False] * len(
-        breaker.store._scripts
-    )
+    scripts = breaker.store._scripts.values()
+    assert raw.script_exists(*(s.sha for s in scripts)) == [False] * len(scripts)
     clock.advance(CONFIG.cache_ttl)
 
     # WHEN the breaker is used again

@@ -7,7 +7,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from fleetbreaker.state import Outcome, Policy, Record, Report, State
+    from fleetbreaker.tuning import Action
 
 
 @dataclass
@@ -83,4 +86,46 @@ class Store(Protocol):
 
     def force_state(self, name: str, policy: Policy, now_ms: int, target: State) -> Outcome:
         """Operator override: forced_open, disabled, or closed (reset)."""
+        ...
+
+
+@dataclass(frozen=True)
+class Listing:
+    """One breaker found by :meth:`AdminStore.list_records`.
+
+    ``record`` is None when the stored item could not be read; ``error`` then says why.
+    """
+
+    name: str
+    record: Record | None
+    error: str | None = None
+
+
+@runtime_checkable
+class AdminStore(Store, Protocol):
+    """A store an operator can steer: list every breaker, store live settings.
+
+    Kept apart from :class:`Store` so a store (or wrapper) that only serves breakers still
+    satisfies the breaker's contract.
+    """
+
+    def force_state(
+        self, name: str, policy: Policy, now_ms: int, target: State, *, action: Action | None = None
+    ) -> Outcome:
+        """Operator override, with ``action`` (when given) stored as the record's last_action."""
+        ...
+
+    def list_records(self, now_ms: int) -> Iterator[Listing]:
+        """Every breaker record in the store (expired ones left out), each read on its own:
+        a record that cannot be parsed is listed with its error instead of stopping the walk.
+        """
+        ...
+
+    def tune(
+        self, name: str, policy: Policy, now_ms: int, tuned: str, action: Action | None
+    ) -> Record | None:
+        """Store live settings (JSON text, "" to clear) with the record; state untouched.
+
+        A breaker without a live record gets a fresh closed one to carry them.
+        """
         ...

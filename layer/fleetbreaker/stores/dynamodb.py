@@ -12,17 +12,22 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Mapping
+from dataclasses import replace
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, cast
 
 from fleetbreaker import state as rules
 from fleetbreaker.errors import ConfigError, CorruptRecordError, StoreError, TableNotFoundError
 from fleetbreaker.state import Lease, Outcome, Policy, Record, Report, State
-from fleetbreaker.stores.base import StoreStats
+from fleetbreaker.stores.base import Listing, StoreStats
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from botocore.config import Config
     from mypy_boto3_dynamodb.client import DynamoDBClient
+
+    from fleetbreaker.tuning import Action
 
 TABLE_ENV = "CIRCUIT_BREAKER_TABLE"
 KEY_ATTRIBUTE = "name"
@@ -112,6 +117,10 @@ def parse_item(item: dict[str, Any] | None, now_ms: int) -> Record | None:
         rev=rev if rev is not None else 0,
         **rules.parse_window(window_number, quorum),
     )
+    # Operator fields are text; anything else in them is left for the next tune to replace.
+    texts = {name: _scalar(item, name, "S") for name in rules.RECORD_TEXTS}
+    kept: dict[str, Any] = {k: v for k, v in texts.items() if isinstance(v, str)}
+    record = replace(record, **kept)
     return None if record.is_expired(now_ms) else record
 
 
@@ -576,7 +585,9 @@ class DynamoDBStore:
             return self._trip(name, policy, now_ms, record)
         return Outcome(seen)
 
-    def force_state(self, name: str, policy: Policy, now_ms: int, target: State) -> Outcome:
+    def force_state(
+        self, name: str, policy: Policy, now_ms: int, target: State, *, action: Action | None = None
+    ) -> Outcome:
         # Operator actions are rare, so one read first: the write is then fenced on the
         # generation it replaces, and the outcome can name the state it left.
         seen = self._parse_or_absent(self._get(name), now_ms)
@@ -586,6 +597,8 @@ class DynamoDBStore:
             assert after is not None
             write = _write_record(_Write(now_ms, policy, target), after).set("gen", after.gen)
             write.remove_leases(range(MAX_SLOTS))
+            if action is not None:
+                write.set("last_action", action.encode())
             if seen is None:
                 write.require(f"NOT ({write.usable()})")
             else:
@@ -596,3 +609,65 @@ class DynamoDBStore:
                 return Outcome(record, changed=True, transition=planned.transition)
             seen = record
         raise StoreError(f"could not force breaker {name!r} to {target.value}: it keeps changing")
+
+    # -- operators -------------------------------------------------------------------------
+
+    def list_records(self, now_ms: int, *, page_size: int | None = None) -> Iterator[Listing]:
+        """Every breaker in the table: a paginated, strongly consistent Scan.
+
+        A Scan reads the whole table (every breaker is one small item), so this is for
+        operators, never for the breaker's own path. ``page_size`` caps the items per Scan
+        call (default: DynamoDB's 1 MB pages).
+        """
+        start: dict[str, Any] | None = None
+        while True:
+            request: dict[str, Any] = {"TableName": self.table_name, "ConsistentRead": True}
+            if page_size is not None:
+                request["Limit"] = page_size
+            if start is not None:
+                request["ExclusiveStartKey"] = start
+            self.stats.count_read()
+            try:
+                page = self.client.scan(**request)
+            except Exception as exc:
+                raise self._translate(exc) from exc
+            for item in page.get("Items", []):
+                name = _scalar(item, KEY_ATTRIBUTE, "S")
+                if not isinstance(name, str):
+                    continue
+                try:
+                    record = parse_item(item, now_ms)
+                except CorruptRecordError as exc:
+                    yield Listing(name, None, str(exc))
+                    continue
+                if record is not None:
+                    yield Listing(name, record)
+            start = page.get("LastEvaluatedKey")
+            if not start:
+                return
+
+    def tune(
+        self, name: str, policy: Policy, now_ms: int, tuned: str, action: Action | None
+    ) -> Record | None:
+        seen = self._parse_or_absent(self._get(name), now_ms)
+        for _ in range(4):
+            write = _Write(now_ms, policy, seen.state if seen is not None else State.CLOSED)
+            if tuned:
+                write.set("tuned", tuned)
+            else:
+                write.removes.append(write.name("tuned"))
+            if action is not None:
+                write.set("last_action", action.encode())
+            if seen is None:
+                # No live record: a fresh closed one carries the settings.
+                _write_record(write, Record()).set("gen", 0).remove_leases(range(MAX_SLOTS))
+                write.require(f"NOT ({write.usable()})")
+            else:
+                # Fenced on the generation: the TTL written depends on the state it found.
+                write.require(write.usable()).require(write.is_("gen", seen.gen))
+            applied, item = self._update(name, write)
+            record = self._parse_or_absent(item, now_ms)
+            if applied:
+                return record
+            seen = record
+        raise StoreError(f"could not tune breaker {name!r}: it keeps changing")

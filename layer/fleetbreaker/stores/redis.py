@@ -17,15 +17,17 @@ import hashlib
 import os
 import re
 from importlib import resources
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from fleetbreaker import state as rules
 from fleetbreaker.errors import ConfigError, CorruptRecordError, StoreError
 from fleetbreaker.state import Lease, Outcome, Policy, Record, Report, State
-from fleetbreaker.stores.base import StoreStats
+from fleetbreaker.stores.base import Listing, StoreStats
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Iterator, Sequence
+
+    from fleetbreaker.tuning import Action
 
 URL_ENV = "CIRCUIT_BREAKER_REDIS_URL"
 MAX_SLOTS = 16  # BreakerConfig caps half_open_max_probes at this
@@ -40,8 +42,12 @@ _OPERATIONS = (
     "claim_probe",
     "settle_probe",
     "force_state",
+    "tune",
     "report",
 )
+_KEY_UNESCAPES = {"%25": "%", "%7B": "{", "%7D": "}"}
+_KEY_ESCAPED = re.compile("|".join(_KEY_UNESCAPES))
+_GLOB_SPECIALS = str.maketrans({c: f"\\{c}" for c in "*?[]\\"})
 
 
 class RedisClient(Protocol):
@@ -111,7 +117,8 @@ def parse_fields(fields: dict[str, str]) -> Record | None:
         return int(raw) if raw is not None and _INTEGER.fullmatch(raw) else None
 
     window = rules.parse_window(number, quorum)
-    return Record(state=state, leases=leases, **numbers, **window)
+    texts: dict[str, Any] = {name: fields.get(name, "") for name in rules.RECORD_TEXTS}
+    return Record(state=state, leases=leases, **numbers, **texts, **window)
 
 
 def _policy_args(policy: Policy) -> list[str]:
@@ -328,12 +335,62 @@ class RedisStore:
         ]
         return self._operation("report", name, args)
 
-    def force_state(self, name: str, policy: Policy, now_ms: int, target: State) -> Outcome:
+    def force_state(
+        self, name: str, policy: Policy, now_ms: int, target: State, *, action: Action | None = None
+    ) -> Outcome:
         if target not in rules.FORCEABLE:
             raise ValueError(f"cannot force a breaker to {target.value!r}")
-        return self._operation(
-            "force_state", name, [self._now_arg(now_ms), *_policy_args(policy), target.value]
-        )
+        args = [self._now_arg(now_ms), *_policy_args(policy), target.value]
+        if action is not None:
+            args.append(action.encode())
+        return self._operation("force_state", name, args)
+
+    # -- operators -------------------------------------------------------------------------
+
+    def name_of(self, key: str) -> str | None:
+        """The breaker a key belongs to, or None for a key that is not a breaker's record."""
+        head = f"{self.key_prefix}:{{"
+        if not key.startswith(head) or not key.endswith("}"):
+            return None
+        escaped = key[len(head) : -1]
+        if "{" in escaped or "}" in escaped:
+            return None
+        # One pass, so "%257B" (the escaped name "%7B") comes back as "%7B", not "{".
+        return _KEY_ESCAPED.sub(lambda match: _KEY_UNESCAPES[match.group(0)], escaped)
+
+    def list_records(self, now_ms: int) -> Iterator[Listing]:
+        """Every breaker under ``key_prefix``: SCAN (never KEYS, which blocks the server)."""
+        from redis.exceptions import RedisError
+
+        pattern = f"{self.key_prefix.translate(_GLOB_SPECIALS)}:{{*}}"
+        # SCAN is not in RedisClient: the breaker never needs it, only operators do.
+        scan_iter = getattr(self.client, "scan_iter", None)
+        if not callable(scan_iter):
+            raise StoreError(f"{type(self.client).__name__} cannot SCAN: no scan_iter()")
+        try:
+            keys = sorted({_text(k) for k in cast("Any", scan_iter)(match=pattern, count=500)})
+        except RedisError as exc:
+            raise StoreError(f"Redis SCAN failed: {exc}") from exc
+        except OSError as exc:
+            raise StoreError(f"Redis unreachable: {exc}") from exc
+        for key in keys:
+            name = self.name_of(key)
+            if name is None:
+                continue
+            try:
+                record = self.load(name, now_ms)
+            except CorruptRecordError as exc:
+                yield Listing(name, None, str(exc))
+                continue
+            if record is not None:
+                yield Listing(name, record)
+
+    def tune(
+        self, name: str, policy: Policy, now_ms: int, tuned: str, action: Action | None
+    ) -> Record | None:
+        args = [self._now_arg(now_ms), *_policy_args(policy), tuned]
+        args.append(action.encode() if action is not None else "")
+        return self._operation("tune", name, args).record
 
 
 def _make_client(

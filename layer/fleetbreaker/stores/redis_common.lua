@@ -15,6 +15,8 @@ local NUMBERS = {
   'gen', 'failures', 'window_start', 'opened_at', 'open_until', 'reopens', 'successes',
   'updated_at', 'expires_at',
 }
+-- Operator fields (live tuning, last action): text that state changes carry over untouched.
+local TEXTS = {'tuned', 'last_action'}
 
 -- Rate policy window: WINDOW_BUCKETS buckets, fields w<slot>_<part> for the bucket's idx,
 -- calls, failures, slow calls and reports; quorum maps as fields fq:<container> (failures)
@@ -117,6 +119,7 @@ local function read(key, now)
     local at = parse_int(value)
     if map ~= nil and at ~= nil then rec[map][id] = at end
   end
+  for _, field in ipairs(TEXTS) do rec[field] = raw[field] end
   if rec.expires_at * 1000 <= now then return nil, nil, old end
   return rec, nil, old
 end
@@ -177,6 +180,12 @@ local function save(key, rec, policy, now, old)
     end
   end
   window_fields(rec, fields)
+  for _, field in ipairs(TEXTS) do
+    -- A record built from scratch (a transition) keeps the operator's fields of the one it
+    -- replaces; "" clears a field.
+    if rec[field] == nil and old.kind == 'hash' then rec[field] = old.fields[field] end
+    if rec[field] ~= nil and rec[field] ~= '' then fields[field] = rec[field] end
+  end
   if old.kind ~= 'hash' and old.kind ~= 'none' then redis.call('DEL', key) end
   local args = {}
   for field, value in pairs(fields) do
@@ -220,6 +229,12 @@ local function reply(rec, now, changed, from, to, token)
     for field, value in pairs(window_fields(rec, {})) do
       out[#out + 1] = field
       out[#out + 1] = value
+    end
+    for _, field in ipairs(TEXTS) do
+      if rec[field] ~= nil and rec[field] ~= '' then
+        out[#out + 1] = field
+        out[#out + 1] = rec[field]
+      end
     end
   end
   return out
