@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
-    from fleetbreaker.state import Outcome, Policy, Record, State
+    from fleetbreaker.state import Outcome, Policy, ProbeReport, Record, State
 
 
 @dataclass
@@ -41,6 +41,8 @@ class Store(Protocol):
     with a trustworthy clock of its own (Redis' TIME) may use that instead.
 
     Operations raise :class:`fleetbreaker.errors.StoreError` when the store cannot answer.
+    :class:`~fleetbreaker.stores.fallback.FallbackStore` wraps any store to answer from a
+    local twin instead, and bounds every operation by a deadline.
     """
 
     stats: StoreStats
@@ -62,14 +64,7 @@ class Store(Protocol):
         ...
 
     def settle_probe(
-        self,
-        name: str,
-        policy: Policy,
-        now_ms: int,
-        token: str,
-        success: bool,
-        jitter: float,
-        observed: Record | None,
+        self, name: str, policy: Policy, now_ms: int, report: ProbeReport, observed: Record | None
     ) -> Outcome:
         """Report a probe's result; a token whose lease is gone changes nothing."""
         ...

@@ -6,7 +6,7 @@ import threading
 from collections.abc import Callable
 
 from fleetbreaker import state as rules
-from fleetbreaker.state import Outcome, Policy, Record, State
+from fleetbreaker.state import Outcome, Policy, ProbeReport, Record, State
 from fleetbreaker.stores.base import StoreStats
 
 
@@ -20,6 +20,8 @@ class MemoryStore:
     Example
     -------
     >>> breaker = CircuitBreaker("payment-api", store=MemoryStore())
+    >>> breaker.state
+    <State.CLOSED: 'closed'>
     """
 
     def __init__(self) -> None:
@@ -66,20 +68,9 @@ class MemoryStore:
         return self._apply(name, now_ms, lambda r: rules.apply_claim(r, policy, now_ms, nonce))
 
     def settle_probe(
-        self,
-        name: str,
-        policy: Policy,
-        now_ms: int,
-        token: str,
-        success: bool,
-        jitter: float,
-        observed: Record | None,
+        self, name: str, policy: Policy, now_ms: int, report: ProbeReport, observed: Record | None
     ) -> Outcome:
-        return self._apply(
-            name,
-            now_ms,
-            lambda r: rules.apply_settle(r, policy, now_ms, token, success, jitter),
-        )
+        return self._apply(name, now_ms, lambda r: rules.apply_settle(r, policy, now_ms, report))
 
     def force_state(self, name: str, policy: Policy, now_ms: int, target: State) -> Outcome:
         return self._apply(name, now_ms, lambda r: rules.apply_force(r, policy, now_ms, target))
