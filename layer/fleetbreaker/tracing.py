@@ -84,7 +84,11 @@ class TracingListener(BreakerListener):
 
     Example
     -------
-    >>> breaker = CircuitBreaker("payment-api", listeners=[LoggingListener(), TracingListener()])
+    >>> breaker = CircuitBreaker(
+    ...     "payment-api",
+    ...     store=MemoryStore(),
+    ...     listeners=[LoggingListener(), TracingListener()],
+    ... )
     """
 
     def __init__(self, enabled: bool | None = None, recorder: Any = None) -> None:

@@ -299,7 +299,8 @@ def test_unknown_token_is_a_no_op(store: Any, name: str) -> None:
 
 
 @pytest.mark.parametrize("target", [State.FORCED_OPEN, State.DISABLED])
-def test_overrides_hold_until_reset(store: Any, name: str, target: State) -> None:
+def test_overrides_hold_until_reset(shared_store: Any, name: str, target: State) -> None:
+    store = shared_store
     forced = store.force_state(name, POLICY, T0, target)
     failures = fail_n(store, name, 5)
     claim = store.claim_probe(name, POLICY, T0 + 10**9, "x", store.load(name, T0))
@@ -312,7 +313,10 @@ def test_overrides_hold_until_reset(store: Any, name: str, target: State) -> Non
     assert store.load(name, T0).state is State.CLOSED
 
 
-def test_reset_of_an_open_breaker_closes_it_and_forgets_backoff(store: Any, name: str) -> None:
+def test_reset_of_an_open_breaker_closes_it_and_forgets_backoff(
+    shared_store: Any, name: str
+) -> None:
+    store = shared_store
     open_breaker(store, name)
 
     outcome = store.force_state(name, POLICY, T0 + 1, State.CLOSED)

@@ -6,6 +6,7 @@ any per-read timeout, so only a total deadline on the operation bounds it.
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 import time
@@ -70,10 +71,8 @@ class TrickleProxy:
             pass
         finally:
             for sock in (source, sink):
-                try:
+                with contextlib.suppress(OSError):
                     sock.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
 
     def close(self) -> None:
         self._closed.set()
