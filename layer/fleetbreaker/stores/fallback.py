@@ -44,6 +44,22 @@ AnswerHook = Callable[[str, "Record | None", int], None]
 MAX_STUCK_WORKERS = 4
 
 
+# A thread-local trace context (the X-Ray SDK's) does not follow a store call onto its
+# worker thread the way contextvars do. A listener that needs it there sets this, on the
+# caller's thread, to a function the worker calls with the job and that runs it.
+store_call_wrapper: contextvars.ContextVar[Callable[[Callable[[], Any]], Any] | None] = (
+    contextvars.ContextVar("fleetbreaker_store_call_wrapper", default=None)
+)
+
+
+def _in_caller_context(job: Callable[[], T]) -> T:
+    wrapper = store_call_wrapper.get()
+    if wrapper is None:
+        return job()
+    result: T = wrapper(job)
+    return result
+
+
 def _system_clock() -> int:
     return time.time_ns() // 1_000_000
 
@@ -114,7 +130,7 @@ class _WorkerPool:
             worker = _Worker(self)
         result = _Result()
         context = contextvars.copy_context()  # tracing and logging context travel along
-        worker.submit(lambda: context.run(job), result)
+        worker.submit(lambda: context.run(_in_caller_context, job), result)
         if not result.done.wait(deadline_s):
             with self._lock:
                 late = not result.done.is_set()  # it may have finished just now
