@@ -111,7 +111,8 @@ def make_store(request: pytest.FixtureRequest, backend: str) -> Any:
     if backend == "redis":
         return request.getfixturevalue("redis_contract_store")
     if backend == "fallback":
-        return FallbackStore(MemoryStore(), clock=lambda: T0)
+        # A MemoryStore subclass: a plain MemoryStore would skip the deadline worker.
+        return FallbackStore(FlakyStore(), clock=lambda: T0)
     if backend == "degraded":
         down = FlakyStore()
         down.down = True
