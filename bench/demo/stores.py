@@ -111,6 +111,12 @@ class WatchedStore:
         stats = self._inner_stats or self.stats
         return stats.requests
 
+    def prepare(self) -> None:
+        """The inner store's one-off setup (a client), which the breaker runs off the clock."""
+        prepare = getattr(self.inner, "prepare", None)
+        if callable(prepare):
+            prepare()
+
     def _saw(self, record: Record | None) -> None:
         self.seen = record.state if record is not None else State.CLOSED
 

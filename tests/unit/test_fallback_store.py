@@ -6,6 +6,7 @@ off (and, for one test, one whose failures take fake time).
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import pytest
@@ -204,3 +205,32 @@ def test_shared_answers_reach_the_answer_hook_and_local_ones_do_not(
 def test_bad_settings_are_refused_by_name(kwargs: dict[str, Any], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         FallbackStore(FlakyStore(), **kwargs)
+
+
+def test_a_stores_one_off_setup_runs_once_on_the_callers_thread(clock: FakeClock) -> None:
+    # GIVEN a store with a prepare() step (DynamoDBStore builds its boto3 client there)
+    class Prepared(FlakyStore):
+        def __init__(self) -> None:
+            super().__init__()
+            self.prepared_on: list[int] = []
+            self.loaded_on: list[int] = []
+
+        def prepare(self) -> None:
+            self.prepared_on.append(threading.get_ident())
+
+        def load(self, name: str, now_ms: int) -> Any:
+            self.loaded_on.append(threading.get_ident())
+            return super().load(name, now_ms)
+
+    shared = Prepared()
+    store = FallbackStore(shared, clock=clock)
+
+    # WHEN two operations run
+    store.load(NAME, clock())
+    store.load(NAME, clock())
+
+    # THEN the setup ran once, before them, on the caller's thread (outside the deadline),
+    # and the operations on the deadline's worker
+    assert shared.prepared_on == [threading.get_ident()]
+    assert len(shared.loaded_on) == 2
+    assert threading.get_ident() not in shared.loaded_on

@@ -40,7 +40,10 @@ class Store(Protocol):
     the state the store itself finds. ``now_ms`` is the caller's clock in epoch ms; a store
     with a trustworthy clock of its own (Redis' TIME) may use that instead.
 
-    Operations raise :class:`fleetbreaker.errors.StoreError` when the store cannot answer.
+    A store may also have a ``prepare()`` method that does its one-off, local setup (building
+    a client); :class:`~fleetbreaker.stores.fallback.FallbackStore` calls it once, outside the
+    store deadline. Operations raise :class:`fleetbreaker.errors.StoreError` when the store
+    cannot answer.
     :class:`~fleetbreaker.stores.fallback.FallbackStore` wraps any store to answer from a
     local twin instead, and bounds every operation by a deadline.
     """

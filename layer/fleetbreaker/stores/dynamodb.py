@@ -277,10 +277,16 @@ class DynamoDBStore:
     def client(self) -> DynamoDBClient:
         # Created on first use so an import or a constructor never pays for boto3's setup.
         if self._client is None:
-            with self._client_lock:
-                if self._client is None:
-                    self._client = self._make_client()
+            self.prepare()
+        assert self._client is not None
         return self._client
+
+    def prepare(self) -> None:
+        """Build the client now (no request): the breaker calls this before the first store
+        operation, so boto3's setup does not count against the store deadline."""
+        with self._client_lock:
+            if self._client is None:
+                self._client = self._make_client()
 
     def _make_client(self) -> DynamoDBClient:
         import boto3

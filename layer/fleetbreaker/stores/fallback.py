@@ -227,6 +227,7 @@ class FallbackStore:
         self._last_seen: dict[str, Record | None] = {}
         self._local_names: set[str] = set()  # what the local twin may hold, dropped on recovery
         self._missing_table_logged = False
+        self._prepared = False
 
     def __repr__(self) -> str:
         return f"FallbackStore({self.shared!r})"
@@ -303,6 +304,14 @@ class FallbackStore:
     # -- internals -------------------------------------------------------------------------
 
     def _call(self, operation: str, name: str, job: Callable[[], T]) -> T:
+        if not self._prepared:
+            # Building a client (boto3's takes 100 ms to over a second in a small, cold
+            # Lambda) is cold start, not a store round trip: it runs outside the deadline,
+            # once. A failure here is a store error like any other.
+            prepare = getattr(self.shared, "prepare", None)
+            if callable(prepare):
+                prepare()
+            self._prepared = True
         if self.deadline_seconds is None:
             return job()
         return self._workers.run(
