@@ -12,10 +12,11 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from enum import Enum
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from fleetbreaker.config import BreakerConfig
+# Probe slots a record can hold: BreakerConfig caps half_open_max_probes here, and the stores
+# (DynamoDB attributes, the Redis scripts) read this many.
+MAX_PROBE_SLOTS = 16
 
 
 class State(str, Enum):
@@ -99,6 +100,33 @@ RECORD_NUMBERS = (
 RECORD_TEXTS = ("tuned", "last_action")
 
 
+class PolicySource(Protocol):
+    """The config fields a Policy is made of (BreakerConfig has them).
+
+    A protocol rather than an import, so the rules never import the config module (which
+    imports the errors, which name the states: no cycle).
+    """
+
+    @property
+    def failure_threshold(self) -> int: ...
+    @property
+    def window_seconds(self) -> float: ...
+    @property
+    def recovery_timeout(self) -> float: ...
+    @property
+    def recovery_backoff(self) -> float: ...
+    @property
+    def max_recovery_timeout(self) -> float: ...
+    @property
+    def half_open_max_probes(self) -> int: ...
+    @property
+    def half_open_successes(self) -> int: ...
+    @property
+    def probe_lease_seconds(self) -> float: ...
+    @property
+    def record_ttl_seconds(self) -> int: ...
+
+
 @dataclass(frozen=True)
 class Policy:
     """The numbers the store operations need, in store units (ms, s).
@@ -117,7 +145,7 @@ class Policy:
     ttl_s: int
 
     @classmethod
-    def from_config(cls, config: BreakerConfig) -> Policy:
+    def from_config(cls, config: PolicySource) -> Policy:
         return cls(
             failure_threshold=config.failure_threshold,
             window_ms=max(1, round(config.window_seconds * 1000)),
@@ -144,6 +172,19 @@ class Outcome:
     changed: bool = False
     transition: tuple[State, State] | None = None
     token: str | None = None
+
+
+@dataclass(frozen=True)
+class ProbeReport:
+    """A probe's result, as its caller reports it to ``settle_probe``.
+
+    ``jitter`` is a factor in (0, 1] drawn by the caller: it shortens a grown open window if
+    the probe failed (see :func:`open_duration_ms`).
+    """
+
+    token: str
+    success: bool
+    jitter: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -300,15 +341,14 @@ def apply_settle(
     record: Record | None,
     policy: Policy,
     now_ms: int,
-    token: str,
-    success: bool,
-    jitter: float,
+    report: ProbeReport,
 ) -> Outcome:
     """Report a probe's result. Only a live lease counts: a late prober changes nothing."""
+    token = report.token
     if record is None or not holds_lease(record, token, now_ms):
         return Outcome(record)
     slot = lease_slot(token)
-    if success:
+    if report.success:
         successes = record.successes + 1
         if successes < policy.successes_needed:
             rest = {k: v for k, v in record.leases.items() if k != slot}
@@ -325,7 +365,7 @@ def apply_settle(
         state=State.OPEN,
         gen=record.gen + 1,
         opened_at=now_ms,
-        open_until=now_ms + open_duration_ms(policy, reopens, jitter),
+        open_until=now_ms + open_duration_ms(policy, reopens, report.jitter),
         reopens=reopens,
     )
     return Outcome(
