@@ -20,7 +20,7 @@ from fleetbreaker import MemoryStore, State
 from fleetbreaker.stores.base import StoreStats
 
 if TYPE_CHECKING:
-    from fleetbreaker.state import Outcome, Policy, Record
+    from fleetbreaker.state import Outcome, Policy, ProbeReport, Record
     from fleetbreaker.stores.base import Store
 
 # Kinds of StoreSpec: the shared stores of scenario.STORES, and a container's own.
@@ -111,6 +111,12 @@ class WatchedStore:
         stats = self._inner_stats or self.stats
         return stats.requests
 
+    def prepare(self) -> None:
+        """The inner store's one-off setup (a client), which the breaker runs off the clock."""
+        prepare = getattr(self.inner, "prepare", None)
+        if callable(prepare):
+            prepare()
+
     def _saw(self, record: Record | None) -> None:
         self.seen = record.state if record is not None else State.CLOSED
 
@@ -141,19 +147,10 @@ class WatchedStore:
         return self._after(outcome)
 
     def settle_probe(
-        self,
-        name: str,
-        policy: Policy,
-        now_ms: int,
-        token: str,
-        success: bool,
-        jitter: float,
-        observed: Record | None,
+        self, name: str, policy: Policy, now_ms: int, report: ProbeReport, observed: Record | None
     ) -> Outcome:
         self.stats.count_write()
-        return self._after(
-            self.inner.settle_probe(name, policy, now_ms, token, success, jitter, observed)
-        )
+        return self._after(self.inner.settle_probe(name, policy, now_ms, report, observed))
 
     def force_state(self, name: str, policy: Policy, now_ms: int, target: State) -> Outcome:
         self.stats.count_write()

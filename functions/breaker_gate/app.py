@@ -67,7 +67,7 @@ from fleetbreaker.breaker import validate_name
 from fleetbreaker.config import env_number
 from fleetbreaker.errors import ConfigError
 from fleetbreaker.observability import default_listeners, log_metrics
-from fleetbreaker.stores.dynamodb import DynamoDBStore
+from fleetbreaker.stores import from_env as stores_from_env
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -338,13 +338,10 @@ def create_gate(
         A ready store, instead of a ``RedisStore`` on ``CIRCUIT_BREAKER_REDIS_URL`` or else a
         ``DynamoDBStore`` on ``CIRCUIT_BREAKER_TABLE``.
     """
-    settings = GateSettings.from_env(os.environ if env is None else env)
-    if store is None and settings.redis_url is not None:
-        from fleetbreaker.stores.redis import RedisStore
-
-        store = RedisStore(url=settings.redis_url)
-    elif store is None:
-        store = DynamoDBStore(settings.table_name, endpoint_url=endpoint_url)
+    environ = os.environ if env is None else env
+    settings = GateSettings.from_env(environ)
+    if store is None:
+        store = stores_from_env(environ, endpoint_url=endpoint_url)
     return BreakerGate(settings, store, clock=clock, listeners=default_listeners(logger))
 
 

@@ -46,8 +46,7 @@ from fleetbreaker import (
 )
 from fleetbreaker.config import env_number
 from fleetbreaker.observability import default_listeners, log_metrics
-from fleetbreaker.stores.dynamodb import DynamoDBStore
-from fleetbreaker.stores.redis import RedisStore
+from fleetbreaker.stores import from_env as stores_from_env
 from payments import (
     InvalidPayment,
     PaymentProviderError,
@@ -405,7 +404,8 @@ def create_handler(
         ``CIRCUIT_BREAKER_REDIS_URL``, else DynamoDB), e.g. a ``MemoryStore`` for a
         per-container breaker (``make demo`` compares the two).
     """
-    settings = Settings.from_env(os.environ if env is None else env)
+    environ = os.environ if env is None else env
+    settings = Settings.from_env(environ)
     fallback: DeferredPayments | None = None
     if settings.open_circuit_mode == "defer":
         import boto3
@@ -419,10 +419,8 @@ def create_handler(
             config=Config(connect_timeout=1, read_timeout=2, retries={"total_max_attempts": 2}),
         )
         fallback = DeferredPayments(settings.deferred_queue_url, sqs)
-    if store is None and settings.redis_url is not None:
-        store = RedisStore(url=settings.redis_url)
-    elif store is None:
-        store = DynamoDBStore(settings.table_name, endpoint_url=endpoint_url)
+    if store is None:
+        store = stores_from_env(environ, endpoint_url=endpoint_url)
     breaker = CircuitBreaker(
         settings.breaker_name,
         store=store,

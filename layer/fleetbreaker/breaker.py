@@ -7,7 +7,6 @@ import hashlib
 import logging
 import random
 import secrets
-import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -17,13 +16,7 @@ from fleetbreaker import state as rules
 from fleetbreaker import tuning
 from fleetbreaker.cache import RecordCache
 from fleetbreaker.config import BreakerConfig
-from fleetbreaker.errors import (
-    CircuitOpenError,
-    ConfigError,
-    CorruptRecordError,
-    InvalidTokenError,
-    TableNotFoundError,
-)
+from fleetbreaker.errors import CircuitOpenError, ConfigError, InvalidTokenError
 from fleetbreaker.events import BreakerListener, LoggingListener
 from fleetbreaker.reporting import (
     CallTally,
@@ -33,9 +26,9 @@ from fleetbreaker.reporting import (
     urgent_allowed,
     wants_urgent_report,
 )
-from fleetbreaker.state import Decision, Outcome, Policy, Record, Snapshot, State
+from fleetbreaker.state import Decision, Policy, ProbeReport, Record, Snapshot, State
 from fleetbreaker.stores.base import AdminStore
-from fleetbreaker.stores.memory import MemoryStore
+from fleetbreaker.stores.fallback import FallbackStats, FallbackStore
 
 if TYPE_CHECKING:
     from typing import ParamSpec
@@ -119,17 +112,10 @@ class RecordResult:
     detail: str
 
 
-@dataclass
-class BreakerStats:
-    """Counters of one breaker instance in this container."""
-
-    store_errors: int = 0
-    degradations: int = 0
-    corrupt_records: int = 0
-
+# Counters of one breaker instance in this container: its fallback store's.
+BreakerStats = FallbackStats
 
 _UNSET: Any = object()
-_REFRESH_WAIT_S = 2.0  # longer than a store read can take with the default timeouts
 
 
 class CircuitBreaker:
@@ -143,7 +129,10 @@ class CircuitBreaker:
         Where the fleet's shared state lives: ``DynamoDBStore``, ``RedisStore`` or, for one
         process only, ``MemoryStore``. When omitted: a ``RedisStore`` if
         ``CIRCUIT_BREAKER_REDIS_URL`` is set, else a ``DynamoDBStore`` if
-        ``CIRCUIT_BREAKER_TABLE`` is set.
+        ``CIRCUIT_BREAKER_TABLE`` is set (see :func:`fleetbreaker.stores.from_env`). The
+        breaker wraps it in a :class:`~fleetbreaker.stores.fallback.FallbackStore`: each
+        store operation gets ``store_deadline_seconds``, and a store that fails or misses
+        it is left alone for ``store_backoff_seconds`` while local state answers.
     config:
         A :class:`BreakerConfig`; defaults apply when omitted.
     fallback:
@@ -161,10 +150,14 @@ class CircuitBreaker:
 
     Example
     -------
-    >>> breaker = CircuitBreaker("payment-api", store=DynamoDBStore("CircuitBreakers"))
+    >>> breaker = CircuitBreaker("payment-api", store=MemoryStore())
     >>> @breaker
-    ... def charge(order): ...
-    >>> breaker.call(charge, order)
+    ... def charge(amount):
+    ...     return f"charged {amount}"
+    >>> charge(10)
+    'charged 10'
+    >>> breaker.call(charge, 20)
+    'charged 20'
     """
 
     def __init__(
@@ -194,30 +187,21 @@ class CircuitBreaker:
         )
         self.clock: Clock = clock or system_clock
         self.rng = rng or random.Random()
-        self.stats = BreakerStats()
         # The policy follows the live-tuned settings stored with the record (see _policy).
         self._tuned_text = ""
         self._tuned_policy = Policy.from_config(config)
         self._cache = RecordCache(round(config.cache_ttl * 1000))
-        self.container_id = (
-            process_container_id() if container_id is None else validate_container_id(container_id)
+        # Waiting for another thread's refresh: longer than a store read can take.
+        self._refresh_wait_s = config.store_deadline_seconds + 1.0
+        self._store = FallbackStore(
+            self.store,
+            clock=self.clock,
+            backoff_seconds=config.store_backoff_seconds,
+            deadline_seconds=config.store_deadline_seconds,
+            emit=self._emit,
+            on_answer=self._answered,
         )
-        # The record keeps quorum ids, so they go in as a short digest: 8 hex characters
-        # whatever the id's length keep the record under one write unit.
-        self._container_key = container_key(self.container_id)
-        # Rate policy, slow calls, quorum: calls are tallied here and reported in batches.
-        self._base_interval_ms = max(1, round(config.effective_report_interval * 1000))
-        self._interval_ms = self._base_interval_ms
-        self._tally: CallTally | None = None
-        self._watcher: SlowCallWatcher | None = None
-        self._watching = False
-        self._failure_result = config.failure_result
-        self._adopt_reporting(config, self._tuned_policy)
-        self._local = MemoryStore()
-        self._lock = threading.Lock()
-        self._paused_until = 0
-        self._degraded = False
-        self._missing_table_logged = False
+        self.stats: BreakerStats = self._store.fallback_stats
         self._allow = {
             state: Admission(self.name, Decision.ALLOW, state)
             for state in (State.CLOSED, State.DISABLED)
@@ -232,6 +216,25 @@ class CircuitBreaker:
             for hook in vars(BreakerListener)
             if hook.startswith("on_")
         }
+        self.container_id = (
+            process_container_id() if container_id is None else validate_container_id(container_id)
+        )
+        # The record keeps quorum ids, so they go in as a short digest: 8 hex characters
+        # whatever the id's length keep the record under one write unit.
+        self._container_key = container_key(self.container_id)
+        # Rate policy, slow calls, quorum: calls are tallied here and reported in batches.
+        self._base_interval_ms = max(1, round(config.effective_report_interval * 1000))
+        self._interval_ms = self._base_interval_ms
+        self._tally: CallTally | None = None
+        self._watcher: SlowCallWatcher | None = None
+        self._watching = False
+        self._failure_result = config.failure_result
+        if config.reporting and not callable(getattr(self.store, "report", None)):
+            raise ConfigError(
+                f"{type(self.store).__name__} has no report operation: the rate policy, slow "
+                "calls and min_containers need one (every store of this package has it)"
+            )
+        self._adopt_reporting(config, self._tuned_policy)
 
     def __repr__(self) -> str:
         return f"CircuitBreaker({self.name!r}, store={type(self.store).__name__})"
@@ -247,7 +250,7 @@ class CircuitBreaker:
     @property
     def degraded(self) -> bool:
         """True while the store is unreachable and the breaker runs on local state."""
-        return self._degraded
+        return self._store.degraded
 
     def snapshot(self) -> Snapshot:
         """The fleet's view of this breaker, read through the cache.
@@ -312,21 +315,18 @@ class CircuitBreaker:
         verdict = rules.verdict(record, self._policy, now)
         if verdict.try_probe:
             nonce = secrets.token_hex(8)
-            outcome = self._run(
-                "claim_probe",
-                now,
-                lambda store: store.claim_probe(self.name, self._policy, now, nonce, record),
-            )
+            outcome = self._store.claim_probe(self.name, self._policy, now, nonce, record)
             if outcome.token is not None:
                 admission = Admission(
-                    self.name, Decision.PROBE, State.HALF_OPEN, 0.0, outcome.token, self._degraded
+                    self.name, Decision.PROBE, State.HALF_OPEN, 0.0, outcome.token, self.degraded
                 )
                 self._emit("on_decision", self.name, admission.decision, admission.state)
                 return admission
             verdict = rules.verdict(outcome.record, self._policy, now)
             if verdict.try_probe:  # lost every race for a slot: wait for the next lease to end
                 verdict = rules.Verdict(Decision.REJECT, verdict.state, 100)
-        if verdict.decision is Decision.ALLOW and not self._degraded:
+        degraded = self._store.degraded
+        if verdict.decision is Decision.ALLOW and not degraded:
             admission = self._allow[verdict.state]  # the hot path: no allocation
         else:
             admission = Admission(
@@ -335,7 +335,7 @@ class CircuitBreaker:
                 verdict.state,
                 verdict.retry_after_ms / 1000,
                 None,
-                self._degraded,
+                degraded,
             )
         self._emit("on_decision", self.name, admission.decision, admission.state)
         return admission
@@ -580,13 +580,9 @@ class CircuitBreaker:
         assert tally is not None
         report = tally.take(self._container_key, now, self._interval_ms)
         if not report:
-            return self._load(now) if load_if_empty else self._cache.last_seen
+            return self._store.load(self.name, now) if load_if_empty else self._cache.last_seen
         observed = self._cache.last_seen
-        outcome = self._run(
-            "report",
-            now,
-            lambda store: store.report(self.name, self._policy, now, report, observed),
-        )
+        outcome = self._store.report(self.name, self._policy, now, report, observed)
         # Stretch the interval while the record takes more writes than one item should.
         counts = rules.window_counts(outcome.record, self._policy, now)
         self._interval_ms = report_interval_ms(self._base_interval_ms, counts, self._policy)
@@ -606,11 +602,7 @@ class CircuitBreaker:
 
     def _count_failure(self, now: int) -> RecordResult:
         observed = self._cache.last_seen
-        outcome = self._run(
-            "record_failure",
-            now,
-            lambda store: store.record_failure(self.name, self._policy, now, observed),
-        )
+        outcome = self._store.record_failure(self.name, self._policy, now, observed)
         state = self._state_of(outcome.record)
         if outcome.changed:
             self._emit("on_failure_recorded", self.name, state)
@@ -620,13 +612,8 @@ class CircuitBreaker:
     def _settle(self, token: str, success: bool, now: int) -> RecordResult:
         observed = self._cache.last_seen
         jitter = 1.0 - self.rng.random() * self.config.recovery_jitter
-        outcome = self._run(
-            "settle_probe",
-            now,
-            lambda store: store.settle_probe(
-                self.name, self._policy, now, token, success, jitter, observed
-            ),
-        )
+        report = ProbeReport(token, success, jitter)
+        outcome = self._store.settle_probe(self.name, self._policy, now, report, observed)
         state = self._state_of(outcome.record)
         self._emit("on_probe", self.name, success, outcome.changed)
         if outcome.changed:
@@ -638,7 +625,7 @@ class CircuitBreaker:
         # leave the rest of the fleet unaware of it.
         now = self.clock()
         if reason is None and by is None:
-            outcome = self.store.force_state(self.name, self._policy, now, target)
+            outcome = self._store.force_state(self.name, self._policy, now, target)
         else:
             if not isinstance(self.store, AdminStore):
                 raise ConfigError(
@@ -647,8 +634,7 @@ class CircuitBreaker:
             action = tuning.Action(
                 target.value, by or tuning.local_user(), tuning.check_reason(reason), now
             )
-            outcome = self.store.force_state(self.name, self._policy, now, target, action=action)
-        self._cache.put(outcome.record, now)
+            outcome = self._store.force_state(self.name, self._policy, now, target, action=action)
         if outcome.transition is not None:
             self._emit("on_transition", self.name, *outcome.transition)
         return self._state_of(outcome.record)
@@ -661,97 +647,28 @@ class CircuitBreaker:
         hit, record = self._cache.get(now)
         if hit:
             return record
-        if self._store_paused(now):
-            return self._local.load(self.name, now)
+        if self._store.paused(now):  # answered locally: no store call to share
+            return self._store.load(self.name, now)
         # One thread per container refreshes; the others wait for its answer (bounded: longer
         # than a store read can take) instead of sending the same read, or acting on a view
         # older than cache_ttl: that view may still say closed after the fleet tripped.
-        if not self._cache.begin_refresh(wait_s=_REFRESH_WAIT_S):
-            return self._load(now)
+        if not self._cache.begin_refresh(wait_s=self._refresh_wait_s):
+            return self._store.load(self.name, now)
         try:
             hit, record = self._cache.get(now)
             if hit:
                 return record
-            if self._store_paused(now):  # the refresh this thread waited for failed
-                return self._local.load(self.name, now)
             if self._tally is not None:
                 # The report's answer is the fleet's record: it replaces the refresh read.
                 return self._flush(now, load_if_empty=True)
-            return self._load(now)
+            # If the refresh this thread waited for failed, this answers locally.
+            return self._store.load(self.name, now)
         finally:
             self._cache.end_refresh()
 
-    def _load(self, now: int) -> Record | None:
-        self._emit("on_store_call_start", self.name, "load")
-        started = time.perf_counter()
-        try:
-            record = self.store.load(self.name, now)
-        except CorruptRecordError as exc:
-            self._store_call_done("load", started, ok=True)
-            self.stats.corrupt_records += 1
-            self._emit("on_corrupt_record", self.name, str(exc))
-            record = None
-        except Exception as exc:
-            self._store_call_done("load", started, ok=False)
-            self._degrade("load", exc, now)
-            return self._local.load(self.name, now)
-        else:
-            self._store_call_done("load", started, ok=True)
+    def _answered(self, name: str, record: Record | None, now: int) -> None:
+        # Every shared-store answer refreshes the cache; local answers never do.
         self._cache.put(record, now)
-        return record
-
-    def _run(self, operation: str, now: int, op: Callable[[Store], Outcome]) -> Outcome:
-        """One store operation, or its local twin while the store is out of reach."""
-        if self._store_paused(now):
-            return op(self._local)
-        self._emit("on_store_call_start", self.name, operation)
-        started = time.perf_counter()
-        try:
-            outcome = op(self.store)
-        except Exception as exc:
-            self._store_call_done(operation, started, ok=False)
-            self._degrade(operation, exc, now)
-            return op(self._local)
-        self._store_call_done(operation, started, ok=True)
-        self._cache.put(outcome.record, now)
-        if outcome.transition is not None:
-            self._emit("on_transition", self.name, *outcome.transition)
-        return outcome
-
-    def _store_paused(self, now: int) -> bool:
-        return self._degraded and now < self._paused_until
-
-    def _store_call_done(self, operation: str, started: float, ok: bool) -> None:
-        elapsed_ms = (time.perf_counter() - started) * 1000
-        self._emit("on_store_call", self.name, operation, elapsed_ms, ok)
-        if ok and self._degraded:
-            with self._lock:
-                recovered, self._degraded = self._degraded, False
-            if recovered:
-                # The fleet's record is authoritative again; local counts are dropped.
-                self._local.seed(self.name, None)
-                self._emit("on_recovered", self.name)
-
-    def _degrade(self, operation: str, exc: Exception, now: int) -> None:
-        with self._lock:
-            first = not self._degraded
-            self._degraded = True
-            self._paused_until = now + round(self.config.store_backoff_seconds * 1000)
-            if first:
-                # Start from the fleet's last known state: a breaker last seen open keeps
-                # rejecting until its open window ends.
-                self._local.seed(self.name, self._cache.last_seen)
-            self.stats.store_errors += 1
-            if first:
-                self.stats.degradations += 1
-            quiet = isinstance(exc, TableNotFoundError) and self._missing_table_logged
-            if isinstance(exc, TableNotFoundError):
-                self._missing_table_logged = True
-        if not quiet:
-            self._emit("on_store_error", self.name, operation, exc)
-        if first:
-            # The error itself was just reported; the reason stays short and generic.
-            self._emit("on_degraded", self.name, f"store {operation} failed")
 
     def _emit(self, hook: str, *args: Any) -> None:
         for method in self._hooks[hook]:
@@ -762,17 +679,6 @@ class CircuitBreaker:
 
 
 def _default_store() -> Store:
-    import os
+    from fleetbreaker.stores import from_env
 
-    from fleetbreaker.stores.dynamodb import TABLE_ENV, DynamoDBStore
-    from fleetbreaker.stores.redis import URL_ENV, RedisStore
-
-    # Redis first: a stack that adds a cache keeps its table, and the URL is the opt-in.
-    if os.environ.get(URL_ENV):
-        return RedisStore()
-    if os.environ.get(TABLE_ENV):
-        return DynamoDBStore()
-    raise ConfigError(
-        f"CircuitBreaker needs a store: pass store=DynamoDBStore(...), RedisStore(...) or "
-        f"MemoryStore(), or set {TABLE_ENV} to use DynamoDB ({URL_ENV} for Redis)"
-    )
+    return from_env()

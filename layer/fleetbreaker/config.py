@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fleetbreaker.errors import ConfigError
+from fleetbreaker.state import MAX_PROBE_SLOTS
 
 ExceptionTypes = tuple[type[BaseException], ...]
 
@@ -29,6 +30,7 @@ ENV_FIELDS: dict[str, type[int] | type[float]] = {
     "slow_call_rate_threshold": float,
     "min_containers": int,
     "report_interval": float,
+    "store_deadline_seconds": float,
 }
 # The quorum's container ids are kept in the breaker's record, so their number is capped.
 MAX_MIN_CONTAINERS = 10
@@ -125,7 +127,11 @@ class BreakerConfig:
         collection only: it never shortens an open window.
     store_backoff_seconds:
         After a store error the store is left alone this long and the breaker runs on its
-        local, per-container state (default 5 s).
+        local, per-container state (default 5 s), counted from when the failure was seen.
+    store_deadline_seconds:
+        Total wall-clock time one store operation may take, SDK retries and slow replies
+        included, whatever client the store uses (default 1.0 s). Past it the operation
+        counts as a store error and the breaker runs on local state.
     failure_exceptions:
         Exception classes that count as failures (default ``(Exception,)``).
     ignored_exceptions:
@@ -158,8 +164,9 @@ class BreakerConfig:
 
     Example
     -------
-    >>> BreakerConfig(failure_threshold=3, recovery_timeout=10)
-    BreakerConfig(failure_threshold=3, ...)
+    >>> config = BreakerConfig(failure_threshold=3, recovery_timeout=10)
+    >>> config.failure_threshold, config.recovery_timeout, config.cache_ttl
+    (3, 10, 1.0)
     """
 
     failure_threshold: int = 5
@@ -174,6 +181,7 @@ class BreakerConfig:
     cache_ttl: float = 1.0
     record_ttl_seconds: int = 86_400
     store_backoff_seconds: float = 5.0
+    store_deadline_seconds: float = 1.0
     failure_exceptions: ExceptionTypes = (Exception,)
     ignored_exceptions: ExceptionTypes = ()
     is_failure: Callable[[BaseException], bool] | None = field(default=None, compare=False)
@@ -189,9 +197,10 @@ class BreakerConfig:
         _positive_int("failure_threshold", self.failure_threshold)
         _positive_int("half_open_successes", self.half_open_successes)
         _positive_int("half_open_max_probes", self.half_open_max_probes)
-        if self.half_open_max_probes > 16:
+        if self.half_open_max_probes > MAX_PROBE_SLOTS:
             raise ConfigError(
-                f"half_open_max_probes must be at most 16, got {self.half_open_max_probes}"
+                f"half_open_max_probes must be at most {MAX_PROBE_SLOTS}, "
+                f"got {self.half_open_max_probes}"
             )
         _positive_int("record_ttl_seconds", self.record_ttl_seconds)
         for name in (
@@ -199,6 +208,7 @@ class BreakerConfig:
             "recovery_timeout",
             "max_recovery_timeout",
             "probe_lease_seconds",
+            "store_deadline_seconds",
         ):
             _positive_number(name, getattr(self, name))
         for name in ("cache_ttl", "store_backoff_seconds"):
@@ -278,8 +288,8 @@ class BreakerConfig:
         ``BREAKER_RECOVERY_TIMEOUT``, ``BREAKER_MAX_RECOVERY_TIMEOUT``,
         ``BREAKER_HALF_OPEN_MAX_PROBES``, ``BREAKER_HALF_OPEN_SUCCESSES``,
         ``BREAKER_PROBE_LEASE_SECONDS``, ``BREAKER_CACHE_TTL``,
-        ``BREAKER_STORE_BACKOFF_SECONDS`` and the rate policy's
-        ``BREAKER_FAILURE_RATE_THRESHOLD``, ``BREAKER_MINIMUM_CALLS``,
+        ``BREAKER_STORE_BACKOFF_SECONDS``, ``BREAKER_STORE_DEADLINE_SECONDS`` and the rate
+        policy's ``BREAKER_FAILURE_RATE_THRESHOLD``, ``BREAKER_MINIMUM_CALLS``,
         ``BREAKER_SLOW_CALL_DURATION``, ``BREAKER_SLOW_CALL_RATE_THRESHOLD``,
         ``BREAKER_MIN_CONTAINERS`` and ``BREAKER_REPORT_INTERVAL``; keyword arguments
         (classification predicates, for instance) are passed through. A bad value raises

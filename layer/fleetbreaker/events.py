@@ -97,7 +97,9 @@ class LoggingListener(BreakerListener):
     Example
     -------
     >>> from aws_lambda_powertools import Logger
-    >>> breaker = CircuitBreaker("payment-api", listeners=[LoggingListener(Logger())])
+    >>> breaker = CircuitBreaker(
+    ...     "payment-api", store=MemoryStore(), listeners=[LoggingListener(Logger())]
+    ... )
     """
 
     def __init__(self, log: LoggerLike | None = None) -> None:

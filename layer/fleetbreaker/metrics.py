@@ -115,7 +115,9 @@ class MetricsListener(BreakerListener):
     Example
     -------
     >>> metrics = MetricsListener()
-    >>> breaker = CircuitBreaker("payment-api", listeners=[LoggingListener(), metrics])
+    >>> breaker = CircuitBreaker(
+    ...     "payment-api", store=MemoryStore(), listeners=[LoggingListener(), metrics]
+    ... )
     >>> @metrics.log_metrics
     ... def lambda_handler(event, context): ...
     """
@@ -291,7 +293,9 @@ def log_metrics(handler: Callable[..., Any] | None = None, /) -> Any:
     Example
     -------
     >>> from fleetbreaker.observability import default_listeners, log_metrics
-    >>> breaker = CircuitBreaker("payment-api", listeners=default_listeners())
+    >>> breaker = CircuitBreaker(
+    ...     "payment-api", store=MemoryStore(), listeners=default_listeners()
+    ... )
     >>> @log_metrics
     ... def lambda_handler(event, context): ...
     """

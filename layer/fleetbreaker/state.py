@@ -12,10 +12,11 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from enum import Enum
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from fleetbreaker.config import BreakerConfig
+# Probe slots a record can hold: BreakerConfig caps half_open_max_probes here, and the stores
+# (DynamoDB attributes, the Redis scripts) read this many.
+MAX_PROBE_SLOTS = 16
 
 
 class State(str, Enum):
@@ -168,6 +169,45 @@ RECORD_NUMBERS = (
 RECORD_TEXTS = ("tuned", "last_action")
 
 
+class PolicySource(Protocol):
+    """The config fields a Policy is made of (BreakerConfig has them).
+
+    A protocol rather than an import, so the rules never import the config module (which
+    imports the errors, which name the states: no cycle).
+    """
+
+    @property
+    def failure_threshold(self) -> int: ...
+    @property
+    def window_seconds(self) -> float: ...
+    @property
+    def recovery_timeout(self) -> float: ...
+    @property
+    def recovery_backoff(self) -> float: ...
+    @property
+    def max_recovery_timeout(self) -> float: ...
+    @property
+    def half_open_max_probes(self) -> int: ...
+    @property
+    def half_open_successes(self) -> int: ...
+    @property
+    def probe_lease_seconds(self) -> float: ...
+    @property
+    def record_ttl_seconds(self) -> int: ...
+    @property
+    def failure_rate_threshold(self) -> float | None: ...
+    @property
+    def minimum_calls(self) -> int: ...
+    @property
+    def slow_call_duration(self) -> float | None: ...
+    @property
+    def slow_call_rate_threshold(self) -> float: ...
+    @property
+    def min_containers(self) -> int: ...
+    @property
+    def reporting(self) -> bool: ...
+
+
 # The rate policy's sliding window is a ring of this many buckets (each window_ms / 10 long):
 # the window slides in tenths, and the record stays a few hundred bytes at any fleet size.
 WINDOW_BUCKETS = 10
@@ -204,7 +244,7 @@ class Policy:
         return max(1, -(-self.window_ms // WINDOW_BUCKETS))
 
     @classmethod
-    def from_config(cls, config: BreakerConfig) -> Policy:
+    def from_config(cls, config: PolicySource) -> Policy:
         slow = config.slow_call_duration
         return cls(
             failure_threshold=config.failure_threshold,
@@ -238,6 +278,19 @@ class Outcome:
     changed: bool = False
     transition: tuple[State, State] | None = None
     token: str | None = None
+
+
+@dataclass(frozen=True)
+class ProbeReport:
+    """A probe's result, as its caller reports it to ``settle_probe``.
+
+    ``jitter`` is a factor in (0, 1] drawn by the caller: it shortens a grown open window if
+    the probe failed (see :func:`open_duration_ms`).
+    """
+
+    token: str
+    success: bool
+    jitter: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -401,15 +454,14 @@ def apply_settle(
     record: Record | None,
     policy: Policy,
     now_ms: int,
-    token: str,
-    success: bool,
-    jitter: float,
+    report: ProbeReport,
 ) -> Outcome:
     """Report a probe's result. Only a live lease counts: a late prober changes nothing."""
+    token = report.token
     if record is None or not holds_lease(record, token, now_ms):
         return Outcome(record)
     slot = lease_slot(token)
-    if success:
+    if report.success:
         successes = record.successes + 1
         if successes < policy.successes_needed:
             rest = {k: v for k, v in record.leases.items() if k != slot}
@@ -426,7 +478,7 @@ def apply_settle(
         state=State.OPEN,
         gen=record.gen + 1,
         opened_at=now_ms,
-        open_until=now_ms + open_duration_ms(policy, reopens, jitter),
+        open_until=now_ms + open_duration_ms(policy, reopens, report.jitter),
         reopens=reopens,
     )
     return Outcome(

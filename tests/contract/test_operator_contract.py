@@ -15,6 +15,13 @@ from fleetbreaker.state import State
 from fleetbreaker.tuning import Action, decode_tuned
 from tests.contract.test_store_contract import POLICY, T0, fail_n, open_breaker
 
+
+@pytest.fixture
+def store(admin_store: Any) -> Any:
+    """Operators reach the shared store itself, never a breaker's FallbackStore."""
+    return admin_store
+
+
 ACTION = Action("forced_open", "arn:aws:sts::123456789012:assumed-role/ops/alice", "incident", T0)
 TUNED = '{"failure_threshold":2}'
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 from typing import Any
@@ -91,7 +92,9 @@ def test_threads_finding_the_cache_stale_wait_for_one_store_read(store, clock, d
             return super().load(name, now_ms)
 
     slow = SlowStore()
-    breaker, tripper = make(slow, clock), make(slow, clock)
+    # A deadline past the test's own waits: the slow read is slow, not failed.
+    patient = dataclasses.replace(CONFIG, store_deadline_seconds=30)
+    breaker, tripper = make(slow, clock, patient), make(slow, clock, patient)
     breaker.call(dep)  # GIVEN a container whose last read said closed
     trip(tripper, dep)  # AND the fleet tripped since
     clock.advance(CONFIG.cache_ttl)
@@ -138,7 +141,8 @@ def test_a_cold_container_sends_one_read_for_all_its_threads(clock, dep) -> None
             return super().load(name, now_ms)
 
     store = SlowStore()
-    breaker = make(store, clock)
+    # A deadline past the test's own waits: the slow read is slow, not failed.
+    breaker = make(store, clock, dataclasses.replace(CONFIG, store_deadline_seconds=30))
     first = threading.Thread(target=breaker.call, args=(dep,))
     first.start()
     assert entered.wait(10)

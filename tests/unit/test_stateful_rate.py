@@ -49,6 +49,8 @@ BASE = BreakerConfig(
     probe_lease_seconds=3,
     cache_ttl=1.0,
     record_ttl_seconds=3600,
+    # The machine checks the rules, not the deadline: a loaded machine must not degrade it.
+    store_deadline_seconds=30,
 )
 
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-    from fleetbreaker.state import Outcome, Policy, Record, Report, State
+    from fleetbreaker.state import Outcome, Policy, ProbeReport, Record, Report, State
     from fleetbreaker.tuning import Action
 
 
@@ -43,7 +43,12 @@ class Store(Protocol):
     the state the store itself finds. ``now_ms`` is the caller's clock in epoch ms; a store
     with a trustworthy clock of its own (Redis' TIME) may use that instead.
 
-    Operations raise :class:`fleetbreaker.errors.StoreError` when the store cannot answer.
+    A store may also have a ``prepare()`` method that does its one-off, local setup (building
+    a client); :class:`~fleetbreaker.stores.fallback.FallbackStore` calls it once, outside the
+    store deadline. Operations raise :class:`fleetbreaker.errors.StoreError` when the store
+    cannot answer.
+    :class:`~fleetbreaker.stores.fallback.FallbackStore` wraps any store to answer from a
+    local twin instead, and bounds every operation by a deadline.
     """
 
     stats: StoreStats
@@ -65,14 +70,7 @@ class Store(Protocol):
         ...
 
     def settle_probe(
-        self,
-        name: str,
-        policy: Policy,
-        now_ms: int,
-        token: str,
-        success: bool,
-        jitter: float,
-        observed: Record | None,
+        self, name: str, policy: Policy, now_ms: int, report: ProbeReport, observed: Record | None
     ) -> Outcome:
         """Report a probe's result; a token whose lease is gone changes nothing."""
         ...

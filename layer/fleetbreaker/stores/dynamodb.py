@@ -9,6 +9,7 @@ still teaches the caller the current state in the same round trip.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from collections.abc import Mapping
@@ -18,7 +19,17 @@ from typing import TYPE_CHECKING, Any, cast
 
 from fleetbreaker import state as rules
 from fleetbreaker.errors import ConfigError, CorruptRecordError, StoreError, TableNotFoundError
-from fleetbreaker.state import Lease, Outcome, Policy, Record, Report, State
+from fleetbreaker.state import (
+    MAX_PROBE_SLOTS,
+    Lease,
+    Outcome,
+    Policy,
+    ProbeReport,
+    Record,
+    Report,
+    State,
+)
+from fleetbreaker.stores import TABLE_ENV
 from fleetbreaker.stores.base import Listing, StoreStats
 
 if TYPE_CHECKING:
@@ -29,10 +40,8 @@ if TYPE_CHECKING:
 
     from fleetbreaker.tuning import Action
 
-TABLE_ENV = "CIRCUIT_BREAKER_TABLE"
 KEY_ATTRIBUTE = "name"
 TTL_ATTRIBUTE = "expires_at"
-MAX_SLOTS = 16  # BreakerConfig caps half_open_max_probes at this
 
 # Scalar attributes every usable item has, all numbers. The Python parser and the USABLE
 # condition below must agree, or a corrupt item could be both "absent" and "present".
@@ -44,6 +53,48 @@ _STATES = tuple(state.value for state in State)
 # mode uses DynamoDB's own 50 ms base delay, where standard mode could sleep up to a second.
 DEFAULT_TIMEOUTS = {"connect_timeout": 0.2, "read_timeout": 0.3}
 DEFAULT_RETRIES = {"mode": "legacy", "total_max_attempts": 2}
+
+log = logging.getLogger("fleetbreaker")
+
+
+def _attempts(retries: dict[str, Any] | None) -> int | None:
+    """Total attempts a botocore retries setting allows; None when it leaves botocore's
+    default (up to 11 attempts for DynamoDB in legacy mode, 3 in standard mode)."""
+    if not retries:
+        return None
+    if "total_max_attempts" in retries:
+        return int(retries["total_max_attempts"])
+    if "max_attempts" in retries:
+        return int(retries["max_attempts"]) + 1
+    return None
+
+
+def note_looser_client(client: Any) -> None:
+    """Log one line when a passed client's timeouts or retries exceed the store's own.
+
+    Not an error, and the client is used as it is (its credentials, endpoint, proxies and
+    retry policy are the caller's choice): the breaker's total deadline per store operation
+    bounds the wait whatever the client does.
+    """
+    config = getattr(getattr(client, "meta", None), "config", None)
+    if config is None or not hasattr(config, "connect_timeout"):
+        return
+    allowed = cast("int", DEFAULT_RETRIES["total_max_attempts"])
+    attempts = _attempts(config.retries)
+    looser = []
+    for setting in ("connect_timeout", "read_timeout"):
+        value = getattr(config, setting)
+        if value is None or value > DEFAULT_TIMEOUTS[setting]:
+            looser.append(f"{setting}={value}")
+    if attempts is None or attempts > allowed:
+        looser.append(f"retries={config.retries}")
+    if looser:
+        log.info(
+            "fleetbreaker: the DynamoDB client passed to DynamoDBStore allows %s, more than "
+            "the store's own (connect 0.2 s, read 0.3 s, 2 attempts); it is used as it is and "
+            "the breaker's store_deadline_seconds bounds each store operation",
+            ", ".join(looser),
+        )
 
 
 def _slot_names(slot: int) -> tuple[str, str]:
@@ -79,7 +130,7 @@ def parse_item(item: dict[str, Any] | None, now_ms: int) -> Record | None:
         raise CorruptRecordError(f"attribute 'state' is not a breaker state: {item.get('state')!r}")
     numbers = {name: _number(item, name) for name in _NUMBERS}
     leases: dict[int, Lease] = {}
-    for slot in range(MAX_SLOTS):
+    for slot in range(MAX_PROBE_SLOTS):
         token_name, until_name = _slot_names(slot)
         token = _scalar(item, token_name, "S")
         until = _scalar(item, until_name, "N")
@@ -255,7 +306,9 @@ class DynamoDBStore:
     table_name:
         The table; defaults to the ``CIRCUIT_BREAKER_TABLE`` environment variable.
     boto3_client:
-        A ready DynamoDB client (its own timeouts and retries are then used as they are).
+        A ready DynamoDB client, used as it is. Timeouts or retries looser than the store's
+        own (0.2 s connect, 0.3 s read, two attempts) are not an error: they get one log
+        line, and the breaker's ``store_deadline_seconds`` bounds every store operation.
     boto_config:
         A botocore Config merged over the store's bounded defaults (0.2 s connect, 0.3 s
         read, one retry).
@@ -266,8 +319,9 @@ class DynamoDBStore:
 
     Example
     -------
-    >>> store = DynamoDBStore(table_name="CircuitBreakers")
-    >>> breaker = CircuitBreaker("payment-api", store=store)
+    >>> store = DynamoDBStore(table_name="CircuitBreakers")  # no request until first use
+    >>> CircuitBreaker("payment-api", store=store)
+    CircuitBreaker('payment-api', store=DynamoDBStore)
     """
 
     def __init__(
@@ -290,6 +344,8 @@ class DynamoDBStore:
         self.consistent_read = consistent_read
         self.stats = StoreStats()
         self._client_lock = threading.Lock()
+        if boto3_client is not None:
+            note_looser_client(boto3_client)
         self._client: DynamoDBClient | None = boto3_client
         self._boto_config = boto_config
         self._endpoint_url = endpoint_url
@@ -298,10 +354,16 @@ class DynamoDBStore:
     def client(self) -> DynamoDBClient:
         # Created on first use so an import or a constructor never pays for boto3's setup.
         if self._client is None:
-            with self._client_lock:
-                if self._client is None:
-                    self._client = self._make_client()
+            self.prepare()
+        assert self._client is not None
         return self._client
+
+    def prepare(self) -> None:
+        """Build the client now (no request): the breaker calls this before the first store
+        operation, so boto3's setup does not count against the store deadline."""
+        with self._client_lock:
+            if self._client is None:
+                self._client = self._make_client()
 
     def _make_client(self) -> DynamoDBClient:
         import boto3
@@ -394,7 +456,7 @@ class DynamoDBStore:
             if seen is None:
                 # Absent, expired or corrupt: write a whole fresh record over it.
                 _write_record(write, planned.record).set("gen", planned.record.gen)
-                write.remove_leases(range(MAX_SLOTS)).require(f"NOT ({write.usable()})")
+                write.remove_leases(range(MAX_PROBE_SLOTS)).require(f"NOT ({write.usable()})")
             else:
                 write.require(write.usable()).require(write.is_("state", State.CLOSED.value))
                 write.require(write.is_("gen", seen.gen))
@@ -421,7 +483,7 @@ class DynamoDBStore:
         # exactly one of them open the breaker.
         opened = rules.trip(counted, policy, now_ms)
         write = _write_record(_Write(now_ms, policy), opened).add("gen", 1)
-        write.remove_leases(range(MAX_SLOTS))
+        write.remove_leases(range(MAX_PROBE_SLOTS))
         write.require(write.usable()).require(write.is_("state", State.CLOSED.value))
         write.require(write.is_("gen", counted.gen))
         applied, item = self._update(name, write)
@@ -435,53 +497,41 @@ class DynamoDBStore:
     ) -> Outcome:
         seen = _alive(observed, now_ms)
         for _ in range(policy.max_probes + 2):
-            if seen is None:
-                return Outcome(None)
+            planned = rules.apply_claim(seen, policy, now_ms, nonce)
+            if planned.token is None or planned.record is None or seen is None:
+                return Outcome(seen)
+            token = planned.token
+            slot = rules.lease_slot(token)
+            assert slot is not None  # make_token wrote it
+            token_name, until_name = _slot_names(slot)
             write = _Write(now_ms, policy)
             write.require(write.usable()).require(write.is_("gen", seen.gen))
-            until = now_ms + policy.lease_ms
-            transition: tuple[State, State] | None = None
-            if seen.state is State.OPEN and now_ms >= seen.open_until:
-                token = rules.make_token(0, nonce)
-                token_name, until_name = _slot_names(0)
-                write.set("state", State.HALF_OPEN.value).set("successes", 0).add("gen", 1)
-                write.set(token_name, token).set(until_name, until)
-                write.remove_leases(range(1, MAX_SLOTS))
+            write.set(token_name, token).set(until_name, planned.record.leases[slot].until)
+            if planned.transition is not None:  # open -> half_open: the first lease
+                write.set("state", planned.record.state.value)
+                write.set("successes", planned.record.successes).add("gen", 1)
+                write.remove_leases(range(1, MAX_PROBE_SLOTS))
                 write.require(write.is_("state", State.OPEN.value))
                 write.require(f"{write.name('open_until')} <= {write.value(now_ms)}")
-                transition = (State.OPEN, State.HALF_OPEN)
-            elif seen.state is State.HALF_OPEN:
-                slot = rules.free_slot(seen, policy, now_ms)
-                if slot is None:
-                    return Outcome(seen)
-                token = rules.make_token(slot, nonce)
-                token_name, until_name = _slot_names(slot)
-                write.set(token_name, token).set(until_name, until)
+            else:
                 write.require(write.is_("state", State.HALF_OPEN.value))
                 held_until = write.name(until_name)
+                # A slot whose expiry is not a number is free: parse_item agrees.
                 write.require(
                     f"NOT attribute_type({held_until}, {write.value('N')})"
                     f" OR {held_until} <= {write.value(now_ms)}"
                 )
-            else:
-                return Outcome(seen)
             applied, item = self._update(name, write)
             record = self._parse_or_absent(item, now_ms)
             if applied:
-                return Outcome(record, changed=True, transition=transition, token=token)
+                return Outcome(record, changed=True, transition=planned.transition, token=token)
             seen = record
         return Outcome(seen)
 
     def settle_probe(
-        self,
-        name: str,
-        policy: Policy,
-        now_ms: int,
-        token: str,
-        success: bool,
-        jitter: float,
-        observed: Record | None,
+        self, name: str, policy: Policy, now_ms: int, report: ProbeReport, observed: Record | None
     ) -> Outcome:
+        token = report.token
         slot = rules.lease_slot(token)
         if slot is None:
             return Outcome(observed)
@@ -493,7 +543,7 @@ class DynamoDBStore:
             if not rules.holds_lease(seen, token, now_ms):
                 return Outcome(seen)
             assert seen is not None
-            planned = rules.apply_settle(seen, policy, now_ms, token, success, jitter)
+            planned = rules.apply_settle(seen, policy, now_ms, report)
             after = planned.record
             assert after is not None
             token_name, until_name = _slot_names(slot)
@@ -507,7 +557,7 @@ class DynamoDBStore:
                 write.set("successes", after.successes)
                 write.removes.extend(write.name(a) for a in (token_name, until_name))
             else:
-                _write_record(write, after).add("gen", 1).remove_leases(range(MAX_SLOTS))
+                _write_record(write, after).add("gen", 1).remove_leases(range(MAX_PROBE_SLOTS))
             applied, item = self._update(name, write)
             record = self._parse_or_absent(item, now_ms)
             if applied:
@@ -538,7 +588,7 @@ class DynamoDBStore:
                 _write_record(write, after).set("gen", after.gen)
                 if planned.transition is None:
                     _write_window(write, after)
-                write.remove_leases(range(MAX_SLOTS)).require(f"NOT ({write.usable()})")
+                write.remove_leases(range(MAX_PROBE_SLOTS)).require(f"NOT ({write.usable()})")
             else:
                 write.require(write.usable()).require(write.is_("state", State.CLOSED.value))
                 counted = rules.add_report(seen, policy, now_ms, report)
@@ -596,7 +646,7 @@ class DynamoDBStore:
             after = planned.record
             assert after is not None
             write = _write_record(_Write(now_ms, policy, target), after).set("gen", after.gen)
-            write.remove_leases(range(MAX_SLOTS))
+            write.remove_leases(range(MAX_PROBE_SLOTS))
             if action is not None:
                 write.set("last_action", action.encode())
             if seen is None:
@@ -660,7 +710,7 @@ class DynamoDBStore:
                 write.set("last_action", action.encode())
             if seen is None:
                 # No live record: a fresh closed one carries the settings.
-                _write_record(write, Record()).set("gen", 0).remove_leases(range(MAX_SLOTS))
+                _write_record(write, Record()).set("gen", 0).remove_leases(range(MAX_PROBE_SLOTS))
                 write.require(f"NOT ({write.usable()})")
             else:
                 # Fenced on the generation: the TTL written depends on the state it found.

@@ -8,7 +8,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from fleetbreaker import state as rules
-from fleetbreaker.state import Outcome, Policy, Record, Report, State
+from fleetbreaker.state import Outcome, Policy, ProbeReport, Record, Report, State
 from fleetbreaker.stores.base import Listing, StoreStats
 
 if TYPE_CHECKING:
@@ -25,6 +25,8 @@ class MemoryStore:
     Example
     -------
     >>> breaker = CircuitBreaker("payment-api", store=MemoryStore())
+    >>> breaker.state
+    <State.CLOSED: 'closed'>
     """
 
     def __init__(self) -> None:
@@ -72,20 +74,9 @@ class MemoryStore:
         return self._apply(name, now_ms, lambda r: rules.apply_claim(r, policy, now_ms, nonce))
 
     def settle_probe(
-        self,
-        name: str,
-        policy: Policy,
-        now_ms: int,
-        token: str,
-        success: bool,
-        jitter: float,
-        observed: Record | None,
+        self, name: str, policy: Policy, now_ms: int, report: ProbeReport, observed: Record | None
     ) -> Outcome:
-        return self._apply(
-            name,
-            now_ms,
-            lambda r: rules.apply_settle(r, policy, now_ms, token, success, jitter),
-        )
+        return self._apply(name, now_ms, lambda r: rules.apply_settle(r, policy, now_ms, report))
 
     def report(
         self, name: str, policy: Policy, now_ms: int, report: Report, observed: Record | None

@@ -14,6 +14,7 @@ script never touches keys in two slots.
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import re
 from importlib import resources
@@ -21,7 +22,17 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from fleetbreaker import state as rules
 from fleetbreaker.errors import ConfigError, CorruptRecordError, StoreError
-from fleetbreaker.state import Lease, Outcome, Policy, Record, Report, State
+from fleetbreaker.state import (
+    MAX_PROBE_SLOTS,
+    Lease,
+    Outcome,
+    Policy,
+    ProbeReport,
+    Record,
+    Report,
+    State,
+)
+from fleetbreaker.stores import URL_ENV
 from fleetbreaker.stores.base import Listing, StoreStats
 
 if TYPE_CHECKING:
@@ -29,8 +40,7 @@ if TYPE_CHECKING:
 
     from fleetbreaker.tuning import Action
 
-URL_ENV = "CIRCUIT_BREAKER_REDIS_URL"
-MAX_SLOTS = 16  # BreakerConfig caps half_open_max_probes at this
+log = logging.getLogger("fleetbreaker")
 _NUMBERS = rules.RECORD_NUMBERS
 # The scripts' integer rule: an optional minus and 1 to 15 ASCII digits (exact in a Lua double).
 _INTEGER = re.compile(r"-?[0-9]{1,15}")
@@ -64,6 +74,8 @@ class _Script:
     def __init__(self, operation: str) -> None:
         package = resources.files("fleetbreaker.stores")
         common = package.joinpath("redis_common.lua").read_text(encoding="utf-8")
+        # One limit for the Python rules and the scripts.
+        common = common.replace("__MAX_PROBE_SLOTS__", str(MAX_PROBE_SLOTS))
         body = package.joinpath(f"redis_{operation}.lua").read_text(encoding="utf-8")
         self.operation = operation
         self.source = f"{common}\n{body}"
@@ -101,7 +113,7 @@ def parse_fields(fields: dict[str, str]) -> Record | None:
         raise CorruptRecordError(f"field 'state' is not a breaker state: {raw_state!r}") from None
     numbers: dict[str, Any] = {name: _integer(fields, name) for name in _NUMBERS}
     leases: dict[int, Lease] = {}
-    for slot in range(MAX_SLOTS):
+    for slot in range(MAX_PROBE_SLOTS):
         token = fields.get(f"probe{slot}_token")
         until = fields.get(f"probe{slot}_until")
         if token is not None and until is not None and _INTEGER.fullmatch(until):
@@ -146,6 +158,8 @@ class RedisStore:
     client:
         A ready redis-py client, used as it is, with its own timeouts and retries: for
         example ``redis.cluster.RedisCluster`` for a node-based cluster in cluster mode.
+        Socket timeouts looser than the store's (or none) get one log line; the breaker's
+        ``store_deadline_seconds`` bounds every store operation whatever the client does.
     url:
         Where to connect when no client is given, e.g. ``rediss://my-cache.serverless.
         use1.cache.amazonaws.com:6379``; defaults to the ``CIRCUIT_BREAKER_REDIS_URL``
@@ -170,8 +184,9 @@ class RedisStore:
 
     Example
     -------
-    >>> store = RedisStore(url="rediss://my-cache.serverless.use1.cache.amazonaws.com:6379")
-    >>> breaker = CircuitBreaker("payment-api", store=store)
+    >>> store = RedisStore(url="rediss://my-cache.example.com:6379")  # connects on first use
+    >>> CircuitBreaker("payment-api", store=store)
+    CircuitBreaker('payment-api', store=RedisStore)
     """
 
     def __init__(
@@ -212,6 +227,7 @@ class RedisStore:
             if url is not None:
                 raise ConfigError("RedisStore takes a client or a url, not both")
             self.client: RedisClient = client
+            _note_looser_client(client, float(socket_timeout), float(socket_connect_timeout))
         else:
             self.client = _make_client(
                 url if url is not None else os.environ.get(URL_ENV, ""),
@@ -302,17 +318,11 @@ class RedisStore:
         )
 
     def settle_probe(
-        self,
-        name: str,
-        policy: Policy,
-        now_ms: int,
-        token: str,
-        success: bool,
-        jitter: float,
-        observed: Record | None,
+        self, name: str, policy: Policy, now_ms: int, report: ProbeReport, observed: Record | None
     ) -> Outcome:
-        args = [self._now_arg(now_ms), *_policy_args(policy), token, "1" if success else "0"]
-        return self._operation("settle_probe", name, [*args, repr(float(jitter))])
+        args = [self._now_arg(now_ms), *_policy_args(policy), report.token]
+        success = "1" if report.success else "0"
+        return self._operation("settle_probe", name, [*args, success, repr(float(report.jitter))])
 
     def report(
         self, name: str, policy: Policy, now_ms: int, report: Report, observed: Record | None
@@ -391,6 +401,33 @@ class RedisStore:
         args = [self._now_arg(now_ms), *_policy_args(policy), tuned]
         args.append(action.encode() if action is not None else "")
         return self._operation("tune", name, args).record
+
+
+def _note_looser_client(client: Any, socket_timeout: float, connect_timeout: float) -> None:
+    """Log one line when a passed client may wait longer than the store's own timeouts.
+
+    The client is used as it is: the breaker's ``store_deadline_seconds`` bounds each store
+    operation whatever the client's sockets do.
+    """
+    pool = getattr(client, "connection_pool", None)
+    kwargs = getattr(pool, "connection_kwargs", None)
+    if not isinstance(kwargs, dict):
+        return
+    looser = [
+        f"{key}={kwargs.get(key)}"
+        for key, limit in (
+            ("socket_timeout", socket_timeout),
+            ("socket_connect_timeout", connect_timeout),
+        )
+        if kwargs.get(key) is None or kwargs[key] > limit
+    ]
+    if looser:
+        log.info(
+            "fleetbreaker: the Redis client passed to RedisStore allows %s, more than the "
+            "store's own; it is used as it is and the breaker's store_deadline_seconds bounds "
+            "each store operation",
+            ", ".join(looser),
+        )
 
 
 def _make_client(

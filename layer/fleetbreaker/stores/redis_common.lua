@@ -9,7 +9,7 @@
 -- doubles, exact for the integers used here (epoch ms, counters); they are stored and returned
 -- as decimal strings, never as floats.
 
-local MAX_SLOTS = 16 -- BreakerConfig caps half_open_max_probes at this
+local MAX_SLOTS = __MAX_PROBE_SLOTS__ -- state.MAX_PROBE_SLOTS, filled in by redis.py
 local STATES = {closed = true, open = true, half_open = true, forced_open = true, disabled = true}
 local NUMBERS = {
   'gen', 'failures', 'window_start', 'opened_at', 'open_until', 'reopens', 'successes',
@@ -89,7 +89,7 @@ local function read(key, now)
     end
   end
   -- Leases: probe<slot>_token and probe<slot>_until. A malformed lease counts as free, as in
-  -- the DynamoDB store. (Matching the fields present is cheaper than trying all 16 slots.)
+  -- the DynamoDB store. (Matching the fields present is cheaper than trying every slot.)
   for field, token in pairs(raw) do
     local slot = tonumber(string.match(field, '^probe([1-9]?%d)_token$'))
     if slot ~= nil and slot < MAX_SLOTS then
