@@ -18,10 +18,13 @@ also refreshes its cached copy of the fleet's record). Three things bend that sc
 from __future__ import annotations
 
 import itertools
+import math
 import os
+import random
 import secrets
 import threading
 import weakref
+import zlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -29,8 +32,6 @@ from fleetbreaker import state as rules
 from fleetbreaker.state import Report, WindowCounts
 
 if TYPE_CHECKING:
-    import random
-
     from fleetbreaker.state import Policy, Record
 
 # Periodic reports the fleet aims to send to one breaker's record per second, and the extra
@@ -59,7 +60,8 @@ class CallTally:
 
     def __init__(self, policy: Policy, interval_ms: int) -> None:
         self.slow_ms = policy.slow_ms
-        self.interval_ms = interval_ms
+        self.base_ms = interval_ms
+        self.interval_ms = interval_ms  # the one in force: take() gets it from the breaker
         self.calls = 0
         self.failures = 0
         self.slow = 0
@@ -67,11 +69,27 @@ class CallTally:
         self.urgent_after_ms = 0  # an out-of-turn report is considered again from then
         self.running: dict[int, int] = {}  # call number -> start, epoch ms
         self._numbers = itertools.count()
+        self._jitter: random.Random | None = None
         self._lock = threading.Lock()
 
     @property
-    def pending(self) -> bool:
+    def has_counts(self) -> bool:
         return bool(self.calls or self.failures or self.slow)
+
+    @property
+    def pending(self) -> bool:
+        """Counts a cache refresh should carry to the store instead of a plain read.
+
+        Only while the interval is not stretched: a stretched interval means the record takes
+        too many writes, and a refresh every ``cache_ttl`` that wrote would undo the stretch
+        (one write per container per ``cache_ttl`` whatever the interval). The refresh is then
+        a read, and the counts wait until they are due.
+        """
+        return self.has_counts and self.interval_ms <= self.base_ms
+
+    @property
+    def stretched(self) -> bool:
+        return self.interval_ms > self.base_ms
 
     def start(self, now_ms: int) -> int:
         number = next(self._numbers)
@@ -117,15 +135,24 @@ class CallTally:
         return taken
 
     def take(self, container: str, now_ms: int, interval_ms: int) -> Report:
-        """The pending counts as one report, zeroed here; the next one is due an interval on."""
+        """The pending counts as one report, zeroed here; the next one is due an interval on.
+
+        A stretched interval is jittered by ±25 %: containers that stretched at the same
+        moment would otherwise keep reporting in the same second, every interval.
+        """
         with self._lock:
             report = Report(container, self.calls, self.failures, self.slow)
             self.calls = self.failures = self.slow = 0
+            self.interval_ms = interval_ms
+            if interval_ms > self.base_ms:
+                if self._jitter is None:  # seeded by the container: a simulation replays
+                    self._jitter = random.Random(zlib.crc32(container.encode()))
+                interval_ms = round(interval_ms * (0.75 + self._jitter.random() / 2))
             self.due_ms = now_ms + interval_ms
             return report
 
     def due(self, now_ms: int) -> bool:
-        return now_ms >= self.due_ms and self.pending
+        return now_ms >= self.due_ms and self.has_counts
 
     def projected(self, counts: WindowCounts, container_noted: bool) -> WindowCounts:
         """The fleet's window as last seen, plus what this container has not reported yet."""
@@ -159,6 +186,24 @@ def report_interval_ms(base_ms: int, counts: WindowCounts, policy: Policy) -> in
     return min(round(base_ms * rate / TARGET_REPORTS_PER_S), policy.window_ms)
 
 
+def next_interval_ms(current_ms: int, base_ms: int, counts: WindowCounts, policy: Policy) -> int:
+    """The next report interval, from the one in force and the record's write rate.
+
+    ``report_interval_ms`` sees only the base interval, so a fleet of C containers settles
+    where W = C / I and I = base * W / TARGET, i.e. W = sqrt(C * TARGET / base): 1,414
+    writes/s for 5,000 containers at a 1 s base, and it oscillates, because every container
+    reacts in full to a rate averaged over the whole window. Scaling the interval in force
+    by sqrt(W / TARGET) instead settles at W = TARGET for any fleet size (the square root
+    damps the correction: the window's rate lags the change by up to a window). The interval
+    stays between ``base_ms`` and ``window_ms``.
+    """
+    rate = write_rate(counts, policy)
+    if rate <= 0:
+        return base_ms
+    wanted = round(current_ms * math.sqrt(rate / TARGET_REPORTS_PER_S))
+    return max(base_ms, min(wanted, policy.window_ms))
+
+
 def urgent_allowed(
     counts: WindowCounts, policy: Policy, interval_ms: int, cache_ms: int, rng: random.Random
 ) -> bool:
@@ -177,7 +222,20 @@ def urgent_allowed(
 def wants_urgent_report(
     record: Record | None, tally: CallTally, policy: Policy, container: str, now_ms: int
 ) -> bool:
-    """Whether this container's pending counts would open the breaker as it last saw it."""
+    """Whether this container's pending counts should reach the store before they are due.
+
+    When they would open the breaker as this container last saw it; or, while the interval
+    is stretched, when its own pending calls fail (or run slow) at the policy's rate: the
+    fleet's counts then reach the store up to a whole interval late, and without this a
+    large fleet would trip that much later than a small one.
+    """
+    if tally.stretched and tally.calls:
+        if policy.failure_rate is not None and tally.failures >= max(
+            1, policy.failure_rate * tally.calls
+        ):
+            return True
+        if policy.slow_ms is not None and tally.slow >= max(1, policy.slow_rate * tally.calls):
+            return True
     counts = rules.window_counts(record, policy, now_ms)
     noted = record is not None and container in record.failing
     return rules.should_trip(tally.projected(counts, noted), policy)
