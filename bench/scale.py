@@ -433,9 +433,9 @@ def _timeline(text: str) -> tuple[float, float, float]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--stores", default="memory,moto", help="memory and/or moto")
+    parser.add_argument("--stores", default="memory", help="memory and/or moto")
     parser.add_argument("--containers", default="100,1000,5000", help="fleet sizes (memory)")
-    parser.add_argument("--moto-containers", default="100,1000", help="fleet sizes (moto)")
+    parser.add_argument("--moto-containers", default="100", help="fleet sizes (moto)")
     parser.add_argument("--timeline", default="20,30,15", help="warm-up,noise,outage s (memory)")
     parser.add_argument("--moto-timeline", default="10,10,10", help="warm-up,noise,outage s (moto)")
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
