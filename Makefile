@@ -32,6 +32,9 @@ venv: $(VENV_STAMP) ## python venv in .venv with the package (editable) and pinn
 $(VENV_STAMP): pyproject.toml constraints.txt
 	[ -x $(PY) ] || $(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet -c constraints.txt -e '.[dev]'
+	@# devtools/ (servers, fakes, function loader for tests, bench and scripts) is never
+	@# packaged: the repository root goes on the venv's path instead, for the dev venv only.
+	$(PY) -c 'import pathlib, sysconfig; pathlib.Path(sysconfig.get_path("purelib"), "fleetbreaker-dev.pth").write_text("$(CURDIR)\n")'
 	touch $@
 
 node: $(NODE_STAMP) ## node_modules from package-lock.json (dynalite)
@@ -100,8 +103,9 @@ distclean: clean ## clean, and remove .venv and node_modules too
 # ------------------------------------------------------------------ SAM application
 # template.yaml: the CircuitBreakers table, the layer (layer/Makefile), the payment function
 # (functions/payment/Makefile) behind an HTTP API, and the payment workflow with its gate and
-# charge functions (their Makefiles copy app.py). `sam build` needs neither Docker nor the
-# runtime's own Python: the Makefiles install pure-Python wheels only.
+# charge functions (their Makefiles copy app.py; payment and charge also functions/shared's
+# payments.py). `sam build` needs neither Docker nor the runtime's own Python: the Makefiles
+# install pure-Python wheels only.
 
 TOOLS_VENV := .venv-tools
 TOOLS_STAMP := $(TOOLS_VENV)/.stamp

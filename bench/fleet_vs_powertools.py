@@ -13,7 +13,7 @@ Figures, not pass/fail tests (see bench/README.md for what each one means):
 Two extra rows repeat (b) and (d) with 4 threads per container.
 
 Both contenders get the same thresholds, the same boto3 client settings and the same moto
-server (tests/servers.py's MotoServer, which serialises DynamoDB requests like real DynamoDB
+server (devtools/servers.py's MotoServer, which serialises DynamoDB requests like real DynamoDB
 serialises writes to an item). The table is printed and written as JSON to
 bench/results/fleet_vs_powertools.json. Exit status: 0 when every figure was measured, whether
 or not its target was met; 1 when the benchmark itself failed; 130 when interrupted.
@@ -57,7 +57,7 @@ OVERHEAD_TARGET = 0.3
 
 
 def _prepare_environment() -> None:
-    """Make `bench` and `tests` importable (also in spawned workers) and AWS hermetic."""
+    """Make `bench` and `devtools` importable (also in spawned workers) and AWS hermetic."""
     if str(REPO_ROOT) not in sys.path:
         sys.path.insert(0, str(REPO_ROOT))
     for key in [k for k in os.environ if k.startswith("AWS_ENDPOINT_URL")]:
@@ -470,7 +470,7 @@ def environment_info() -> dict[str, Any]:
 
 def run(output: Path) -> int:
     from bench import workers as w
-    from tests.servers import MotoServer, make_table
+    from devtools.servers import MotoServer, make_table
 
     info = environment_info()
     trip_thresholds = w.Thresholds(failure_threshold=5, recovery_timeout=30, cache_ttl=1)

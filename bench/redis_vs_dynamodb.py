@@ -3,7 +3,7 @@
     .venv/bin/python bench/redis_vs_dynamodb.py [--output PATH]
 
 Figures, not pass/fail tests. Everything runs on loopback: one redis-server and one moto
-server, started here on free ports (tests/servers.py) and stopped at the end.
+server, started here on free ports (devtools/servers.py) and stopped at the end.
 
 (a) Cache miss: a decision (``CircuitBreaker.check()`` with ``cache_ttl=0``) costs one store
     round trip: one EVALSHA on RedisStore, one GetItem on DynamoDBStore (moto's server).
@@ -59,7 +59,7 @@ PER_PROCESS, PER_THREAD = "one breaker per process", "one breaker per thread"
 
 
 def _prepare_environment() -> None:
-    """Make `tests` importable (also in spawned workers) and AWS hermetic."""
+    """Make `devtools` importable (also in spawned workers) and AWS hermetic."""
     if str(REPO_ROOT) not in sys.path:
         sys.path.insert(0, str(REPO_ROOT))
     for key in [k for k in os.environ if k.startswith("AWS_ENDPOINT_URL")]:
@@ -127,8 +127,8 @@ def noop() -> None:
 def measure_cache_miss(redis_url: str, moto_url: str) -> dict[str, Any]:
     import redis
 
+    from devtools import servers
     from fleetbreaker import BreakerConfig, CircuitBreaker, DynamoDBStore, RedisStore
-    from tests import servers
 
     uncached = BreakerConfig(cache_ttl=0, failure_threshold=10**9)
     redis_store = RedisStore(url=redis_url)
@@ -429,7 +429,7 @@ def main() -> int:
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
     args = parser.parse_args()
     _prepare_environment()
-    from tests.servers import MotoServer, RedisServer
+    from devtools.servers import MotoServer, RedisServer
 
     started = time.perf_counter()
     redis_server, moto_server = RedisServer(), MotoServer()

@@ -102,7 +102,7 @@ class Endpoint:
 
 def make_powertools_table(url: str, name: str = "bench-powertools-circuits") -> str:
     """The table Powertools' DynamoDB persistence expects: partition key ``id`` (S)."""
-    from tests.servers import dynamodb_client
+    from devtools.servers import dynamodb_client
 
     client = dynamodb_client(url)
     client.create_table(
@@ -184,10 +184,10 @@ class Container:
             CircuitBreakerDynamoDBPersistence,
         )
 
-        from tests.servers import dynamodb_client
+        from devtools.servers import dynamodb_client
 
         self.endpoint = endpoint
-        # The same client settings for both contenders (tests/servers.py: 2 s connect,
+        # The same client settings for both contenders (devtools/servers.py: 2 s connect,
         # 10 s read, standard retries), so neither is judged on its client configuration.
         self.fleet_client = dynamodb_client(endpoint.url)
         self.powertools_client = dynamodb_client(endpoint.url)

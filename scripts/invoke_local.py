@@ -26,10 +26,11 @@ from typing import Any
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
-# The local servers and fakes are the test suite's own: one implementation to trust.
-from tests.sam.conftest import load_payment_module  # noqa: E402
-from tests.sam.fakes import MODES, FakeLambdaContext, FakePaymentApi  # noqa: E402
-from tests.servers import MotoServer, make_table  # noqa: E402
+# The servers, fakes and loader the test suite uses too (devtools/): one implementation to trust.
+from devtools.functions import load_function  # noqa: E402
+from devtools.lambda_context import FakeLambdaContext  # noqa: E402
+from devtools.payment_api import MODES, FakePaymentApi  # noqa: E402
+from devtools.servers import MotoServer, make_table  # noqa: E402
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -93,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
         os.environ.update(local_environment(table, moto.endpoint_url, api.url, args.verbose))
         print(f"moto DynamoDB at {moto.endpoint_url}, table {table}", flush=True)
         print(f"fake payment API at {api.url} ({args.provider})", flush=True)
-        app = load_payment_module()
+        app = load_function("payment")
         for _ in range(args.repeat):
             for path in args.events:
                 event = json.loads(path.read_text())

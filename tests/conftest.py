@@ -1,6 +1,6 @@
 """Shared pytest setup: AWS environment hygiene, real backend fixtures, and the CI skip rule.
 
-Backends (see tests/servers.py) are started by the fixtures on free loopback ports and stopped
+Backends (see devtools/servers.py) are started by the fixtures on free loopback ports and stopped
 at the end of their scope, also when tests fail. A backend whose program is missing skips the
 tests that need it locally, but fails them under CI (env CI non-empty), and in CI any skipped
 test makes the whole session fail: a skip there would hide untested code.
@@ -15,8 +15,8 @@ from typing import NoReturn, TypeVar
 
 import pytest
 
-from tests import servers
-from tests.servers import (
+from devtools import servers
+from devtools.servers import (
     BackendMissing,
     BlackholeServer,
     DynaliteServer,

@@ -13,7 +13,6 @@ requests it cost. Logs of the function go to a file, not to the demo's terminal.
 from __future__ import annotations
 
 import ctypes
-import importlib.util
 import json
 import os
 import signal
@@ -26,9 +25,10 @@ from types import ModuleType
 from typing import Any, NamedTuple
 
 from bench.demo.stores import StoreSpec, WatchedStore
+from devtools.functions import load_function
+from devtools.lambda_context import FakeLambdaContext
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-PAYMENT_APP = REPO_ROOT / "functions" / "payment" / "app.py"
 EVENT = REPO_ROOT / "events" / "payment-ok.json"
 # Calls travel to the demo process in batches this often: the live display is per second.
 BATCH_SECONDS = 0.2
@@ -72,17 +72,6 @@ class ContainerReport:
     degradations: int
 
 
-def load_payment_module(name: str = "payment_app") -> ModuleType:
-    """Import functions/payment/app.py (it builds a module-level handler from os.environ)."""
-    spec = importlib.util.spec_from_file_location(name, PAYMENT_APP)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses look their module up in sys.modules
-    spec.loader.exec_module(module)
-    return module
-
-
 def payment_event(template: dict[str, Any], key: str, now: float) -> dict[str, Any]:
     """The sample event with a payment of its own (a fresh idempotency key and request id)."""
     event = dict(template)
@@ -118,7 +107,7 @@ def container_main(
         for key in [key for key in os.environ if key.startswith("AWS_")]:
             del os.environ[key]
         os.environ.update(env)
-        module = load_payment_module()
+        module = load_function("payment")
         template = json.loads(EVENT.read_text())
         results.put(("started", number, None))
         while (spec := commands.get()) is not None:
@@ -146,8 +135,6 @@ def serve(
     t0: Any,
 ) -> ContainerReport:
     """One run: build the handler, wait for the start, take payments until told to stop."""
-    from tests.sam.fakes import FakeLambdaContext
-
     store = WatchedStore(spec.store.build())
     handler = module.create_handler(spec.env, endpoint_url=spec.endpoint_url, store=store)
     context = FakeLambdaContext(log_stream_name=f"container-{number}")

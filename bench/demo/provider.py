@@ -15,9 +15,8 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import NamedTuple
 
-from tests.sam.fakes import PaymentApiHandler
-
-LOOPBACK = "127.0.0.1"
+from devtools.payment_api import PaymentApiHandler
+from devtools.servers import LOOPBACK
 
 
 class Request(NamedTuple):

@@ -110,7 +110,7 @@ def local_aws_environment() -> dict[str, str]:
 @contextlib.contextmanager
 def backends(options: Options, out: TextIO) -> Iterator[Backends]:
     """Start the payment API and the shared store (and moto when needed); stop them after."""
-    from tests.servers import MotoServer, RedisServer, make_table
+    from devtools.servers import MotoServer, RedisServer, make_table
 
     with contextlib.ExitStack() as stack:
         api = stack.enter_context(ScheduledPaymentApi())

@@ -81,6 +81,10 @@ FIELDS = {
 }
 # A Wait state takes at most a year; an hour is already far beyond any sane open window.
 MAX_WAIT_LIMIT = 3600
+# Error messages quote what they refuse, bounded: Step Functions keeps at most 32 KB of an
+# error's cause, and a log line of megabytes helps nobody.
+MAX_LISTED_FIELDS = 10
+MAX_SHOWN_CHARACTERS = 64
 
 
 class InvalidGateRequest(ValueError):
@@ -137,6 +141,18 @@ class GateSettings:
 # --------------------------------------------------------------------------- requests
 
 
+def _shown(value: object) -> str:
+    """``repr(value)`` cut to a bounded length, saying how long it was."""
+    text = repr(value)
+    if len(text) <= MAX_SHOWN_CHARACTERS:
+        return text
+    return f"{text[:MAX_SHOWN_CHARACTERS]}... ({len(text)} characters)"
+
+
+def _kind(value: object) -> str:
+    return "null" if value is None else type(value).__name__
+
+
 def _field(event: Mapping[str, Any], name: str) -> Any:
     if name not in event:
         raise InvalidGateRequest(f"{name}: required")
@@ -146,16 +162,19 @@ def _field(event: Mapping[str, Any], name: str) -> Any:
 def _parse(event: object) -> tuple[str, str]:
     """The action and breaker name of a request, after checking its shape."""
     if not isinstance(event, Mapping):
-        raise InvalidGateRequest(f"the request must be a JSON object, got {type(event).__name__}")
+        raise InvalidGateRequest(f"the request must be a JSON object, got {_kind(event)}")
     action = _field(event, "action")
-    if action not in ACTIONS:
-        raise InvalidGateRequest(f"action: must be one of {', '.join(ACTIONS)}, got {action!r}")
-    unknown = sorted(set(event) - FIELDS[action])
+    if not isinstance(action, str) or action not in ACTIONS:
+        raise InvalidGateRequest(
+            f"action: must be one of {', '.join(ACTIONS)}, got {_shown(action)}"
+        )
+    unknown = sorted(str(name) for name in set(event) - FIELDS[action])
     if unknown:
         allowed = ", ".join(sorted(FIELDS[action]))
-        raise InvalidGateRequest(
-            f"unknown field(s) for {action}: {', '.join(unknown)} (allowed: {allowed})"
-        )
+        listed = ", ".join(_shown(name) for name in unknown[:MAX_LISTED_FIELDS])
+        if len(unknown) > MAX_LISTED_FIELDS:
+            listed += f" and {len(unknown) - MAX_LISTED_FIELDS} more"
+        raise InvalidGateRequest(f"unknown field(s) for {action}: {listed} (allowed: {allowed})")
     name = _field(event, "breaker")
     try:
         validate_name(name)
@@ -235,7 +254,7 @@ class BreakerGate:
         outcome = _field(event, "outcome")
         if outcome not in OUTCOMES:
             raise InvalidGateRequest(
-                f"outcome: must be one of {', '.join(OUTCOMES)}, got {outcome!r}"
+                f"outcome: must be one of {', '.join(OUTCOMES)}, got {_shown(outcome)}"
             )
         token = event.get("token")
         if token is not None and not isinstance(token, str):
@@ -246,7 +265,7 @@ class BreakerGate:
             result = self.breaker(name).record(outcome == "success", token)
         except InvalidTokenError:
             raise InvalidGateRequest(
-                f"token: {token!r} is not a probe token issued by a check"
+                f"token: {_shown(token)} is not a probe token issued by a check"
             ) from None
         return {
             "breaker": name,
@@ -272,7 +291,7 @@ class BreakerGate:
         ):
             raise InvalidGateRequest(
                 f"max_wait_seconds: must be a whole number from 1 to {MAX_WAIT_LIMIT}, "
-                f"got {value!r}"
+                f"got {_shown(value)}"
             )
         # The workflow's own bound, never above the gate's.
         return min(value, cap)

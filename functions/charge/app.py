@@ -22,8 +22,9 @@ step (on Lambda service errors) cannot charge twice.
 Environment: ``PAYMENT_API_URL`` (required, http(s)), ``PAYMENT_CONNECT_TIMEOUT`` (1 s),
 ``PAYMENT_READ_TIMEOUT`` (5 s, per socket read).
 
-Only the standard library: the function needs no build step and no dependency but the layer's
-Powertools (for structured logs).
+Validation and the reading of the provider's answers are the payment function's own
+(``payments.py`` from functions/shared, which the Makefile copies beside this file). Only the
+standard library otherwise: no dependency but the layer's Powertools (for structured logs).
 """
 
 from __future__ import annotations
@@ -32,7 +33,6 @@ import http.client
 import json
 import math
 import os
-import re
 import ssl
 import threading
 from collections.abc import Mapping
@@ -42,18 +42,22 @@ from urllib.parse import urlsplit
 
 from aws_lambda_powertools import Logger
 
+from payments import (
+    InvalidPayment,
+    PaymentProviderError,
+    PaymentRequest,
+    connection_failed,
+    read_answer,
+    timed_out,
+    unreachable,
+    validate_payment,
+)
+
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.typing import LambdaContext
 
 logger = Logger(service="charge")
 
-MAX_AMOUNT = 100_000_000
-CURRENCY = re.compile(r"[A-Z]{3}")
-IDEMPOTENCY_KEY = re.compile(r"[A-Za-z0-9._:-]{1,255}")
-MAX_DESCRIPTION = 500
-FIELDS = {"amount", "currency", "idempotency_key", "description"}
-# Statuses that say the provider, not the payment, is in trouble.
-PROVIDER_TROUBLE = frozenset({408, 425, 429})
 MAX_RESPONSE_BYTES = 1 << 20
 
 
@@ -61,8 +65,8 @@ class InvalidPaymentRequest(ValueError):
     """The step's input is not a valid payment; nothing was sent to the provider."""
 
 
-class PaymentProviderError(Exception):
-    """The provider failed, timed out or was unreachable: the workflow records a failure."""
+# PaymentProviderError (payments.py): the provider failed, timed out or was unreachable; the
+# workflow records a failure. Its name is the Lambda error type the workflow sees.
 
 
 class ChargeConfigError(ValueError):
@@ -111,30 +115,12 @@ class ChargeSettings:
 # --------------------------------------------------------------------------- input
 
 
-def parse_payment(event: object) -> dict[str, Any]:
+def parse_payment(event: object) -> PaymentRequest:
     """The payment to send; raises :class:`InvalidPaymentRequest` naming every bad field."""
-    if not isinstance(event, Mapping):
-        raise InvalidPaymentRequest(f"the input must be a JSON object, got {type(event).__name__}")
-    errors = [f"{name}: unknown field" for name in sorted(set(event) - FIELDS)]
-    amount = event.get("amount")
-    if isinstance(amount, bool) or not isinstance(amount, int):
-        errors.append("amount: required, an integer number of minor units (1250 for 12.50)")
-    elif not 0 < amount <= MAX_AMOUNT:
-        errors.append(f"amount: must be between 1 and {MAX_AMOUNT}")
-    currency = event.get("currency")
-    if not isinstance(currency, str) or not CURRENCY.fullmatch(currency):
-        errors.append("currency: required, a three-letter ISO 4217 code in capitals, e.g. EUR")
-    key = event.get("idempotency_key")
-    if not isinstance(key, str) or not IDEMPOTENCY_KEY.fullmatch(key):
-        errors.append("idempotency_key: required, 1 to 255 characters of A-Z a-z 0-9 . _ : -")
-    description = event.get("description")
-    if description is not None and (
-        not isinstance(description, str) or len(description) > MAX_DESCRIPTION
-    ):
-        errors.append(f"description: must be a string of at most {MAX_DESCRIPTION} characters")
-    if errors:
-        raise InvalidPaymentRequest("; ".join(errors))
-    return {name: event[name] for name in sorted(FIELDS) if event.get(name) is not None}
+    try:
+        return validate_payment(event, source="input")
+    except InvalidPayment as exc:
+        raise InvalidPaymentRequest(str(exc)) from None
 
 
 # --------------------------------------------------------------------------- provider
@@ -152,21 +138,21 @@ class PaymentApi:
         self.path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         self._tls = ssl.create_default_context() if self.https else None
 
-    def charge(self, payment: dict[str, Any]) -> dict[str, Any]:
-        body = json.dumps(payment).encode()
+    def charge(self, payment: PaymentRequest) -> dict[str, Any]:
+        body = json.dumps(payment.as_json()).encode()
         headers = {
             "Content-Type": "application/json",
             "Accept": "application/json",
-            "Idempotency-Key": payment["idempotency_key"],
+            "Idempotency-Key": payment.idempotency_key,
         }
         conn = self._connection()
         try:
             try:
                 conn.connect()
             except TimeoutError as exc:
-                raise PaymentProviderError("payment API: connect timed out") from exc
+                raise timed_out("connect") from exc
             except OSError as exc:
-                raise PaymentProviderError(f"payment API unreachable: {exc}") from exc
+                raise unreachable(exc) from exc
             assert conn.sock is not None
             conn.sock.settimeout(self.settings.read_timeout)
             try:
@@ -174,14 +160,18 @@ class PaymentApi:
                 response = conn.getresponse()
                 raw = response.read(MAX_RESPONSE_BYTES)
             except TimeoutError as exc:
-                raise PaymentProviderError("payment API: read timed out") from exc
+                raise timed_out("read") from exc
             except (OSError, http.client.HTTPException) as exc:
-                raise PaymentProviderError(
-                    f"payment API: connection failed ({type(exc).__name__})"
-                ) from exc
+                raise connection_failed(exc) from exc
         finally:
             conn.close()
-        return self._result(payment, response.status, raw)
+        answer = read_answer(response.status, raw)
+        return {
+            "status": answer.outcome,
+            "idempotency_key": payment.idempotency_key,
+            "provider_status": answer.status,
+            "provider_response": answer.detail,
+        }
 
     def _connection(self) -> http.client.HTTPConnection:
         timeout = self.settings.connect_timeout
@@ -190,27 +180,6 @@ class PaymentApi:
                 self.host, self.port, timeout=timeout, context=self._tls
             )
         return http.client.HTTPConnection(self.host, self.port, timeout=timeout)
-
-    @staticmethod
-    def _result(payment: dict[str, Any], status: int, raw: bytes) -> dict[str, Any]:
-        try:
-            detail: Any = json.loads(raw) if raw else None
-        except ValueError:
-            detail = raw[:1000].decode("utf-8", "replace")
-        if status >= 500 or status in PROVIDER_TROUBLE:
-            raise PaymentProviderError(f"payment API answered HTTP {status}")
-        if 400 <= status < 500:
-            outcome = "declined"
-        elif 200 <= status < 300 and isinstance(detail, dict):
-            outcome = "charged"
-        else:
-            raise PaymentProviderError(f"payment API answered HTTP {status} without a JSON object")
-        return {
-            "status": outcome,
-            "idempotency_key": payment["idempotency_key"],
-            "provider_status": status,
-            "provider_response": detail,
-        }
 
 
 # --------------------------------------------------------------------------- handler
@@ -231,7 +200,7 @@ def current_api() -> PaymentApi:
 @logger.inject_lambda_context
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     payment = parse_payment(event)
-    logger.append_keys(idempotency_key=payment["idempotency_key"])
+    logger.append_keys(idempotency_key=payment.idempotency_key)
     try:
         result = current_api().charge(payment)
     except PaymentProviderError as exc:

@@ -14,6 +14,9 @@ Responses
 202  instead of 503 when ``OPEN_CIRCUIT_MODE=defer``: the payment went to an SQS queue for
      later processing (if that enqueue fails, the answer is the 503).
 
+Validation and the reading of the provider's answers live in ``payments.py``
+(functions/shared), which the charge step uses too; the Makefile copies it beside this file.
+
 Tests and local runs rebuild the handler with :func:`create_handler` (injected clock, local
 AWS endpoint); in Lambda only the module-level ``handler`` is used.
 """
@@ -24,10 +27,9 @@ import binascii
 import json
 import math
 import os
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import requests
 from aws_lambda_powertools import Logger, Tracer
@@ -46,6 +48,17 @@ from fleetbreaker.config import env_number
 from fleetbreaker.observability import default_listeners, log_metrics
 from fleetbreaker.stores.dynamodb import DynamoDBStore
 from fleetbreaker.stores.redis import RedisStore
+from payments import (
+    InvalidPayment,
+    PaymentProviderError,
+    PaymentRequest,
+    connection_failed,
+    json_type,
+    parse_payment,
+    read_answer,
+    timed_out,
+    unreachable,
+)
 
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.typing import LambdaContext
@@ -57,11 +70,6 @@ if TYPE_CHECKING:
 logger = Logger()
 tracer = Tracer()
 
-MAX_AMOUNT = 100_000_000  # minor units: 1,000,000.00 in a two-decimal currency
-CURRENCY = re.compile(r"[A-Z]{3}")
-IDEMPOTENCY_KEY = re.compile(r"[A-Za-z0-9._:-]{1,255}")
-MAX_DESCRIPTION = 500
-FIELDS = {"amount", "currency", "idempotency_key", "description"}
 OPEN_CIRCUIT_MODES = ("reject", "defer")
 
 
@@ -83,7 +91,7 @@ def _breaker_config(env: Mapping[str, str]) -> BreakerConfig:
     try:
         # Only the provider's own trouble counts: a declined payment or a bug here must not
         # open the circuit for everyone.
-        return BreakerConfig.from_env(env, failure_exceptions=(ProviderError,))
+        return BreakerConfig.from_env(env, failure_exceptions=(PaymentProviderError,))
     except ConfigError as exc:
         raise SettingsError(str(exc)) from None
 
@@ -140,86 +148,7 @@ class Settings:
         )
 
 
-# --------------------------------------------------------------------------- request
-
-
-class InvalidPayment(ValueError):
-    """The request body is not a valid payment; ``errors`` says why, field by field."""
-
-    def __init__(self, errors: list[str]) -> None:
-        self.errors = errors
-        super().__init__("; ".join(errors))
-
-
-@dataclass(frozen=True)
-class PaymentRequest:
-    """A validated payment: ``amount`` in minor units (1250 is 12.50 EUR)."""
-
-    amount: int
-    currency: str
-    idempotency_key: str
-    description: str | None = None
-
-    def as_json(self) -> dict[str, Any]:
-        body: dict[str, Any] = {
-            "amount": self.amount,
-            "currency": self.currency,
-            "idempotency_key": self.idempotency_key,
-        }
-        if self.description is not None:
-            body["description"] = self.description
-        return body
-
-
-def parse_payment(body: str | None) -> PaymentRequest:
-    """Validate a request body; raises :class:`InvalidPayment` and nothing else."""
-    if body is None or not body.strip():
-        raise InvalidPayment(["body: a JSON object is required"])
-    try:
-        data = json.loads(body, parse_constant=_reject_constant)
-    except (ValueError, RecursionError):
-        raise InvalidPayment(["body: not valid JSON"]) from None
-    if not isinstance(data, dict):
-        raise InvalidPayment(["body: must be a JSON object"])
-
-    errors = [f"{name}: unknown field" for name in sorted(set(data) - FIELDS)]
-    amount = data.get("amount")
-    if amount is None:
-        errors.append("amount: required")
-    elif isinstance(amount, bool) or not isinstance(amount, int):
-        errors.append("amount: must be an integer number of minor units (1250 for 12.50)")
-    elif not 0 < amount <= MAX_AMOUNT:
-        errors.append(f"amount: must be between 1 and {MAX_AMOUNT}")
-    currency = data.get("currency")
-    if currency is None:
-        errors.append("currency: required")
-    elif not isinstance(currency, str) or not CURRENCY.fullmatch(currency):
-        errors.append("currency: must be a three-letter ISO 4217 code in capitals, e.g. EUR")
-    key = data.get("idempotency_key")
-    if key is None:
-        errors.append("idempotency_key: required")
-    elif not isinstance(key, str) or not IDEMPOTENCY_KEY.fullmatch(key):
-        errors.append("idempotency_key: 1 to 255 characters of A-Z a-z 0-9 . _ : -")
-    description = data.get("description")
-    if description is not None and (
-        not isinstance(description, str) or len(description) > MAX_DESCRIPTION
-    ):
-        errors.append(f"description: must be a string of at most {MAX_DESCRIPTION} characters")
-    if errors:
-        raise InvalidPayment(errors)
-    # Each field was checked above; the casts only tell the type checker.
-    return PaymentRequest(cast(int, amount), cast(str, currency), cast(str, key), description)
-
-
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
 # --------------------------------------------------------------------------- provider
-
-
-class ProviderError(Exception):
-    """The payment API failed, timed out or was unreachable: the breaker counts it."""
 
 
 class ProviderDeclined(Exception):
@@ -229,10 +158,6 @@ class ProviderDeclined(Exception):
         self.status = status
         self.detail = detail
         super().__init__(f"payment API refused the payment with HTTP {status}")
-
-
-# Statuses that say the provider, not the request, is in trouble.
-RETRYABLE_STATUSES = frozenset({408, 425, 429})
 
 
 class PaymentProvider:
@@ -260,26 +185,20 @@ class PaymentProvider:
                 timeout=self.timeout,
                 allow_redirects=False,
             )
+            raw = response.content
+        except requests.ConnectTimeout as exc:
+            raise timed_out("connect") from exc
         except requests.Timeout as exc:
-            raise ProviderError(f"payment API timed out ({type(exc).__name__})") from exc
+            raise timed_out("read") from exc
+        except requests.ConnectionError as exc:
+            raise unreachable(exc) from exc
         except requests.RequestException as exc:
-            raise ProviderError(f"payment API unreachable ({type(exc).__name__})") from exc
-        status = response.status_code
-        if 400 <= status < 500 and status not in RETRYABLE_STATUSES:
-            raise ProviderDeclined(status, _json_or_text(response))
-        if not 200 <= status < 300:
-            raise ProviderError(f"payment API answered HTTP {status}")
-        result = _json_or_text(response)
-        if not isinstance(result, dict):
-            raise ProviderError("payment API answered without a JSON object")
+            raise connection_failed(exc) from exc
+        answer = read_answer(response.status_code, raw)
+        if not answer.charged:
+            raise ProviderDeclined(answer.status, answer.detail)
+        result: dict[str, Any] = answer.detail
         return result
-
-
-def _json_or_text(response: requests.Response) -> Any:
-    try:
-        return response.json()
-    except ValueError:
-        return response.text[:1000]
 
 
 # --------------------------------------------------------------------------- open circuit
@@ -326,6 +245,36 @@ def _json(
     return Response(status, content_types.APPLICATION_JSON, body, headers)
 
 
+def event_shape_errors(event: object) -> list[str]:
+    """What keeps ``event`` from being an HTTP API (payload 2.0) event; empty when it is one.
+
+    Only what the resolver reads is checked: the method, the path, the headers and the body.
+    """
+    if not isinstance(event, dict):
+        return [f"event: must be a JSON object (an HTTP API event), got {json_type(event)}"]
+    errors = []
+    context = event.get("requestContext")
+    http = context.get("http") if isinstance(context, dict) else None
+    if not isinstance(context, dict):
+        errors.append(f"requestContext: must be an object, got {json_type(context)}")
+    elif not isinstance(http, dict) or not isinstance(http.get("method"), str):
+        errors.append("requestContext.http.method: required, a string")
+    if not isinstance(event.get("rawPath"), str):
+        errors.append(f"rawPath: must be a string, got {json_type(event.get('rawPath'))}")
+    headers = event.get("headers")
+    if headers is not None and not (
+        isinstance(headers, dict) and all(isinstance(v, str) for v in headers.values())
+    ):
+        errors.append("headers: must be an object of strings")
+    body = event.get("body")
+    if body is not None and not isinstance(body, str):
+        errors.append(f"body: must be a string or null, got {json_type(body)}")
+    encoded = event.get("isBase64Encoded", False)
+    if not isinstance(encoded, bool):
+        errors.append(f"isBase64Encoded: must be true or false, got {json_type(encoded)}")
+    return errors
+
+
 def retry_after_header(seconds: float) -> str:
     """Retry-After takes whole seconds; round up so a client never comes back too early."""
     return str(max(1, math.ceil(seconds)))
@@ -342,7 +291,20 @@ class PaymentHandler:
         self.resolver.post("/payments")(self.create_payment)
         self.resolver.exception_handler(InvalidPayment)(self.invalid_payment)
 
-    def __call__(self, event: dict[str, Any], context: Any) -> dict[str, Any]:
+    def __call__(self, event: object, context: Any) -> dict[str, Any]:
+        problems = event_shape_errors(event)
+        if problems:
+            # Not an HTTP API request (a direct invoke, a test tool, another trigger): answer
+            # instead of failing with a KeyError deep in the resolver.
+            logger.info("not an HTTP API event", extra={"errors": problems})
+            return {
+                "statusCode": 400,
+                "headers": {"Content-Type": content_types.APPLICATION_JSON},
+                "body": json.dumps(
+                    {"message": "not an API Gateway HTTP API request", "errors": problems}
+                ),
+            }
+        assert isinstance(event, dict)  # event_shape_errors checked it
         return self.resolver.resolve(event, context)
 
     def create_payment(self) -> Response[Any]:
@@ -352,7 +314,7 @@ class PaymentHandler:
             result: dict[str, Any] | Deferred = self.breaker.call(self.provider.charge, payment)
         except CircuitOpenError as exc:
             return self.circuit_open(exc.name, exc.state, exc.retry_after)
-        except ProviderError as exc:
+        except PaymentProviderError as exc:
             logger.warning("payment provider failed", extra={"error": str(exc)})
             return _json(
                 502,
@@ -416,7 +378,7 @@ class PaymentHandler:
             return self.resolver.current_event.decoded_body
         except (binascii.Error, UnicodeDecodeError, ValueError):
             raise InvalidPayment(
-                ["body: isBase64Encoded is set but the body is not base64 UTF-8"]
+                ["body: isBase64Encoded is true but the body is not base64-encoded UTF-8"]
             ) from None
 
 

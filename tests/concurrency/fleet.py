@@ -28,8 +28,8 @@ class StoreSpec:
 
     def build(self) -> Any:
         if self.kind == "dynamodb":
+            from devtools.servers import dynamodb_client
             from fleetbreaker import DynamoDBStore
-            from tests.servers import dynamodb_client
 
             return DynamoDBStore(self.table, boto3_client=dynamodb_client(self.address))
         if self.kind == "redis":

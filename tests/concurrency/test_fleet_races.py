@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests import servers
+from devtools import servers
 from tests.concurrency.fleet import Fleet, StoreSpec
 from tests.support import T0
 

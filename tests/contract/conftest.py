@@ -25,8 +25,8 @@ from typing import Any
 
 import pytest
 
+from devtools import servers
 from fleetbreaker import DynamoDBStore, MemoryStore, RedisStore
-from tests import servers
 
 StoreFactory = Callable[[], Any]
 
@@ -69,7 +69,7 @@ STORE_BACKENDS = ["memory", "moto", "moto_server", "dynalite", "redis"]
 # moto's in-process backend does not serialise UpdateItem calls from several threads (two
 # conditional writes can both pass their check), so it cannot stand in for DynamoDB's
 # per-item atomicity. Race tests use every other backend; the moto server is launched behind
-# a lock for the same reason (tests/servers.py).
+# a lock for the same reason (devtools/servers.py).
 ATOMIC_BACKENDS = [b for b in STORE_BACKENDS if b != "moto"]
 
 

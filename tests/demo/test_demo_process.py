@@ -15,7 +15,7 @@ import pytest
 
 from bench.demo.__main__ import BAD_OPTIONS, INTERRUPTED, main, options_from
 from bench.demo.scenario import DEFAULT, SHORT
-from tests.servers import REPO_ROOT
+from devtools.servers import REPO_ROOT
 
 
 def children_of(pid: int) -> set[int]:

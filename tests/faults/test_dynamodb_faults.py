@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
+from devtools import servers
 from fleetbreaker import BreakerConfig, CircuitBreaker, CircuitOpenError, DynamoDBStore, State
 from fleetbreaker.stores.dynamodb import TTL_ATTRIBUTE
-from tests import servers
 from tests.support import Dependency, FakeClock
 
 CONFIG = BreakerConfig(failure_threshold=3, recovery_timeout=10)

@@ -10,7 +10,7 @@ import pytest
 import redis
 from botocore.exceptions import ClientError
 
-from tests.servers import BlackholeServer, RedisServer, dynamodb_client, make_table
+from devtools.servers import BlackholeServer, RedisServer, dynamodb_client, make_table
 
 
 def test_aws_environment_is_sanitised() -> None:

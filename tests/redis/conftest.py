@@ -24,8 +24,8 @@ from typing import Any
 import pytest
 import redis
 
+from devtools.servers import LOOPBACK, RedisServer, ServerStartError
 from fleetbreaker import RedisStore
-from tests.servers import LOOPBACK, RedisServer, ServerStartError
 
 # --------------------------------------------------------------------------- stores
 

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 import redis
 
+from devtools.servers import BlackholeServer, RedisServer
 from fleetbreaker import BreakerConfig, CircuitBreaker, CircuitOpenError, RedisStore, State
 from fleetbreaker.events import BreakerListener
-from tests.servers import BlackholeServer, RedisServer
 from tests.support import Dependency, FakeClock
 
 CONFIG = BreakerConfig(

@@ -14,10 +14,10 @@ import redis
 from redis.cluster import RedisCluster
 from redis.crc import key_slot as redis_py_key_slot
 
+from devtools.servers import LOOPBACK, RedisServer
 from fleetbreaker import CircuitBreaker, CircuitOpenError, RedisStore, State
 from fleetbreaker.state import Policy
 from tests.redis.conftest import ClusterRedisServer
-from tests.servers import LOOPBACK, RedisServer
 from tests.support import Dependency, FakeClock
 
 SLOTS = 16384

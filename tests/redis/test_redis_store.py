@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 import redis
 
+from devtools.servers import LOOPBACK, RedisServer
 from fleetbreaker import (
     CircuitBreaker,
     ConfigError,
@@ -26,7 +27,6 @@ from fleetbreaker import (
     StoreError,
 )
 from fleetbreaker.state import OVERRIDE_TTL_S, Lease, Policy, Record
-from tests.servers import LOOPBACK, RedisServer
 
 T0 = 1_700_000_000_000  # an arbitrary "now" (in 2023), in epoch ms
 

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -13,27 +11,12 @@ from typing import Any
 
 import pytest
 
-from tests.sam.fakes import FakeLambdaContext, FakePaymentApi
-from tests.servers import REPO_ROOT, make_table
+from devtools.functions import load_function
+from devtools.lambda_context import FakeLambdaContext
+from devtools.payment_api import FakePaymentApi
+from devtools.servers import REPO_ROOT, make_table
 
-PAYMENT_APP = REPO_ROOT / "functions" / "payment" / "app.py"
 EVENTS = REPO_ROOT / "events"
-
-
-def load_payment_module(name: str = "payment_app") -> ModuleType:
-    """Import functions/payment/app.py under ``name`` (it builds its handler from os.environ)."""
-    spec = importlib.util.spec_from_file_location(name, PAYMENT_APP)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    # Registered before it runs: dataclasses look their module up in sys.modules.
-    sys.modules[name] = module
-    try:
-        spec.loader.exec_module(module)
-    except BaseException:
-        del sys.modules[name]
-        raise
-    return module
 
 
 def load_event(path: Path) -> dict[str, Any]:
@@ -94,7 +77,7 @@ def payment_module(payment_table: str, healthy_payment_api: FakePaymentApi) -> M
         env.setenv("CIRCUIT_BREAKER_TABLE", payment_table)
         env.setenv("PAYMENT_API_URL", healthy_payment_api.url)
         env.setenv("BREAKER_NAME", f"payment-events-{uuid.uuid4().hex[:8]}")
-        return load_payment_module()
+        return load_function("payment")
 
 
 @pytest.fixture

@@ -21,11 +21,11 @@ from typing import Any
 
 import pytest
 
+from devtools.payment_api import FakePaymentApi
+from devtools.servers import REPO_ROOT, make_table
 from tests.conftest import backend_unavailable
 from tests.sam.conftest import EVENTS
-from tests.sam.fakes import FakePaymentApi
 from tests.sam.test_template import load_template, pins
-from tests.servers import REPO_ROOT, make_table
 
 # What the Lambda Python runtimes ship; the layer must not bring its own copy.
 RUNTIME_PACKAGES = ("boto3", "botocore", "s3transfer", "jmespath", "dateutil", "six", "urllib3")
@@ -168,6 +168,47 @@ def test_function_holds_its_code_and_requests(build_dir: Path) -> None:
     assert not (function / "fleetbreaker").exists(), "the layer provides it"
     assert not (function / "boto3").exists(), "the runtime provides it"
     assert not [str(p) for p in function.rglob("*.so")]
+
+
+@pytest.mark.parametrize("function", ["PaymentFunction", "ChargeFunction"])
+def test_both_payment_functions_carry_the_one_shared_payment_module(
+    build_dir: Path, function: str
+) -> None:
+    # GIVEN the built functions, WHEN their payment module is compared with the source,
+    # THEN each carries functions/shared/payments.py unchanged, beside its app.py
+    built = build_dir / function / "payments.py"
+    assert built.is_file(), f"{function} was built without payments.py"
+    assert built.read_bytes() == (REPO_ROOT / "functions" / "shared" / "payments.py").read_bytes()
+    assert (build_dir / function / "app.py").is_file()
+
+
+CHARGE_VALIDATES = textwrap.dedent(
+    """
+    import json, sys
+    sys.path[:0] = json.loads(sys.argv[1])
+    import app, payments
+    assert payments.__file__.startswith(sys.path[0]), payments.__file__
+    try:
+        app.parse_payment({"amount": 0, "currency": "EUR", "idempotency_key": "k"})
+    except app.InvalidPaymentRequest as exc:
+        print(json.dumps({"error": str(exc)}))
+    """
+)
+
+
+def test_built_charge_function_validates_with_the_shared_module(
+    build_dir: Path, runtime_boto3: Path
+) -> None:
+    # GIVEN the built charge function and layer alone, in Lambda's order
+    paths = [
+        str(build_dir / "ChargeFunction"),
+        str(build_dir / "FleetbreakerLayer" / "python"),
+        str(runtime_boto3),
+    ]
+    # WHEN it validates a payment whose amount is out of range
+    answer = isolated(sys.executable, CHARGE_VALIDATES, json.dumps(paths))
+    # THEN the shared module, imported from the artifact, words the error
+    assert answer == {"error": "amount: must be between 1 and 100000000"}
 
 
 # Run inside each interpreter with only the built artifacts and boto3 on sys.path.

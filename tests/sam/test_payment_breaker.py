@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
+from devtools.payment_api import FakePaymentApi
+from devtools.servers import dynamodb_client
 from tests.sam.conftest import invoke, payment_event
-from tests.sam.fakes import FakePaymentApi
-from tests.servers import dynamodb_client
 from tests.support import FakeClock
 
 

@@ -13,9 +13,9 @@ from types import ModuleType
 import pytest
 import redis
 
+from devtools.payment_api import FakePaymentApi
 from fleetbreaker import RedisStore
 from tests.sam.conftest import invoke, payment_event
-from tests.sam.fakes import FakePaymentApi
 from tests.support import FakeClock
 
 

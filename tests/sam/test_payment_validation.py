@@ -31,10 +31,10 @@ VALID = {"amount": 1250, "currency": "EUR", "idempotency_key": "order-1"}
         (json.dumps({**VALID, "amount": 10**9}), "amount: must be between 1 and 100000000"),
         (json.dumps({**VALID, "currency": "eur"}), "currency: must be a three-letter"),
         (json.dumps({**VALID, "currency": None}), "currency: required"),
-        (json.dumps({**VALID, "idempotency_key": ""}), "idempotency_key: 1 to 255"),
-        (json.dumps({**VALID, "idempotency_key": "k" * 256}), "idempotency_key: 1 to 255"),
+        (json.dumps({**VALID, "idempotency_key": ""}), "idempotency_key: must be 1 to 255"),
+        (json.dumps({**VALID, "idempotency_key": "k" * 256}), "idempotency_key: must be 1 to 255"),
         (json.dumps({**VALID, "description": 5}), "description: must be a string"),
-        (json.dumps({**VALID, "card_number": "4242"}), "card_number: unknown field"),
+        (json.dumps({**VALID, "card_number": "4242"}), "'card_number': unknown field"),
     ],
 )
 def test_invalid_body_names_the_problem(payment_module: ModuleType, body: str, error: str) -> None:
@@ -103,6 +103,101 @@ def test_undecodable_body_is_a_400(
     assert body["errors"]
 
 
+# --------------------------------------------------------------------------- hostile events
+
+
+def _api_event(**change: Any) -> dict[str, Any]:
+    return {**payment_event(), **change}
+
+
+def _without(name: str) -> dict[str, Any]:
+    event = payment_event()
+    del event[name]
+    return event
+
+
+@pytest.mark.parametrize(
+    ("event", "error"),
+    [
+        (None, "event: must be a JSON object (an HTTP API event), got null"),
+        ([payment_event()], "event: must be a JSON object (an HTTP API event), got array"),
+        ("POST /payments", "event: must be a JSON object (an HTTP API event), got string"),
+        (7, "event: must be a JSON object (an HTTP API event), got number"),
+        ({}, "requestContext: must be an object, got null"),
+        (_without("requestContext"), "requestContext: must be an object, got null"),
+        (_api_event(requestContext={"http": {}}), "requestContext.http.method: required, a string"),
+        (_without("rawPath"), "rawPath: must be a string, got null"),
+        (_api_event(body=1250), "body: must be a string or null, got number"),
+        (_api_event(body={"amount": 1250}), "body: must be a string or null, got object"),
+        (_api_event(headers=["content-type"]), "headers: must be an object of strings"),
+        (_api_event(isBase64Encoded="yes"), "isBase64Encoded: must be true or false, got string"),
+    ],
+    ids=[
+        "null",
+        "list",
+        "string",
+        "int",
+        "empty",
+        "no-requestContext",
+        "no-method",
+        "no-rawPath",
+        "int-body",
+        "object-body",
+        "list-headers",
+        "string-isBase64Encoded",
+    ],
+)
+def test_an_event_not_shaped_like_an_http_api_event_is_a_400(
+    payment_module: ModuleType, payment_env: dict[str, str], event: Any, error: str
+) -> None:
+    # GIVEN the handler, and an event that no HTTP API would send
+    handler = payment_module.create_handler(payment_env)
+    # WHEN it is handled
+    status, headers, body = invoke(handler, event)
+    # THEN the answer is a JSON 400 naming the problem, and the provider is never called
+    assert status == 400, body
+    assert headers["Content-Type"] == "application/json"
+    assert body["message"] == "not an API Gateway HTTP API request"
+    assert error in body["errors"], body["errors"]
+
+
+@pytest.mark.parametrize("event", [None, [], "x", 7, {}], ids=["null", "list", "str", "int", "{}"])
+def test_the_lambda_entry_point_answers_a_shapeless_event_with_a_400(
+    payment_module: ModuleType, event: Any
+) -> None:
+    # GIVEN the function as Lambda loads it (Powertools' decorators around the handler)
+    # WHEN a shapeless event is invoked, THEN the decorators let it through to the 400
+    status, _, body = invoke(payment_module.lambda_handler, event)
+    assert status == 400, body
+
+
+def test_a_body_of_millions_of_unknown_fields_gets_a_bounded_400(
+    payment_module: ModuleType, payment_env: dict[str, str]
+) -> None:
+    # GIVEN a request whose 4.6 MB body is a valid payment plus 190,000 unknown fields
+    fields = {f"field-{n:07d}": n for n in range(190_000)}
+    event = payment_event(body={**VALID, **fields})
+    assert len(event["body"]) > 4_600_000
+    handler = payment_module.create_handler(payment_env)
+    # WHEN it is handled
+    result = handler(event, None)
+    # THEN the 400 lists a few of the fields and says how many it left out, in a few KB
+    assert result["statusCode"] == 400
+    assert len(result["body"]) < 4096, len(result["body"])
+    errors = json.loads(result["body"])["errors"]
+    assert errors[0] == "'field-0000000': unknown field"
+    assert f"... and {190_000 - 10} more unknown fields" in errors
+
+
+def test_a_huge_unknown_field_name_is_quoted_in_part(payment_module: ModuleType) -> None:
+    # WHEN a field name of a million characters is refused, THEN the error quotes its start
+    with pytest.raises(payment_module.InvalidPayment) as raised:
+        payment_module.parse_payment(json.dumps({**VALID, "x" * 1_000_000: 1}))
+    (error,) = raised.value.errors
+    assert len(error) < 200
+    assert error.endswith("(1000000 characters): unknown field")
+
+
 # --------------------------------------------------------------------------- settings
 
 BASE_ENV = {"CIRCUIT_BREAKER_TABLE": "CircuitBreakers", "PAYMENT_API_URL": "https://pay.test/c"}
@@ -112,7 +207,7 @@ def test_settings_defaults(payment_module: ModuleType) -> None:
     settings = payment_module.Settings.from_env(BASE_ENV)
     assert settings.breaker_name == "payment-api"
     assert settings.breaker_config.failure_threshold == 5
-    assert settings.breaker_config.failure_exceptions == (payment_module.ProviderError,)
+    assert settings.breaker_config.failure_exceptions == (payment_module.PaymentProviderError,)
     assert (settings.connect_timeout, settings.read_timeout) == (1.0, 5.0)
     assert settings.open_circuit_mode == "reject"
 
@@ -144,7 +239,7 @@ def test_settings_read_every_variable(payment_module: ModuleType) -> None:
             recovery_timeout=12.5,
             half_open_max_probes=2,
             cache_ttl=0.0,
-            failure_exceptions=(payment_module.ProviderError,),
+            failure_exceptions=(payment_module.PaymentProviderError,),
         ),
         open_circuit_mode="defer",
         deferred_queue_url="https://sqs.test/q",

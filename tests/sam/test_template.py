@@ -19,12 +19,12 @@ from typing import Any
 import pytest
 import tomllib
 
+from devtools.payment_api import FakePaymentApi
+from devtools.servers import REPO_ROOT, make_table
 from fleetbreaker import BreakerConfig, CircuitBreaker, CircuitOpenError
 from fleetbreaker.stores.dynamodb import KEY_ATTRIBUTE, TTL_ATTRIBUTE, DynamoDBStore
 from tests.conftest import backend_unavailable
 from tests.sam.conftest import invoke, payment_event
-from tests.sam.fakes import FakePaymentApi
-from tests.servers import REPO_ROOT, make_table
 from tests.support import FakeClock, function_reads
 
 TEMPLATE = REPO_ROOT / "template.yaml"

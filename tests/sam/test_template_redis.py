@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
+from devtools.servers import REPO_ROOT
 from fleetbreaker import RedisStore
-from tests.servers import REPO_ROOT
 
 TEMPLATE = REPO_ROOT / "template.yaml"
 CFN_LINT = Path(sys.executable).parent / "cfn-lint"

@@ -23,15 +23,15 @@ from typing import Any
 
 import pytest
 
+from devtools import servers
+from devtools.functions import load_function
+from devtools.payment_api import FakePaymentApi
+from devtools.servers import REPO_ROOT
 from fleetbreaker import DynamoDBStore
-from tests import servers
-from tests.servers import REPO_ROOT
 from tests.stepfunctions.harness import (
-    FakePaymentApi,
     InProcessLambdas,
     Workflow,
     environment,
-    load_function,
     load_template,
     read_definition,
     resolve,
@@ -76,11 +76,8 @@ def breaker_table(moto_server: str) -> tuple[str, str]:
 
 @pytest.fixture
 def payment_api() -> Iterator[FakePaymentApi]:
-    api = FakePaymentApi()
-    try:
+    with FakePaymentApi() as api:
         yield api
-    finally:
-        api.close()
 
 
 @dataclass

@@ -1,10 +1,7 @@
 """Test helpers for the Lambda functions and the payment workflow.
 
-- :func:`load_function` imports ``functions/<name>/app.py`` as its own module (every function
-  calls its file ``app.py``, so they cannot share one import name).
 - :class:`InProcessLambdas` makes moto's Lambda backend run registered Python handlers
   instead of Docker containers (see tests/stepfunctions/test_payment_workflow.py).
-- :class:`FakePaymentApi` is a payment provider on loopback whose answers a test sets.
 - :class:`Workflow` starts executions of a state machine in moto and waits for them.
 - :func:`load_template` and :func:`resolve` read template.yaml the way the tests deploy it.
 """
@@ -12,23 +9,19 @@
 from __future__ import annotations
 
 import contextlib
-import http.server
-import importlib.util
 import json
-import sys
 import threading
 import time
 import traceback
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
-from tests.servers import LOOPBACK, REPO_ROOT
+from devtools.lambda_context import FakeLambdaContext
+from devtools.servers import REPO_ROOT
 
-FUNCTIONS_DIR = REPO_ROOT / "functions"
 STATEMACHINE_DIR = REPO_ROOT / "statemachine"
 EVENTS_DIR = REPO_ROOT / "events"
 TEMPLATE = REPO_ROOT / "template.yaml"
@@ -36,42 +29,11 @@ TEMPLATE = REPO_ROOT / "template.yaml"
 Handler = Callable[[Any, Any], Any]
 
 
-def load_function(name: str) -> ModuleType:
-    """``functions/<name>/app.py`` as module ``fleetbreaker_functions.<name>`` (imported once)."""
-    module_name = f"fleetbreaker_functions.{name}"
-    module = sys.modules.get(module_name)
-    if module is None:
-        path = FUNCTIONS_DIR / name / "app.py"
-        spec = importlib.util.spec_from_file_location(module_name, path)
-        assert spec is not None, path
-        assert spec.loader is not None, path
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[module_name] = module
-        spec.loader.exec_module(module)
-    return module
-
-
 def read_event(name: str) -> Any:
     return json.loads((EVENTS_DIR / name).read_text())
 
 
 # --------------------------------------------------------------------------- Lambda
-
-
-@dataclass
-class LambdaContext:
-    """The attributes of the Lambda runtime's context object that handlers (Powertools) read."""
-
-    function_name: str
-    invoked_function_arn: str
-    memory_limit_in_mb: int = 128
-    function_version: str = "$LATEST"
-    aws_request_id: str = field(default_factory=lambda: str(uuid.uuid4()))
-    log_group_name: str = ""
-    log_stream_name: str = ""
-
-    def get_remaining_time_in_millis(self) -> int:
-        return 30_000
 
 
 class LambdaThrottled(Exception):
@@ -148,7 +110,11 @@ class InProcessLambdas:
         invocation = Invocation(event)
         with self._lock:
             self.calls[fn.function_name].append(invocation)
-        context = LambdaContext(fn.function_name, fn.function_arn, int(fn.memory_size or 128))
+        context = FakeLambdaContext(
+            function_name=fn.function_name,
+            invoked_function_arn=fn.function_arn,
+            memory_limit_in_mb=int(fn.memory_size or 128),
+        )
         try:
             invocation.result = handler(event, context)
         except LambdaThrottled as exc:
@@ -159,79 +125,6 @@ class InProcessLambdas:
             invocation.error = exc
             return json.dumps(error_payload(exc)), True, ""
         return json.dumps(invocation.result), False, ""
-
-
-# --------------------------------------------------------------------------- payment API
-
-
-@dataclass
-class ApiCall:
-    body: Any
-    headers: dict[str, str]
-
-
-class FakePaymentApi:
-    """A payment provider on 127.0.0.1: answers ``status`` with ``body``, records every call."""
-
-    def __init__(self) -> None:
-        self.status = 201
-        self.body: Any = {"charge_id": "ch_test", "state": "succeeded"}
-        self.calls: list[ApiCall] = []
-        # Called in the request's thread before answering: a test can hold the answer back
-        # or move its clock, as a slow provider would.
-        self.on_call: Callable[[], None] | None = None
-        self._lock = threading.Lock()
-        api = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                length = int(self.headers.get("Content-Length", "0"))
-                raw = self.rfile.read(length)
-                with api._lock:
-                    api.calls.append(ApiCall(json.loads(raw or b"null"), dict(self.headers)))
-                    hook = api.on_call
-                if hook is not None:
-                    hook()
-                with api._lock:
-                    status, body = api.status, api.body
-                payload = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self._server = http.server.ThreadingHTTPServer((LOOPBACK, 0), Handler)
-        self._server.daemon_threads = True
-        # A short poll interval keeps shutdown() (every test's teardown) quick.
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
-        )
-        self._thread.start()
-
-    @property
-    def url(self) -> str:
-        return f"http://{LOOPBACK}:{self._server.server_address[1]}/v1/charges"
-
-    def answer(self, status: int, body: Any = None) -> None:
-        with self._lock:
-            self.status = status
-            self.body = body if body is not None else {"error": f"HTTP {status} (test)"}
-
-    def healthy(self) -> None:
-        self.answer(201, {"charge_id": "ch_test", "state": "succeeded"})
-
-    @property
-    def call_count(self) -> int:
-        with self._lock:
-            return len(self.calls)
-
-    def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
 
 
 # --------------------------------------------------------------------------- executions

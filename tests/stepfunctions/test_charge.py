@@ -7,10 +7,15 @@ from typing import Any
 
 import pytest
 
-from tests.stepfunctions.harness import EVENTS_DIR, LambdaContext, load_function, read_event
+from devtools.functions import load_function
+from devtools.lambda_context import FakeLambdaContext
+from tests.stepfunctions.harness import EVENTS_DIR, read_event
 
 app = load_function("charge")
-CONTEXT = LambdaContext("charge", "arn:aws:lambda:us-east-1:123456789012:function:charge")
+CONTEXT = FakeLambdaContext(
+    function_name="charge",
+    invoked_function_arn="arn:aws:lambda:us-east-1:123456789012:function:charge",
+)
 PAYMENT = read_event("statemachine-payment.json")
 
 
@@ -36,10 +41,15 @@ def test_the_workflow_input_is_a_valid_charge(api: Any) -> None:
     assert result == {
         "status": "charged",
         "idempotency_key": "order-1042",
-        "provider_status": 201,
-        "provider_response": {"charge_id": "ch_test", "state": "succeeded"},
+        "provider_status": 200,
+        "provider_response": {
+            "id": "ch_order-1042",
+            "status": "succeeded",
+            "amount": PAYMENT["amount"],
+            "currency": PAYMENT["currency"],
+        },
     }
-    (call,) = api.calls
+    (call,) = api.requests
     assert call.body == PAYMENT
     assert call.headers["Idempotency-Key"] == "order-1042"
 
@@ -92,15 +102,15 @@ def test_a_silent_provider_times_out_after_the_read_timeout(
 @pytest.mark.parametrize(
     ("event", "message"),
     [
-        ("pay", "must be a JSON object"),
-        ({**PAYMENT, "amount": "12.50"}, "amount: required, an integer"),
+        ("pay", "input: must be a JSON object, got string"),
+        ({**PAYMENT, "amount": "12.50"}, "amount: must be an integer"),
         ({**PAYMENT, "amount": 0}, "amount: must be between 1"),
-        ({**PAYMENT, "amount": True}, "amount: required, an integer"),
+        ({**PAYMENT, "amount": True}, "amount: must be an integer"),
         ({**PAYMENT, "currency": "eur"}, "currency"),
         ({k: v for k, v in PAYMENT.items() if k != "idempotency_key"}, "idempotency_key"),
         ({**PAYMENT, "idempotency_key": "has space"}, "idempotency_key"),
         ({**PAYMENT, "description": "x" * 501}, "description"),
-        ({**PAYMENT, "card": "4242"}, "card: unknown field"),
+        ({**PAYMENT, "card": "4242"}, "'card': unknown field"),
     ],
 )
 def test_an_invalid_payment_is_refused_before_calling_the_provider(
@@ -108,7 +118,36 @@ def test_an_invalid_payment_is_refused_before_calling_the_provider(
 ) -> None:
     with pytest.raises(app.InvalidPaymentRequest, match=message):
         charge(event)
-    assert api.call_count == 0
+    assert api.calls == 0
+
+
+@pytest.mark.parametrize(
+    ("event", "kind"),
+    [(None, "null"), ([PAYMENT], "array"), (1250, "number"), (read_event("payment-ok.json"), "")],
+    ids=["null", "list", "int", "api-gateway-event"],
+)
+def test_an_input_that_is_no_payment_is_refused_by_name(api: Any, event: Any, kind: str) -> None:
+    # GIVEN an input of another shape (a direct invoke, an HTTP API event sent by mistake)
+    # WHEN the charge step runs, THEN it raises InvalidPaymentRequest and sends nothing
+    with pytest.raises(app.InvalidPaymentRequest) as raised:
+        charge(event)
+    if kind:
+        assert str(raised.value) == f"input: must be a JSON object, got {kind}"
+    else:
+        assert "amount: required" in str(raised.value)
+    assert api.calls == 0
+
+
+def test_the_refusal_of_a_huge_input_is_bounded(api: Any) -> None:
+    # GIVEN a payment carrying 190,000 unknown fields (about 4.6 MB of JSON)
+    event = {**PAYMENT, **{f"field-{n:07d}": n for n in range(190_000)}}
+    # WHEN the charge step refuses it
+    with pytest.raises(app.InvalidPaymentRequest) as raised:
+        charge(event)
+    # THEN the error (the workflow's cause, at most 32 KB) lists a few and counts the rest
+    message = str(raised.value)
+    assert len(message) < 1000, len(message)
+    assert message.endswith(f"... and {190_000 - 10} more unknown fields")
 
 
 @pytest.mark.parametrize(

@@ -6,15 +6,18 @@ cold start runs against moto's server, and store trouble against a refused port.
 
 from __future__ import annotations
 
+import re
 import time
 import uuid
 from typing import Any
 
 import pytest
 
+from devtools import servers
+from devtools.functions import load_function
+from devtools.lambda_context import FakeLambdaContext
 from fleetbreaker import DynamoDBStore, MemoryStore
-from tests import servers
-from tests.stepfunctions.harness import EVENTS_DIR, LambdaContext, load_function, read_event
+from tests.stepfunctions.harness import EVENTS_DIR, read_event
 from tests.support import FakeClock
 
 app = load_function("breaker_gate")
@@ -25,7 +28,10 @@ ENV = {
     "BREAKER_RECOVERY_TIMEOUT": "30",
     "BREAKER_PROBE_LEASE_SECONDS": "20",
 }
-CONTEXT = LambdaContext("breaker-gate", "arn:aws:lambda:us-east-1:123456789012:function:gate")
+CONTEXT = FakeLambdaContext(
+    function_name="breaker-gate",
+    invoked_function_arn="arn:aws:lambda:us-east-1:123456789012:function:gate",
+)
 
 
 def make_gate(clock: FakeClock, store: Any = None, **env: str) -> Any:
@@ -233,7 +239,7 @@ def test_a_token_used_twice_applies_once(gate: Any, clock: FakeClock) -> None:
         ({"action": "check", "breaker": "a\nb"}, "control characters"),
         (
             {"action": "check", "breaker": "payment-api", "outcome": "success"},
-            "unknown field(s) for check: outcome",
+            "unknown field(s) for check: 'outcome'",
         ),
         ({"action": "check", "breaker": "payment-api", "max_wait_seconds": 0}, "max_wait_seconds"),
         ({"action": "check", "breaker": "payment-api", "max_wait_seconds": 1.5}, "whole number"),
@@ -253,7 +259,7 @@ def test_a_token_used_twice_applies_once(gate: Any, clock: FakeClock) -> None:
         ),
         (
             {"action": "record", "breaker": "payment-api", "outcome": "success", "tokn": None},
-            "unknown field(s) for record: tokn",
+            "unknown field(s) for record: 'tokn'",
         ),
     ],
 )
@@ -261,6 +267,51 @@ def test_a_bad_request_raises_invalid_gate_request(gate: Any, event: Any, messag
     with pytest.raises(app.InvalidGateRequest) as raised:
         invoke(event)
     assert message in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    ("event", "message"),
+    [
+        (None, "the request must be a JSON object, got null"),
+        ([], "the request must be a JSON object, got list"),
+        ("check", "the request must be a JSON object, got str"),
+        (7, "the request must be a JSON object, got int"),
+        ({}, "action: required"),
+        (read_event("payment-ok.json"), "action: required"),
+        ({"action": ["check"], "breaker": "payment-api"}, "action: must be one of"),
+    ],
+    ids=["null", "list", "string", "int", "empty", "api-gateway-event", "action-list"],
+)
+def test_an_event_that_is_no_gate_request_raises_invalid_gate_request(
+    gate: Any, event: Any, message: str
+) -> None:
+    # GIVEN an event of another shape (a direct invoke, an HTTP API event sent by mistake)
+    # WHEN the gate handles it, THEN it refuses it by name, without touching the store
+    with pytest.raises(app.InvalidGateRequest, match=re.escape(message)):
+        invoke(event)
+    assert gate.store.load("payment-api", gate.clock()) is None
+
+
+def test_the_refusal_of_a_huge_request_is_bounded(gate: Any) -> None:
+    # GIVEN a check carrying 190,000 unknown fields (about 4.6 MB of JSON)
+    event = {"action": "check", "breaker": "payment-api"}
+    event.update({f"field-{n:07d}": n for n in range(190_000)})
+    # WHEN the gate refuses it
+    with pytest.raises(app.InvalidGateRequest) as raised:
+        invoke(event)
+    # THEN the error lists a few fields and says how many it left out
+    message = str(raised.value)
+    assert len(message) < 1000, len(message)
+    assert "'field-0000000'" in message
+    assert f"and {190_000 - app.MAX_LISTED_FIELDS} more" in message
+
+
+def test_a_huge_value_is_quoted_in_part(gate: Any) -> None:
+    # GIVEN an action of a million characters, WHEN refused, THEN the error quotes its start
+    with pytest.raises(app.InvalidGateRequest) as raised:
+        invoke({"action": "x" * 1_000_000, "breaker": "payment-api"})
+    assert len(str(raised.value)) < 300
+    assert "(1000002 characters)" in str(raised.value)
 
 
 def test_a_bad_request_changes_nothing(gate: Any) -> None:

@@ -81,7 +81,7 @@ def test_lifecycle_closed_open_rejected_probe_closed(
         "Answered",
         "Done",
     ]
-    assert payment_api.calls[0].headers["Idempotency-Key"] == "order-1"
+    assert payment_api.requests[0].headers["Idempotency-Key"] == "order-1"
     assert stack.breaker_state() == "closed"
 
     # WHEN the provider fails for THRESHOLD payments THEN each is deferred and the last opens it
@@ -94,7 +94,7 @@ def test_lifecycle_closed_open_rejected_probe_closed(
         assert BREAKER in run.cause
         assert run.entered("RecordFailure") == 1
     assert stack.breaker_state() == "open"
-    assert payment_api.call_count == 1 + THRESHOLD
+    assert payment_api.calls == 1 + THRESHOLD
 
     # WHEN a payment arrives while it is open (time frozen: the open window never ends)
     # THEN the Choice takes the reject branch, waits MAX_WAITS times, never charges, and defers
@@ -108,12 +108,12 @@ def test_lifecycle_closed_open_rejected_probe_closed(
     assert run.entered("WaitForBreaker") == MAX_WAITS
     assert run.entered("Charge") == 0
     assert stack.charge_calls == charges_before
-    assert payment_api.call_count == 1 + THRESHOLD
+    assert payment_api.calls == 1 + THRESHOLD
     assert waits.seconds == [OPEN_SECONDS] * MAX_WAITS
 
     # WHEN the open window has passed and the provider is back
     # THEN the next execution is the probe, and its success closes the breaker
-    payment_api.healthy()
+    payment_api.mode = "ok"
     waits.clock.advance(OPEN_SECONDS)
     run = stack.workflow.run(payment("order-probe"))
     assert run.status == "SUCCEEDED"
@@ -126,7 +126,7 @@ def test_lifecycle_closed_open_rejected_probe_closed(
     # THEN payments flow through the allow branch again
     run = stack.workflow.run(payment("order-after"))
     assert run.output["decision"] == "allow"
-    assert payment_api.call_count == 1 + THRESHOLD + 2
+    assert payment_api.calls == 1 + THRESHOLD + 2
 
 
 def test_a_waiting_execution_probes_when_the_open_window_ends(
@@ -134,7 +134,7 @@ def test_a_waiting_execution_probes_when_the_open_window_ends(
 ) -> None:
     # GIVEN an open breaker and a provider that has recovered
     open_the_breaker(stack, payment_api)
-    payment_api.healthy()
+    payment_api.mode = "ok"
     # WHEN a payment arrives THEN it waits out retry_after (the breaker's clock moves with it)
     # and comes back as the probe, which closes the breaker
     run = stack.workflow.run(payment("order-patient"))
@@ -181,15 +181,15 @@ def test_concurrent_executions_admit_exactly_one_probe(
     open_the_breaker(stack, payment_api)
     waits.clock.advance(OPEN_SECONDS)
     waits.clock_moves = False
-    payment_api.healthy()
+    payment_api.mode = "ok"
     release = threading.Event()
     payment_api.on_call = lambda: release.wait(30)
-    calls_before = payment_api.call_count
+    calls_before = payment_api.calls
 
     # WHEN five executions start together
     arns = [stack.workflow.start(payment(f"order-race-{n}")) for n in range(5)]
     deadline = time.monotonic() + 30
-    while payment_api.call_count == calls_before:
+    while payment_api.calls == calls_before:
         assert time.monotonic() < deadline, "no execution reached the provider"
         time.sleep(0.01)
     # The four that lost the race wait out their bounded loop while the probe is held.
@@ -210,7 +210,7 @@ def test_concurrent_executions_admit_exactly_one_probe(
     assert len(probes) == 1
     assert probes[0].output["decision"] == "probe"
     assert sorted(run.error for run in runs if run.status == "FAILED") == ["PaymentDeferred"] * 4
-    assert payment_api.call_count == calls_before + 1
+    assert payment_api.calls == calls_before + 1
     assert stack.breaker_state() == "closed"
 
 
@@ -233,7 +233,7 @@ def test_unknown_decision_takes_the_default_branch(stack: Any, payment_api: Any)
     assert BREAKER in run.cause
     assert run.states[-2:] == ["RouteOnDecision", "UnexpectedDecision"]
     assert stack.charge_calls == 0
-    assert payment_api.call_count == 0
+    assert payment_api.calls == 0
 
 
 def test_a_gate_error_is_caught_by_name(stack_factory: Any, payment_api: Any) -> None:
@@ -247,7 +247,7 @@ def test_a_gate_error_is_caught_by_name(stack_factory: Any, payment_api: Any) ->
     assert f"'{BREAKER}' is not served by this gate" in run.cause
     assert run.states == ["Init", "CheckBreaker", "BreakerGateFailed"]
     assert stack.charge_calls == 0
-    assert payment_api.call_count == 0
+    assert payment_api.calls == 0
 
 
 def test_the_wait_loop_is_bounded_and_each_wait_capped(
@@ -275,7 +275,7 @@ def test_a_stale_probe_token_is_recorded_as_a_no_op(
     # lease (BREAKER_PROBE_LEASE_SECONDS=60) runs out before it answers
     open_the_breaker(stack, payment_api)
     waits.clock.advance(OPEN_SECONDS)
-    payment_api.healthy()
+    payment_api.mode = "ok"
     payment_api.on_call = lambda: waits.clock.advance(61)
     # WHEN the probe's charge succeeds late
     run = stack.workflow.run(payment("order-slow-probe"))
@@ -328,7 +328,7 @@ def test_an_invalid_payment_fails_before_reaching_the_provider(
     assert "amount" in run.cause
     assert "idempotency_key" in run.cause
     assert run.entered("RecordFailure") == 0
-    assert payment_api.call_count == 0
+    assert payment_api.calls == 0
 
 
 def test_a_throttled_charge_is_retried_and_counted_once(
@@ -349,6 +349,6 @@ def test_a_throttled_charge_is_retried_and_counted_once(
     run = stack.workflow.run(payment("order-throttled"))
     assert run.status == "SUCCEEDED"
     assert stack.charge_calls == 2
-    assert payment_api.call_count == 1
+    assert payment_api.calls == 1
     assert len(waits.retry_intervals) == 1
     assert len(gate_answers(stack, "record")) == 1

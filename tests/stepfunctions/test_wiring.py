@@ -13,14 +13,15 @@ from typing import Any
 
 import pytest
 
-from tests.servers import REPO_ROOT
+from devtools.functions import load_function
+from devtools.servers import REPO_ROOT
 from tests.stepfunctions.conftest import (
     CHARGE_FUNCTION,
     GATE_FUNCTION,
     STATE_MACHINE,
     functions_named_by,
 )
-from tests.stepfunctions.harness import environment, load_function, load_template, resolve
+from tests.stepfunctions.harness import environment, load_template, resolve
 from tests.support import function_reads
 
 PLACEHOLDER = re.compile(r"\$\{([^}]*)\}")

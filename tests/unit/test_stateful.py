@@ -183,8 +183,8 @@ test_fleet_invariants_on_memory_store = FleetMachine.TestCase
 def moto_store_factory() -> Any:
     from moto import mock_aws
 
+    from devtools import servers
     from fleetbreaker import DynamoDBStore
-    from tests import servers
 
     with mock_aws():
         client = servers.dynamodb_client(None)

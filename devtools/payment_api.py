@@ -1,8 +1,9 @@
-"""Stand-ins for what surrounds the payment function: the provider's API and Lambda's context.
+"""A fake payment provider: the one ``FakePaymentApi`` of the tests, the bench and the scripts.
 
-``FakePaymentApi`` is a real HTTP server (``http.server`` on a thread), so the payment
-function's ``requests`` session, timeouts and status handling are exercised over a socket.
-Also used by ``scripts/invoke_local.py`` for ``make invoke-local``.
+``FakePaymentApi`` is a real HTTP server (``http.server`` on a thread), so the functions' HTTP
+clients (the payment function's ``requests`` session, the charge step's ``http.client``), their
+timeouts and their status handling are exercised over a socket. ``PaymentApiHandler`` is what
+every fake provider shares, the demo's scheduled one (bench/demo/provider.py) included.
 
 Modes
 -----
@@ -11,18 +12,23 @@ fail     503, like a provider in an outage.
 decline  402 with a JSON error: the provider works and refuses the payment.
 hold     waits until ``release()`` (or ``hold_timeout``), then answers like ``ok``: a slow
          provider, or a request a test wants to keep in flight.
+
+:meth:`FakePaymentApi.answer` overrides the mode with a fixed status and body until the mode is
+set again, and :attr:`FakePaymentApi.on_call` runs in each request's thread before it is
+answered (a test can hold the answer back there, or move its clock).
 """
 
 from __future__ import annotations
 
 import json
 import threading
-import uuid
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-LOOPBACK = "127.0.0.1"
+from devtools.servers import LOOPBACK
+
 MODES = ("ok", "fail", "decline", "hold")
 
 
@@ -46,7 +52,7 @@ class PaymentApiHandler(BaseHTTPRequestHandler):
             charge.update(amount=body.get("amount"), currency=body.get("currency"))
         self.answer(200, charge)
 
-    def answer(self, status: int, payload: dict[str, Any]) -> None:
+    def answer(self, status: int, payload: Any) -> None:
         data = json.dumps(payload).encode()
         try:
             self.send_response(status)
@@ -61,21 +67,40 @@ class PaymentApiHandler(BaseHTTPRequestHandler):
         pass  # tests and the demo report what they need themselves
 
 
+@dataclass(frozen=True)
+class ApiCall:
+    """One request that reached the fake provider."""
+
+    path: str
+    headers: dict[str, str]
+    body: Any
+
+    @property
+    def idempotency_key(self) -> str | None:
+        return self.headers.get("Idempotency-Key")
+
+
 class FakePaymentApi:
     """``POST /charges`` on 127.0.0.1:<free port>. Use as a context manager."""
 
     def __init__(self, mode: str = "ok", *, hold_timeout: float = 10.0) -> None:
         self._lock = threading.Lock()
         self._mode = "ok"
+        self._fixed: tuple[int, Any] | None = None
         self.mode = mode
         self.hold_timeout = hold_timeout
-        self.requests: list[dict[str, Any]] = []
+        self.requests: list[ApiCall] = []
+        self.on_call: Callable[[], None] | None = None
         self.arrived = threading.Event()  # set whenever a request arrives
         self._released = threading.Event()
         self._server = ThreadingHTTPServer((LOOPBACK, 0), self._handler_class())
         self._server.daemon_threads = True
+        # A short poll interval keeps shutdown() (every test's teardown) quick.
         self._thread = threading.Thread(
-            target=self._server.serve_forever, name="fake-payment-api", daemon=True
+            target=self._server.serve_forever,
+            kwargs={"poll_interval": 0.02},
+            name="fake-payment-api",
+            daemon=True,
         )
 
     @property
@@ -89,6 +114,12 @@ class FakePaymentApi:
             raise ValueError(f"mode must be one of {MODES}, got {value!r}")
         with self._lock:
             self._mode = value
+            self._fixed = None
+
+    def answer(self, status: int, body: Any = None) -> None:
+        """Answer every request with ``status`` and ``body`` (JSON) until the mode is set."""
+        with self._lock:
+            self._fixed = (status, body if body is not None else {"error": f"HTTP {status}"})
 
     @property
     def url(self) -> str:
@@ -121,12 +152,16 @@ class FakePaymentApi:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    def _record(self, request: dict[str, Any]) -> str:
+    def _record(self, call: ApiCall) -> Callable[[], None] | None:
         with self._lock:
-            self.requests.append(request)
-            mode = self._mode
+            self.requests.append(call)
+            hook = self.on_call
         self.arrived.set()
-        return mode
+        return hook
+
+    def _reply(self) -> tuple[str, tuple[int, Any] | None]:
+        with self._lock:
+            return self._mode, self._fixed
 
     def _handler_class(self) -> type[BaseHTTPRequestHandler]:
         api = self
@@ -134,13 +169,13 @@ class FakePaymentApi:
         class Handler(PaymentApiHandler):
             def do_POST(self) -> None:
                 body = self.read_json()
-                mode = api._record(
-                    {
-                        "path": self.path,
-                        "idempotency_key": self.headers.get("Idempotency-Key"),
-                        "body": body,
-                    }
-                )
+                hook = api._record(ApiCall(self.path, dict(self.headers), body))
+                if hook is not None:
+                    hook()
+                mode, fixed = api._reply()
+                if fixed is not None:
+                    self.answer(*fixed)
+                    return
                 if mode == "hold":
                     api._released.wait(api.hold_timeout)
                 if mode == "fail":
@@ -151,21 +186,3 @@ class FakePaymentApi:
                     self.answer_charge(body)
 
         return Handler
-
-
-@dataclass
-class FakeLambdaContext:
-    """The attributes of Lambda's context object that Powertools reads."""
-
-    function_name: str = "fleetbreaker-payment"
-    function_version: str = "$LATEST"
-    invoked_function_arn: str = (
-        "arn:aws:lambda:us-east-1:123456789012:function:fleetbreaker-payment"
-    )
-    memory_limit_in_mb: int = 256
-    aws_request_id: str = field(default_factory=lambda: str(uuid.uuid4()))
-    log_group_name: str = "/aws/lambda/fleetbreaker/payment"
-    log_stream_name: str = "local"
-
-    def get_remaining_time_in_millis(self) -> int:
-        return 29_000

@@ -5,7 +5,7 @@ conditional UpdateItems on one item can both pass their checks: a race real Dyna
 allows (conditional writes to an item are linearisable). A global lock around each request
 restores that guarantee without changing anything else about moto's wire behaviour.
 
-Usage: python tests/moto_atomic_server.py HOST PORT
+Usage: python devtools/moto_atomic_server.py HOST PORT
 """
 
 from __future__ import annotations
@@ -17,7 +17,10 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from moto.moto_server.threaded_moto_server import MotoRequestHandler  # type: ignore[attr-defined]
-from moto.server import DomainDispatcherApplication, create_backend_app
+from moto.server import (  # type: ignore[attr-defined]
+    DomainDispatcherApplication,
+    create_backend_app,
+)
 from werkzeug.serving import run_simple
 
 

@@ -278,7 +278,7 @@ class MotoServer(ServerProcess):
 
     def command(self) -> Sequence[str]:
         # DynamoDB requests are serialised the way real DynamoDB serialises writes to an item;
-        # see tests/moto_atomic_server.py.
+        # see devtools/moto_atomic_server.py.
         launcher = str(Path(__file__).with_name("moto_atomic_server.py"))
         return [sys.executable, launcher, LOOPBACK, str(self.port)]
 
