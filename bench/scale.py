@@ -39,7 +39,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-if __package__ in (None, ""):  # run as a script: make the repo's packages importable
+if __package__ in (None, ""):  # run as a script: make bench and devtools importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import contextlib
@@ -385,8 +385,7 @@ def run(
                 from fleetbreaker import DynamoDBStore
 
                 _prepare_environment()
-                sys.path.insert(0, str(REPO_ROOT))
-                from tests.servers import MotoServer, dynamodb_client, make_table
+                from devtools.servers import MotoServer, dynamodb_client, make_table
 
                 server = MotoServer()
                 server.start()

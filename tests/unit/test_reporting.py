@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import math
 
-from fleetbreaker import BreakerConfig
+from fleetbreaker import BreakerConfig, CircuitBreaker
 from fleetbreaker.reporting import (
     TARGET_REPORTS_PER_S,
     CallTally,
     next_interval_ms,
     wants_urgent_report,
 )
-from fleetbreaker.state import Policy, WindowCounts
+from fleetbreaker.state import WINDOW_BUCKETS, Bucket, Policy, Record, WindowCounts, bucket_index
+from fleetbreaker.stores.memory import MemoryStore
+from tests.support import Dependency, FakeClock
 
 RATE = Policy.from_config(
     BreakerConfig(failure_rate_threshold=0.5, minimum_calls=20, window_seconds=10)
@@ -90,3 +92,37 @@ def test_stretched_container_with_scattered_failures_waits() -> None:
         tally.finish(None, at, failed=at == 0)
     # THEN it keeps the counts until they are due
     assert not wants_urgent_report(None, tally, RATE, "c1", 30)
+
+
+def _busy_record(now_ms: int, reports: int) -> Record:
+    """A closed record whose current bucket took ``reports`` reports (a hot key)."""
+    idx = bucket_index(RATE, now_ms)
+    bucket = Bucket(idx, calls=reports * 5, failures=0, slow=0, reports=reports)
+    return Record(buckets={idx % WINDOW_BUCKETS: bucket}, expires_at=now_ms // 1000 + 3600)
+
+
+def test_breaker_on_a_hot_record_refreshes_by_reading_not_writing() -> None:
+    # GIVEN a breaker whose record takes 1,000 reports/s (over TARGET_REPORTS_PER_S)
+    clock = FakeClock()
+    store = MemoryStore()
+    store.seed("payment-api", _busy_record(clock(), 10_000))
+    breaker = CircuitBreaker(
+        "payment-api",
+        store=store,
+        config=BreakerConfig(failure_rate_threshold=0.5, window_seconds=10, cache_ttl=1.0),
+        clock=clock,
+    )
+    dependency = Dependency()
+    # AND two cache refreshes with calls pending: the reports' answers stretch its interval
+    for _ in range(3):
+        breaker.call(dependency)
+        clock.advance(1.0)
+    writes = store.stats.writes
+    reads = store.stats.reads
+
+    # WHEN its cache goes stale again with calls pending
+    breaker.call(dependency)
+
+    # THEN the refresh is a read: the pending counts wait for the stretched interval
+    assert store.stats.writes == writes
+    assert store.stats.reads == reads + 1
