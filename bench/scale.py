@@ -32,6 +32,7 @@ import json
 import math
 import os
 import random
+import signal
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -75,10 +76,14 @@ class Scenario:
     warmup_s: float = 20.0  # noise before the measured phases: the report control settles
     calls_per_s: int = CALLS_PER_S
     seed: int = 1
+    # Containers joining per second during the warm-up (0: all within the first second), as
+    # Lambda adds containers while the load grows; each calls only once it has joined.
+    ramp_per_s: float = 0.0
 
     @property
     def label(self) -> str:
-        return self.policy if self.noise else f"{self.policy}*"
+        label = self.policy if self.noise else f"{self.policy}*"
+        return f"{label} ramp {self.ramp_per_s:g}/s" if self.ramp_per_s else label
 
 
 @dataclass
@@ -168,10 +173,13 @@ def simulate(scenario: Scenario, store: Any, store_label: str, name: str) -> Res
     rejected = object()
     rng = random.Random(scenario.seed)
     breakers = []
+    joins = [round(i * 1000 / scenario.ramp_per_s) if scenario.ramp_per_s else 0 for i in range(n)]
+    if joins[-1] >= scenario.warmup_s * 1000:
+        raise ValueError(f"{n} containers at {scenario.ramp_per_s:g}/s need a longer warm-up")
     for i in range(n):
         # Containers started at different moments: their cache refreshes and report times
         # are spread over a second, as in a real fleet, not all on the same millisecond.
-        clock.now_ms = START_MS - rng.randrange(1000)
+        clock.now_ms = START_MS + joins[i] - rng.randrange(1000)
         breaker = CircuitBreaker(
             name,
             store=store,
@@ -217,9 +225,11 @@ def simulate(scenario: Scenario, store: Any, store_label: str, name: str) -> Res
                 samples.append((store.stats.reads, store.stats.writes))
             next_sample += SAMPLE_MS
         if at < warm_ms:
-            clock.now_ms = START_MS + at
-            with contextlib.suppress(DependencyDown):
-                breakers[order[j % n]].call(dependency)
+            container = order[j % n]
+            if at >= joins[container]:
+                clock.now_ms = START_MS + at
+                with contextlib.suppress(DependencyDown):
+                    breakers[container].call(dependency)
             continue
         if not samples:  # no warm-up
             samples.append((store.stats.reads, store.stats.writes))
@@ -284,14 +294,18 @@ def simulate(scenario: Scenario, store: Any, store_label: str, name: str) -> Res
 
 
 def scenarios_for(
-    containers: int, warmup_s: float, noise_s: float, outage_s: float
+    containers: int, warmup_s: float, noise_s: float, outage_s: float, ramp_per_s: float = 0.0
 ) -> list[Scenario]:
     timeline = {"warmup_s": warmup_s, "noise_s": noise_s, "outage_s": outage_s}
-    return [
+    scenarios = [
         Scenario(containers, "count", **timeline),
         Scenario(containers, "count", noise=0.0, **timeline),
         Scenario(containers, "rate", **timeline),
     ]
+    if ramp_per_s:
+        ramped = {**timeline, "warmup_s": warmup_s + containers / ramp_per_s}
+        scenarios.append(Scenario(containers, "rate", ramp_per_s=ramp_per_s, **ramped))
+    return scenarios
 
 
 def _seconds(value: float | None, limit: float) -> str:
@@ -311,6 +325,7 @@ COLUMNS = (
     "req/s mean",
     "writes/s peak",
     "writes/s mean",
+    "warm-up writes/s peak",
     "$ per 1M inv.",
 )
 
@@ -333,6 +348,7 @@ def table_rows(results: Sequence[Result], outage_s: dict[int, float]) -> list[li
                 f"{r.mean_requests_per_s:,.0f}",
                 f"{r.peak_writes_per_s:,}",
                 f"{r.mean_writes_per_s:,.0f}",
+                f"{r.warmup_peak_writes_per_s:,}",
                 f"{r.cost_per_m:.3f}",
             ]
         )
@@ -371,6 +387,7 @@ def run(
     moto_containers: Sequence[int],
     timeline: tuple[float, float, float],
     moto_timeline: tuple[float, float, float],
+    ramp_per_s: float = 0.0,
     progress: Callable[[str], None] = _log,
 ) -> tuple[list[Result], dict[str, dict[int, float]]]:
     """Every scenario on every store; the results and each store's outage length."""
@@ -400,7 +417,7 @@ def run(
             outages[store_kind] = {}
             for size in sizes:
                 outages[store_kind][size] = phases[2]
-                for number, scenario in enumerate(scenarios_for(size, *phases)):
+                for number, scenario in enumerate(scenarios_for(size, *phases, ramp_per_s)):
                     name = f"scale-{size}-{scenario.label}-{number}"
                     store = (
                         MemoryStore()
@@ -410,7 +427,7 @@ def run(
                     result = simulate(scenario, store, store_kind, name)
                     progress(
                         f"{store_kind} {size:>5} {scenario.label:<6} done in {result.wall_s:.1f} s"
-                        f" (virtual {sum(phases):g} s)"
+                        f" (virtual {scenario.warmup_s + sum(phases[1:]):g} s)"
                     )
                     results.append(result)
         finally:
@@ -437,8 +454,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--moto-containers", default="100", help="fleet sizes (moto)")
     parser.add_argument("--timeline", default="20,30,15", help="warm-up,noise,outage s (memory)")
     parser.add_argument("--moto-timeline", default="10,10,10", help="warm-up,noise,outage s (moto)")
+    parser.add_argument(
+        "--ramp",
+        type=float,
+        default=0.0,
+        help="also run the rate policy with containers joining at this many per second",
+    )
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
     args = parser.parse_args(argv)
+
+    def stop(signum: int, _frame: object) -> None:
+        # SIGTERM becomes an exception, so the moto server is stopped on the way out.
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, stop)
     stores = [s.strip() for s in args.stores.split(",") if s.strip()]
     results, outages = run(
         stores,
@@ -446,6 +475,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         _numbers(args.moto_containers, int),
         _timeline(args.timeline),
         _timeline(args.moto_timeline),
+        args.ramp,
     )
     rows = []
     for store_kind in stores:
