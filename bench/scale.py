@@ -46,8 +46,16 @@ if __package__ in (None, ""):  # run as a script: make bench and devtools import
 import contextlib
 import itertools
 
-from fleetbreaker import BreakerConfig, BreakerListener, CircuitBreaker
-from fleetbreaker.state import State
+from fleetbreaker import BreakerConfig, BreakerListener, CircuitBreaker, MemoryStore
+from fleetbreaker.state import (
+    WINDOW_BUCKETS,
+    Outcome,
+    Policy,
+    Record,
+    Report,
+    State,
+    bucket_index,
+)
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUTPUT = REPO_ROOT / "bench" / "results" / "scale.json"
@@ -157,6 +165,55 @@ class TripLog(BreakerListener):
     def on_transition(self, name: str, before: State, after: State) -> None:
         if before is State.CLOSED and after is State.OPEN:
             self.at_ms.append(self.clock.now_ms)
+
+
+class DynamoDBModelStore(MemoryStore):
+    """MemoryStore's rules, counting the extra writes DynamoDBStore's fences cost.
+
+    DynamoDBStore.report is one UpdateItem fenced on what the container last saw of the
+    report's bucket slot; when another container has started the bucket since, the condition
+    fails (a write unit spent) and it writes again. A trip is one more UpdateItem. This
+    counts both, so 5,000 containers can be priced without 5,000 containers' worth of HTTP.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fence_misses = 0
+
+    def report(
+        self, name: str, policy: Policy, now_ms: int, report: Report, observed: Record | None
+    ) -> Outcome:
+        if report:
+            current = self._records.get(name)
+            if current is not None and current.is_expired(now_ms):
+                current = None
+            if _fence_fails(current, observed, policy, now_ms):
+                self.fence_misses += 1
+                self.stats.count_write()
+        outcome = super().report(name, policy, now_ms, report, observed)
+        if outcome.transition is not None:
+            self.stats.count_write()  # DynamoDBStore trips in a second, fenced write
+        return outcome
+
+
+def _fence_fails(
+    current: Record | None, observed: Record | None, policy: Policy, now_ms: int
+) -> bool:
+    """Whether DynamoDBStore.report's first conditional write would fail on ``current``."""
+    seen = observed if observed is not None and not observed.is_expired(now_ms) else None
+    if seen is None:
+        return current is not None  # it writes a fresh record, fenced on there being none
+    if current is None or seen.state is not State.CLOSED or current.state is not State.CLOSED:
+        return False  # no write planned, or the one write fails and the report stops there
+    idx = bucket_index(policy, now_ms)
+    slot = idx % WINDOW_BUCKETS
+    held, stored = seen.buckets.get(slot), current.buckets.get(slot)
+    if held is not None and held.idx == idx:
+        return False  # an ADD to the bucket it saw: commutes with everyone else's
+    # It starts the bucket over the one it saw: fenced on that one still being there.
+    return (stored is None) != (held is None) or (
+        stored is not None and held is not None and stored.idx != held.idx
+    )
 
 
 class DependencyDown(Exception):
@@ -391,8 +448,6 @@ def run(
     progress: Callable[[str], None] = _log,
 ) -> tuple[list[Result], dict[str, dict[int, float]]]:
     """Every scenario on every store; the results and each store's outage length."""
-    from fleetbreaker import MemoryStore
-
     results: list[Result] = []
     outages: dict[str, dict[int, float]] = {}
     for store_kind in stores:
@@ -410,8 +465,8 @@ def run(
                 table = make_table(server.endpoint_url, "fleetbreaker-scale")
                 client = dynamodb_client(server.endpoint_url)
                 phases, sizes = moto_timeline, moto_containers
-            elif store_kind != "memory":
-                raise SystemExit(f"unknown store {store_kind!r}: choose memory or moto")
+            elif store_kind not in ("memory", "ddb-model"):
+                raise SystemExit(f"unknown store {store_kind!r}: choose memory, ddb-model or moto")
             else:
                 phases, sizes = timeline, containers
             outages[store_kind] = {}
@@ -419,11 +474,13 @@ def run(
                 outages[store_kind][size] = phases[2]
                 for number, scenario in enumerate(scenarios_for(size, *phases, ramp_per_s)):
                     name = f"scale-{size}-{scenario.label}-{number}"
-                    store = (
-                        MemoryStore()
-                        if store_kind == "memory"
-                        else DynamoDBStore(table, boto3_client=client)
-                    )
+                    store: Any
+                    if store_kind == "memory":
+                        store = MemoryStore()
+                    elif store_kind == "ddb-model":
+                        store = DynamoDBModelStore()
+                    else:
+                        store = DynamoDBStore(table, boto3_client=client)
                     result = simulate(scenario, store, store_kind, name)
                     progress(
                         f"{store_kind} {size:>5} {scenario.label:<6} done in {result.wall_s:.1f} s"

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
 # Periodic reports the fleet aims to send to one breaker's record per second, and the extra
 # out-of-turn reports it may add: together well under one DynamoDB item's 1,000 writes/s.
-TARGET_REPORTS_PER_S = 400.0
+TARGET_REPORTS_PER_S = 250.0
 URGENT_REPORTS_PER_S = 200.0
 
 _process_ids: dict[int, str] = {}

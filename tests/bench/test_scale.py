@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from bench.scale import ITEM_WRITE_CAP, Result, Scenario, simulate
-from fleetbreaker import MemoryStore
+from bench.scale import ITEM_WRITE_CAP, DynamoDBModelStore, Result, Scenario, simulate
+from devtools.servers import dynamodb_client, make_table
+from fleetbreaker import DynamoDBStore, MemoryStore
 
 CONTAINERS = 20
 TIMELINE = {"warmup_s": 1.0, "noise_s": 3.0, "outage_s": 8.0, "calls_per_s": 2_000}
@@ -76,3 +77,24 @@ def test_rate_policy_peak_writes_stay_under_one_dynamodb_item(rate: Result) -> N
 def test_count_policy_peak_writes_stay_under_one_dynamodb_item(count: Result) -> None:
     # GIVEN the count policy at this scale, THEN its failure writes stay under the cap too
     assert count.peak_writes_per_s <= ITEM_WRITE_CAP
+
+
+def test_dynamodb_model_counts_the_writes_dynamodb_store_makes(moto_server: str) -> None:
+    # GIVEN the same tiny rate-policy run on DynamoDBStore (moto's server) and on the model
+    # that prices 5,000 containers: MemoryStore's rules plus DynamoDBStore's lost fences
+    scenario = Scenario(
+        CONTAINERS, "rate", warmup_s=1.0, noise_s=2.0, outage_s=3.0, calls_per_s=400
+    )
+    table = make_table(moto_server)
+    real = DynamoDBStore(table, boto3_client=dynamodb_client(moto_server))
+    model = DynamoDBModelStore()
+
+    # WHEN both run it
+    on_dynamodb = simulate(scenario, real, "moto", "model-check")
+    on_model = simulate(scenario, model, "ddb-model", "model-check")
+
+    # THEN they made the same store requests, lost fences included
+    assert model.fence_misses > 0
+    assert on_model.writes == on_dynamodb.writes
+    assert on_model.reads == on_dynamodb.reads
+    assert on_model.trip_s == on_dynamodb.trip_s
