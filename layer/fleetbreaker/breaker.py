@@ -21,8 +21,8 @@ from fleetbreaker.events import BreakerListener, LoggingListener
 from fleetbreaker.reporting import (
     CallTally,
     SlowCallWatcher,
+    next_interval_ms,
     process_container_id,
-    report_interval_ms,
     urgent_allowed,
     wants_urgent_report,
 )
@@ -585,7 +585,9 @@ class CircuitBreaker:
         outcome = self._store.report(self.name, self._policy, now, report, observed)
         # Stretch the interval while the record takes more writes than one item should.
         counts = rules.window_counts(outcome.record, self._policy, now)
-        self._interval_ms = report_interval_ms(self._base_interval_ms, counts, self._policy)
+        self._interval_ms = next_interval_ms(
+            self._interval_ms, self._base_interval_ms, counts, self._policy
+        )
         if counts.calls:
             self._emit(
                 "on_window", self.name, counts.calls, counts.failure_rate, counts.slow_call_rate
@@ -658,8 +660,9 @@ class CircuitBreaker:
             hit, record = self._cache.get(now)
             if hit:
                 return record
-            if self._tally is not None:
+            if self._tally is not None and not self._tally.stretched:
                 # The report's answer is the fleet's record: it replaces the refresh read.
+                # (Not while the interval is stretched: the record takes too many writes.)
                 return self._flush(now, load_if_empty=True)
             # If the refresh this thread waited for failed, this answers locally.
             return self._store.load(self.name, now)

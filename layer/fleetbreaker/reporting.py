@@ -18,10 +18,13 @@ also refreshes its cached copy of the fleet's record). Three things bend that sc
 from __future__ import annotations
 
 import itertools
+import math
 import os
+import random
 import secrets
 import threading
 import weakref
+import zlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -29,13 +32,11 @@ from fleetbreaker import state as rules
 from fleetbreaker.state import Report, WindowCounts
 
 if TYPE_CHECKING:
-    import random
-
     from fleetbreaker.state import Policy, Record
 
 # Periodic reports the fleet aims to send to one breaker's record per second, and the extra
 # out-of-turn reports it may add: together well under one DynamoDB item's 1,000 writes/s.
-TARGET_REPORTS_PER_S = 400.0
+TARGET_REPORTS_PER_S = 250.0
 URGENT_REPORTS_PER_S = 200.0
 
 _process_ids: dict[int, str] = {}
@@ -62,7 +63,9 @@ class CallTally:
 
     def __init__(self, policy: Policy, interval_ms: int) -> None:
         self.slow_ms = policy.slow_ms
-        self.interval_ms = interval_ms
+        self.base_ms = interval_ms
+        self.interval_ms = interval_ms  # the one in force: take() gets it from the breaker
+        self._jitter: random.Random | None = None
         self.good = itertools.count()
         self._good_base = 0  # the counter's value just after the last take
         self._peeks = 0  # next() calls made by peeks since then (not calls)
@@ -125,8 +128,25 @@ class CallTally:
             self._good_base, self._peeks = mark + 1, 0
             report = Report(container, self.calls + goods, self.failures, self.slow)
             self.calls = self.failures = self.slow = 0
+            self.interval_ms = interval_ms
+            if interval_ms > self.base_ms:
+                # Containers that stretched at the same moment would otherwise keep reporting
+                # in the same second, every interval: jitter by +-25 %, seeded by container.
+                if self._jitter is None:
+                    self._jitter = random.Random(zlib.crc32(container.encode()))
+                interval_ms = round(interval_ms * (0.75 + self._jitter.random() / 2))
             self.due_ms = now_ms + interval_ms
             return report
+
+    @property
+    def stretched(self) -> bool:
+        """Whether the record's write rate stretched this container's report interval.
+
+        A cache refresh then reads instead of reporting: a refresh every ``cache_ttl`` that
+        wrote would undo the stretch (one write per container per ``cache_ttl`` whatever the
+        interval), so the counts wait until they are due.
+        """
+        return self.interval_ms > self.base_ms
 
     def pending_calls(self) -> int:
         with self._lock:
@@ -151,17 +171,20 @@ def write_rate(counts: WindowCounts, policy: Policy) -> float:
     return counts.reports * 1000 / policy.window_ms
 
 
-def report_interval_ms(base_ms: int, counts: WindowCounts, policy: Policy) -> int:
-    """The interval that keeps the fleet's periodic reports near TARGET_REPORTS_PER_S.
+def next_interval_ms(current_ms: int, base_ms: int, counts: WindowCounts, policy: Policy) -> int:
+    """The next report interval, from the one in force and the record's write rate.
 
-    With C containers each reporting every I seconds the record takes C / I writes/s, so a
-    container that sees W writes/s while using I stretches to I * W / TARGET. Every container
-    doing so brings W back to the target within one interval.
+    Scaling the interval in force by sqrt(W / TARGET) settles the fleet at W = TARGET for any
+    fleet size; scaling the base interval by W / TARGET settles at sqrt(C * TARGET / base)
+    instead (1,414 writes/s for 5,000 containers at a 1 s base) and oscillates. The square
+    root damps the correction: the window's rate lags a change by up to a window. The
+    interval stays between ``base_ms`` and ``window_ms``.
     """
     rate = write_rate(counts, policy)
-    if rate <= TARGET_REPORTS_PER_S:
+    if rate <= 0:
         return base_ms
-    return min(round(base_ms * rate / TARGET_REPORTS_PER_S), policy.window_ms)
+    wanted = round(current_ms * math.sqrt(rate / TARGET_REPORTS_PER_S))
+    return max(base_ms, min(wanted, policy.window_ms))
 
 
 def urgent_allowed(
@@ -182,7 +205,19 @@ def urgent_allowed(
 def wants_urgent_report(
     record: Record | None, tally: CallTally, policy: Policy, container: str, now_ms: int
 ) -> bool:
-    """Whether this container's pending counts would open the breaker as it last saw it."""
+    """Whether this container's pending counts should reach the store before they are due.
+
+    When they would open the breaker as this container last saw it; or, while the interval
+    is stretched, when its own pending calls fail (or run slow) at the policy's rate: the
+    fleet's counts then reach the store up to a whole interval late, and without this a
+    large fleet would trip that much later than a small one.
+    """
+    if tally.stretched and (calls := tally.pending_calls()):
+        rate, slow_rate = policy.failure_rate, policy.slow_rate
+        if rate is not None and tally.failures >= max(1, rate * calls):
+            return True
+        if policy.slow_ms is not None and tally.slow >= max(1, slow_rate * calls):
+            return True
     counts = rules.window_counts(record, policy, now_ms)
     noted = record is not None and container in record.failing
     return rules.should_trip(tally.projected(counts, noted), policy)
