@@ -19,7 +19,15 @@ from types import FrameType
 
 from bench.demo.fleet import FleetError
 from bench.demo.runner import run_demo
-from bench.demo.scenario import DEFAULT, FALLBACKS, SHORT, STORES, Options, OptionsError
+from bench.demo.scenario import (
+    DEFAULT,
+    FALLBACKS,
+    POLICIES,
+    SHORT,
+    STORES,
+    Options,
+    OptionsError,
+)
 
 # Exit statuses besides 0: a guarantee did not hold or the demo failed (1), bad options (2),
 # interrupted (130, as a shell reports Ctrl-C).
@@ -84,6 +92,46 @@ def parser() -> argparse.ArgumentParser:
         choices=FALLBACKS,
         help=f"while open: defer the payment to SQS on moto (202), or reject it (503) "
         f"(default {d.fallback})",
+    )
+    add(
+        "--policy",
+        choices=POLICIES,
+        help=f"the breaker's policy (default {d.policy}). count compares the shared breaker "
+        "with per-container ones; rate gives the function BREAKER_FAILURE_RATE_THRESHOLD "
+        "and BREAKER_MINIMUM_CALLS and compares the shared rate breaker with the shared "
+        "count breaker",
+    )
+    add(
+        "--failure-rate",
+        type=float,
+        metavar="X",
+        help=f"failure_rate_threshold under --policy rate (default {d.failure_rate:g})",
+    )
+    add(
+        "--minimum-calls",
+        type=int,
+        metavar="N",
+        help=f"minimum_calls under --policy rate (default {d.minimum_calls})",
+    )
+    add(
+        "--window",
+        type=float,
+        metavar="S",
+        help=f"window_seconds of the rate policy (default {d.window:g}); the count policy "
+        "keeps the function's 60 s",
+    )
+    add(
+        "--noise",
+        type=float,
+        metavar="RATE",
+        help="background error rate: the fraction of payments the API fails while otherwise "
+        f"healthy, e.g. 0.02 (default {d.noise:g})",
+    )
+    add(
+        "--seed",
+        type=int,
+        metavar="N",
+        help=f"seed of the noise's random draws, the same in both runs (default {d.seed})",
     )
     add(
         "--linger",
