@@ -3,7 +3,8 @@
 Starts a local payment API (healthy, then failing for a while, then recovered) and an embedded
 DynamoDB (moto's server on a free loopback port), then runs the same scenario twice with N
 containers (processes) invoking the real payment handler: once with the fleet-wide breaker,
-once with a breaker per container (same thresholds, no shared state). Prints a line per
+once with a breaker per container (same thresholds, no shared state); with --policy rate,
+once with the shared rate breaker and once with the shared count breaker. Prints a line per
 second, a comparison table, and writes a PNG chart and a markdown summary. No AWS account, no
 Docker; every server and process it starts is stopped, also on Ctrl-C.
 """

@@ -2,7 +2,8 @@
 
 The numbers are demo-sized (seconds, not the minutes of a real outage) and real time, because
 people watch it. Both runs of one demo share every number here; only where the breaker keeps
-its state differs.
+its state differs (``--policy count``) or its policy (``--policy rate``: rate against count,
+both shared).
 """
 
 from __future__ import annotations
