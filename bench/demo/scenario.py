@@ -147,7 +147,7 @@ class Options:
 
 
 DEFAULT = Options()
-# For the test suite and a quick look: about 15 s for both runs. The outage (2.5 s) is shorter
+# For the test suite and a quick look: about 18 s for both runs. The outage (2.5 s) is shorter
 # than the first open window plus the jittered second (1 s + 1.6 to 2 s), so the shared breaker
 # sees exactly one failed probe, and the recovery one probe later. With --noise 0.02 the
 # healthy 3 s (about 190 requests) must show the count breaker tripping on noise whatever pace
