@@ -272,7 +272,9 @@ def _plot_run(run: Run, calls: Axes, turned: Axes, states: Axes, until: float) -
         bottom=charged,
         align="edge",
         color=COLOURS["failed"],
-        label="failed: the API is down",
+        label="failed: the API is down, or noise"
+        if summary.noise_failures
+        else "failed: the API is down",
     )
     probes = [call.start for call in record.calls if call.probe]
     if probes:
@@ -332,8 +334,14 @@ def _plot_run(run: Run, calls: Axes, turned: Axes, states: Axes, until: float) -
         ax.set_xlim(0, until)
     plural = "" if summary.probes_at_recovery == 1 else "s"
     calls.set_title(
-        f"{record.title}\n{summary.failing_calls} failing calls reached the API, "
-        f"{summary.probes_at_recovery} probe{plural} at recovery",
+        f"{record.title}\n"
+        + (
+            f"opened on noise {_times(summary.spurious_trips)}, {summary.failing_calls} "
+            "failing calls in the outage, "
+            if summary.noise_failures
+            else f"{summary.failing_calls} failing calls reached the API, "
+        )
+        + f"{summary.probes_at_recovery} probe{plural} at recovery",
         fontsize=11,
     )
 
