@@ -77,7 +77,7 @@ test-deployed: venv ## opt-in: tests against a deployed stack (needs FLEETBREAKE
 	@[ -n "$${FLEETBREAKER_STACK:-}" ] || { echo "set FLEETBREAKER_STACK to the deployed stack's name" >&2; exit 2; }
 	$(PYTEST) -m deployed $(PYTEST_ARGS)
 
-demo: deps ## an outage seen by 16 containers, shared vs per-container breakers (ARGS='--help')
+demo: deps ## an outage seen by 16 containers, shared vs per-container breakers, or rate vs count (ARGS='--help')
 	$(PY) -m bench.demo $(ARGS)
 
 bench: venv ## fleetbreaker vs Powertools' circuit breaker on a local moto server (bench/README.md)
