@@ -189,7 +189,7 @@ class CircuitBreaker:
         self.rng = rng or random.Random()
         # The policy follows the live-tuned settings stored with the record (see _policy).
         self._tuned_text = ""
-        self._tuned_policy = Policy.from_config(config)
+        self._policy = Policy.from_config(config)
         self._cache = RecordCache(round(config.cache_ttl * 1000))
         # Waiting for another thread's refresh: longer than a store read can take.
         self._refresh_wait_s = config.store_deadline_seconds + 1.0
@@ -234,7 +234,7 @@ class CircuitBreaker:
                 f"{type(self.store).__name__} has no report operation: the rate policy, slow "
                 "calls and min_containers need one (every store of this package has it)"
             )
-        self._adopt_reporting(config, self._tuned_policy)
+        self._adopt_reporting(config, self._policy)
 
     def __repr__(self) -> str:
         return f"CircuitBreaker({self.name!r}, store={type(self.store).__name__})"
@@ -381,16 +381,6 @@ class CircuitBreaker:
         """Release an override or close the breaker, forgetting failures and back-off."""
         return self._force(State.CLOSED, reason, by)
 
-    @property
-    def _policy(self) -> Policy:
-        # Live tuning: the settings travel with the record, so a container picks them up with
-        # its next read, within cache_ttl. Re-derived only when the stored text changes.
-        record = self._cache.last_seen
-        text = record.tuned if record is not None else ""
-        if text != self._tuned_text:
-            self._retune(text)
-        return self._tuned_policy
-
     def _retune(self, text: str) -> None:
         config = self.config
         try:
@@ -407,7 +397,7 @@ class CircuitBreaker:
         # Policy before text: a thread that sees the new text must also see its policy.
         policy = Policy.from_config(config)
         self._adopt_reporting(config, policy)
-        self._tuned_policy = policy
+        self._policy = policy
         self._tuned_text = text
 
     def _adopt_reporting(self, config: BreakerConfig, policy: Policy) -> None:
@@ -672,6 +662,12 @@ class CircuitBreaker:
     def _answered(self, name: str, record: Record | None, now: int) -> None:
         # Every shared-store answer refreshes the cache; local answers never do.
         self._cache.put(record, now)
+        # Live tuning travels with the record: a container applies it with the answer that
+        # brings it, within cache_ttl, and the hot path reads a plain attribute.
+        seen = self._cache.last_seen
+        text = seen.tuned if seen is not None else ""
+        if text != self._tuned_text:
+            self._retune(text)
 
     def _emit(self, hook: str, *args: Any) -> None:
         for method in self._hooks[hook]:
