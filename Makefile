@@ -21,7 +21,7 @@ ARGS ?=
 # apt-get needs root; use sudo when not root (CI and the dev machines run as root).
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: help venv node redis deps lint test test-deployed demo bench constraints clean distclean
+.PHONY: help venv node redis deps lint test test-deployed demo bench scale constraints clean distclean
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-14s %s\n", $$1, $$2}' \
@@ -77,11 +77,14 @@ test-deployed: venv ## opt-in: tests against a deployed stack (needs FLEETBREAKE
 	@[ -n "$${FLEETBREAKER_STACK:-}" ] || { echo "set FLEETBREAKER_STACK to the deployed stack's name" >&2; exit 2; }
 	$(PYTEST) -m deployed $(PYTEST_ARGS)
 
-demo: deps ## an outage seen by 16 containers, shared vs per-container breakers (ARGS='--help')
+demo: deps ## an outage seen by 16 containers, shared vs per-container breakers, or rate vs count (ARGS='--help')
 	$(PY) -m bench.demo $(ARGS)
 
 bench: venv ## fleetbreaker vs Powertools' circuit breaker on a local moto server (bench/README.md)
 	$(PY) bench/fleet_vs_powertools.py $(ARGS)
+
+scale: venv ## simulated fleet of 100-5,000 containers, count vs rate policy (bench/README.md)
+	$(PY) bench/scale.py $(ARGS)
 
 constraints: venv ## regenerate constraints.txt from the current venv
 	{ echo "# Full resolved pin set for the dev environment, so a fresh clone installs what was tested."; \

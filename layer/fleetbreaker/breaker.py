@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import hashlib
 import logging
 import random
 import secrets
@@ -17,7 +18,15 @@ from fleetbreaker.cache import RecordCache
 from fleetbreaker.config import BreakerConfig
 from fleetbreaker.errors import CircuitOpenError, ConfigError, InvalidTokenError
 from fleetbreaker.events import BreakerListener, LoggingListener
-from fleetbreaker.state import Decision, Policy, ProbeReport, Record, State
+from fleetbreaker.reporting import (
+    CallTally,
+    SlowCallWatcher,
+    next_interval_ms,
+    process_container_id,
+    urgent_allowed,
+    wants_urgent_report,
+)
+from fleetbreaker.state import Decision, Policy, ProbeReport, Record, Snapshot, State
 from fleetbreaker.stores.base import AdminStore
 from fleetbreaker.stores.fallback import FallbackStats, FallbackStore
 
@@ -31,6 +40,7 @@ if TYPE_CHECKING:
 R = TypeVar("R")
 Clock = Callable[[], int]
 MAX_NAME_BYTES = 1024  # DynamoDB allows 2048 for a partition key; leave room for Redis keys
+MAX_CONTAINER_ID = 64  # container ids are kept in the record (quorum), so they stay short
 
 log = logging.getLogger("fleetbreaker")
 
@@ -45,12 +55,32 @@ def validate_name(name: object) -> str:
         raise ConfigError(f"breaker name must be a string, got {type(name).__name__}")
     if not name or not name.strip():
         raise ConfigError("breaker name must not be empty")
-    size = len(name.encode("utf-8"))
+    try:
+        size = len(name.encode("utf-8"))
+    except UnicodeEncodeError:
+        # A lone surrogate (e.g. from a JSON "\udcff" escape) has no UTF-8 form: no store
+        # could keep the name.
+        raise ConfigError(f"breaker name must be valid Unicode text: {name!r}") from None
     if size > MAX_NAME_BYTES:
         raise ConfigError(f"breaker name is {size} bytes; the limit is {MAX_NAME_BYTES} (UTF-8)")
     if any(ord(ch) < 32 or ord(ch) == 127 for ch in name):
         raise ConfigError(f"breaker name must not contain control characters: {name!r}")
     return name
+
+
+def container_key(container_id: str) -> str:
+    """The short, fixed-size key a container's id is counted under in the quorum."""
+    return hashlib.blake2s(container_id.encode("utf-8"), digest_size=4).hexdigest()
+
+
+def validate_container_id(container_id: object) -> str:
+    if not isinstance(container_id, str):
+        raise ConfigError(f"container_id must be a string, got {type(container_id).__name__}")
+    if not 1 <= len(container_id) <= MAX_CONTAINER_ID or not container_id.isprintable():
+        raise ConfigError(
+            f"container_id must be 1 to {MAX_CONTAINER_ID} printable characters: {container_id!r}"
+        )
+    return container_id
 
 
 @dataclass(frozen=True)
@@ -113,6 +143,10 @@ class CircuitBreaker:
         Event hooks; defaults to a :class:`LoggingListener`.
     clock, rng:
         Injectable epoch-millisecond clock and random source (tests move time by hand).
+        Call durations (slow calls) are measured on this clock too.
+    container_id:
+        The identity ``min_containers`` counts; default a random id per process (one Lambda
+        container is one process). Pass one to run a fleet inside one process.
 
     Example
     -------
@@ -136,6 +170,7 @@ class CircuitBreaker:
         listeners: Iterable[BreakerListener] | None = None,
         clock: Clock | None = None,
         rng: random.Random | None = None,
+        container_id: str | None = None,
     ) -> None:
         self.name = validate_name(name)
         if config is None:
@@ -154,7 +189,7 @@ class CircuitBreaker:
         self.rng = rng or random.Random()
         # The policy follows the live-tuned settings stored with the record (see _policy).
         self._tuned_text = ""
-        self._tuned_policy = Policy.from_config(config)
+        self._policy = Policy.from_config(config)
         self._cache = RecordCache(round(config.cache_ttl * 1000))
         # Waiting for another thread's refresh: longer than a store read can take.
         self._refresh_wait_s = config.store_deadline_seconds + 1.0
@@ -181,6 +216,25 @@ class CircuitBreaker:
             for hook in vars(BreakerListener)
             if hook.startswith("on_")
         }
+        self.container_id = (
+            process_container_id() if container_id is None else validate_container_id(container_id)
+        )
+        # The record keeps quorum ids, so they go in as a short digest: 8 hex characters
+        # whatever the id's length keep the record under one write unit.
+        self._container_key = container_key(self.container_id)
+        # Rate policy, slow calls, quorum: calls are tallied here and reported in batches.
+        self._base_interval_ms = max(1, round(config.effective_report_interval * 1000))
+        self._interval_ms = self._base_interval_ms
+        self._tally: CallTally | None = None
+        self._watcher: SlowCallWatcher | None = None
+        self._watching = False
+        self._failure_result = config.failure_result
+        if config.reporting and not callable(getattr(self.store, "report", None)):
+            raise ConfigError(
+                f"{type(self.store).__name__} has no report operation: the rate policy, slow "
+                "calls and min_containers need one (every store of this package has it)"
+            )
+        self._adopt_reporting(config, self._policy)
 
     def __repr__(self) -> str:
         return f"CircuitBreaker({self.name!r}, store={type(self.store).__name__})"
@@ -197,6 +251,32 @@ class CircuitBreaker:
     def degraded(self) -> bool:
         """True while the store is unreachable and the breaker runs on local state."""
         return self._store.degraded
+
+    def snapshot(self) -> Snapshot:
+        """The fleet's view of this breaker, read through the cache.
+
+        State, generation, the sliding window's calls, failures and slow calls, the failing
+        containers (up to ``min_containers``), the rates, ``retry_after`` and ``open_until``.
+        """
+        now = self.clock()
+        return rules.snapshot_of(self.name, self._read(now), self._policy, now)
+
+    def report_hung_calls(self) -> int:
+        """Report the calls running past ``slow_call_duration`` as slow calls, now.
+
+        The breaker's watcher thread does this every quarter of that duration; a simulation
+        or a test with an injected clock calls it after moving the clock. Returns how many
+        calls it reported.
+        """
+        tally = self._tally
+        if tally is None:
+            return 0
+        now = self.clock()
+        hung = tally.sweep(now)
+        if hung:
+            # Out of turn: the Lambda timeout may kill this container before the call ends.
+            self._flush(now)
+        return hung
 
     def call(self, fn: Callable[..., R], /, *args: Any, **kwargs: Any) -> R:
         """Run ``fn(*args, **kwargs)`` through the breaker.
@@ -228,7 +308,9 @@ class CircuitBreaker:
 
         Pair it with :meth:`record`. ``call`` and the decorator do both for you.
         """
-        now = self.clock()
+        return self._admit(self.clock())
+
+    def _admit(self, now: int) -> Admission:
         record = self._read(now)
         verdict = rules.verdict(record, self._policy, now)
         if verdict.try_probe:
@@ -270,6 +352,15 @@ class CircuitBreaker:
             if not isinstance(token, str) or rules.lease_slot(token) is None:
                 raise InvalidTokenError(f"not a probe token of this package: {token!r}")
             return self._settle(token, success, now)
+        tally = self._tally
+        if tally is not None:
+            if now >= tally.due_ms:
+                self._flush(now)
+            if success:
+                next(tally.good)
+            else:
+                self._tally_bad(tally, None, True, now)
+            return RecordResult(True, self._state_of(self._cache.last_seen), "call tallied")
         if success:
             return RecordResult(True, self._state_of(self._read(now)), "success: nothing to write")
         return self._count_failure(now)
@@ -290,16 +381,6 @@ class CircuitBreaker:
         """Release an override or close the breaker, forgetting failures and back-off."""
         return self._force(State.CLOSED, reason, by)
 
-    @property
-    def _policy(self) -> Policy:
-        # Live tuning: the settings travel with the record, so a container picks them up with
-        # its next read, within cache_ttl. Re-derived only when the stored text changes.
-        record = self._cache.last_seen
-        text = record.tuned if record is not None else ""
-        if text != self._tuned_text:
-            self._retune(text)
-        return self._tuned_policy
-
     def _retune(self, text: str) -> None:
         config = self.config
         try:
@@ -314,8 +395,31 @@ class CircuitBreaker:
                 # Another version of the package may store settings this one cannot use.
                 log.warning("circuit %s: ignoring tuned %s: %s", self.name, setting, exc)
         # Policy before text: a thread that sees the new text must also see its policy.
-        self._tuned_policy = Policy.from_config(config)
+        policy = Policy.from_config(config)
+        self._adopt_reporting(config, policy)
+        self._policy = policy
         self._tuned_text = text
+
+    def _adopt_reporting(self, config: BreakerConfig, policy: Policy) -> None:
+        """Tally and report calls (rate policy, slow calls, quorum) as ``config`` says.
+
+        Called at construction and when live tuning changes the settings: tuning can switch a
+        running fleet between the count and the rate policy, or change the slow-call duration.
+        """
+        if not config.reporting:
+            self._tally = None
+            return
+        tally = self._tally
+        if tally is None:
+            tally = CallTally(policy, self._base_interval_ms)
+            tally.due_ms = self.clock() + self._base_interval_ms
+        tally.slow_ms = policy.slow_ms
+        if config.slow_call_duration is not None:
+            period = max(0.005, config.slow_call_duration / 4)
+            if self._watcher is None:
+                self._watcher = SlowCallWatcher(self.report_hung_calls, period)
+            self._watcher.period_s = period
+        self._tally = tally
 
     # -- internals -------------------------------------------------------------------------
 
@@ -336,7 +440,8 @@ class CircuitBreaker:
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
     ) -> R:
-        admission = self.check()
+        now = self.clock()
+        admission = self._admit(now)
         if admission.decision is Decision.REJECT:
             self._emit("on_rejected", self.name, admission.state, admission.retry_after)
             if fallback is None:
@@ -344,6 +449,11 @@ class CircuitBreaker:
             self._emit("on_fallback", self.name, admission.state)
             result: R = fallback(admission, *args, **kwargs)
             return result
+        tally = self._tally
+        if tally is not None and admission.decision is Decision.ALLOW:
+            if admission.state is State.DISABLED:
+                return fn(*args, **kwargs)
+            return self._tallied(tally, now, fn, args, kwargs)
         try:
             result = fn(*args, **kwargs)
         except Exception as exc:
@@ -362,6 +472,117 @@ class CircuitBreaker:
             failed = True
         self._finish(admission, success=not failed)
         return result
+
+    def _tallied(
+        self,
+        tally: CallTally,
+        now: int,
+        fn: Callable[..., R],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> R:
+        # The rate policy's hot path, kept flat on purpose (it is measured against
+        # Powertools in bench/): a good call costs one atomic counter step, plus a dict entry
+        # and a second clock read when slow-call detection times it.
+        if now >= tally.due_ms:
+            self._flush(now)
+        slow_ms = tally.slow_ms
+        if slow_ms is None:
+            try:
+                result = fn(*args, **kwargs)
+            except Exception as exc:
+                self._tally_bad(tally, None, self.config.counts_exception(exc))
+                raise
+            if self._failure_result is not None and self._judge(result):
+                self._tally_bad(tally, None, True)
+            else:
+                next(tally.good)
+            return result
+        number = next(tally.numbers)
+        running = tally.running
+        running[number] = now
+        if not self._watching:
+            self._start_watcher()
+        try:
+            result = fn(*args, **kwargs)
+        except Exception as exc:
+            failed = self.config.counts_exception(exc)
+            started = running.pop(number, None)
+            if started is None:
+                if tally.late(failed):
+                    self._maybe_flush_urgently(tally, self.clock())
+            else:
+                self._tally_bad(tally, started, failed)
+            raise
+        except BaseException:
+            # Interrupted (SystemExit, KeyboardInterrupt): no verdict on the dependency.
+            running.pop(number, None)
+            raise
+        failed = self._failure_result is not None and self._judge(result)
+        end = self.clock()
+        started = running.pop(number, None)
+        if started is None:  # the watcher reported it slow while it ran
+            if tally.late(failed):
+                self._maybe_flush_urgently(tally, end)
+        elif end - started < slow_ms and not failed:
+            next(tally.good)
+        else:
+            self._tally_bad(tally, started, failed, end)
+        return result
+
+    def _judge(self, result: Any) -> bool:
+        """Whether a returned value counts as a failure (a raising predicate: it does)."""
+        try:
+            return self.config.counts_result(result)
+        except Exception:
+            log.exception(
+                "circuit %s: failure_result predicate raised; counted as failure", self.name
+            )
+            return True
+
+    def _tally_bad(
+        self, tally: CallTally, started: int | None, failed: bool, now: int | None = None
+    ) -> None:
+        now = self.clock() if now is None else now
+        if tally.bad(started, now, failed):
+            self._maybe_flush_urgently(tally, now)
+
+    def _start_watcher(self) -> None:
+        if self._watcher is not None:
+            self._watcher.ensure_running()
+        self._watching = True
+
+    def _maybe_flush_urgently(self, tally: CallTally, now: int) -> None:
+        record = self._cache.last_seen
+        if now < tally.urgent_after_ms or not wants_urgent_report(
+            record, tally, self._policy, self._container_key, now
+        ):
+            return
+        # One out-of-turn decision per cache_ttl per container, thinned across a large fleet.
+        tally.urgent_after_ms = now + self._cache.ttl_ms
+        counts = rules.window_counts(record, self._policy, now)
+        if urgent_allowed(counts, self._policy, self._interval_ms, self._cache.ttl_ms, self.rng):
+            self._flush(now)
+
+    def _flush(self, now: int, load_if_empty: bool = False) -> Record | None:
+        """Report the tally in one write; the answer refreshes the cache."""
+        tally = self._tally
+        assert tally is not None
+        report = tally.take(self._container_key, now, self._interval_ms)
+        if not report:
+            return self._store.load(self.name, now) if load_if_empty else self._cache.last_seen
+        observed = self._cache.last_seen
+        outcome = self._store.report(self.name, self._policy, now, report, observed)
+        # Stretch the interval while the record takes more writes than one item should.
+        counts = rules.window_counts(outcome.record, self._policy, now)
+        self._interval_ms = next_interval_ms(
+            self._interval_ms, self._base_interval_ms, counts, self._policy
+        )
+        if counts.calls:
+            self._emit(
+                "on_window", self.name, counts.calls, counts.failure_rate, counts.slow_call_rate
+            )
+        return outcome.record
 
     def _finish(self, admission: Admission, success: bool) -> None:
         if admission.decision is Decision.PROBE and admission.token is not None:
@@ -429,6 +650,10 @@ class CircuitBreaker:
             hit, record = self._cache.get(now)
             if hit:
                 return record
+            if self._tally is not None and not self._tally.stretched:
+                # The report's answer is the fleet's record: it replaces the refresh read.
+                # (Not while the interval is stretched: the record takes too many writes.)
+                return self._flush(now, load_if_empty=True)
             # If the refresh this thread waited for failed, this answers locally.
             return self._store.load(self.name, now)
         finally:
@@ -437,6 +662,12 @@ class CircuitBreaker:
     def _answered(self, name: str, record: Record | None, now: int) -> None:
         # Every shared-store answer refreshes the cache; local answers never do.
         self._cache.put(record, now)
+        # Live tuning travels with the record: a container applies it with the answer that
+        # brings it, within cache_ttl, and the hot path reads a plain attribute.
+        seen = self._cache.last_seen
+        text = seen.tuned if seen is not None else ""
+        if text != self._tuned_text:
+            self._retune(text)
 
     def _emit(self, hook: str, *args: Any) -> None:
         for method in self._hooks[hook]:

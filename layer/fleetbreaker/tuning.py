@@ -18,14 +18,20 @@ from typing import Any
 from fleetbreaker.config import BreakerConfig
 from fleetbreaker.errors import ConfigError
 
-# The settings an operator may change on a running fleet, with their type. The rate policy's
-# fields join this list when that policy exists; the CLI's options are generated from it.
+# The settings an operator may change on a running fleet, with their type; the CLI's options
+# are generated from it. Setting failure_rate_threshold switches a running fleet to the rate
+# policy (and --clear back to the count policy it was deployed with).
 TUNABLE: dict[str, type[int] | type[float]] = {
     "failure_threshold": int,
     "window_seconds": float,
     "recovery_timeout": float,
     "half_open_max_probes": int,
     "half_open_successes": int,
+    "failure_rate_threshold": float,
+    "minimum_calls": int,
+    "slow_call_duration": float,
+    "slow_call_rate_threshold": float,
+    "min_containers": int,
 }
 
 # Bounded so a record stays small (DynamoDB items are at most 400 KB; Redis hashes stay cheap).

@@ -215,7 +215,13 @@ PSEUDO_PARAMETERS = {
 }
 
 # The template's conditions as its parameters' defaults make them (the tests deploy those).
-DEFAULT_CONDITIONS = {"BreakerOnRedis": False, "DeferWhenOpen": False, "RunsLocally": False}
+DEFAULT_CONDITIONS = {
+    "BreakerOnRedis": False,
+    "DeferWhenOpen": False,
+    "RunsLocally": False,
+    "RatePolicy": False,
+    "SlowCallDetection": False,
+}
 
 
 def resolve(value: Any, template: dict[str, Any], refs: dict[str, str]) -> str | None:

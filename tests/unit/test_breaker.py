@@ -553,3 +553,16 @@ def test_config_from_environment_variables() -> None:
 def test_config_from_bad_environment_names_the_variable(env: dict, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         BreakerConfig.from_env(env)
+
+
+def test_a_name_with_a_lone_surrogate_is_a_config_error(store) -> None:
+    with pytest.raises(ConfigError, match="valid Unicode"):
+        CircuitBreaker("payment-\udcff", store=store)
+
+
+def test_a_token_that_is_not_text_is_refused_before_the_store(store, clock) -> None:
+    breaker = make(store, clock)
+
+    with pytest.raises(InvalidTokenError):
+        breaker.record(True, "0-\udcff")
+    assert store.stats.requests == 0

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-    from fleetbreaker.state import Outcome, Policy, ProbeReport, Record, State
+    from fleetbreaker.state import Outcome, Policy, ProbeReport, Record, Report, State
     from fleetbreaker.tuning import Action
 
 
@@ -73,6 +73,13 @@ class Store(Protocol):
         self, name: str, policy: Policy, now_ms: int, report: ProbeReport, observed: Record | None
     ) -> Outcome:
         """Report a probe's result; a token whose lease is gone changes nothing."""
+        ...
+
+    def report(
+        self, name: str, policy: Policy, now_ms: int, report: Report, observed: Record | None
+    ) -> Outcome:
+        """Add one container's batch of calls to the window; trip (once) when the rate,
+        slow-call or count rule says so. The outcome's record is the fleet's view after it."""
         ...
 
     def force_state(self, name: str, policy: Policy, now_ms: int, target: State) -> Outcome:

@@ -12,13 +12,23 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from collections.abc import Mapping
 from dataclasses import replace
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, cast
 
 from fleetbreaker import state as rules
 from fleetbreaker.errors import ConfigError, CorruptRecordError, StoreError, TableNotFoundError
-from fleetbreaker.state import MAX_PROBE_SLOTS, Lease, Outcome, Policy, ProbeReport, Record, State
+from fleetbreaker.state import (
+    MAX_PROBE_SLOTS,
+    Lease,
+    Outcome,
+    Policy,
+    ProbeReport,
+    Record,
+    Report,
+    State,
+)
 from fleetbreaker.stores import TABLE_ENV
 from fleetbreaker.stores.base import Listing, StoreStats
 
@@ -128,6 +138,21 @@ def parse_item(item: dict[str, Any] | None, now_ms: int) -> Record | None:
         # whose expiry is not a number).
         if isinstance(token, str) and isinstance(until, str) and until.lstrip("-").isdigit():
             leases[slot] = Lease(token, int(until))
+    quorum: dict[str, dict[str, int]] = {}
+    for code in rules.QUORUM_CODES:
+        raw_map = _scalar(item, code, "M")
+        entries = raw_map if isinstance(raw_map, dict) else {}
+        quorum[code] = {
+            container: int(value["N"])
+            for container, value in entries.items()
+            if isinstance(value, dict) and _is_integer(value.get("N"))
+        }
+
+    def window_number(field: str) -> int | None:
+        raw = _scalar(item, field, "N")
+        return int(raw) if _is_integer(raw) else None
+
+    rev = window_number("rev")
     record = Record(
         state=State(raw_state),
         gen=numbers["gen"],
@@ -140,12 +165,30 @@ def parse_item(item: dict[str, Any] | None, now_ms: int) -> Record | None:
         leases=leases,
         updated_at=numbers["updated_at"],
         expires_at=numbers[TTL_ATTRIBUTE],
+        rev=rev if rev is not None else 0,
+        **rules.parse_window(window_number, quorum),
     )
     # Operator fields are text; anything else in them is left for the next tune to replace.
     texts = {name: _scalar(item, name, "S") for name in rules.RECORD_TEXTS}
     kept: dict[str, Any] = {k: v for k, v in texts.items() if isinstance(v, str)}
     record = replace(record, **kept)
     return None if record.is_expired(now_ms) else record
+
+
+def _is_integer(raw: object) -> bool:
+    return isinstance(raw, str) and raw.lstrip("-").isdigit() and raw.isascii()
+
+
+# Everything the rate policy keeps in an item: the buckets, the quorum maps and their rev.
+_WINDOW_ATTRIBUTES = (
+    *(
+        rules.bucket_field(slot, code)
+        for slot in range(rules.WINDOW_BUCKETS)
+        for code in rules.BUCKET_CODES
+    ),
+    *rules.QUORUM_CODES,
+    "rev",
+)
 
 
 class _Write:
@@ -157,7 +200,7 @@ class _Write:
         self.removes: list[str] = []
         self.conditions: list[str] = []
         self.names: dict[str, str] = {}
-        self.values: dict[str, dict[str, str]] = {}
+        self.values: dict[str, dict[str, Any]] = {}
         self.now_ms = now_ms
         self.set("updated_at", now_ms)
         ttl_s = rules.ttl_seconds(policy, state) if state is not None else policy.ttl_s
@@ -168,17 +211,26 @@ class _Write:
         self.names[placeholder] = attribute
         return placeholder
 
-    def value(self, value: int | str) -> str:
+    def value(self, value: int | str | Mapping[str, int]) -> str:
         placeholder = f":v{len(self.values)}"
-        self.values[placeholder] = {"S": value} if isinstance(value, str) else {"N": str(value)}
+        if isinstance(value, str):
+            self.values[placeholder] = {"S": value}
+        elif isinstance(value, int):
+            self.values[placeholder] = {"N": str(value)}
+        else:
+            self.values[placeholder] = {"M": {k: {"N": str(v)} for k, v in value.items()}}
         return placeholder
 
-    def set(self, attribute: str, value: int | str) -> _Write:
+    def set(self, attribute: str, value: int | str | Mapping[str, int]) -> _Write:
         self.sets.append(f"{self.name(attribute)} = {self.value(value)}")
         return self
 
     def add(self, attribute: str, amount: int) -> _Write:
         self.adds.append(f"{self.name(attribute)} {self.value(amount)}")
+        return self
+
+    def remove_window(self) -> _Write:
+        self.removes.extend(self.name(attribute) for attribute in _WINDOW_ATTRIBUTES)
         return self
 
     def remove_leases(self, slots: range) -> _Write:
@@ -216,7 +268,11 @@ def _alive(observed: Record | None, now_ms: int) -> Record | None:
 
 
 def _write_record(write: _Write, record: Record) -> _Write:
-    """SET every scalar of a whole record (gen excepted: callers ADD or SET it)."""
+    """SET every scalar of a whole record (gen excepted: callers ADD or SET it).
+
+    The rate policy's window goes: a whole-record write starts a new state or generation.
+    """
+    write.remove_window()
     write.set("state", record.state.value)
     for attribute in (
         "failures",
@@ -227,6 +283,18 @@ def _write_record(write: _Write, record: Record) -> _Write:
         "successes",
     ):
         write.set(attribute, getattr(record, attribute))
+    return write
+
+
+def _write_window(write: _Write, record: Record) -> _Write:
+    """SET a fresh record's window: its buckets and quorum maps."""
+    for slot, bucket in record.buckets.items():
+        for code, attr in rules.BUCKET_CODES.items():
+            write.set(rules.bucket_field(slot, code), getattr(bucket, attr))
+    write.set("fq", record.failing).set("sq", record.slowing)
+    # Drop the REMOVEs of the attributes just set (one expression cannot name one twice).
+    set_names = {part.split(" = ")[0] for part in write.sets}
+    write.removes = [name for name in write.removes if name not in set_names]
     return write
 
 
@@ -495,6 +563,76 @@ class DynamoDBStore:
             if applied:
                 return Outcome(record, changed=True, transition=planned.transition)
             seen = record
+        return Outcome(seen)
+
+    def report(
+        self, name: str, policy: Policy, now_ms: int, report: Report, observed: Record | None
+    ) -> Outcome:
+        # The common case is one ADD to the current bucket, fenced only on the bucket's idx
+        # and the closed state: concurrent reports commute, so 5,000 containers never make
+        # each other retry. Starting a bucket, noting a container for the quorum, or
+        # replacing an absent or corrupt item re-plans through the rules and is fenced on
+        # what it replaces.
+        seen = _alive(observed, now_ms)
+        if not report:
+            return Outcome(seen)
+        idx = rules.bucket_index(policy, now_ms)
+        slot = idx % rules.WINDOW_BUCKETS
+        for _ in range(6):
+            planned = rules.apply_report(seen, policy, now_ms, report)
+            if not planned.changed or planned.record is None:
+                return Outcome(seen)
+            write = _Write(now_ms, policy)
+            if seen is None:
+                after = planned.record
+                _write_record(write, after).set("gen", after.gen)
+                if planned.transition is None:
+                    _write_window(write, after)
+                write.remove_leases(range(MAX_PROBE_SLOTS)).require(f"NOT ({write.usable()})")
+            else:
+                write.require(write.usable()).require(write.is_("state", State.CLOSED.value))
+                counted = rules.add_report(seen, policy, now_ms, report)
+                bucket = counted.buckets[slot]
+                names = {code: rules.bucket_field(slot, code) for code in rules.BUCKET_CODES}
+                held = seen.buckets.get(slot)
+                if held is not None and held.idx == idx:
+                    write.require(write.is_(names["i"], idx))
+                    for code, amount in (
+                        ("c", report.calls),
+                        ("f", report.failures),
+                        ("s", report.slow),
+                        ("r", 1),
+                    ):
+                        write.add(names[code], amount)
+                else:
+                    # The slot holds an older bucket (or none): start this one over it.
+                    old_idx = write.name(names["i"])
+                    if held is None:
+                        write.require(f"NOT attribute_type({old_idx}, {write.value('N')})")
+                    else:
+                        write.require(write.is_(names["i"], held.idx))
+                    for code, attr in rules.BUCKET_CODES.items():
+                        write.set(names[code], getattr(bucket, attr))
+                if counted.failing != seen.failing or counted.slowing != seen.slowing:
+                    write.set("fq", counted.failing).set("sq", counted.slowing)
+                    write.set("rev", seen.rev + 1)
+                    rev = write.name("rev")
+                    write.require(
+                        f"attribute_not_exists({rev})"
+                        if seen.rev == 0
+                        else write.is_("rev", seen.rev)
+                    )
+            applied, item = self._update(name, write)
+            record = self._parse_or_absent(item, now_ms)
+            if not applied:
+                seen = record
+                continue
+            if seen is None:
+                return Outcome(record, changed=True, transition=planned.transition)
+            counts = rules.window_counts(record, policy, now_ms)
+            if record is None or not rules.should_trip(counts, policy):
+                return Outcome(record, changed=True)
+            return self._trip(name, policy, now_ms, record)
         return Outcome(seen)
 
     def force_state(

@@ -31,7 +31,7 @@ from fleetbreaker.stores.base import StoreStats
 from fleetbreaker.stores.memory import MemoryStore
 
 if TYPE_CHECKING:
-    from fleetbreaker.state import Outcome, Policy, ProbeReport, Record, State
+    from fleetbreaker.state import Outcome, Policy, ProbeReport, Record, Report, State
     from fleetbreaker.stores.base import Store
     from fleetbreaker.tuning import Action
 
@@ -291,6 +291,14 @@ class FallbackStore:
             return store.settle_probe(name, policy, now_ms, report, observed)
 
         return self._operation("settle_probe", name, now_ms, settle_probe)
+
+    def report(
+        self, name: str, policy: Policy, now_ms: int, report: Report, observed: Record | None
+    ) -> Outcome:
+        def send(store: Store) -> Outcome:
+            return store.report(name, policy, now_ms, report, observed)
+
+        return self._operation("report", name, now_ms, send)
 
     def force_state(
         self, name: str, policy: Policy, now_ms: int, target: State, *, action: Action | None = None

@@ -8,7 +8,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from fleetbreaker import state as rules
-from fleetbreaker.state import Outcome, Policy, ProbeReport, Record, State
+from fleetbreaker.state import Outcome, Policy, ProbeReport, Record, Report, State
 from fleetbreaker.stores.base import Listing, StoreStats
 
 if TYPE_CHECKING:
@@ -77,6 +77,11 @@ class MemoryStore:
         self, name: str, policy: Policy, now_ms: int, report: ProbeReport, observed: Record | None
     ) -> Outcome:
         return self._apply(name, now_ms, lambda r: rules.apply_settle(r, policy, now_ms, report))
+
+    def report(
+        self, name: str, policy: Policy, now_ms: int, report: Report, observed: Record | None
+    ) -> Outcome:
+        return self._apply(name, now_ms, lambda r: rules.apply_report(r, policy, now_ms, report))
 
     def force_state(
         self, name: str, policy: Policy, now_ms: int, target: State, *, action: Action | None = None

@@ -22,7 +22,16 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from fleetbreaker import state as rules
 from fleetbreaker.errors import ConfigError, CorruptRecordError, StoreError
-from fleetbreaker.state import MAX_PROBE_SLOTS, Lease, Outcome, Policy, ProbeReport, Record, State
+from fleetbreaker.state import (
+    MAX_PROBE_SLOTS,
+    Lease,
+    Outcome,
+    Policy,
+    ProbeReport,
+    Record,
+    Report,
+    State,
+)
 from fleetbreaker.stores import URL_ENV
 from fleetbreaker.stores.base import Listing, StoreStats
 
@@ -37,7 +46,15 @@ _NUMBERS = rules.RECORD_NUMBERS
 _INTEGER = re.compile(r"-?[0-9]{1,15}")
 # `{`, `}` would end or start a hash tag early; `%` is escaped so the mapping stays one-to-one.
 _KEY_ESCAPES = str.maketrans({"%": "%25", "{": "%7B", "}": "%7D"})
-_OPERATIONS = ("load", "record_failure", "claim_probe", "settle_probe", "force_state", "tune")
+_OPERATIONS = (
+    "load",
+    "record_failure",
+    "claim_probe",
+    "settle_probe",
+    "force_state",
+    "tune",
+    "report",
+)
 _KEY_UNESCAPES = {"%25": "%", "%7B": "{", "%7D": "}"}
 _KEY_ESCAPED = re.compile("|".join(_KEY_UNESCAPES))
 _GLOB_SPECIALS = str.maketrans({c: f"\\{c}" for c in "*?[]\\"})
@@ -101,8 +118,19 @@ def parse_fields(fields: dict[str, str]) -> Record | None:
         until = fields.get(f"probe{slot}_until")
         if token is not None and until is not None and _INTEGER.fullmatch(until):
             leases[slot] = Lease(token, int(until))
+    quorum: dict[str, dict[str, int]] = {code: {} for code in rules.QUORUM_CODES}
+    for field, value in fields.items():
+        code, sep, container = field.partition(":")
+        if sep and code in quorum and container and _INTEGER.fullmatch(value):
+            quorum[code][container] = int(value)
+
+    def number(field: str) -> int | None:
+        raw = fields.get(field)
+        return int(raw) if raw is not None and _INTEGER.fullmatch(raw) else None
+
+    window = rules.parse_window(number, quorum)
     texts: dict[str, Any] = {name: fields.get(name, "") for name in rules.RECORD_TEXTS}
-    return Record(state=state, leases=leases, **numbers, **texts)
+    return Record(state=state, leases=leases, **numbers, **texts, **window)
 
 
 def _policy_args(policy: Policy) -> list[str]:
@@ -295,6 +323,27 @@ class RedisStore:
         args = [self._now_arg(now_ms), *_policy_args(policy), report.token]
         success = "1" if report.success else "0"
         return self._operation("settle_probe", name, [*args, success, repr(float(report.jitter))])
+
+    def report(
+        self, name: str, policy: Policy, now_ms: int, report: Report, observed: Record | None
+    ) -> Outcome:
+        rate = policy.failure_rate
+        args = [
+            self._now_arg(now_ms),
+            *_policy_args(policy),
+            "" if rate is None else repr(float(rate)),
+            str(policy.minimum_calls),
+            "" if policy.slow_ms is None else str(policy.slow_ms),
+            repr(float(policy.slow_rate)),
+            str(policy.min_containers),
+            str(policy.bucket_ms),
+            str(policy.window_ms),
+            report.container,
+            str(report.calls),
+            str(report.failures),
+            str(report.slow),
+        ]
+        return self._operation("report", name, args)
 
     def force_state(
         self, name: str, policy: Policy, now_ms: int, target: State, *, action: Action | None = None
