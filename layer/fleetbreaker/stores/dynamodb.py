@@ -14,7 +14,6 @@ import os
 import threading
 from collections.abc import Mapping
 from dataclasses import replace
-from decimal import Decimal
 from typing import TYPE_CHECKING, Any, cast
 
 from fleetbreaker import state as rules
@@ -105,12 +104,21 @@ def _number(item: dict[str, Any], name: str) -> int:
     raw = item.get(name)
     if not isinstance(raw, dict) or "N" not in raw:
         raise CorruptRecordError(f"attribute {name!r} is missing or not a number: {raw!r}")
-    # Any DynamoDB number is accepted (truncated to an integer): the USABLE condition only
-    # checks the type, and the two must agree on what counts as corrupt.
-    try:
-        return int(Decimal(raw["N"]))
-    except (ArithmeticError, ValueError):
-        raise CorruptRecordError(f"attribute {name!r} is not a finite number: {raw!r}") from None
+    return _integer(name, raw["N"])
+
+
+def _integer(name: str, raw: object) -> int:
+    """A stored number the package can trust: an integer of at most MAX_RECORD_DIGITS digits.
+
+    DynamoDB numbers may be fractional or 38 digits long; such a value was not written by
+    this package and would make later arithmetic (ADD gen 1) fail, so the item is corrupt.
+    """
+    if not _is_integer(raw):
+        raise CorruptRecordError(
+            f"attribute {name!r} is not an integer of at most {rules.MAX_RECORD_DIGITS} digits: "
+            f"{str(raw)[:40]!r}"
+        )
+    return int(cast("str", raw))
 
 
 def _scalar(item: dict[str, Any], name: str, kind: str) -> Any:
@@ -134,10 +142,15 @@ def parse_item(item: dict[str, Any] | None, now_ms: int) -> Record | None:
         token_name, until_name = _slot_names(slot)
         token = _scalar(item, token_name, "S")
         until = _scalar(item, until_name, "N")
-        # A malformed lease is treated as free; the claim condition agrees (it accepts a slot
-        # whose expiry is not a number).
-        if isinstance(token, str) and isinstance(until, str) and until.lstrip("-").isdigit():
-            leases[slot] = Lease(token, int(until))
+        # An expiry that is not a number is a free slot; the claim condition agrees (it
+        # accepts a slot whose expiry is not a number). A numeric expiry the condition would
+        # compare but the parser cannot trust (fractional, no token) makes the item corrupt,
+        # so parser and condition never disagree on whether the slot is held.
+        if until is None:
+            continue
+        if not isinstance(token, str):
+            raise CorruptRecordError(f"attribute {until_name!r} has no {token_name!r}")
+        leases[slot] = Lease(token, _integer(until_name, until))
     quorum: dict[str, dict[str, int]] = {}
     for code in rules.QUORUM_CODES:
         raw_map = _scalar(item, code, "M")
@@ -149,8 +162,10 @@ def parse_item(item: dict[str, Any] | None, now_ms: int) -> Record | None:
         }
 
     def window_number(field: str) -> int | None:
+        # Not a number: the bucket reads as empty, as the report's condition assumes
+        # (NOT attribute_type N). A number it cannot trust: corrupt, for the same reason.
         raw = _scalar(item, field, "N")
-        return int(raw) if _is_integer(raw) else None
+        return None if raw is None else _integer(field, raw)
 
     rev = window_number("rev")
     record = Record(
@@ -176,7 +191,10 @@ def parse_item(item: dict[str, Any] | None, now_ms: int) -> Record | None:
 
 
 def _is_integer(raw: object) -> bool:
-    return isinstance(raw, str) and raw.lstrip("-").isdigit() and raw.isascii()
+    if not isinstance(raw, str) or not raw.isascii():
+        return False
+    digits = raw[1:] if raw.startswith("-") else raw
+    return digits.isdigit() and len(digits) <= rules.MAX_RECORD_DIGITS
 
 
 # Everything the rate policy keeps in an item: the buckets, the quorum maps and their rev.
@@ -187,6 +205,15 @@ _WINDOW_ATTRIBUTES = (
         for code in rules.BUCKET_CODES
     ),
     *rules.QUORUM_CODES,
+    "rev",
+)
+
+
+# Attributes besides state and the numbers that can make an item corrupt: a replacement of
+# a corrupt item is fenced on them too.
+_FENCED = (
+    *(_slot_names(slot)[1] for slot in range(MAX_PROBE_SLOTS)),
+    *(rules.bucket_field(slot, "i") for slot in range(rules.WINDOW_BUCKETS)),
     "rev",
 )
 
@@ -249,6 +276,28 @@ class _Write:
         typed = " AND ".join(f"attribute_type({self.name(n)}, {number})" for n in _NUMBERS)
         alive = f"{self.name(TTL_ATTRIBUTE)} > {self.value(self.now_ms // 1000)}"
         return f"{self.name('state')} IN ({states}) AND {typed} AND {alive}"
+
+    def replaceable(self, corrupt: dict[str, Any] | None) -> str:
+        """The condition of a write that replaces an absent, expired or corrupt item.
+
+        NOT usable covers the absent and expired ones and those of the wrong types. An item
+        of the right types whose values cannot be trusted (a fractional gen, 38 digits) is
+        usable to DynamoDB, so the replacement is also allowed when the item still holds
+        exactly the raw values the store read and rejected.
+        """
+        absent = f"NOT ({self.usable()})"
+        if not corrupt:
+            return absent
+        fence = []
+        for attribute in ("state", *_NUMBERS, *_FENCED):
+            raw = corrupt.get(attribute)
+            if raw is None:
+                fence.append(f"attribute_not_exists({self.name(attribute)})")
+            elif isinstance(raw, dict) and set(raw) <= {"S", "N"}:
+                placeholder = f":v{len(self.values)}"
+                self.values[placeholder] = raw
+                fence.append(f"{self.name(attribute)} = {placeholder}")
+        return f"{absent} OR ({' AND '.join(fence)})"
 
     def is_(self, attribute: str, value: int | str) -> str:
         return f"{self.name(attribute)} = {self.value(value)}"
@@ -431,13 +480,19 @@ class DynamoDBStore:
         item: dict[str, Any] | None = response.get("Attributes")
         return True, item
 
-    def _parse_or_absent(self, item: dict[str, Any] | None, now_ms: int) -> Record | None:
-        # Inside an operation a corrupt item is planned as absent: the "fresh" write below is
-        # conditioned on NOT usable, so it repairs the item instead of failing on it forever.
+    def _parse_or_absent(
+        self, item: dict[str, Any] | None, now_ms: int
+    ) -> tuple[Record | None, dict[str, Any] | None]:
+        """The record, and the raw item when it is corrupt (the record is then None).
+
+        Inside an operation a corrupt item is planned as absent; its "fresh" write is fenced
+        on the raw item (see _Write.replaceable), so it repairs the item instead of failing
+        on it forever.
+        """
         try:
-            return parse_item(item, now_ms)
+            return parse_item(item, now_ms), None
         except CorruptRecordError:
-            return None
+            return None, item
 
     # -- the contract ----------------------------------------------------------------------
 
@@ -448,6 +503,7 @@ class DynamoDBStore:
         self, name: str, policy: Policy, now_ms: int, observed: Record | None
     ) -> Outcome:
         seen = _alive(observed, now_ms)
+        corrupt: dict[str, Any] | None = None
         for _ in range(4):
             planned = rules.apply_failure(seen, policy, now_ms)
             if not planned.changed or planned.record is None:
@@ -456,7 +512,7 @@ class DynamoDBStore:
             if seen is None:
                 # Absent, expired or corrupt: write a whole fresh record over it.
                 _write_record(write, planned.record).set("gen", planned.record.gen)
-                write.remove_leases(range(MAX_PROBE_SLOTS)).require(f"NOT ({write.usable()})")
+                write.remove_leases(range(MAX_PROBE_SLOTS)).require(write.replaceable(corrupt))
             else:
                 write.require(write.usable()).require(write.is_("state", State.CLOSED.value))
                 write.require(write.is_("gen", seen.gen))
@@ -467,7 +523,7 @@ class DynamoDBStore:
                 else:
                     write.set("failures", 1).set("window_start", now_ms)
             applied, item = self._update(name, write)
-            record = self._parse_or_absent(item, now_ms)
+            record, corrupt = self._parse_or_absent(item, now_ms)
             if not applied:
                 seen = record
                 continue
@@ -487,7 +543,7 @@ class DynamoDBStore:
         write.require(write.usable()).require(write.is_("state", State.CLOSED.value))
         write.require(write.is_("gen", counted.gen))
         applied, item = self._update(name, write)
-        record = self._parse_or_absent(item, now_ms)
+        record, _ = self._parse_or_absent(item, now_ms)
         if applied:
             return Outcome(record, changed=True, transition=(State.CLOSED, State.OPEN))
         return Outcome(record, changed=True)
@@ -522,7 +578,7 @@ class DynamoDBStore:
                     f" OR {held_until} <= {write.value(now_ms)}"
                 )
             applied, item = self._update(name, write)
-            record = self._parse_or_absent(item, now_ms)
+            record, _ = self._parse_or_absent(item, now_ms)
             if applied:
                 return Outcome(record, changed=True, transition=planned.transition, token=token)
             seen = record
@@ -538,7 +594,7 @@ class DynamoDBStore:
         seen = _alive(observed, now_ms)
         if not rules.holds_lease(seen, token, now_ms):
             # The caller's view may predate its own claim (a workflow's later step): ask.
-            seen = self._parse_or_absent(self._get(name), now_ms)
+            seen, _ = self._parse_or_absent(self._get(name), now_ms)
         for _ in range(policy.max_probes + 2):
             if not rules.holds_lease(seen, token, now_ms):
                 return Outcome(seen)
@@ -559,7 +615,7 @@ class DynamoDBStore:
             else:
                 _write_record(write, after).add("gen", 1).remove_leases(range(MAX_PROBE_SLOTS))
             applied, item = self._update(name, write)
-            record = self._parse_or_absent(item, now_ms)
+            record, _ = self._parse_or_absent(item, now_ms)
             if applied:
                 return Outcome(record, changed=True, transition=planned.transition)
             seen = record
@@ -578,6 +634,7 @@ class DynamoDBStore:
             return Outcome(seen)
         idx = rules.bucket_index(policy, now_ms)
         slot = idx % rules.WINDOW_BUCKETS
+        corrupt: dict[str, Any] | None = None
         for _ in range(6):
             planned = rules.apply_report(seen, policy, now_ms, report)
             if not planned.changed or planned.record is None:
@@ -588,7 +645,7 @@ class DynamoDBStore:
                 _write_record(write, after).set("gen", after.gen)
                 if planned.transition is None:
                     _write_window(write, after)
-                write.remove_leases(range(MAX_PROBE_SLOTS)).require(f"NOT ({write.usable()})")
+                write.remove_leases(range(MAX_PROBE_SLOTS)).require(write.replaceable(corrupt))
             else:
                 write.require(write.usable()).require(write.is_("state", State.CLOSED.value))
                 counted = rules.add_report(seen, policy, now_ms, report)
@@ -623,7 +680,7 @@ class DynamoDBStore:
                         else write.is_("rev", seen.rev)
                     )
             applied, item = self._update(name, write)
-            record = self._parse_or_absent(item, now_ms)
+            record, corrupt = self._parse_or_absent(item, now_ms)
             if not applied:
                 seen = record
                 continue
@@ -640,7 +697,7 @@ class DynamoDBStore:
     ) -> Outcome:
         # Operator actions are rare, so one read first: the write is then fenced on the
         # generation it replaces, and the outcome can name the state it left.
-        seen = self._parse_or_absent(self._get(name), now_ms)
+        seen, corrupt = self._parse_or_absent(self._get(name), now_ms)
         for _ in range(4):
             planned = rules.apply_force(seen, policy, now_ms, target)
             after = planned.record
@@ -650,11 +707,11 @@ class DynamoDBStore:
             if action is not None:
                 write.set("last_action", action.encode())
             if seen is None:
-                write.require(f"NOT ({write.usable()})")
+                write.require(write.replaceable(corrupt))
             else:
                 write.require(write.usable()).require(write.is_("gen", seen.gen))
             applied, item = self._update(name, write)
-            record = self._parse_or_absent(item, now_ms)
+            record, corrupt = self._parse_or_absent(item, now_ms)
             if applied:
                 return Outcome(record, changed=True, transition=planned.transition)
             seen = record
@@ -699,7 +756,7 @@ class DynamoDBStore:
     def tune(
         self, name: str, policy: Policy, now_ms: int, tuned: str, action: Action | None
     ) -> Record | None:
-        seen = self._parse_or_absent(self._get(name), now_ms)
+        seen, corrupt = self._parse_or_absent(self._get(name), now_ms)
         for _ in range(4):
             write = _Write(now_ms, policy, seen.state if seen is not None else State.CLOSED)
             if tuned:
@@ -711,12 +768,12 @@ class DynamoDBStore:
             if seen is None:
                 # No live record: a fresh closed one carries the settings.
                 _write_record(write, Record()).set("gen", 0).remove_leases(range(MAX_PROBE_SLOTS))
-                write.require(f"NOT ({write.usable()})")
+                write.require(write.replaceable(corrupt))
             else:
                 # Fenced on the generation: the TTL written depends on the state it found.
                 write.require(write.usable()).require(write.is_("gen", seen.gen))
             applied, item = self._update(name, write)
-            record = self._parse_or_absent(item, now_ms)
+            record, corrupt = self._parse_or_absent(item, now_ms)
             if applied:
                 return record
             seen = record
