@@ -9,6 +9,7 @@ still teaches the caller the current state in the same round trip.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import threading
@@ -93,6 +94,42 @@ def note_looser_client(client: Any) -> None:
             "the store's own (connect 0.2 s, read 0.3 s, 2 attempts); it is used as it is and "
             "the breaker's store_deadline_seconds bounds each store operation",
             ", ".join(looser),
+        )
+
+
+# The operations the store sends; their 200 answers are checked before botocore parses them.
+_OPERATIONS = ("GetItem", "UpdateItem", "Scan")
+
+
+def check_answer(response_dict: dict[str, Any], **_: Any) -> None:
+    """A botocore ``before-parse`` handler: a 200 answer must be a JSON object.
+
+    botocore reads a body that is not JSON (or is cut short) as an empty answer, which the
+    store would take for "no item": a garbled answer would then pass as "closed".
+    """
+    if response_dict.get("status_code") != 200:
+        return
+    body = response_dict.get("body", b"")
+    try:
+        parsed = json.loads(body)
+    except (ValueError, TypeError):
+        parsed = None
+    if not isinstance(parsed, dict):
+        raise StoreError(
+            f"DynamoDB answered 200 with a body that is not a JSON object: {bytes(body)[:60]!r}"
+        )
+
+
+def _watch(client: Any) -> None:
+    """Register check_answer on a client (once: the unique id makes it idempotent)."""
+    events = getattr(getattr(client, "meta", None), "events", None)
+    if events is None:
+        return
+    for operation in _OPERATIONS:
+        events.register(
+            f"before-parse.dynamodb.{operation}",
+            check_answer,
+            unique_id=f"fleetbreaker-check-answer-{operation}",
         )
 
 
@@ -395,6 +432,7 @@ class DynamoDBStore:
         self._client_lock = threading.Lock()
         if boto3_client is not None:
             note_looser_client(boto3_client)
+            _watch(boto3_client)
         self._client: DynamoDBClient | None = boto3_client
         self._boto_config = boto_config
         self._endpoint_url = endpoint_url
@@ -421,15 +459,19 @@ class DynamoDBStore:
         config = Config(**DEFAULT_TIMEOUTS, retries=DEFAULT_RETRIES)  # type: ignore[arg-type]
         if self._boto_config is not None:
             config = config.merge(self._boto_config)
-        return boto3.session.Session().client(
+        client = boto3.session.Session().client(
             "dynamodb", config=config, endpoint_url=self._endpoint_url
         )
+        _watch(client)
+        return client
 
     # -- raw calls -------------------------------------------------------------------------
 
     def _translate(self, exc: Exception) -> StoreError:
         from botocore.exceptions import ClientError
 
+        if isinstance(exc, StoreError):  # check_answer's, raised from inside botocore
+            return exc
         if isinstance(exc, ClientError):
             code = exc.response.get("Error", {}).get("Code", "")
             if code == "ResourceNotFoundException":
@@ -447,7 +489,23 @@ class DynamoDBStore:
             )
         except Exception as exc:
             raise self._translate(exc) from exc
-        item: dict[str, Any] | None = response.get("Item")
+        return self._whole(name, response.get("Item"), "GetItem")
+
+    def _whole(self, name: str, item: object, operation: str) -> dict[str, Any] | None:
+        """An item as DynamoDB returns it: whole, with its key, or None.
+
+        A stored item always carries its key, so an answer whose item lacks it was garbled on
+        the way (a store error), while an item with its key but missing attributes is what
+        the table holds (a corrupt record). A body altered in transit from real DynamoDB is
+        also caught by botocore's CRC32 check of the x-amz-crc32 header.
+        """
+        if item is None:
+            return None
+        if not isinstance(item, dict) or item.get(KEY_ATTRIBUTE) != {"S": name}:
+            raise StoreError(
+                f"DynamoDB {operation} answered a partial item for breaker {name!r} on table "
+                f"{self.table_name!r}: {str(item)[:80]}"
+            )
         return item
 
     def _update(self, name: str, write: _Write) -> tuple[bool, dict[str, Any] | None]:
@@ -469,7 +527,7 @@ class DynamoDBStore:
         except ClientError as exc:
             if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
                 raise self._translate(exc) from exc
-            old = cast("dict[str, Any] | None", exc.response.get("Item"))
+            old = self._whole(name, exc.response.get("Item"), "UpdateItem")
             if old is None:
                 # Either the item does not exist, or the endpoint ignores ALL_OLD (dynalite):
                 # one consistent read tells which.
@@ -477,7 +535,8 @@ class DynamoDBStore:
             return False, old
         except Exception as exc:
             raise self._translate(exc) from exc
-        item: dict[str, Any] | None = response.get("Attributes")
+        # ALL_NEW: an applied update always returns the whole item.
+        item = self._whole(name, response.get("Attributes") or {}, "UpdateItem")
         return True, item
 
     def _parse_or_absent(

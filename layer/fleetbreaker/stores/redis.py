@@ -290,9 +290,19 @@ class RedisStore:
         status, changed, before, after, token = (_text(v) for v in reply[:5])
         if status == "corrupt":
             raise CorruptRecordError(f"breaker {name!r} in Redis: {changed}")
-        pairs = [_text(v) for v in reply[6:]]
-        record = parse_fields(dict(zip(pairs[::2], pairs[1::2], strict=True)))
-        transition = (State(before), State(after)) if before and after else None
+        # Every record in an "ok" reply was parsed by the script itself, so a reply that does
+        # not parse here is a garbled answer (a store error), never a corrupt record or "closed".
+        try:
+            if status != "ok" or changed not in ("0", "1") or len(reply) % 2:
+                raise ValueError("not a reply of the fleetbreaker scripts")
+            pairs = [_text(v) for v in reply[6:]]
+            record = parse_fields(dict(zip(pairs[::2], pairs[1::2], strict=True)))
+            transition = (State(before), State(after)) if before and after else None
+        except (ValueError, CorruptRecordError) as exc:
+            raise StoreError(
+                f"Redis {operation} for breaker {name!r} gave a reply of the wrong shape "
+                f"({exc}): {str(reply)[:80]}"
+            ) from None
         return Outcome(record, changed=changed == "1", transition=transition, token=token or None)
 
     def _operation(self, operation: str, name: str, args: Sequence[str]) -> Outcome:
