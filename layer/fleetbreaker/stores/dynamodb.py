@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import secrets
 import threading
 from collections.abc import Mapping
 from dataclasses import replace
@@ -42,6 +43,11 @@ if TYPE_CHECKING:
 
 KEY_ATTRIBUTE = "name"
 TTL_ATTRIBUTE = "expires_at"
+# The id of the write that last changed the item (random, one per UpdateItem the store
+# sends). botocore re-sends a request after a read timeout although the first attempt may
+# have applied; every write requires a different id, so the re-sent one cannot apply again,
+# and the id it then finds tells the store its own first attempt did.
+OP_ATTRIBUTE = "op"
 
 # Scalar attributes every usable item has, all numbers. The Python parser and the USABLE
 # condition below must agree, or a corrupt item could be both "absent" and "present".
@@ -513,6 +519,10 @@ class DynamoDBStore:
         from botocore.exceptions import ClientError
 
         self.stats.count_write()
+        op = secrets.token_hex(8)
+        written = write.set(OP_ATTRIBUTE, op).value(op)
+        at_op = write.name(OP_ATTRIBUTE)
+        write.require(f"attribute_not_exists({at_op}) OR {at_op} <> {written}")
         try:
             response = self.client.update_item(
                 TableName=self.table_name,
@@ -532,6 +542,10 @@ class DynamoDBStore:
                 # Either the item does not exist, or the endpoint ignores ALL_OLD (dynalite):
                 # one consistent read tells which.
                 old = self._get(name)
+            if old is not None and old.get(OP_ATTRIBUTE) == {"S": op}:
+                # A re-sent attempt of this very write: the first one applied, and nothing
+                # has written since. Its item is what ALL_NEW would have returned.
+                return True, old
             return False, old
         except Exception as exc:
             raise self._translate(exc) from exc
