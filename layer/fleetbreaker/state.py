@@ -165,6 +165,13 @@ RECORD_NUMBERS = (
     "expires_at",
 )
 
+# The integers a store trusts in a record: at most this many digits, with an optional minus.
+# Redis' Lua computes in doubles and prints integers past 14 digits in exponent form, so every
+# store applies the same bound; a value past it (or fractional) makes the record corrupt.
+# Counters never get near it (10^14 transitions), and a hand-edited one then reads as closed
+# and is replaced by the next write, like any other corrupt record.
+MAX_RECORD_DIGITS = 14
+
 # Text fields a state change never touches: stores carry them over from the record they replace.
 RECORD_TEXTS = ("tuned", "last_action")
 

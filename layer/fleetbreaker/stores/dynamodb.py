@@ -9,12 +9,13 @@ still teaches the caller the current state in the same round trip.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+import secrets
 import threading
 from collections.abc import Mapping
 from dataclasses import replace
-from decimal import Decimal
 from typing import TYPE_CHECKING, Any, cast
 
 from fleetbreaker import state as rules
@@ -42,6 +43,11 @@ if TYPE_CHECKING:
 
 KEY_ATTRIBUTE = "name"
 TTL_ATTRIBUTE = "expires_at"
+# The id of the write that last changed the item (random, one per UpdateItem the store
+# sends). botocore re-sends a request after a read timeout although the first attempt may
+# have applied; every write requires a different id, so the re-sent one cannot apply again,
+# and the id it then finds tells the store its own first attempt did.
+OP_ATTRIBUTE = "op"
 
 # Scalar attributes every usable item has, all numbers. The Python parser and the USABLE
 # condition below must agree, or a corrupt item could be both "absent" and "present".
@@ -97,6 +103,42 @@ def note_looser_client(client: Any) -> None:
         )
 
 
+# The operations the store sends; their 200 answers are checked before botocore parses them.
+_OPERATIONS = ("GetItem", "UpdateItem", "Scan")
+
+
+def check_answer(response_dict: dict[str, Any], **_: Any) -> None:
+    """A botocore ``before-parse`` handler: a 200 answer must be a JSON object.
+
+    botocore reads a body that is not JSON (or is cut short) as an empty answer, which the
+    store would take for "no item": a garbled answer would then pass as "closed".
+    """
+    if response_dict.get("status_code") != 200:
+        return
+    body = response_dict.get("body", b"")
+    try:
+        parsed = json.loads(body)
+    except (ValueError, TypeError):
+        parsed = None
+    if not isinstance(parsed, dict):
+        raise StoreError(
+            f"DynamoDB answered 200 with a body that is not a JSON object: {bytes(body)[:60]!r}"
+        )
+
+
+def _watch(client: Any) -> None:
+    """Register check_answer on a client (once: the unique id makes it idempotent)."""
+    events = getattr(getattr(client, "meta", None), "events", None)
+    if events is None:
+        return
+    for operation in _OPERATIONS:
+        events.register(
+            f"before-parse.dynamodb.{operation}",
+            check_answer,
+            unique_id=f"fleetbreaker-check-answer-{operation}",
+        )
+
+
 def _slot_names(slot: int) -> tuple[str, str]:
     return f"probe{slot}_token", f"probe{slot}_until"
 
@@ -105,12 +147,21 @@ def _number(item: dict[str, Any], name: str) -> int:
     raw = item.get(name)
     if not isinstance(raw, dict) or "N" not in raw:
         raise CorruptRecordError(f"attribute {name!r} is missing or not a number: {raw!r}")
-    # Any DynamoDB number is accepted (truncated to an integer): the USABLE condition only
-    # checks the type, and the two must agree on what counts as corrupt.
-    try:
-        return int(Decimal(raw["N"]))
-    except (ArithmeticError, ValueError):
-        raise CorruptRecordError(f"attribute {name!r} is not a finite number: {raw!r}") from None
+    return _integer(name, raw["N"])
+
+
+def _integer(name: str, raw: object) -> int:
+    """A stored number the package can trust: an integer of at most MAX_RECORD_DIGITS digits.
+
+    DynamoDB numbers may be fractional or 38 digits long; such a value was not written by
+    this package and would make later arithmetic (ADD gen 1) fail, so the item is corrupt.
+    """
+    if not _is_integer(raw):
+        raise CorruptRecordError(
+            f"attribute {name!r} is not an integer of at most {rules.MAX_RECORD_DIGITS} digits: "
+            f"{str(raw)[:40]!r}"
+        )
+    return int(cast("str", raw))
 
 
 def _scalar(item: dict[str, Any], name: str, kind: str) -> Any:
@@ -134,10 +185,15 @@ def parse_item(item: dict[str, Any] | None, now_ms: int) -> Record | None:
         token_name, until_name = _slot_names(slot)
         token = _scalar(item, token_name, "S")
         until = _scalar(item, until_name, "N")
-        # A malformed lease is treated as free; the claim condition agrees (it accepts a slot
-        # whose expiry is not a number).
-        if isinstance(token, str) and isinstance(until, str) and until.lstrip("-").isdigit():
-            leases[slot] = Lease(token, int(until))
+        # An expiry that is not a number is a free slot; the claim condition agrees (it
+        # accepts a slot whose expiry is not a number). A numeric expiry the condition would
+        # compare but the parser cannot trust (fractional, no token) makes the item corrupt,
+        # so parser and condition never disagree on whether the slot is held.
+        if until is None:
+            continue
+        if not isinstance(token, str):
+            raise CorruptRecordError(f"attribute {until_name!r} has no {token_name!r}")
+        leases[slot] = Lease(token, _integer(until_name, until))
     quorum: dict[str, dict[str, int]] = {}
     for code in rules.QUORUM_CODES:
         raw_map = _scalar(item, code, "M")
@@ -149,8 +205,10 @@ def parse_item(item: dict[str, Any] | None, now_ms: int) -> Record | None:
         }
 
     def window_number(field: str) -> int | None:
+        # Not a number: the bucket reads as empty, as the report's condition assumes
+        # (NOT attribute_type N). A number it cannot trust: corrupt, for the same reason.
         raw = _scalar(item, field, "N")
-        return int(raw) if _is_integer(raw) else None
+        return None if raw is None else _integer(field, raw)
 
     rev = window_number("rev")
     record = Record(
@@ -176,7 +234,10 @@ def parse_item(item: dict[str, Any] | None, now_ms: int) -> Record | None:
 
 
 def _is_integer(raw: object) -> bool:
-    return isinstance(raw, str) and raw.lstrip("-").isdigit() and raw.isascii()
+    if not isinstance(raw, str) or not raw.isascii():
+        return False
+    digits = raw[1:] if raw.startswith("-") else raw
+    return digits.isdigit() and len(digits) <= rules.MAX_RECORD_DIGITS
 
 
 # Everything the rate policy keeps in an item: the buckets, the quorum maps and their rev.
@@ -187,6 +248,15 @@ _WINDOW_ATTRIBUTES = (
         for code in rules.BUCKET_CODES
     ),
     *rules.QUORUM_CODES,
+    "rev",
+)
+
+
+# Attributes besides state and the numbers that can make an item corrupt: a replacement of
+# a corrupt item is fenced on them too.
+_FENCED = (
+    *(_slot_names(slot)[1] for slot in range(MAX_PROBE_SLOTS)),
+    *(rules.bucket_field(slot, "i") for slot in range(rules.WINDOW_BUCKETS)),
     "rev",
 )
 
@@ -249,6 +319,28 @@ class _Write:
         typed = " AND ".join(f"attribute_type({self.name(n)}, {number})" for n in _NUMBERS)
         alive = f"{self.name(TTL_ATTRIBUTE)} > {self.value(self.now_ms // 1000)}"
         return f"{self.name('state')} IN ({states}) AND {typed} AND {alive}"
+
+    def replaceable(self, corrupt: dict[str, Any] | None) -> str:
+        """The condition of a write that replaces an absent, expired or corrupt item.
+
+        NOT usable covers the absent and expired ones and those of the wrong types. An item
+        of the right types whose values cannot be trusted (a fractional gen, 38 digits) is
+        usable to DynamoDB, so the replacement is also allowed when the item still holds
+        exactly the raw values the store read and rejected.
+        """
+        absent = f"NOT ({self.usable()})"
+        if not corrupt:
+            return absent
+        fence = []
+        for attribute in ("state", *_NUMBERS, *_FENCED):
+            raw = corrupt.get(attribute)
+            if raw is None:
+                fence.append(f"attribute_not_exists({self.name(attribute)})")
+            elif isinstance(raw, dict) and set(raw) <= {"S", "N"}:
+                placeholder = f":v{len(self.values)}"
+                self.values[placeholder] = raw
+                fence.append(f"{self.name(attribute)} = {placeholder}")
+        return f"{absent} OR ({' AND '.join(fence)})"
 
     def is_(self, attribute: str, value: int | str) -> str:
         return f"{self.name(attribute)} = {self.value(value)}"
@@ -346,6 +438,7 @@ class DynamoDBStore:
         self._client_lock = threading.Lock()
         if boto3_client is not None:
             note_looser_client(boto3_client)
+            _watch(boto3_client)
         self._client: DynamoDBClient | None = boto3_client
         self._boto_config = boto_config
         self._endpoint_url = endpoint_url
@@ -372,15 +465,19 @@ class DynamoDBStore:
         config = Config(**DEFAULT_TIMEOUTS, retries=DEFAULT_RETRIES)  # type: ignore[arg-type]
         if self._boto_config is not None:
             config = config.merge(self._boto_config)
-        return boto3.session.Session().client(
+        client = boto3.session.Session().client(
             "dynamodb", config=config, endpoint_url=self._endpoint_url
         )
+        _watch(client)
+        return client
 
     # -- raw calls -------------------------------------------------------------------------
 
     def _translate(self, exc: Exception) -> StoreError:
         from botocore.exceptions import ClientError
 
+        if isinstance(exc, StoreError):  # check_answer's, raised from inside botocore
+            return exc
         if isinstance(exc, ClientError):
             code = exc.response.get("Error", {}).get("Code", "")
             if code == "ResourceNotFoundException":
@@ -398,7 +495,23 @@ class DynamoDBStore:
             )
         except Exception as exc:
             raise self._translate(exc) from exc
-        item: dict[str, Any] | None = response.get("Item")
+        return self._whole(name, response.get("Item"), "GetItem")
+
+    def _whole(self, name: str, item: object, operation: str) -> dict[str, Any] | None:
+        """An item as DynamoDB returns it: whole, with its key, or None.
+
+        A stored item always carries its key, so an answer whose item lacks it was garbled on
+        the way (a store error), while an item with its key but missing attributes is what
+        the table holds (a corrupt record). A body altered in transit from real DynamoDB is
+        also caught by botocore's CRC32 check of the x-amz-crc32 header.
+        """
+        if item is None:
+            return None
+        if not isinstance(item, dict) or item.get(KEY_ATTRIBUTE) != {"S": name}:
+            raise StoreError(
+                f"DynamoDB {operation} answered a partial item for breaker {name!r} on table "
+                f"{self.table_name!r}: {str(item)[:80]}"
+            )
         return item
 
     def _update(self, name: str, write: _Write) -> tuple[bool, dict[str, Any] | None]:
@@ -406,6 +519,10 @@ class DynamoDBStore:
         from botocore.exceptions import ClientError
 
         self.stats.count_write()
+        op = secrets.token_hex(8)
+        written = write.set(OP_ATTRIBUTE, op).value(op)
+        at_op = write.name(OP_ATTRIBUTE)
+        write.require(f"attribute_not_exists({at_op}) OR {at_op} <> {written}")
         try:
             response = self.client.update_item(
                 TableName=self.table_name,
@@ -420,24 +537,35 @@ class DynamoDBStore:
         except ClientError as exc:
             if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
                 raise self._translate(exc) from exc
-            old = cast("dict[str, Any] | None", exc.response.get("Item"))
+            old = self._whole(name, exc.response.get("Item"), "UpdateItem")
             if old is None:
                 # Either the item does not exist, or the endpoint ignores ALL_OLD (dynalite):
                 # one consistent read tells which.
                 old = self._get(name)
+            if old is not None and old.get(OP_ATTRIBUTE) == {"S": op}:
+                # A re-sent attempt of this very write: the first one applied, and nothing
+                # has written since. Its item is what ALL_NEW would have returned.
+                return True, old
             return False, old
         except Exception as exc:
             raise self._translate(exc) from exc
-        item: dict[str, Any] | None = response.get("Attributes")
+        # ALL_NEW: an applied update always returns the whole item.
+        item = self._whole(name, response.get("Attributes") or {}, "UpdateItem")
         return True, item
 
-    def _parse_or_absent(self, item: dict[str, Any] | None, now_ms: int) -> Record | None:
-        # Inside an operation a corrupt item is planned as absent: the "fresh" write below is
-        # conditioned on NOT usable, so it repairs the item instead of failing on it forever.
+    def _parse_or_absent(
+        self, item: dict[str, Any] | None, now_ms: int
+    ) -> tuple[Record | None, dict[str, Any] | None]:
+        """The record, and the raw item when it is corrupt (the record is then None).
+
+        Inside an operation a corrupt item is planned as absent; its "fresh" write is fenced
+        on the raw item (see _Write.replaceable), so it repairs the item instead of failing
+        on it forever.
+        """
         try:
-            return parse_item(item, now_ms)
+            return parse_item(item, now_ms), None
         except CorruptRecordError:
-            return None
+            return None, item
 
     # -- the contract ----------------------------------------------------------------------
 
@@ -448,6 +576,7 @@ class DynamoDBStore:
         self, name: str, policy: Policy, now_ms: int, observed: Record | None
     ) -> Outcome:
         seen = _alive(observed, now_ms)
+        corrupt: dict[str, Any] | None = None
         for _ in range(4):
             planned = rules.apply_failure(seen, policy, now_ms)
             if not planned.changed or planned.record is None:
@@ -456,7 +585,7 @@ class DynamoDBStore:
             if seen is None:
                 # Absent, expired or corrupt: write a whole fresh record over it.
                 _write_record(write, planned.record).set("gen", planned.record.gen)
-                write.remove_leases(range(MAX_PROBE_SLOTS)).require(f"NOT ({write.usable()})")
+                write.remove_leases(range(MAX_PROBE_SLOTS)).require(write.replaceable(corrupt))
             else:
                 write.require(write.usable()).require(write.is_("state", State.CLOSED.value))
                 write.require(write.is_("gen", seen.gen))
@@ -467,7 +596,7 @@ class DynamoDBStore:
                 else:
                     write.set("failures", 1).set("window_start", now_ms)
             applied, item = self._update(name, write)
-            record = self._parse_or_absent(item, now_ms)
+            record, corrupt = self._parse_or_absent(item, now_ms)
             if not applied:
                 seen = record
                 continue
@@ -487,7 +616,7 @@ class DynamoDBStore:
         write.require(write.usable()).require(write.is_("state", State.CLOSED.value))
         write.require(write.is_("gen", counted.gen))
         applied, item = self._update(name, write)
-        record = self._parse_or_absent(item, now_ms)
+        record, _ = self._parse_or_absent(item, now_ms)
         if applied:
             return Outcome(record, changed=True, transition=(State.CLOSED, State.OPEN))
         return Outcome(record, changed=True)
@@ -522,7 +651,7 @@ class DynamoDBStore:
                     f" OR {held_until} <= {write.value(now_ms)}"
                 )
             applied, item = self._update(name, write)
-            record = self._parse_or_absent(item, now_ms)
+            record, _ = self._parse_or_absent(item, now_ms)
             if applied:
                 return Outcome(record, changed=True, transition=planned.transition, token=token)
             seen = record
@@ -538,7 +667,7 @@ class DynamoDBStore:
         seen = _alive(observed, now_ms)
         if not rules.holds_lease(seen, token, now_ms):
             # The caller's view may predate its own claim (a workflow's later step): ask.
-            seen = self._parse_or_absent(self._get(name), now_ms)
+            seen, _ = self._parse_or_absent(self._get(name), now_ms)
         for _ in range(policy.max_probes + 2):
             if not rules.holds_lease(seen, token, now_ms):
                 return Outcome(seen)
@@ -559,7 +688,7 @@ class DynamoDBStore:
             else:
                 _write_record(write, after).add("gen", 1).remove_leases(range(MAX_PROBE_SLOTS))
             applied, item = self._update(name, write)
-            record = self._parse_or_absent(item, now_ms)
+            record, _ = self._parse_or_absent(item, now_ms)
             if applied:
                 return Outcome(record, changed=True, transition=planned.transition)
             seen = record
@@ -578,6 +707,7 @@ class DynamoDBStore:
             return Outcome(seen)
         idx = rules.bucket_index(policy, now_ms)
         slot = idx % rules.WINDOW_BUCKETS
+        corrupt: dict[str, Any] | None = None
         for _ in range(6):
             planned = rules.apply_report(seen, policy, now_ms, report)
             if not planned.changed or planned.record is None:
@@ -588,7 +718,7 @@ class DynamoDBStore:
                 _write_record(write, after).set("gen", after.gen)
                 if planned.transition is None:
                     _write_window(write, after)
-                write.remove_leases(range(MAX_PROBE_SLOTS)).require(f"NOT ({write.usable()})")
+                write.remove_leases(range(MAX_PROBE_SLOTS)).require(write.replaceable(corrupt))
             else:
                 write.require(write.usable()).require(write.is_("state", State.CLOSED.value))
                 counted = rules.add_report(seen, policy, now_ms, report)
@@ -623,7 +753,7 @@ class DynamoDBStore:
                         else write.is_("rev", seen.rev)
                     )
             applied, item = self._update(name, write)
-            record = self._parse_or_absent(item, now_ms)
+            record, corrupt = self._parse_or_absent(item, now_ms)
             if not applied:
                 seen = record
                 continue
@@ -640,7 +770,7 @@ class DynamoDBStore:
     ) -> Outcome:
         # Operator actions are rare, so one read first: the write is then fenced on the
         # generation it replaces, and the outcome can name the state it left.
-        seen = self._parse_or_absent(self._get(name), now_ms)
+        seen, corrupt = self._parse_or_absent(self._get(name), now_ms)
         for _ in range(4):
             planned = rules.apply_force(seen, policy, now_ms, target)
             after = planned.record
@@ -650,11 +780,11 @@ class DynamoDBStore:
             if action is not None:
                 write.set("last_action", action.encode())
             if seen is None:
-                write.require(f"NOT ({write.usable()})")
+                write.require(write.replaceable(corrupt))
             else:
                 write.require(write.usable()).require(write.is_("gen", seen.gen))
             applied, item = self._update(name, write)
-            record = self._parse_or_absent(item, now_ms)
+            record, corrupt = self._parse_or_absent(item, now_ms)
             if applied:
                 return Outcome(record, changed=True, transition=planned.transition)
             seen = record
@@ -699,7 +829,7 @@ class DynamoDBStore:
     def tune(
         self, name: str, policy: Policy, now_ms: int, tuned: str, action: Action | None
     ) -> Record | None:
-        seen = self._parse_or_absent(self._get(name), now_ms)
+        seen, corrupt = self._parse_or_absent(self._get(name), now_ms)
         for _ in range(4):
             write = _Write(now_ms, policy, seen.state if seen is not None else State.CLOSED)
             if tuned:
@@ -711,12 +841,12 @@ class DynamoDBStore:
             if seen is None:
                 # No live record: a fresh closed one carries the settings.
                 _write_record(write, Record()).set("gen", 0).remove_leases(range(MAX_PROBE_SLOTS))
-                write.require(f"NOT ({write.usable()})")
+                write.require(write.replaceable(corrupt))
             else:
                 # Fenced on the generation: the TTL written depends on the state it found.
                 write.require(write.usable()).require(write.is_("gen", seen.gen))
             applied, item = self._update(name, write)
-            record = self._parse_or_absent(item, now_ms)
+            record, corrupt = self._parse_or_absent(item, now_ms)
             if applied:
                 return record
             seen = record

@@ -42,8 +42,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("fleetbreaker")
 _NUMBERS = rules.RECORD_NUMBERS
-# The scripts' integer rule: an optional minus and 1 to 15 ASCII digits (exact in a Lua double).
-_INTEGER = re.compile(r"-?[0-9]{1,15}")
+# The scripts' integer rule: an optional minus and 1 to MAX_RECORD_DIGITS ASCII digits. Lua
+# doubles hold 15 digits exactly; one digit of headroom keeps a counter the scripts accept from
+# growing (gen + 1) into a value they would then reject.
+_INTEGER = re.compile(rf"-?[0-9]{{1,{rules.MAX_RECORD_DIGITS}}}")
 # `{`, `}` would end or start a hash tag early; `%` is escaped so the mapping stays one-to-one.
 _KEY_ESCAPES = str.maketrans({"%": "%25", "{": "%7B", "}": "%7D"})
 _OPERATIONS = (
@@ -76,6 +78,7 @@ class _Script:
         common = package.joinpath("redis_common.lua").read_text(encoding="utf-8")
         # One limit for the Python rules and the scripts.
         common = common.replace("__MAX_PROBE_SLOTS__", str(MAX_PROBE_SLOTS))
+        common = common.replace("__MAX_RECORD_DIGITS__", str(rules.MAX_RECORD_DIGITS))
         body = package.joinpath(f"redis_{operation}.lua").read_text(encoding="utf-8")
         self.operation = operation
         self.source = f"{common}\n{body}"
@@ -287,9 +290,19 @@ class RedisStore:
         status, changed, before, after, token = (_text(v) for v in reply[:5])
         if status == "corrupt":
             raise CorruptRecordError(f"breaker {name!r} in Redis: {changed}")
-        pairs = [_text(v) for v in reply[6:]]
-        record = parse_fields(dict(zip(pairs[::2], pairs[1::2], strict=True)))
-        transition = (State(before), State(after)) if before and after else None
+        # Every record in an "ok" reply was parsed by the script itself, so a reply that does
+        # not parse here is a garbled answer (a store error), never a corrupt record or "closed".
+        try:
+            if status != "ok" or changed not in ("0", "1") or len(reply) % 2:
+                raise ValueError("not a reply of the fleetbreaker scripts")
+            pairs = [_text(v) for v in reply[6:]]
+            record = parse_fields(dict(zip(pairs[::2], pairs[1::2], strict=True)))
+            transition = (State(before), State(after)) if before and after else None
+        except (ValueError, CorruptRecordError) as exc:
+            raise StoreError(
+                f"Redis {operation} for breaker {name!r} gave a reply of the wrong shape "
+                f"({exc}): {str(reply)[:80]}"
+            ) from None
         return Outcome(record, changed=changed == "1", transition=transition, token=token or None)
 
     def _operation(self, operation: str, name: str, args: Sequence[str]) -> Outcome:

@@ -29,12 +29,13 @@ local function int(n)
   return string.format('%d', n)
 end
 
--- An optional minus and 1 to 15 digits: an integer a double holds exactly. RedisStore's Python
+-- An optional minus and 1 to 14 digits (state.MAX_RECORD_DIGITS): a double holds 15 exactly,
+-- and the spare digit keeps gen + 1 of an accepted record acceptable too. RedisStore's Python
 -- parser applies the same rule.
 local function parse_int(raw)
   if type(raw) ~= 'string' then return nil end
   local digits = string.match(raw, '^%-?(%d+)$')
-  if digits == nil or #digits > 15 then return nil end
+  if digits == nil or #digits > __MAX_RECORD_DIGITS__ then return nil end
   return tonumber(raw)
 end
 
