@@ -492,11 +492,14 @@ def test_the_breaker_functions_name_the_table_and_the_store(
         if on_redis:
             # the cache's endpoint is a placeholder: moto does not model the cache
             assert variables["CIRCUIT_BREAKER_REDIS_URL"].startswith("rediss://")
+            assert variables["CIRCUIT_BREAKER_REDIS_IAM_USER"] == "BreakerCacheUser.Ref"
+            assert variables["CIRCUIT_BREAKER_REDIS_IAM_CACHE"] == "BreakerCache.Ref"
             vpc = example_deployment["functions"][name]["VpcConfig"]
             assert sorted(vpc["SubnetIds"]) == sorted(SUBNETS.split(","))
             assert vpc["SecurityGroupIds"] == [SECURITY_GROUPS]
         else:
             assert "CIRCUIT_BREAKER_REDIS_URL" not in variables
+            assert "CIRCUIT_BREAKER_REDIS_IAM_USER" not in variables
 
 
 def test_the_payment_functions_call_the_payment_api(example_deployment: dict[str, Any]) -> None:
