@@ -24,6 +24,7 @@ from fleetbreaker.breaker import system_clock, validate_name
 from fleetbreaker.config import BreakerConfig
 from fleetbreaker.errors import ConfigError, CorruptRecordError, StoreError
 from fleetbreaker.state import Policy, Record, State
+from fleetbreaker.stores import IAM_CACHE_ENV, IAM_USER_ENV
 
 if TYPE_CHECKING:
     from fleetbreaker.stores.base import AdminStore
@@ -38,6 +39,9 @@ REDIS_URL_ENV = "CIRCUIT_BREAKER_REDIS_URL"
 # The outputs of template.yaml the CLI reads with --stack.
 TABLE_OUTPUT = "CircuitBreakersTableName"
 CACHE_OUTPUT = "BreakerCacheEndpoint"
+# The cache's IAM-authenticated user and the cache's name, which its auth tokens are signed for.
+CACHE_USER_OUTPUT = "BreakerCacheUserId"
+CACHE_NAME_OUTPUT = "BreakerCacheName"
 
 # A CLI may wait longer than a breaker on the hot path, but not forever: an operator during an
 # incident must learn quickly that the store is out of reach (exit 3).
@@ -414,10 +418,16 @@ def open_store(args: argparse.Namespace) -> tuple[AdminStore, str]:
     functions choose), then the environment (Redis first, as the breaker does).
     """
     table, redis_url = args.table, args.redis_url
+    iam_user = os.environ.get(IAM_USER_ENV) or None
+    iam_cache = os.environ.get(IAM_CACHE_ENV) or None
     if redis_url is None and table is None and args.stack is not None:
         outputs = stack_outputs(args.stack, args.region)
         if outputs.get(CACHE_OUTPUT):
             redis_url = f"rediss://{outputs[CACHE_OUTPUT]}"
+            # The stack's cache admits its IAM user only: sign in as it, with the operator's
+            # credentials (which need elasticache:Connect on the cache and the user).
+            iam_user = outputs.get(CACHE_USER_OUTPUT) or iam_user
+            iam_cache = outputs.get(CACHE_NAME_OUTPUT) or iam_cache
         elif outputs.get(TABLE_OUTPUT):
             table = outputs[TABLE_OUTPUT]
         else:
@@ -430,10 +440,18 @@ def open_store(args: argparse.Namespace) -> tuple[AdminStore, str]:
     if redis_url is not None:
         from fleetbreaker.stores.redis import RedisStore
 
+        provider = None
+        if iam_user is not None and iam_cache is not None:
+            from fleetbreaker.stores.elasticache_iam import ElastiCacheIAMAuth
+
+            provider = ElastiCacheIAMAuth(iam_user, iam_cache, args.region)
         store: AdminStore = RedisStore(
-            url=redis_url, socket_timeout=STORE_TIMEOUT_S, socket_connect_timeout=STORE_TIMEOUT_S
+            url=redis_url,
+            socket_timeout=STORE_TIMEOUT_S,
+            socket_connect_timeout=STORE_TIMEOUT_S,
+            credential_provider=provider,
         )
-        return store, "Redis"
+        return store, "Redis" if provider is None else f"Redis (IAM user {iam_user!r})"
     if table is not None:
         import boto3
 
