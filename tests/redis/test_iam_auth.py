@@ -33,6 +33,7 @@ CREDENTIALS = Credentials(
     "AKIDEXAMPLE", "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY", "SESSION/TOKEN"
 )
 T0 = 1_767_225_600.0  # 2026-01-01T00:00:00Z
+NOW_MS = int(T0 * 1000)  # the breaker's clock in the caller-clock sequence
 POLICY = Policy(
     failure_threshold=2,
     window_ms=10_000,
@@ -88,8 +89,14 @@ def set_iam_user_password(admin: redis.Redis, token: str) -> None:
     admin.execute_command("ACL", "SETUSER", USER, "reset", *template_access_string(), f">{token}")
 
 
-def iam_store(server: RedisServer, auth: ElastiCacheIAMAuth) -> RedisStore:
-    return RedisStore(url=f"redis://127.0.0.1:{server.port}/0", credential_provider=auth)
+def iam_store(
+    server: RedisServer, auth: ElastiCacheIAMAuth, *, use_server_time: bool = True
+) -> RedisStore:
+    return RedisStore(
+        url=f"redis://127.0.0.1:{server.port}/0",
+        credential_provider=auth,
+        use_server_time=use_server_time,
+    )
 
 
 # -- against a server with ACL users -------------------------------------------------------
@@ -103,28 +110,35 @@ def test_the_store_logs_in_as_the_iam_user_and_runs_every_operation(
     server, admin = acl_server
     clock = Clock()
     set_iam_user_password(admin, make_auth(Clock()).token())
-    store = iam_store(server, make_auth(clock))
+    # (the caller's clock for the sequence, so it is deterministic; the server's for reads)
+    store = iam_store(server, make_auth(clock), use_server_time=False)
+    server_clock_store = iam_store(server, make_auth(clock))
     try:
-        # WHEN the store trips, probes, closes, forces and lists a breaker (server clock)
-        store.record_failure("iam", POLICY, 0, None)
-        opened = store.record_failure("iam", POLICY, 0, None)
-        claimed = store.claim_probe("iam", POLICY, 0, "nonce-1", None)
+        # WHEN the store trips, probes, closes, forces and lists a breaker
+        store.record_failure("iam", POLICY, NOW_MS, None)
+        opened = store.record_failure("iam", POLICY, NOW_MS, None)
+        claimed = store.claim_probe("iam", POLICY, NOW_MS + 10, "nonce-1", None)
         token = claimed.token
         assert token is not None
-        settled = store.settle_probe("iam", POLICY, 0, ProbeReport(token, True, 0.5), None)
-        forced = store.force_state("iam", POLICY, 0, State.FORCED_OPEN)
-        listed = [listing.name for listing in store.list_records(0)]
+        report = ProbeReport(token, True, 0.5)
+        settled = store.settle_probe("iam", POLICY, NOW_MS + 20, report, None)
+        forced = store.force_state("iam", POLICY, NOW_MS + 30, State.FORCED_OPEN)
+        loaded = server_clock_store.load("iam", 0)
+        listed = [listing.name for listing in server_clock_store.list_records(0)]
         # THEN each one ran as the IAM user, within its access string
         assert opened.transition == (State.CLOSED, State.OPEN)
         assert settled.record is not None
         assert settled.record.state is State.CLOSED
         assert forced.record is not None
         assert forced.record.state is State.FORCED_OPEN
+        assert loaded is not None
+        assert loaded.state is State.FORCED_OPEN
         assert listed == ["iam"]
         clients = admin.execute_command("CLIENT", "LIST").decode()
         assert f"user={USER}" in clients
     finally:
         store.close()
+        server_clock_store.close()
 
 
 def test_without_the_token_the_store_cannot_connect(
