@@ -10,6 +10,7 @@ unreachable. Every error is one line on stderr, never a traceback.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -23,7 +24,8 @@ from fleetbreaker import tuning
 from fleetbreaker.breaker import system_clock, validate_name
 from fleetbreaker.config import BreakerConfig
 from fleetbreaker.errors import ConfigError, CorruptRecordError, StoreError
-from fleetbreaker.state import Policy, Record, State
+from fleetbreaker.state import Policy, Record, State, snapshot_of
+from fleetbreaker.stores import IAM_CACHE_ENV, IAM_USER_ENV
 
 if TYPE_CHECKING:
     from fleetbreaker.stores.base import AdminStore
@@ -38,6 +40,9 @@ REDIS_URL_ENV = "CIRCUIT_BREAKER_REDIS_URL"
 # The outputs of template.yaml the CLI reads with --stack.
 TABLE_OUTPUT = "CircuitBreakersTableName"
 CACHE_OUTPUT = "BreakerCacheEndpoint"
+# The cache's IAM-authenticated user and the cache's name, which its auth tokens are signed for.
+CACHE_USER_OUTPUT = "BreakerCacheUserId"
+CACHE_NAME_OUTPUT = "BreakerCacheName"
 
 # A CLI may wait longer than a breaker on the hot path, but not forever: an operator during an
 # incident must learn quickly that the store is out of reach (exit 3).
@@ -48,6 +53,9 @@ IDENTITY_TIMEOUT_S = 2.0
 # values against BreakerConfig's defaults plus the values themselves.
 _DEFAULTS = BreakerConfig()
 _POLICY = Policy.from_config(_DEFAULTS)
+# The record does not store its window's length (each container has it in its config): the
+# figures are counted over --window, default the functions' BREAKER_WINDOW_SECONDS, else 60.
+WINDOW_ENV = "BREAKER_WINDOW_SECONDS"
 
 _COLOURS = {
     State.CLOSED.value: "32",  # green
@@ -81,8 +89,8 @@ def _iso(epoch_ms: int) -> str | None:
 class BreakerView:
     """What the CLI shows about one breaker; ``as_json`` gives the stable ``--json`` keys.
 
-    ``calls``, ``slow_calls`` and ``containers`` are None until the rate policy's snapshot
-    exists: the count policy does not count calls or containers.
+    ``failures``, ``calls``, ``slow_calls`` and ``containers`` are the record's window as
+    :func:`fleetbreaker.state.snapshot_of` counts it (the count policy counts no calls: 0).
     """
 
     name: str
@@ -117,20 +125,29 @@ class BreakerView:
         }
 
 
-def view_of(name: str, record: Record | None, now_ms: int, error: str | None = None) -> BreakerView:
+def view_of(
+    name: str,
+    record: Record | None,
+    now_ms: int,
+    error: str | None = None,
+    window_seconds: float = _DEFAULTS.window_seconds,
+) -> BreakerView:
     """The view of one breaker from its record (None: no record, i.e. closed).
 
-    This is the one place that turns store data into figures; ``CircuitBreaker.snapshot()``
-    replaces it once the rate policy exists.
+    The figures come from :func:`fleetbreaker.state.snapshot_of`, with a Policy from
+    BreakerConfig's defaults, ``window_seconds`` and the record's tuned settings.
     """
     if error is not None:
         return BreakerView(name, "corrupt", error=error)
     if record is None:
         return BreakerView(name, State.CLOSED.value, 0, 0, tuned={})
+    config = dataclasses.replace(_DEFAULTS, window_seconds=window_seconds)
     try:
         tuned = tuning.decode_tuned(record.tuned)
+        config = tuning.apply_tuning(config, tuned)
     except ConfigError as exc:
         tuned, error = {}, str(exc)
+    snapshot = snapshot_of(name, record, Policy.from_config(config), now_ms)
     action = tuning.Action.decode(record.last_action)
     last_action = None
     if action is not None:
@@ -145,7 +162,10 @@ def view_of(name: str, record: Record | None, now_ms: int, error: str | None = N
         name=name,
         state=record.state.value,
         generation=record.gen,
-        failures=record.failures,
+        failures=snapshot.failures,
+        calls=snapshot.calls,
+        slow_calls=snapshot.slow_calls,
+        containers=snapshot.containers,
         open_until=_iso(record.open_until) if is_open else None,
         retry_after=max(0, record.open_until - now_ms) / 1000 if is_open else None,
         tuned=tuned,
@@ -155,19 +175,45 @@ def view_of(name: str, record: Record | None, now_ms: int, error: str | None = N
     )
 
 
-def gather_one(store: AdminStore, name: str, now_ms: int) -> BreakerView | None:
+def gather_one(
+    store: AdminStore, name: str, now_ms: int, window_seconds: float = _DEFAULTS.window_seconds
+) -> BreakerView | None:
     """One breaker's view, or None when the store holds no record of it."""
     try:
         record = store.load(name, now_ms)
     except CorruptRecordError as exc:
         return view_of(name, None, now_ms, str(exc))
-    return None if record is None else view_of(name, record, now_ms)
+    return None if record is None else view_of(name, record, now_ms, None, window_seconds)
 
 
-def gather_all(store: AdminStore, now_ms: int) -> list[BreakerView]:
+def gather_all(
+    store: AdminStore, now_ms: int, window_seconds: float = _DEFAULTS.window_seconds
+) -> list[BreakerView]:
     """Every breaker in the store, sorted by name."""
-    views = [view_of(e.name, e.record, now_ms, e.error) for e in store.list_records(now_ms)]
+    views = [
+        view_of(e.name, e.record, now_ms, e.error, window_seconds)
+        for e in store.list_records(now_ms)
+    ]
     return sorted(views, key=lambda view: view.name)
+
+
+def window_of(args: argparse.Namespace, environ: Any = None) -> float:
+    """Seconds of window the figures cover: --window, else BREAKER_WINDOW_SECONDS, else 60."""
+    if getattr(args, "window", None) is not None:
+        return float(args.window)
+    env = os.environ if environ is None else environ
+    raw = env.get(WINDOW_ENV, "").strip()
+    if not raw:
+        return _DEFAULTS.window_seconds
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = -1.0
+    if not 0 < seconds < float("inf"):
+        raise CliError(
+            EXIT_USAGE, f"{WINDOW_ENV} must be a positive number of seconds, got {raw!r}"
+        )
+    return seconds
 
 
 # --------------------------------------------------------------------------- output
@@ -314,6 +360,13 @@ def build_parser() -> argparse.ArgumentParser:
             help="CloudFormation stack whose outputs name the table and the cache",
         )
         parser.add_argument(
+            "--window",
+            type=_positive_seconds,
+            default=default(None),
+            metavar="SECONDS",
+            help=f"window the figures cover (default: ${WINDOW_ENV}, else 60)",
+        )
+        parser.add_argument(
             "--json",
             action="store_true",
             default=default(False),
@@ -414,10 +467,16 @@ def open_store(args: argparse.Namespace) -> tuple[AdminStore, str]:
     functions choose), then the environment (Redis first, as the breaker does).
     """
     table, redis_url = args.table, args.redis_url
+    iam_user = os.environ.get(IAM_USER_ENV) or None
+    iam_cache = os.environ.get(IAM_CACHE_ENV) or None
     if redis_url is None and table is None and args.stack is not None:
         outputs = stack_outputs(args.stack, args.region)
         if outputs.get(CACHE_OUTPUT):
             redis_url = f"rediss://{outputs[CACHE_OUTPUT]}"
+            # The stack's cache admits its IAM user only: sign in as it, with the operator's
+            # credentials (which need elasticache:Connect on the cache and the user).
+            iam_user = outputs.get(CACHE_USER_OUTPUT) or iam_user
+            iam_cache = outputs.get(CACHE_NAME_OUTPUT) or iam_cache
         elif outputs.get(TABLE_OUTPUT):
             table = outputs[TABLE_OUTPUT]
         else:
@@ -430,10 +489,18 @@ def open_store(args: argparse.Namespace) -> tuple[AdminStore, str]:
     if redis_url is not None:
         from fleetbreaker.stores.redis import RedisStore
 
+        provider = None
+        if iam_user is not None and iam_cache is not None:
+            from fleetbreaker.stores.elasticache_iam import ElastiCacheIAMAuth
+
+            provider = ElastiCacheIAMAuth(iam_user, iam_cache, args.region)
         store: AdminStore = RedisStore(
-            url=redis_url, socket_timeout=STORE_TIMEOUT_S, socket_connect_timeout=STORE_TIMEOUT_S
+            url=redis_url,
+            socket_timeout=STORE_TIMEOUT_S,
+            socket_connect_timeout=STORE_TIMEOUT_S,
+            credential_provider=provider,
         )
-        return store, "Redis"
+        return store, "Redis" if provider is None else f"Redis (IAM user {iam_user!r})"
     if table is not None:
         import boto3
 
@@ -484,8 +551,14 @@ def _checked_name(name: str) -> str:
         raise CliError(EXIT_USAGE, str(exc)) from None
 
 
-def _require(store: AdminStore, name: str, where: str, now_ms: int) -> BreakerView:
-    view = gather_one(store, name, now_ms)
+def _require(
+    store: AdminStore,
+    name: str,
+    where: str,
+    now_ms: int,
+    window_seconds: float = _DEFAULTS.window_seconds,
+) -> BreakerView:
+    view = gather_one(store, name, now_ms, window_seconds)
     if view is None:
         raise CliError(EXIT_NOT_FOUND, f"breaker {name!r} not found in {where}")
     return view
@@ -528,13 +601,14 @@ def run(
     name = _checked_name(args.name) if hasattr(args, "name") else ""
     values = _tuning_from(args) if args.command == "tune" else {}
     reason = tuning.check_reason(getattr(args, "reason", None))
+    window = window_of(args)
     store, where = open_store(args)
     now = clock()
     if args.command == "list":
-        _print(args, out, gather_all(store, now))
+        _print(args, out, gather_all(store, now, window))
         return EXIT_OK
     if args.command == "status":
-        _print(args, out, [_require(store, name, where, now)])
+        _print(args, out, [_require(store, name, where, now, window)])
         return EXIT_OK
     if args.command in _FORCE_TARGETS:
         target = _FORCE_TARGETS[args.command]
@@ -543,12 +617,12 @@ def run(
             _require(store, name, where, now)
         action = tuning.Action(target.value, caller_identity(args), reason, clock())
         store.force_state(name, _POLICY, action.at, target, action=action)
-        _print(args, out, [_require(store, name, where, clock())])
+        _print(args, out, [_require(store, name, where, clock(), window)])
         return EXIT_OK
     if args.command == "tune":
         action = tuning.Action("tune", caller_identity(args), reason, clock())
         store.tune(name, _POLICY, action.at, tuning.encode_tuned(values), action)
-        _print(args, out, [_require(store, name, where, clock())])
+        _print(args, out, [_require(store, name, where, clock(), window)])
         return EXIT_OK
     if args.command == "watch":
         return _watch(args, out, store, name, where, clock, sleep)
@@ -571,7 +645,8 @@ def _watch(
         if shown:
             sleep(args.interval)
         try:
-            view = gather_one(store, name, clock()) or view_of(name, None, clock())
+            window = window_of(args)
+            view = gather_one(store, name, clock(), window) or view_of(name, None, clock())
         except StoreError as exc:
             # A blip mid-incident must not end the watch: say so and try again.
             out.write(f"{_iso(clock())}  store error: {exc}\n")

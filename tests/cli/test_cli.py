@@ -9,6 +9,7 @@ import pytest
 
 from fleetbreaker import BreakerConfig, CircuitBreaker, State
 from fleetbreaker.breaker import system_clock
+from fleetbreaker.state import Policy, Report
 from fleetbreaker.tuning import Action, decode_tuned
 from tests.cli.conftest import MOTO_ARN, POLICY, Backend, fail, load, one_line_error
 from tests.support import Dependency, FakeClock
@@ -85,8 +86,8 @@ def test_status_json_has_the_stable_keys(backend: Backend, name: str) -> None:
     assert status["state"] == "open"
     assert status["generation"] == 1
     assert 0 < status["retry_after"] <= POLICY.base_open_ms / 1000
-    # The count policy counts neither calls nor containers: unknown, not zero.
-    assert (status["calls"], status["slow_calls"], status["containers"]) == (None, None, None)
+    # The count policy counts no calls; an open breaker's window holds nothing.
+    assert (status["calls"], status["slow_calls"], status["containers"]) == (0, 0, 0)
     assert status["tuned"] == {}
     assert status["last_action"] is None
 
@@ -266,3 +267,53 @@ def test_watch_of_an_unknown_breaker_exits_1(moto_server_backend: Backend, name:
     result = moto_server_backend.run("watch", name, "--count", "1")
 
     assert result.code == 1
+
+
+# -- figures of the rate policy's window --------------------------------------------------
+
+RATE_POLICY = Policy.from_config(
+    BreakerConfig(
+        failure_rate_threshold=0.9,
+        minimum_calls=1000,
+        window_seconds=30,
+        slow_call_duration=1.0,
+        min_containers=3,
+    )
+)
+
+
+def report_calls(backend: Backend, name: str) -> None:
+    """Two containers' reports into a rate-policy window: 15 calls, 5 failures, 1 slow."""
+    for report in (Report("c1", calls=10, failures=3, slow=1), Report("c2", calls=5, failures=2)):
+        now = system_clock()
+        backend.store.report(name, RATE_POLICY, now, report, backend.store.load(name, now))
+
+
+@pytest.mark.parametrize("how", ["option", "environment"])
+def test_status_counts_the_window_the_functions_use(backend: Backend, name: str, how: str) -> None:
+    # GIVEN a breaker whose functions count calls over a 30 s window
+    report_calls(backend, name)
+
+    # WHEN status is asked for that window, by --window or the functions' variable
+    if how == "option":
+        result = backend.run("status", name, "--json", "--window", "30")
+    else:
+        result = backend.run("status", name, "--json", env={"BREAKER_WINDOW_SECONDS": "30"})
+
+    # THEN it shows the window's figures
+    assert result.code == 0, result.err
+    (status,) = result.json_lines()
+    figures = ("calls", "failures", "slow_calls", "containers")
+    assert {key: status[key] for key in figures} == {
+        "calls": 15,
+        "failures": 5,
+        "slow_calls": 1,
+        "containers": 2,
+    }
+
+
+def test_an_unreadable_window_variable_exits_2(backend: Backend, name: str) -> None:
+    result = backend.run("status", name, env={"BREAKER_WINDOW_SECONDS": "soon"})
+
+    assert result.code == 2
+    assert "BREAKER_WINDOW_SECONDS" in one_line_error(result)

@@ -116,7 +116,12 @@ def test_importing_the_package_does_not_load_the_cli() -> None:
 # -- --stack ---------------------------------------------------------------------------------
 
 
-def _stack_with_table(moto_server: str, table: str, cache_endpoint: str | None = None) -> str:
+def _stack_with_table(
+    moto_server: str,
+    table: str,
+    cache_endpoint: str | None = None,
+    cache_user: tuple[str, str] | None = None,
+) -> str:
     stack = f"fleetbreaker-cli-{uuid.uuid4().hex[:8]}"
     template: dict[str, Any] = {
         "Resources": {
@@ -135,6 +140,10 @@ def _stack_with_table(moto_server: str, table: str, cache_endpoint: str | None =
     }
     if cache_endpoint is not None:
         template["Outputs"]["BreakerCacheEndpoint"] = {"Value": cache_endpoint}
+    if cache_user is not None:
+        # The outputs template.yaml gives the cache's IAM user and the cache's name.
+        template["Outputs"]["BreakerCacheUserId"] = {"Value": cache_user[0]}
+        template["Outputs"]["BreakerCacheName"] = {"Value": cache_user[1]}
     client = boto3.client("cloudformation", endpoint_url=moto_server)
     client.create_stack(StackName=stack, TemplateBody=json.dumps(template))
     return stack
@@ -296,3 +305,35 @@ def test_no_color_turns_colour_off_on_a_terminal(moto_server_backend: Backend, n
 
     assert "\x1b[" not in shown
     assert "open" in shown
+
+
+def test_a_stack_with_an_iam_cache_user_signs_in_as_that_user(
+    moto_server: str, refused_port: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN a stack whose outputs name the cache, its name and its IAM-authenticated user
+    from fleetbreaker.cli import build_parser, open_store
+    from fleetbreaker.stores.elasticache_iam import ElastiCacheIAMAuth
+
+    table = f"fleetbreaker-stack-{uuid.uuid4().hex[:8]}"
+    stack = _stack_with_table(
+        moto_server,
+        table,
+        cache_endpoint=f"127.0.0.1:{refused_port}",
+        cache_user=("fleetbreaker-1a2b3c4d", "fleetbreaker-1a2b3c4d"),
+    )
+    monkeypatch.setenv("AWS_ENDPOINT_URL_CLOUDFORMATION", moto_server)
+
+    # WHEN the CLI opens the store the stack names
+    args = build_parser().parse_args(["--stack", stack, "--region", "us-east-1", "list"])
+    store, described = open_store(args)
+
+    # THEN it signs in to the cache as that user, with tokens for that cache and region
+    kwargs = store.client.connection_pool.connection_kwargs  # type: ignore[attr-defined]
+    auth = kwargs["credential_provider"]
+    assert isinstance(auth, ElastiCacheIAMAuth)
+    assert (auth.user_id, auth.cache_name, auth.region) == (
+        "fleetbreaker-1a2b3c4d",
+        "fleetbreaker-1a2b3c4d",
+        "us-east-1",
+    )
+    assert described == "Redis (IAM user 'fleetbreaker-1a2b3c4d')"

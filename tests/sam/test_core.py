@@ -30,6 +30,8 @@ CORE = {
     "CircuitBreakersAccessPolicy",
     # The optional Redis store: with BreakerStore=redis, functions of your own use it too.
     "BreakerCache",
+    "BreakerCacheUser",
+    "BreakerCacheUserGroup",
 }
 # Conditions that hold only when the example is deployed.
 EXAMPLE_CONDITIONS = {"ExampleEnabled", "DeferWhenOpen"}
@@ -71,7 +73,7 @@ def test_every_resource_outside_the_core_belongs_to_the_example(
     assert outside
     assert {name: c for name, c in outside.items() if c not in EXAMPLE_CONDITIONS} == {}
     assert set(CORE) <= set(template["Resources"])
-    for name in CORE - {"BreakerCache"}:
+    for name in CORE - {"BreakerCache", "BreakerCacheUser", "BreakerCacheUserGroup"}:
         assert "Condition" not in template["Resources"][name], name
 
 
@@ -105,7 +107,8 @@ def test_the_managed_policy_grants_the_two_actions_on_the_table(
     assert statement["Action"] == ["dynamodb:GetItem", "dynamodb:UpdateItem"]
     assert statement["Resource"] == {"Fn::GetAtt": ["CircuitBreakersTable", "Arn"]}
     # The same actions the SAM tests prove the breaker sends (PaymentFunction's policy).
-    payment = template["Resources"]["PaymentFunction"]["Properties"]["Policies"][0]
+    role = template["Resources"]["PaymentFunctionRole"]["Properties"]
+    payment = role["Policies"][0]["PolicyDocument"]
     assert statement["Action"] == payment["Statement"][0]["Action"]
 
 

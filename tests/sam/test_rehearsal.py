@@ -10,7 +10,8 @@ definition with its substitutions applied.
 What moto cannot model, and how the rehearsal handles it:
 
 - ``AWS::ApiGatewayV2::Api`` and ``::Stage`` (the HTTP API), ``AWS::CloudWatch::Alarm`` and
-  ``AWS::ElastiCache::ServerlessCache`` have no moto CloudFormation support. They are taken
+  ``AWS::ElastiCache::ServerlessCache``, ``::User`` and ``::UserGroup`` have no moto
+  CloudFormation support. They are taken
   out of the submitted template and references to them become placeholder strings
   (``<LogicalId>.<Attribute>``); their properties are asserted on SAM's translation instead.
 - ``TimeToLiveSpecification``, ``SSESpecification`` and ``PointInTimeRecoverySpecification`` of
@@ -64,6 +65,8 @@ UNMODELLED = {
     "AWS::ApiGatewayV2::Stage",
     "AWS::CloudWatch::Alarm",
     "AWS::ElastiCache::ServerlessCache",
+    "AWS::ElastiCache::User",
+    "AWS::ElastiCache::UserGroup",
 }
 SUBNETS = "subnet-0123456789abcdef0,subnet-0fedcba9876543210"
 SECURITY_GROUPS = "sg-0123456789abcdef0"
@@ -489,11 +492,14 @@ def test_the_breaker_functions_name_the_table_and_the_store(
         if on_redis:
             # the cache's endpoint is a placeholder: moto does not model the cache
             assert variables["CIRCUIT_BREAKER_REDIS_URL"].startswith("rediss://")
+            assert variables["CIRCUIT_BREAKER_REDIS_IAM_USER"] == "BreakerCacheUser.Ref"
+            assert variables["CIRCUIT_BREAKER_REDIS_IAM_CACHE"] == "BreakerCache.Ref"
             vpc = example_deployment["functions"][name]["VpcConfig"]
             assert sorted(vpc["SubnetIds"]) == sorted(SUBNETS.split(","))
             assert vpc["SecurityGroupIds"] == [SECURITY_GROUPS]
         else:
             assert "CIRCUIT_BREAKER_REDIS_URL" not in variables
+            assert "CIRCUIT_BREAKER_REDIS_IAM_USER" not in variables
 
 
 def test_the_payment_functions_call_the_payment_api(example_deployment: dict[str, Any]) -> None:
@@ -535,6 +541,51 @@ def test_the_breaker_functions_may_only_get_and_update_the_table(
             "ForAllValues:StringEquals": {"dynamodb:LeadingKeys": [breaker]}
         }, role
     assert example_deployment["roles"]["ChargeFunctionRole"]["statements"] == []
+
+
+def resolved_managed_policies(deployment: dict[str, Any], role: str) -> list[Any]:
+    """A role's ManagedPolicyArns in SAM's translation, each Fn::If resolved for the
+    deployment's parameters (moto's CloudFormation does not attach AWS managed policies, so
+    they cannot be read back)."""
+    translated = deployment["translated"]
+    conditions = condition_values(translated, PARAMETER_SETS[deployment["name"]])
+    resolved = []
+    for arn in translated["Resources"][role]["Properties"]["ManagedPolicyArns"]:
+        if isinstance(arn, dict) and "Fn::If" in arn:
+            condition, when_true, when_false = arn["Fn::If"]
+            arn = when_true if conditions[condition] else when_false
+        if arn != {"Ref": "AWS::NoValue"}:
+            resolved.append(arn)
+    return resolved
+
+
+def test_only_the_redis_store_attaches_the_vpc_access_policy(
+    example_deployment: dict[str, Any],
+) -> None:
+    on_redis = example_deployment["name"] == "redis"
+    for role in ("PaymentFunctionRole", "BreakerGateFunctionRole", "ChargeFunctionRole"):
+        managed = json.dumps(resolved_managed_policies(example_deployment, role))
+        assert ("AWSLambdaVPCAccessExecutionRole" in managed) is (
+            on_redis and role != "ChargeFunctionRole"
+        ), role
+        assert "AWSLambdaBasicExecutionRole" in managed, role
+        assert "AWSXrayWriteOnlyAccess" in managed, role
+
+
+def test_only_the_redis_store_may_connect_to_the_cache(
+    example_deployment: dict[str, Any],
+) -> None:
+    on_redis = example_deployment["name"] == "redis"
+    for role in ("PaymentFunctionRole", "BreakerGateFunctionRole"):
+        statements = example_deployment["roles"][role]["statements"]
+        connects = [s for s in statements if s.get("Action") == "elasticache:Connect"]
+        if not on_redis:
+            assert connects == [], role
+            continue
+        # the cache and its user are placeholders: moto does not model them
+        assert [s["Resource"] for s in connects] == [
+            ["BreakerCache.ARN", "BreakerCacheUser.Arn"]
+        ], role
 
 
 def test_the_workflow_invokes_the_deployed_functions(example_deployment: dict[str, Any]) -> None:

@@ -14,6 +14,8 @@ __all__ = ["FallbackStore", "MemoryStore", "Store", "StoreStats", "from_env"]
 
 TABLE_ENV = "CIRCUIT_BREAKER_TABLE"
 URL_ENV = "CIRCUIT_BREAKER_REDIS_URL"
+IAM_USER_ENV = "CIRCUIT_BREAKER_REDIS_IAM_USER"
+IAM_CACHE_ENV = "CIRCUIT_BREAKER_REDIS_IAM_CACHE"
 REDIS_SCHEMES = ("redis://", "rediss://")
 
 
@@ -32,6 +34,12 @@ def from_env(environ: Mapping[str, str] | None = None, *, endpoint_url: str | No
     ``CIRCUIT_BREAKER_TABLE``: a stack that adds a cache keeps its table, and the URL is the
     opt-in. Neither set, or a URL of another scheme, raises :class:`ConfigError`.
 
+    With ``CIRCUIT_BREAKER_REDIS_IAM_USER`` (an ElastiCache user with IAM authentication) the
+    store logs in as that user with tokens signed for the cache
+    ``CIRCUIT_BREAKER_REDIS_IAM_CACHE`` names (:class:`~fleetbreaker.stores.elasticache_iam.
+    ElastiCacheIAMAuth`, in the region of ``AWS_REGION``); one without the other is a
+    :class:`ConfigError`.
+
     Example
     -------
     >>> from_env({"CIRCUIT_BREAKER_TABLE": "CircuitBreakers"}).table_name
@@ -47,7 +55,20 @@ def from_env(environ: Mapping[str, str] | None = None, *, endpoint_url: str | No
             raise ConfigError(f"{URL_ENV} must be a redis:// or rediss:// URL, got {url!r}")
         from fleetbreaker.stores.redis import RedisStore
 
-        return RedisStore(url=url)
+        user = env.get(IAM_USER_ENV, "").strip()
+        cache = env.get(IAM_CACHE_ENV, "").strip()
+        if not user and not cache:
+            return RedisStore(url=url)
+        if not (user and cache):
+            raise ConfigError(
+                f"IAM authentication needs both {IAM_USER_ENV} and {IAM_CACHE_ENV} "
+                f"(got only {IAM_USER_ENV if user else IAM_CACHE_ENV})"
+            )
+        from fleetbreaker.stores.elasticache_iam import ElastiCacheIAMAuth
+
+        region = env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION")
+        auth = ElastiCacheIAMAuth(user, cache, region)
+        return RedisStore(url=url, credential_provider=auth)
     table = env.get(TABLE_ENV, "").strip()
     if table:
         from fleetbreaker.stores.dynamodb import DynamoDBStore

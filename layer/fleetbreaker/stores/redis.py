@@ -180,6 +180,10 @@ class RedisStore:
     username, password:
         ElastiCache RBAC user (Redis 6 ACL) and its password, or ``password`` alone for
         AUTH. Credentials written in the URL take precedence.
+    credential_provider:
+        A redis-py ``CredentialProvider`` asked for the user and password whenever a
+        connection opens, e.g. :class:`~fleetbreaker.stores.elasticache_iam.ElastiCacheIAMAuth`
+        for an ElastiCache user with IAM authentication. Not with ``username``/``password``.
     use_server_time:
         Use the server's TIME as the clock inside the scripts (default True), so every
         container shares one clock. False uses the ``now_ms`` each caller passes, which
@@ -204,6 +208,7 @@ class RedisStore:
         ssl_ca_certs: str | None = None,
         username: str | None = None,
         password: str | None = None,
+        credential_provider: Any = None,
         use_server_time: bool = True,
     ) -> None:
         if (
@@ -215,6 +220,13 @@ class RedisStore:
             raise ConfigError(
                 f"key_prefix must be a non-empty string without braces: {key_prefix!r}"
             )
+        if credential_provider is not None:
+            if not callable(getattr(credential_provider, "get_credentials", None)):
+                raise ConfigError(
+                    f"credential_provider needs a get_credentials() method: {credential_provider!r}"
+                )
+            if username is not None or password is not None:
+                raise ConfigError("RedisStore takes a credential_provider or username/password")
         for label, seconds in (
             ("socket_timeout", socket_timeout),
             ("socket_connect_timeout", socket_connect_timeout),
@@ -240,6 +252,7 @@ class RedisStore:
                 ssl_ca_certs=ssl_ca_certs,
                 username=username,
                 password=password,
+                credential_provider=credential_provider,
             )
 
     def __repr__(self) -> str:
@@ -452,6 +465,7 @@ def _make_client(
     ssl_ca_certs: str | None,
     username: str | None,
     password: str | None,
+    credential_provider: Any = None,
 ) -> RedisClient:
     if not isinstance(url, str) or not url.strip():
         raise ConfigError(f"RedisStore needs a client or a url: pass client=/url= or set {URL_ENV}")
@@ -484,6 +498,8 @@ def _make_client(
         options["username"] = username
     if password is not None:
         options["password"] = password
+    if credential_provider is not None:
+        options["credential_provider"] = credential_provider
     if ssl_ca_certs is not None:
         if not url.startswith("rediss://"):
             raise ConfigError("ssl_ca_certs needs TLS: use a rediss:// url or ssl=True")
