@@ -46,6 +46,7 @@ from aws_lambda_powertools.utilities.idempotency import (
     idempotent_function,
 )
 
+from breaker_events import transition_listeners
 from charging import (
     PaymentProvider,
     ProviderDeclined,
@@ -182,11 +183,16 @@ def create_consumer(
     store:
         The breaker's store instead of the one the environment names.
     """
-    settings = ConsumerSettings.from_env(os.environ if env is None else env)
+    env = os.environ if env is None else env
+    settings = ConsumerSettings.from_env(env)
     breaker = make_breaker(
         settings.payment,
         store=store,
-        listeners=default_listeners(logger),
+        # Structured logs, EMF metrics, X-Ray; and, with the Redis store, the listener that
+        # pauses and resumes consumers on this container's transitions.
+        listeners=default_listeners(
+            logger, extra=transition_listeners(env, endpoint_url=endpoint_url)
+        ),
         clock=clock,
         endpoint_url=endpoint_url,
     )

@@ -37,6 +37,7 @@ from aws_lambda_powertools import Logger, Tracer
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response, content_types
 from aws_lambda_powertools.logging import correlation_paths
 
+from breaker_events import transition_listeners
 from charging import (
     OPEN_CIRCUIT_MODES,
     PaymentProvider,
@@ -284,7 +285,8 @@ def create_handler(
         ``CIRCUIT_BREAKER_REDIS_URL``, else DynamoDB), e.g. a ``MemoryStore`` for a
         per-container breaker (``make demo`` compares the two).
     """
-    settings = Settings.from_env(os.environ if env is None else env)
+    env = os.environ if env is None else env
+    settings = Settings.from_env(env)
     fallback: DeferredPayments | None = None
     if settings.open_circuit_mode == "defer":
         import boto3
@@ -303,7 +305,9 @@ def create_handler(
         store=store,
         fallback=fallback,
         # Structured logs through this function's Logger, EMF metrics, X-Ray annotations.
-        listeners=default_listeners(logger),
+        listeners=default_listeners(
+            logger, extra=transition_listeners(env, endpoint_url=endpoint_url)
+        ),
         clock=clock,
         endpoint_url=endpoint_url,
     )
