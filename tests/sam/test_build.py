@@ -198,6 +198,19 @@ def test_the_api_and_the_consumer_carry_the_one_charging_module(
     assert not (built / "fleetbreaker").exists(), "the layer provides it"
 
 
+@pytest.mark.parametrize(
+    "function", ["PaymentFunction", "DeferredPaymentsFunction", "BreakerEventsFunction"]
+)
+def test_every_function_that_pauses_consumers_carries_the_one_breaker_events_module(
+    build_dir: Path, function: str
+) -> None:
+    # GIVEN the built functions that may toggle the consumer's mapping (the events function;
+    # the API and the consumer with the Redis store), THEN each has the shared module as is
+    built = build_dir / function / "breaker_events.py"
+    source = REPO_ROOT / "functions" / "shared" / "breaker_events.py"
+    assert built.read_bytes() == source.read_bytes()
+
+
 CHARGE_VALIDATES = textwrap.dedent(
     """
     import json, sys
