@@ -23,6 +23,7 @@ from fleetbreaker.errors import (
     TableNotFoundError,
 )
 from fleetbreaker.events import BreakerListener, LoggingListener
+from fleetbreaker.ramp import RecoveryRamp
 from fleetbreaker.state import Decision, Outcome, Policy, Record, State
 from fleetbreaker.stores.memory import MemoryStore
 
@@ -161,6 +162,9 @@ class CircuitBreaker:
         self._policy = Policy.from_config(config)
         self._cache = RecordCache(round(config.cache_ttl * 1000))
         self._local = MemoryStore()
+        self._ramp = (
+            RecoveryRamp(config.recovery_ramp_seconds) if config.recovery_ramp_seconds else None
+        )
         self._lock = threading.Lock()
         self._paused_until = 0
         self._degraded = False
@@ -245,6 +249,11 @@ class CircuitBreaker:
             verdict = rules.verdict(outcome.record, self._policy, now)
             if verdict.try_probe:  # lost every race for a slot: wait for the next lease to end
                 verdict = rules.Verdict(Decision.REJECT, verdict.state, 100)
+        if self._ramp is not None and verdict.state is State.CLOSED:
+            # Recovery ramp: decided locally from the record already read (no store request).
+            ramped_ms = self._ramp.rejects(record, now, self.rng.random())
+            if ramped_ms:
+                verdict = rules.Verdict(Decision.REJECT, State.CLOSED, ramped_ms)
         if verdict.decision is Decision.ALLOW and not self._degraded:
             admission = self._allow[verdict.state]  # the hot path: no allocation
         else:

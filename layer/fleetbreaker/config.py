@@ -23,6 +23,7 @@ ENV_FIELDS: dict[str, type[int] | type[float]] = {
     "probe_lease_seconds": float,
     "cache_ttl": float,
     "store_backoff_seconds": float,
+    "recovery_ramp_seconds": float,
 }
 _KIND_NAMES = {int: "a whole number", float: "a number"}
 
@@ -108,6 +109,10 @@ class BreakerConfig:
     store_backoff_seconds:
         After a store error the store is left alone this long and the breaker runs on its
         local, per-container state (default 5 s).
+    recovery_ramp_seconds:
+        After the breaker closes, each container admits a share of its calls that grows
+        linearly from 10 % to all of them over this many seconds; the others are rejected
+        with a short ``retry_after`` (default 0: off). See :mod:`fleetbreaker.ramp`.
     failure_exceptions:
         Exception classes that count as failures (default ``(Exception,)``).
     ignored_exceptions:
@@ -136,6 +141,7 @@ class BreakerConfig:
     cache_ttl: float = 1.0
     record_ttl_seconds: int = 86_400
     store_backoff_seconds: float = 5.0
+    recovery_ramp_seconds: float = 0.0
     failure_exceptions: ExceptionTypes = (Exception,)
     ignored_exceptions: ExceptionTypes = ()
     is_failure: Callable[[BaseException], bool] | None = field(default=None, compare=False)
@@ -157,7 +163,7 @@ class BreakerConfig:
             "probe_lease_seconds",
         ):
             _positive_number(name, getattr(self, name))
-        for name in ("cache_ttl", "store_backoff_seconds"):
+        for name in ("cache_ttl", "store_backoff_seconds", "recovery_ramp_seconds"):
             _positive_number(name, getattr(self, name), allow_zero=True)
         _positive_number("recovery_backoff", self.recovery_backoff)
         if self.recovery_backoff < 1:
@@ -193,10 +199,10 @@ class BreakerConfig:
         Reads ``BREAKER_FAILURE_THRESHOLD``, ``BREAKER_WINDOW_SECONDS``,
         ``BREAKER_RECOVERY_TIMEOUT``, ``BREAKER_MAX_RECOVERY_TIMEOUT``,
         ``BREAKER_HALF_OPEN_MAX_PROBES``, ``BREAKER_HALF_OPEN_SUCCESSES``,
-        ``BREAKER_PROBE_LEASE_SECONDS``, ``BREAKER_CACHE_TTL`` and
-        ``BREAKER_STORE_BACKOFF_SECONDS``; keyword arguments (classification predicates, for
-        instance) are passed through. A bad value raises :class:`ConfigError` naming the
-        variable.
+        ``BREAKER_PROBE_LEASE_SECONDS``, ``BREAKER_CACHE_TTL``,
+        ``BREAKER_STORE_BACKOFF_SECONDS`` and ``BREAKER_RECOVERY_RAMP_SECONDS``; keyword
+        arguments (classification predicates, for instance) are passed through. A bad value
+        raises :class:`ConfigError` naming the variable.
 
         Example
         -------
