@@ -20,10 +20,12 @@ from devtools.servers import LOOPBACK
 
 
 class Request(NamedTuple):
-    """One request that reached the provider: when (epoch s) and whether it was charged."""
+    """One request that reached the provider: when (epoch s), whether it was charged, and the
+    payment's idempotency key (the drain's "charged twice" is counted from it)."""
 
     at: float
     ok: bool
+    key: str | None = None
 
 
 @dataclass(frozen=True)
@@ -69,11 +71,11 @@ class ScheduledPaymentApi:
         with self._lock:
             return list(self._log)
 
-    def _answer_ok(self) -> bool:
+    def _answer_ok(self, key: str | None = None) -> bool:
         now = time.time()
         with self._lock:
             ok = self._outage is None or not self._outage.covers(now)
-            self._log.append(Request(now, ok))
+            self._log.append(Request(now, ok, key))
         return ok
 
     def start(self) -> ScheduledPaymentApi:
@@ -101,7 +103,7 @@ class ScheduledPaymentApi:
 
             def do_POST(self) -> None:
                 body = self.read_json()
-                if not api._answer_ok():
+                if not api._answer_ok(self.headers.get("Idempotency-Key")):
                     self.answer(503, {"error": "service unavailable"})
                     return
                 self.answer_charge(body)

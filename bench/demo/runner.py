@@ -18,12 +18,14 @@ from typing import TYPE_CHECKING
 
 from bench.demo import report
 from bench.demo.container import RunSpec, exit_with_parent
+from bench.demo.drain import Drain, start_drain
+from bench.demo.drain import figures as drain_figures
 from bench.demo.fleet import CTX, Fleet, sigint_blocked
 from bench.demo.progress import Progress
 from bench.demo.provider import Outage, ScheduledPaymentApi
 from bench.demo.scenario import STORE_LABELS, STORE_NAMES
 from bench.demo.stores import PER_CONTAINER, SharedStoreManager, StoreSpec
-from bench.demo.summary import RunRecord, fleet_closed_at, summarize
+from bench.demo.summary import DEFERRED, RunRecord, fleet_closed_at, summarize
 
 if TYPE_CHECKING:
     from typing import TextIO
@@ -212,6 +214,7 @@ def run_once(
     fleet.prepare(spec)
     start = time.time() + 0.3
     api.schedule(Outage(start + down, start + back))
+    drain = _start_drain(found, spec, store, start)
     progress.header(["", f"== {title}: {where}"])
 
     def on_calls(calls: list[Call]) -> None:
@@ -235,7 +238,9 @@ def run_once(
     record.duration = end
     record.provider = [(r.at - start, r.ok) for r in api.requests() if r.at - start < end]
     progress.tick(end, final=True)
-    if found.queues is not None:
+    if drain is not None:
+        _finish_drain(drain, record, api, progress)
+    elif found.queues is not None:
         record.queued = found.queues.count(record.label)
         progress.note(f"-- {record.queued} deferred payments are in the run's SQS queue")
     closed = fleet_closed_at(record)
@@ -247,6 +252,40 @@ def run_once(
     else:
         progress.note(f"-- not every container closed within {options.max_after:g} s")
     return record
+
+
+def _start_drain(found: Backends, spec: RunSpec, store: StoreSpec, start: float) -> Drain | None:
+    """The deferred-payments consumer for this run (defer mode), on the run's kind of breaker."""
+    if found.queues is None or found.endpoint_url is None:
+        return None
+    return start_drain(
+        spec.env,
+        local_aws_environment(),
+        found.endpoint_url,
+        store.build(),
+        found.queues.urls[spec.label],
+        start,
+    )
+
+
+def _finish_drain(
+    drain: Drain, record: RunRecord, api: ScheduledPaymentApi, progress: Progress
+) -> None:
+    drain.finish()
+    requests = api.requests()  # the drain's charges included
+    start = drain.began
+    record.drained = [at for at, _key in drain.charged]
+    deferred = sum(1 for call in record.calls if call.status == DEFERRED)
+    figures = drain_figures(
+        drain, deferred, record.outage[1], [r._replace(at=r.at - start) for r in requests]
+    )
+    record.drain = figures
+    record.queued = len({key for _at, key in drain.charged}) + figures.left
+    if record.drained:
+        # The chart goes on until the queue is drained: the drain is what it shows last.
+        record.duration = float(math.ceil(max(record.duration, max(record.drained) + 0.5)))
+        record.provider = [(r.at - start, r.ok) for r in requests if r.at - start < record.duration]
+    progress.note(f"-- {figures.line()}")
 
 
 def _end_of_run(options: Options, record: RunRecord, now: float) -> float | None:
