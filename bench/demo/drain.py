@@ -5,10 +5,17 @@ the circuit is open. A :class:`Drain` runs the real consumer (``functions/deferr
 built by ``create_consumer``: the API's charge, the API's breaker, Powertools idempotency on a
 moto table) in a thread of the demo process, fed the way Lambda's event source mapping feeds it
 (``devtools.sqs_event_source``), and paused the way the breaker-events function pauses the
-mapping: the drain polls only while ``breaker_events.consumers_wanted`` says the breaker's
-record wants consumers (checked every :data:`CHECK_SECONDS`, a compressed stand-in for the
-stream and the one-minute schedule). The provider's log then tells how many deferred payments
-were charged, and whether any payment was charged twice.
+mapping on the table's stream: ``breaker_events.wanted_in`` the breaker's state, read every
+:data:`CHECK_SECONDS` (a compressed stand-in for the stream). The function's one-minute
+schedule, which resumes consumers when nobody else probes, is played only where nobody else
+does: in the per-container run the consumers' breaker is their own, so they resume when its
+open window ends (``consumers_wanted``) and probe it themselves; in the shared run the fleet's
+traffic probes, and the failing-call counts stay the fleet's. The provider's log then
+tells how many deferred payments were charged, and whether any was charged twice.
+
+The consumers run in a process of their own (:class:`DrainProcess`), like the containers: in
+the demo process their threads would compete for its interpreter with the provider's server
+and slow the fleet's calls down.
 """
 
 from __future__ import annotations
@@ -16,8 +23,11 @@ from __future__ import annotations
 import contextlib
 import importlib
 import os
+import queue
+import signal
 import threading
 import time
+import traceback
 from collections import Counter
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -26,9 +36,11 @@ from typing import TYPE_CHECKING, Any
 from devtools.functions import load_function
 from devtools.lambda_context import FakeLambdaContext
 from devtools.sqs_event_source import SqsEventSource
+from fleetbreaker import MemoryStore
 
 if TYPE_CHECKING:
     from bench.demo.provider import Request
+    from bench.demo.stores import StoreSpec
     from fleetbreaker.stores.base import Store
 
 CHECK_SECONDS = 0.1
@@ -70,6 +82,7 @@ class Drain:
     store: Store
     breaker: str
     began: float  # epoch seconds of the run's start
+    resume_when_window_ends: bool = False  # the schedule's resume (nobody else probes)
     charged: list[tuple[float, str]] = field(default_factory=list)  # (run time, key)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _stop: threading.Event = field(default_factory=threading.Event)
@@ -97,13 +110,18 @@ class Drain:
             thread.join(timeout=10)
 
     def _loop(self, worker: Worker) -> None:
-        from breaker_events import consumers_wanted
+        from breaker_events import consumers_wanted, wanted_in
+        from fleetbreaker import State
 
         enabled = True
         while not self._stop.is_set():
             now_ms = time.time_ns() // 1_000_000
             try:
-                wanted = consumers_wanted(self.store.load(self.breaker, now_ms), now_ms)
+                record = self.store.load(self.breaker, now_ms)
+                if self.resume_when_window_ends:
+                    wanted = consumers_wanted(record, now_ms)
+                else:
+                    wanted = wanted_in(record.state if record is not None else State.CLOSED)
             except Exception:
                 wanted = None  # the store hiccupped: leave the mapping as it is
             if wanted is not None:
@@ -131,16 +149,20 @@ class Drain:
 
 
 def figures(
-    drain: Drain, deferred: int, recovered_at: float, requests: list[Request]
+    charged: list[tuple[float, str]],
+    left: int,
+    deferred: int,
+    recovered_at: float,
+    requests: list[Request],
 ) -> DrainFigures:
-    """The drain's line: from the consumer's deletions and the provider's own log."""
-    after = {key for at, key in drain.charged if at >= recovered_at}
+    """The drain's line: from the consumers' deletions and the provider's own log."""
+    after = {key for at, key in charged if at >= recovered_at}
     charges = Counter(request.key for request in requests if request.ok and request.key)
     return DrainFigures(
         queued=deferred,
         charged=len(after),
         twice=sum(1 for count in charges.values() if count > 1),
-        left=drain.messages_left(),
+        left=left,
     )
 
 
@@ -181,7 +203,7 @@ def start_drain(
     queue_url: str,
     began: float,
 ) -> Drain:
-    """Build the consumer for a run (its environment is the payment function's) and start it."""
+    """Build the consumers for a run (their environment is the payment function's); start them."""
     import boto3
 
     consumer_env = {
@@ -192,7 +214,7 @@ def start_drain(
         "POWERTOOLS_METRICS_DISABLED": "true",
         "POWERTOOLS_TRACE_DISABLED": "true",
     }
-    # Credentials and region for the consumer's clients: loopback only, never the shell's.
+    # Credentials and region for the consumers' clients: loopback only, never the shell's.
     os.environ.update(aws_env)
     with _environment(consumer_env):
         module = load_function("deferred_payments")
@@ -206,4 +228,94 @@ def start_drain(
             )
             for _ in range(CONSUMERS)
         ]
-    return Drain(workers, store, workers[0].consumer.breaker.name, began).start()
+    # A breaker of the consumers' own (per-container run) is probed by nobody else.
+    alone = isinstance(store, MemoryStore)
+    return Drain(workers, store, workers[0].consumer.breaker.name, began, alone).start()
+
+
+def drain_main(
+    parent_pid: int,
+    spec: StoreSpec,
+    env: dict[str, str],
+    aws_env: dict[str, str],
+    endpoint_url: str,
+    queue_url: str,
+    began: float,
+    stop: Any,
+    results: Any,
+) -> None:
+    """Entry point of the drain's process: drain until told to stop, then report the charges."""
+    from bench.demo.container import exit_with_parent
+
+    exit_with_parent(parent_pid)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the demo process stops it, in order
+    for key in [key for key in os.environ if key.startswith("AWS_")]:
+        del os.environ[key]
+    try:
+        drain = start_drain(env, aws_env, endpoint_url, spec.build(), queue_url, began)
+        results.put(("started", None))
+        stop.wait()
+        drain.finish()
+        results.put(("done", (drain.charged, drain.messages_left())))
+    except BaseException:
+        results.put(("error", traceback.format_exc()))
+        raise
+
+
+class DrainProcess:
+    """The run's drain in a child process: :meth:`finish` returns what it charged."""
+
+    def __init__(
+        self,
+        spec: StoreSpec,
+        env: Mapping[str, str],
+        aws_env: Mapping[str, str],
+        endpoint_url: str,
+        queue_url: str,
+        began: float,
+    ) -> None:
+        from bench.demo.fleet import CTX, START_TIMEOUT
+
+        self._stop = CTX.Event()
+        self._results = CTX.Queue()
+        self._process = CTX.Process(
+            target=drain_main,
+            args=(
+                os.getpid(),
+                spec,
+                dict(env),
+                dict(aws_env),
+                endpoint_url,
+                queue_url,
+                began,
+                self._stop,
+                self._results,
+            ),
+            name="drain",
+            daemon=True,
+        )
+        self._process.start()
+        self._expect("started", START_TIMEOUT)
+
+    def finish(self) -> tuple[list[tuple[float, str]], int]:
+        """Stop once the queue is drained (bounded): the charges (time, key), and what is left."""
+        self._stop.set()
+        charged, left = self._expect("done", FINISH_SECONDS + 30)
+        self._process.join(timeout=10)
+        return charged, left
+
+    def kill(self) -> None:
+        if self._process.is_alive():
+            self._process.kill()
+            self._process.join(timeout=5)
+
+    def _expect(self, kind: str, timeout: float) -> Any:
+        try:
+            got, value = self._results.get(timeout=timeout)
+        except queue.Empty:
+            self.kill()
+            raise RuntimeError(f"the drain did not answer within {timeout:g} s") from None
+        if got != kind:
+            self.kill()
+            raise RuntimeError(f"the drain failed:\n{value}")
+        return value

@@ -154,7 +154,8 @@ def chart(runs: list[Run], path: Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    until = math.ceil(max(run.record.duration for run in runs))
+    # Until the last deferred payment was drained, when that is after the traffic stopped.
+    until = math.ceil(max(max([run.record.duration, *run.record.drained]) for run in runs))
     fig, axes = plt.subplots(
         3,
         len(runs),

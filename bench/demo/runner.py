@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from bench.demo import report
 from bench.demo.container import RunSpec, exit_with_parent
-from bench.demo.drain import Drain, start_drain
+from bench.demo.drain import DrainProcess
 from bench.demo.drain import figures as drain_figures
 from bench.demo.fleet import CTX, Fleet, sigint_blocked
 from bench.demo.progress import Progress
@@ -212,9 +212,10 @@ def run_once(
     api = found.api
     progress = Progress(out, record)
     fleet.prepare(spec)
+    # Before the start time is taken: a new process takes a while to import the consumer.
+    drain = _start_drain(found, spec, store)
     start = time.time() + 0.3
     api.schedule(Outage(start + down, start + back))
-    drain = _start_drain(found, spec, store, start)
     progress.header(["", f"== {title}: {where}"])
 
     def on_calls(calls: list[Call]) -> None:
@@ -239,7 +240,7 @@ def run_once(
     record.provider = [(r.at - start, r.ok) for r in api.requests() if r.at - start < end]
     progress.tick(end, final=True)
     if drain is not None:
-        _finish_drain(drain, record, api, progress)
+        _finish_drain(drain, record, api, progress, start)
     elif found.queues is not None:
         record.queued = found.queues.count(record.label)
         progress.note(f"-- {record.queued} deferred payments are in the run's SQS queue")
@@ -254,37 +255,34 @@ def run_once(
     return record
 
 
-def _start_drain(found: Backends, spec: RunSpec, store: StoreSpec, start: float) -> Drain | None:
-    """The deferred-payments consumer for this run (defer mode), on the run's kind of breaker."""
+def _start_drain(found: Backends, spec: RunSpec, store: StoreSpec) -> DrainProcess | None:
+    """The deferred-payments consumers for this run (defer mode), on the run's kind of breaker."""
     if found.queues is None or found.endpoint_url is None:
         return None
-    return start_drain(
+    return DrainProcess(
+        store,
         spec.env,
         local_aws_environment(),
         found.endpoint_url,
-        store.build(),
         found.queues.urls[spec.label],
-        start,
+        0.0,  # the drain reports epoch times; the run's own start is not known yet
     )
 
 
 def _finish_drain(
-    drain: Drain, record: RunRecord, api: ScheduledPaymentApi, progress: Progress
+    drain: DrainProcess,
+    record: RunRecord,
+    api: ScheduledPaymentApi,
+    progress: Progress,
+    start: float,
 ) -> None:
-    drain.finish()
-    requests = api.requests()  # the drain's charges included
-    start = drain.began
-    record.drained = [at for at, _key in drain.charged]
+    charges, left = drain.finish()
+    charged = [(at - start, key) for at, key in charges]
+    record.drained = [at for at, _key in charged]
     deferred = sum(1 for call in record.calls if call.status == DEFERRED)
-    figures = drain_figures(
-        drain, deferred, record.outage[1], [r._replace(at=r.at - start) for r in requests]
-    )
+    figures = drain_figures(charged, left, deferred, record.outage[1], api.requests())
     record.drain = figures
-    record.queued = len({key for _at, key in drain.charged}) + figures.left
-    if record.drained:
-        # The chart goes on until the queue is drained: the drain is what it shows last.
-        record.duration = float(math.ceil(max(record.duration, max(record.drained) + 0.5)))
-        record.provider = [(r.at - start, r.ok) for r in requests if r.at - start < record.duration]
+    record.queued = len({key for _at, key in charged}) + left
     progress.note(f"-- {figures.line()}")
 
 
