@@ -44,6 +44,9 @@ class Options:
     # OPEN_CIRCUIT_MODE while open: "defer" queues the payment in SQS (on moto) and answers
     # 202, the function's fallback; "reject" answers 503 with Retry-After.
     fallback: str = "defer"
+    # BREAKER_RECOVERY_RAMP_SECONDS: after the close, each container admits a share of its
+    # calls growing from 10 % to all over this many seconds (0: off, the function's default).
+    ramp: float = 0.0
     linger: float = 2.0  # seconds of traffic after every container has closed again
     max_after: float = 20.0  # stop this long after the recovery, closed or not
     output: Path = Path(__file__).resolve().parents[2] / "demo-output"  # gitignored
@@ -61,6 +64,8 @@ class Options:
             raise OptionsError(f"--threshold must be at least 1, got {self.threshold}")
         if not 1 <= self.probes <= 16:
             raise OptionsError(f"--probes must be 1 to 16, got {self.probes}")
+        if not 0 <= self.ramp <= 600:
+            raise OptionsError(f"--ramp must be 0 to 600 s, got {self.ramp}")
         if not 0 <= self.cache_ttl <= 60:
             raise OptionsError(f"--cache-ttl must be 0 to 60 s, got {self.cache_ttl}")
         if self.store not in STORES:
@@ -84,6 +89,7 @@ class Options:
             "BREAKER_HALF_OPEN_MAX_PROBES": str(self.probes),
             "BREAKER_CACHE_TTL": str(self.cache_ttl),
             "OPEN_CIRCUIT_MODE": self.fallback,
+            "BREAKER_RECOVERY_RAMP_SECONDS": str(self.ramp),
         }
 
     def describe(self) -> str:
@@ -92,6 +98,7 @@ class Options:
             f"{self.healthy:g} s, down {self.outage:g} s, then back; threshold "
             f"{self.threshold}, recovery timeout {self.recovery:g} s, probe budget "
             f"{self.probes}, cache {self.cache_ttl:g} s"
+            + (f", recovery ramp {self.ramp:g} s" if self.ramp else "")
         )
 
     def as_dict(self) -> dict[str, Any]:
