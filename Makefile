@@ -21,7 +21,7 @@ ARGS ?=
 # apt-get needs root; use sudo when not root (CI and the dev machines run as root).
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: help venv node redis deps lint test test-deployed demo bench constraints clean distclean
+.PHONY: help venv node redis deps lint test test-deployed demo bench scale constraints clean distclean
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-14s %s\n", $$1, $$2}' \
@@ -77,11 +77,14 @@ test-deployed: venv ## opt-in: tests against a deployed stack (needs FLEETBREAKE
 	@[ -n "$${FLEETBREAKER_STACK:-}" ] || { echo "set FLEETBREAKER_STACK to the deployed stack's name" >&2; exit 2; }
 	$(PYTEST) -m deployed $(PYTEST_ARGS)
 
-demo: deps ## an outage seen by 16 containers, shared vs per-container breakers (ARGS='--help')
+demo: deps ## an outage seen by 16 containers, shared vs per-container breakers, or rate vs count (ARGS='--help')
 	$(PY) -m bench.demo $(ARGS)
 
 bench: venv ## fleetbreaker vs Powertools' circuit breaker on a local moto server (bench/README.md)
 	$(PY) bench/fleet_vs_powertools.py $(ARGS)
+
+scale: venv ## simulated fleet of 100-5,000 containers, count vs rate policy (bench/README.md)
+	$(PY) bench/scale.py $(ARGS)
 
 constraints: venv ## regenerate constraints.txt from the current venv
 	{ echo "# Full resolved pin set for the dev environment, so a fresh clone installs what was tested."; \
@@ -111,8 +114,13 @@ CFN_LINT := $(VENV)/bin/cfn-lint
 CHECKOV := $(TOOLS_VENV)/bin/checkov
 # `make invoke-local EVENT=events/payment-bad-body.json`; a glob runs several in one go.
 EVENT ?= events/payment-ok.json
-# `make invoke ENV_VARS=env.json`: sam local invoke's --env-vars file (table, endpoints, URL).
-ENV_VARS ?=
+# `make invoke`: sam local invoke's --env-vars file (table, endpoint, payment API URL), the
+# function (PaymentFunction, BreakerGateFunction or ChargeFunction) and the architecture of the
+# local Docker image: this machine's by default, so no emulation is needed (arm64 on an x86_64
+# machine runs only with QEMU's binfmt handlers installed for Docker).
+ENV_VARS ?= events/env.json
+FUNCTION ?= PaymentFunction
+LOCAL_ARCH ?= $(if $(filter aarch64 arm64,$(shell uname -m)),arm64,x86_64)
 
 .PHONY: tools constraints-tools build validate checkov deploy deploy-guided invoke invoke-local
 
@@ -157,9 +165,16 @@ deploy-guided: build ## sam deploy --guided: asks for stack name, region and par
 	$(SAM) deploy --guided
 
 invoke: export SAM_CLI_TELEMETRY := 0
-invoke: build ## sam local invoke PaymentFunction with EVENT (needs Docker; else invoke-local)
+# scripts/local_services.py starts moto and the fake payment API where ENV_VARS says, around
+# the command. The container shares the host's network, so 127.0.0.1 there is this machine.
+# sam local passes a function only the variables its template declares: the template
+# declares AWS_ENDPOINT_URL for this (parameter LocalEndpointUrl, empty in AWS).
+invoke: build ## sam local invoke FUNCTION with EVENT, ENV_VARS (needs Docker; else invoke-local)
 	@docker info >/dev/null 2>&1 || { echo "sam local invoke runs the function in a Docker container, and Docker is not available here. Use: make invoke-local EVENT=$(EVENT)" >&2; exit 2; }
-	$(SAM) local invoke PaymentFunction --event $(EVENT) $(if $(ENV_VARS),--env-vars $(ENV_VARS))
+	$(PY) scripts/local_services.py --env-vars $(ENV_VARS) -- \
+		$(SAM) local invoke $(FUNCTION) --event $(EVENT) --env-vars $(ENV_VARS) \
+		--docker-network host \
+		--parameter-overrides Architecture=$(LOCAL_ARCH)
 
 invoke-local: venv ## the payment handler in-process on EVENT, against moto and a fake payment API
 	$(PY) scripts/invoke_local.py $(EVENT) $(ARGS)

@@ -51,6 +51,8 @@ HEALTHY_FLEET = 8  # (d): containers (1 thread each)
 HEALTHY_EXTRA_THREADS = 4  # (d+), informational: the same calls shared by 4 threads
 HEALTHY_CALLS = 1000  # (d): calls per container
 HEALTHY_SECONDS = 3.0  # (d): ...spread evenly over this long
+FLEET_RATE = "fleetbreaker (rate + slow calls)"
+OVERHEAD_RATE_TARGET = 0.4
 OVERHEAD_BLOCKS = 30  # (a): interleaved blocks per contender
 OVERHEAD_BLOCK_CALLS = 4000  # (a): individually timed calls per block
 OVERHEAD_TARGET = 0.3
@@ -88,11 +90,20 @@ def _log(message: str) -> None:
 
 def measure_overhead(container: Any, thresholds: Any) -> dict[str, Any]:
     """Median ns of one call: bare no-op, and each contender's decorator around it."""
+    import dataclasses
+
     from bench import workers as w
 
+    # The rate policy with slow-call detection: the most the hot path does.
+    rate = dataclasses.replace(
+        thresholds.fleetbreaker(), failure_rate_threshold=0.5, slow_call_duration=1.0
+    )
     guards = {
         "bare": w.noop,
         w.FLEET: container.guard(w.FLEET, _unique("overhead"), thresholds, w.noop).call,
+        FLEET_RATE: container.guard(
+            w.FLEET, _unique("overhead-rate"), thresholds, w.noop, config=rate
+        ).call,
         w.POWERTOOLS: container.guard(w.POWERTOOLS, _unique("overhead"), thresholds, w.noop).call,
     }
     samples: dict[str, list[int]] = {name: [] for name in guards}
@@ -114,7 +125,7 @@ def measure_overhead(container: Any, thresholds: Any) -> dict[str, Any]:
     elapsed = time.perf_counter() - started
     median = {name: statistics.median(values) for name, values in samples.items()}
     p90 = {name: _percentile(values, 0.9) for name, values in samples.items()}
-    overhead = {name: median[name] - median["bare"] for name in (w.FLEET, w.POWERTOOLS)}
+    overhead = {name: median[name] - median["bare"] for name in (w.FLEET, FLEET_RATE, w.POWERTOOLS)}
     return {
         "calls_per_contender": OVERHEAD_BLOCKS * OVERHEAD_BLOCK_CALLS,
         "seconds": round(elapsed, 2),
@@ -122,6 +133,7 @@ def measure_overhead(container: Any, thresholds: Any) -> dict[str, Any]:
         "p90_ns": p90,
         "overhead_ns": overhead,
         "ratio": overhead[w.FLEET] / overhead[w.POWERTOOLS],
+        "ratio_rate": overhead[FLEET_RATE] / overhead[w.POWERTOOLS],
     }
 
 
@@ -278,6 +290,17 @@ def build_rows(results: dict[str, Any], thresholds: dict[str, Any]) -> list[dict
             "ratio": a["ratio"],
             "target": f"≤ {OVERHEAD_TARGET} × Powertools",
             "met": a["ratio"] <= OVERHEAD_TARGET,
+        }
+    )
+    rows.append(
+        {
+            "id": "a_rate",
+            "metric": "(a) same, rate policy with slow-call detection on",
+            "fleetbreaker": round(a["overhead_ns"][FLEET_RATE]),
+            "powertools": round(a["overhead_ns"]["powertools"]),
+            "ratio": a["ratio_rate"],
+            "target": f"≤ {OVERHEAD_RATE_TARGET} × Powertools",
+            "met": a["ratio_rate"] <= OVERHEAD_RATE_TARGET,
         }
     )
     for b in results["b_trip"]:

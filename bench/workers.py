@@ -208,18 +208,28 @@ class Container:
             Key={POWERTOOLS_KEY: {"S": "bench-warmup"}},
         )
 
-    def guard(self, kind: str, name: str, thresholds: Thresholds, fn: Callable[[], Any]) -> Guard:
+    def guard(
+        self,
+        kind: str,
+        name: str,
+        thresholds: Thresholds,
+        fn: Callable[[], Any],
+        config: Any = None,
+    ) -> Guard:
+        """A contender's breaker around ``fn``; ``config`` overrides fleetbreaker's config."""
         if kind == FLEET:
-            return self._fleet_guard(name, thresholds, fn)
+            return self._fleet_guard(name, thresholds, fn, config)
         if kind == POWERTOOLS:
             return self._powertools_guard(name, thresholds, fn)
         raise ValueError(kind)
 
-    def _fleet_guard(self, name: str, thresholds: Thresholds, fn: Callable[[], Any]) -> Guard:
+    def _fleet_guard(
+        self, name: str, thresholds: Thresholds, fn: Callable[[], Any], config: Any = None
+    ) -> Guard:
         from fleetbreaker import CircuitBreaker, CircuitOpenError, DynamoDBStore
 
         store = DynamoDBStore(self.endpoint.fleet_table, boto3_client=self.fleet_client)
-        breaker = CircuitBreaker(name, store=store, config=thresholds.fleetbreaker())
+        breaker = CircuitBreaker(name, store=store, config=config or thresholds.fleetbreaker())
 
         def warm() -> None:
             breaker.state  # noqa: B018  one load, then cached for cache_ttl

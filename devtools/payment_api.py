@@ -81,9 +81,9 @@ class ApiCall:
 
 
 class FakePaymentApi:
-    """``POST /charges`` on 127.0.0.1:<free port>. Use as a context manager."""
+    """``POST /charges`` on 127.0.0.1:<port> (a free one by default). Use as a context manager."""
 
-    def __init__(self, mode: str = "ok", *, hold_timeout: float = 10.0) -> None:
+    def __init__(self, mode: str = "ok", *, hold_timeout: float = 10.0, port: int = 0) -> None:
         self._lock = threading.Lock()
         self._mode = "ok"
         self._fixed: tuple[int, Any] | None = None
@@ -93,7 +93,7 @@ class FakePaymentApi:
         self.on_call: Callable[[], None] | None = None
         self.arrived = threading.Event()  # set whenever a request arrives
         self._released = threading.Event()
-        self._server = ThreadingHTTPServer((LOOPBACK, 0), self._handler_class())
+        self._server = ThreadingHTTPServer((LOOPBACK, port), self._handler_class())
         self._server.daemon_threads = True
         # A short poll interval keeps shutdown() (every test's teardown) quick.
         self._thread = threading.Thread(

@@ -77,9 +77,12 @@ class Dependency:
 
 def function_reads(source: str, variable: str) -> bool:
     """Whether a function's source reads an environment variable: by name, through
-    BreakerConfig.from_env (the BREAKER_* settings), or through Powertools (POWERTOOLS_*)."""
+    BreakerConfig.from_env (the BREAKER_* settings), through Powertools (POWERTOOLS_*), or
+    through boto3 (AWS_ENDPOINT_URL, its endpoint override for every client)."""
     from fleetbreaker.config import ENV_FIELDS
 
+    if variable == "AWS_ENDPOINT_URL":
+        return "boto3" in source or "Store(" in source
     if variable.startswith("POWERTOOLS_") or f'"{variable}"' in source:
         return True
     from_env = {f"BREAKER_{field.upper()}" for field in ENV_FIELDS}

@@ -3,7 +3,8 @@
 Starts a local payment API (healthy, then failing for a while, then recovered) and an embedded
 DynamoDB (moto's server on a free loopback port), then runs the same scenario twice with N
 containers (processes) invoking the real payment handler: once with the fleet-wide breaker,
-once with a breaker per container (same thresholds, no shared state). Prints a line per
+once with a breaker per container (same thresholds, no shared state); with --policy rate,
+once with the shared rate breaker and once with the shared count breaker. Prints a line per
 second, a comparison table, and writes a PNG chart and a markdown summary. No AWS account, no
 Docker; every server and process it starts is stopped, also on Ctrl-C.
 """
@@ -19,7 +20,15 @@ from types import FrameType
 
 from bench.demo.fleet import FleetError
 from bench.demo.runner import run_demo
-from bench.demo.scenario import DEFAULT, FALLBACKS, SHORT, STORES, Options, OptionsError
+from bench.demo.scenario import (
+    DEFAULT,
+    FALLBACKS,
+    POLICIES,
+    SHORT,
+    STORES,
+    Options,
+    OptionsError,
+)
 
 # Exit statuses besides 0: a guarantee did not hold or the demo failed (1), bad options (2),
 # interrupted (130, as a shell reports Ctrl-C).
@@ -93,6 +102,46 @@ def parser() -> argparse.ArgumentParser:
         f"calls growing from 10 %% to all over S seconds (default {d.ramp:g}: off)",
     )
     add(
+        "--policy",
+        choices=POLICIES,
+        help=f"the breaker's policy (default {d.policy}). count compares the shared breaker "
+        "with per-container ones; rate gives the function BREAKER_FAILURE_RATE_THRESHOLD "
+        "and BREAKER_MINIMUM_CALLS and compares the shared rate breaker with the shared "
+        "count breaker",
+    )
+    add(
+        "--failure-rate",
+        type=float,
+        metavar="X",
+        help=f"failure_rate_threshold under --policy rate (default {d.failure_rate:g})",
+    )
+    add(
+        "--minimum-calls",
+        type=int,
+        metavar="N",
+        help=f"minimum_calls under --policy rate (default {d.minimum_calls})",
+    )
+    add(
+        "--window",
+        type=float,
+        metavar="S",
+        help=f"window_seconds of the rate policy (default {d.window:g}); the count policy "
+        "keeps the function's 60 s",
+    )
+    add(
+        "--noise",
+        type=float,
+        metavar="RATE",
+        help="background error rate: the fraction of payments the API fails while otherwise "
+        f"healthy, e.g. 0.02 (default {d.noise:g})",
+    )
+    add(
+        "--seed",
+        type=int,
+        metavar="N",
+        help=f"seed of the noise's random draws, the same in both runs (default {d.seed})",
+    )
+    add(
         "--linger",
         type=float,
         metavar="S",
@@ -113,8 +162,8 @@ def parser() -> argparse.ArgumentParser:
     add(
         "--short",
         action="store_true",
-        help="a quick run (the test suite's): 8 containers, 2.5 s outage, threshold 3, "
-        "recovery 1 s; other options still apply",
+        help="a quick run (the test suite's): 8 containers, 3 s healthy, 2.5 s outage, "
+        "threshold 3, recovery 1 s, rate window 1 s, seed 5; other options still apply",
     )
     return p
 

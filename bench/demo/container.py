@@ -44,6 +44,8 @@ class Call(NamedTuple):
     seen: str  # the breaker's state as this container saw it after the call
     store_requests: int
     windows: tuple[int, ...]  # half-open generations of the probe leases this call won
+    gen: int = 0  # the generation of the breaker record seen after the call
+    opened: float | None = None  # when that record opened (run seconds); None unless open
 
     @property
     def probe(self) -> bool:
@@ -169,6 +171,8 @@ def serve(
                 store.seen.value,
                 store.requests - before,
                 tuple(store.take_claims()),
+                store.gen,
+                None if store.opened_at is None else store.opened_at - began,
             )
         )
         # One request at a time, like a Lambda container: a slow call delays the next one.

@@ -2,13 +2,15 @@
 
 A real HTTP server (``http.server`` on a thread, 127.0.0.1, a free port), so the payment
 function's ``requests`` session, timeouts and status handling run over a socket. Whether it is
-down is decided per request from the wall clock and the schedule of the current run, and every
+down is decided per request from the wall clock and the schedule of the current run (and, with
+background noise, a seeded random draw per request while it is up), and every
 request is logged with its arrival time and answer: the provider's own count of the calls that
 reached it is what the demo reports, not the callers' idea of it.
 """
 
 from __future__ import annotations
 
+import random
 import threading
 import time
 from dataclasses import dataclass
@@ -40,7 +42,8 @@ class Outage:
 
 
 class ScheduledPaymentApi:
-    """``POST /charges``: 200 with a JSON charge, or 503 during the scheduled outage.
+    """``POST /charges``: 200 with a JSON charge, or 503 during the scheduled outage, and 503
+    to a ``noise`` fraction of the requests outside it.
 
     Use as a context manager; :meth:`schedule` starts a new run (and a new request log).
     """
@@ -48,6 +51,8 @@ class ScheduledPaymentApi:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._outage: Outage | None = None
+        self._noise = 0.0
+        self._draws = random.Random(0)
         self._log: list[Request] = []
         self._server = ThreadingHTTPServer((LOOPBACK, 0), self._handler_class())
         self._server.daemon_threads = True
@@ -60,10 +65,17 @@ class ScheduledPaymentApi:
         host, port = self._server.server_address[:2]
         return f"http://{host!s}:{port}/charges"
 
-    def schedule(self, outage: Outage) -> None:
-        """Fail during ``outage``; forget the requests of the previous run."""
+    def schedule(self, outage: Outage, noise: float = 0.0, seed: int = 0) -> None:
+        """Fail during ``outage``, and a ``noise`` fraction of the other requests; forget the
+        requests of the previous run.
+
+        The noise is drawn from a generator seeded anew for each run, so the n-th request of
+        every run gets the same draw: runs of one demo meet the same background errors.
+        """
         with self._lock:
             self._outage = outage
+            self._noise = noise
+            self._draws = random.Random(seed)
             self._log = []
 
     def requests(self) -> list[Request]:
@@ -75,6 +87,8 @@ class ScheduledPaymentApi:
         now = time.time()
         with self._lock:
             ok = self._outage is None or not self._outage.covers(now)
+            if ok and self._noise:
+                ok = self._draws.random() >= self._noise
             self._log.append(Request(now, ok, key))
         return ok
 

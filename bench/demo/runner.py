@@ -37,7 +37,36 @@ TABLE = "CircuitBreakers"
 BREAKER = "payment-api"
 REGION = "us-east-1"
 SHARED = "shared"
-RUNS = (SHARED, PER_CONTAINER)
+SHARED_COUNT = "shared-count"
+RUNS = (SHARED, PER_CONTAINER, SHARED_COUNT)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One run of the demo: where its breakers keep their state and under which policy."""
+
+    label: str
+    shared: bool
+    policy: str
+
+    @property
+    def breaker(self) -> str:
+        # Runs that share a store must not share a record.
+        return BREAKER if self.label == SHARED else f"{BREAKER}-{self.label}"
+
+
+def plans(options: Options) -> list[Plan]:
+    """The two runs the demo compares.
+
+    Under the count policy: the shared breaker against per-container breakers (what sharing
+    the state buys). Under the rate policy: the shared rate breaker against the shared count
+    breaker on the same traffic and noise (what the rate buys; both share their state).
+    """
+    if options.policy == "rate":
+        return [Plan(SHARED, True, "rate"), Plan(SHARED_COUNT, True, "count")]
+    return [Plan(SHARED, True, "count"), Plan(PER_CONTAINER, False, "count")]
+
+
 # A port nothing listens on: the endpoint of AWS services the demo does not run.
 NOWHERE = "http://127.0.0.1:9"
 
@@ -49,12 +78,12 @@ class DemoResult:
     runs: list[report.Run]
     chart: Path
     markdown: Path
-    checks: list[tuple[bool, str]]
+    checks: list[tuple[bool | None, str]]  # None: a finding stated, not a guarantee
     seconds: float
 
     @property
     def guarantees_held(self) -> bool:
-        return all(held for held, _ in self.checks)
+        return all(held is not False for held, _ in self.checks)
 
 
 class DeferredQueues:
@@ -153,16 +182,17 @@ def say(out: TextIO, line: str) -> None:
     print(line, file=out, flush=True)
 
 
-def function_env(options: Options, found: Backends, label: str = SHARED) -> dict[str, str]:
-    """The payment function's environment in run ``label``, as the SAM template sets it."""
+def function_env(options: Options, found: Backends, plan: Plan | None = None) -> dict[str, str]:
+    """The payment function's environment in run ``plan``, as the SAM template sets it."""
+    plan = plan or plans(options)[0]
     env = {
         "CIRCUIT_BREAKER_TABLE": TABLE,
         "PAYMENT_API_URL": found.api.url,
-        "BREAKER_NAME": BREAKER,
-        **options.function_env(),
+        "BREAKER_NAME": plan.breaker,
+        **options.function_env(plan.policy),
     }
     if found.queues is not None:
-        env["DEFERRED_PAYMENTS_QUEUE_URL"] = found.queues.urls[label]
+        env["DEFERRED_PAYMENTS_QUEUE_URL"] = found.queues.urls[plan.label]
     return env
 
 
@@ -185,25 +215,34 @@ def run_once(
     options: Options,
     fleet: Fleet,
     found: Backends,
-    shared: bool,
+    plan: Plan,
     out: TextIO,
 ) -> RunRecord:
     """One run of the scenario, with the live display."""
+    shared = plan.shared
     store = found.shared_store if shared else StoreSpec(PER_CONTAINER)
-    title = f"shared breaker ({STORE_NAMES[options.store]})" if shared else "per-container breakers"
+    # The policy is named when the runs differ in it (--policy rate).
+    named = f"{plan.policy} " if options.policy == "rate" else ""
+    title = (
+        f"shared {named}breaker ({STORE_NAMES[options.store]})"
+        if shared
+        else f"per-container {named}breakers"
+    )
     down, back = options.healthy, options.healthy + options.outage
     where = STORE_LABELS[options.store] if shared else "a MemoryStore in each container"
+    where += f", {options.policy_words(plan.policy)}"
     record = RunRecord(
-        label=SHARED if shared else PER_CONTAINER,
+        label=plan.label,
         title=title,
         store=where,
         shared=shared,
         containers=options.containers,
+        policy=plan.policy,
         outage=(down, back),
     )
     spec = RunSpec(
         label=record.label,
-        env=function_env(options, found, record.label),
+        env=function_env(options, found, plan),
         store=store,
         endpoint_url=found.endpoint_url,
         rate=options.rate,
@@ -215,7 +254,7 @@ def run_once(
     # Before the start time is taken: a new process takes a while to import the consumer.
     drain = _start_drain(found, spec, store)
     start = time.time() + 0.3
-    api.schedule(Outage(start + down, start + back))
+    api.schedule(Outage(start + down, start + back), options.noise, options.seed)
     progress.header(["", f"== {title}: {where}"])
 
     def on_calls(calls: list[Call]) -> None:
@@ -314,17 +353,14 @@ def run_demo(options: Options, out: TextIO = sys.stdout) -> DemoResult:
         fleet = stack.enter_context(
             Fleet(options.containers, process_env(options, found), str(log_path))
         )
-        records = [
-            run_once(options, fleet, found, shared=True, out=out),
-            run_once(options, fleet, found, shared=False, out=out),
-        ]
+        records = [run_once(options, fleet, found, plan, out) for plan in plans(options)]
     runs = [report.Run(record, summarize(record)) for record in records]
     checks = report.guarantees(options, runs)
     say(out, "")
     say(out, report.table(runs))
     say(out, "")
     for held, sentence in checks:
-        say(out, f"{'✓' if held else '✗'} {sentence}")
+        say(out, f"{report.mark(held)} {sentence}")
     chart, markdown = report.write(options, runs, output)
     seconds = time.monotonic() - began
     say(out, "")

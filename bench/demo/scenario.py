@@ -2,7 +2,8 @@
 
 The numbers are demo-sized (seconds, not the minutes of a real outage) and real time, because
 people watch it. Both runs of one demo share every number here; only where the breaker keeps
-its state differs.
+its state differs (``--policy count``) or its policy (``--policy rate``: rate against count,
+both shared).
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ STORE_LABELS = {
     "memory": "one MemoryStore shared through a local manager process",
 }
 FALLBACKS = ("reject", "defer")
+POLICIES = ("count", "rate")
+COUNT_WINDOW = 60.0  # BreakerConfig's window_seconds, which the payment function keeps
 
 
 class OptionsError(ValueError):
@@ -44,6 +47,23 @@ class Options:
     # OPEN_CIRCUIT_MODE while open: "defer" queues the payment in SQS (on moto) and answers
     # 202, the function's fallback; "reject" answers 503 with Retry-After.
     fallback: str = "defer"
+    # "count": BREAKER_FAILURE_THRESHOLD failures in the window open the breaker (the demo
+    # compares a shared breaker with per-container ones). "rate": the function also gets
+    # BREAKER_FAILURE_RATE_THRESHOLD and BREAKER_MINIMUM_CALLS, and the demo compares the
+    # shared rate breaker with the shared count breaker on the same traffic.
+    policy: str = "count"
+    failure_rate: float = 0.5  # BREAKER_FAILURE_RATE_THRESHOLD (rate policy)
+    # BREAKER_MINIMUM_CALLS (rate policy): the default fleet makes 80 calls/s, so the window
+    # holds this many within the first second.
+    minimum_calls: int = 20
+    # BREAKER_WINDOW_SECONDS of the rate policy. A rate trips once the outage's failures
+    # outweigh the healthy calls still in the window, so a demo's seconds-long outage needs a
+    # window of seconds. The count policy keeps the function's default (60 s), as deployed.
+    window: float = 2.0
+    # Background error rate: the fraction of requests the provider fails while otherwise
+    # healthy, drawn from a generator seeded with ``seed`` (the same draws in every run).
+    noise: float = 0.0
+    seed: int = 1
     # BREAKER_RECOVERY_RAMP_SECONDS: after the close, each container admits a share of its
     # calls growing from 10 % to all over this many seconds (0: off, the function's default).
     ramp: float = 0.0
@@ -72,6 +92,18 @@ class Options:
             raise OptionsError(f"--store must be one of {STORES}, got {self.store!r}")
         if self.store == "redis" and shutil.which("redis-server") is None:
             raise OptionsError("--store redis needs redis-server on PATH (run `make redis`)")
+        if self.policy not in POLICIES:
+            raise OptionsError(f"--policy must be one of {POLICIES}, got {self.policy!r}")
+        if not 0 < self.failure_rate <= 1:
+            raise OptionsError(
+                f"--failure-rate must be above 0 and at most 1, got {self.failure_rate}"
+            )
+        if self.minimum_calls < 1:
+            raise OptionsError(f"--minimum-calls must be at least 1, got {self.minimum_calls}")
+        if not 0 < self.window <= 600:
+            raise OptionsError(f"--window must be 0 to 600 s, got {self.window}")
+        if not 0 <= self.noise < 0.5:
+            raise OptionsError(f"--noise must be at least 0 and below 0.5, got {self.noise}")
         if self.fallback not in FALLBACKS:
             raise OptionsError(f"--fallback must be one of {FALLBACKS}, got {self.fallback!r}")
         return self
@@ -81,9 +113,10 @@ class Options:
         """moto serves DynamoDB for the shared store and SQS for deferred payments."""
         return self.store == "dynamodb" or self.fallback == "defer"
 
-    def function_env(self) -> dict[str, str]:
-        """The payment function's breaker settings, as its template would set them."""
-        return {
+    def function_env(self, policy: str | None = None) -> dict[str, str]:
+        """The payment function's breaker settings under ``policy`` (default: the chosen
+        one), as its template would set them."""
+        env = {
             "BREAKER_FAILURE_THRESHOLD": str(self.threshold),
             "BREAKER_RECOVERY_TIMEOUT": str(self.recovery),
             "BREAKER_HALF_OPEN_MAX_PROBES": str(self.probes),
@@ -91,13 +124,28 @@ class Options:
             "OPEN_CIRCUIT_MODE": self.fallback,
             "BREAKER_RECOVERY_RAMP_SECONDS": str(self.ramp),
         }
+        if (policy or self.policy) == "rate":
+            env["BREAKER_FAILURE_RATE_THRESHOLD"] = str(self.failure_rate)
+            env["BREAKER_MINIMUM_CALLS"] = str(self.minimum_calls)
+            env["BREAKER_WINDOW_SECONDS"] = str(self.window)
+        return env
+
+    def policy_words(self, policy: str) -> str:
+        """The policy's rule, in words."""
+        if policy == "rate":
+            return (
+                f"failure rate ≥ {self.failure_rate:g} of at least {self.minimum_calls} calls "
+                f"in {self.window:g} s"
+            )
+        return f"{self.threshold} failures in {COUNT_WINDOW:g} s"
 
     def describe(self) -> str:
         return (
             f"{self.containers} containers × {self.rate:g} payments/s; provider healthy "
-            f"{self.healthy:g} s, down {self.outage:g} s, then back; threshold "
-            f"{self.threshold}, recovery timeout {self.recovery:g} s, probe budget "
-            f"{self.probes}, cache {self.cache_ttl:g} s"
+            f"{self.healthy:g} s, down {self.outage:g} s, then back"
+            + (f", {self.noise:.1%} background errors (seed {self.seed})" if self.noise else "")
+            + f"; {self.policy} policy ({self.policy_words(self.policy)}), recovery timeout "
+            f"{self.recovery:g} s, probe budget {self.probes}, cache {self.cache_ttl:g} s"
             + (f", recovery ramp {self.ramp:g} s" if self.ramp else "")
         )
 
@@ -106,9 +154,22 @@ class Options:
 
 
 DEFAULT = Options()
-# For the test suite and a quick look: about 12 s for both runs. The outage (2.5 s) is shorter
+# For the test suite and a quick look: about 18 s for both runs. The outage (2.5 s) is shorter
 # than the first open window plus the jittered second (1 s + 1.6 to 2 s), so the shared breaker
-# sees exactly one failed probe, and the recovery one probe later.
+# sees exactly one failed probe, and the recovery one probe later. With --noise 0.02 the
+# healthy 3 s (about 190 requests) must show the count breaker tripping on noise whatever pace
+# a busy machine keeps: seed 5 fails 3 of the provider's first 48 requests (0.75 s at 64
+# requests/s, a quarter of the healthy phase), and 5 of its first 67, which the rate breaker
+# must shrug off. The rate window is 1 s so that the rate trips well inside the outage.
 SHORT = replace(
-    DEFAULT, containers=8, rate=8.0, healthy=1.5, outage=2.5, threshold=3, recovery=1.0, linger=1.0
+    DEFAULT,
+    containers=8,
+    rate=8.0,
+    healthy=3.0,
+    outage=2.5,
+    threshold=3,
+    recovery=1.0,
+    linger=1.0,
+    window=1.0,
+    seed=5,
 )

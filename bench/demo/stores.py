@@ -20,7 +20,7 @@ from fleetbreaker import MemoryStore, State
 from fleetbreaker.stores.base import StoreStats
 
 if TYPE_CHECKING:
-    from fleetbreaker.state import Outcome, Policy, Record
+    from fleetbreaker.state import Outcome, Policy, ProbeReport, Record, Report
     from fleetbreaker.stores.base import Store
 
 # Kinds of StoreSpec: the shared stores of scenario.STORES, and a container's own.
@@ -92,7 +92,9 @@ class WatchedStore:
 
     ``seen`` is the breaker's state as this container last learned it from the store;
     ``claims`` the probe leases it won, each with the generation of the half-open window (a
-    window is one generation of the record, so claims with the same generation shared one).
+    window is one generation of the record, so claims with the same generation shared one);
+    ``gen`` the generation of the record last seen and ``opened_at`` (epoch seconds) when
+    that record opened, None unless it is open: together they name one trip.
     """
 
     def __init__(self, inner: Store) -> None:
@@ -102,6 +104,8 @@ class WatchedStore:
         self._inner_stats = inner_stats if isinstance(inner_stats, StoreStats) else None
         self.stats = StoreStats()
         self.seen = State.CLOSED
+        self.gen = 0
+        self.opened_at: float | None = None
         self.claims: list[int] = []
         self._lock = threading.Lock()
 
@@ -111,8 +115,17 @@ class WatchedStore:
         stats = self._inner_stats or self.stats
         return stats.requests
 
+    def prepare(self) -> None:
+        """The inner store's one-off setup (a client), which the breaker runs off the clock."""
+        prepare = getattr(self.inner, "prepare", None)
+        if callable(prepare):
+            prepare()
+
     def _saw(self, record: Record | None) -> None:
         self.seen = record.state if record is not None else State.CLOSED
+        self.gen = record.gen if record is not None else 0
+        opened = record is not None and record.state is State.OPEN
+        self.opened_at = record.opened_at / 1000 if opened and record is not None else None
 
     def _after(self, outcome: Outcome) -> Outcome:
         self._saw(outcome.record)
@@ -141,19 +154,16 @@ class WatchedStore:
         return self._after(outcome)
 
     def settle_probe(
-        self,
-        name: str,
-        policy: Policy,
-        now_ms: int,
-        token: str,
-        success: bool,
-        jitter: float,
-        observed: Record | None,
+        self, name: str, policy: Policy, now_ms: int, report: ProbeReport, observed: Record | None
     ) -> Outcome:
         self.stats.count_write()
-        return self._after(
-            self.inner.settle_probe(name, policy, now_ms, token, success, jitter, observed)
-        )
+        return self._after(self.inner.settle_probe(name, policy, now_ms, report, observed))
+
+    def report(
+        self, name: str, policy: Policy, now_ms: int, report: Report, observed: Record | None
+    ) -> Outcome:
+        self.stats.count_write()
+        return self._after(self.inner.report(name, policy, now_ms, report, observed))
 
     def force_state(self, name: str, policy: Policy, now_ms: int, target: State) -> Outcome:
         self.stats.count_write()

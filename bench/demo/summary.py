@@ -31,6 +31,7 @@ class RunRecord:
     shared: bool
     containers: int
     outage: tuple[float, float]  # when the provider went down and came back
+    policy: str = "count"
     calls: list[Call] = field(default_factory=list)
     provider: list[tuple[float, bool]] = field(default_factory=list)  # arrival, charged?
     reports: list[ContainerReport] = field(default_factory=list)
@@ -49,9 +50,12 @@ class RunSummary:
     provider_failed: int  # 502s: the function saw the provider fail
     rejected: int  # 503s: the breaker turned the payment away, the provider was not called
     deferred: int  # 202s: turned away, and queued for later by the fallback
-    failing_calls: int  # failures the provider answered: all of them during the outage
-    failed_probes: int
-    trip_failures: int  # failing calls that were not probes: what it took to trip
+    failing_calls: int  # failures the provider answered during the outage
+    noise_failures: int  # failures it answered while otherwise healthy (--noise)
+    failed_probes: int  # probes that met the outage
+    trip_failures: int  # failing calls in the outage that were not probes: what it took to trip
+    spurious_trips: int  # transitions to open during the healthy phase: noise tripped it
+    seconds_to_reject: float | None  # outage start → every container has turned a call away
     probes_at_recovery: int  # probes the recovered provider answered
     probes_per_window: tuple[int, ...]  # probe leases granted in each half-open window
     recovery_to_closed: float | None  # provider back → every container admitting again
@@ -78,16 +82,24 @@ def summarize(record: RunRecord) -> RunSummary:
     for call in probes:
         for gen in call.windows:
             windows[gen if record.shared else (call.container, gen)] += 1
-    failed_probes = sum(1 for call in probes if call.status == PROVIDER_FAILED)
+    down, back = record.outage
+    # A probe that started after the recovery can only have failed on noise.
+    failed_probes = sum(
+        1 for call in probes if call.status == PROVIDER_FAILED and call.start < back
+    )
+    failing = sum(1 for at, ok in record.provider if not ok and down <= at < back)
     return RunSummary(
         calls=len(record.calls),
         charged=statuses[CHARGED],
         provider_failed=statuses[PROVIDER_FAILED],
         rejected=statuses[CIRCUIT_OPEN],
         deferred=statuses[DEFERRED],
-        failing_calls=sum(1 for _, ok in record.provider if not ok),
+        failing_calls=failing,
+        noise_failures=sum(1 for _, ok in record.provider if not ok) - failing,
         failed_probes=failed_probes,
-        trip_failures=statuses[PROVIDER_FAILED] - failed_probes,
+        trip_failures=failing - failed_probes,
+        spurious_trips=spurious_trips(record),
+        seconds_to_reject=seconds_to_reject(record),
         probes_at_recovery=sum(1 for call in probes if call.status == CHARGED),
         probes_per_window=tuple(windows[key] for key in sorted(windows, key=str)),
         recovery_to_closed=recovery_to_closed(record),
@@ -95,6 +107,31 @@ def summarize(record: RunRecord) -> RunSummary:
         store_errors=sum(report.store_errors for report in record.reports),
         degradations=sum(report.degradations for report in record.reports),
     )
+
+
+def spurious_trips(record: RunRecord) -> int:
+    """Trips that opened the breaker before the outage began: each a record generation seen
+    open (one per container's own record when not shared) whose opening came first."""
+    down = record.outage[0]
+    trips = {
+        call.gen if record.shared else (call.container, call.gen)
+        for call in record.calls
+        if call.opened is not None and call.opened < down
+    }
+    return len(trips)
+
+
+def seconds_to_reject(record: RunRecord) -> float | None:
+    """From the outage's start until the last container turned its first payment away (an
+    open breaker, seen fleet-wide); None if a container never did during the outage."""
+    down, back = record.outage
+    first: dict[int, float] = {}
+    for call in record.calls:
+        if down <= call.start < back and call.status in (CIRCUIT_OPEN, DEFERRED):
+            first[call.container] = min(call.start, first.get(call.container, call.start))
+    if len(first) < record.containers:
+        return None
+    return max(first.values()) - down
 
 
 def by_container(calls: Iterable[Call]) -> dict[int, list[Call]]:
@@ -106,10 +143,14 @@ def by_container(calls: Iterable[Call]) -> dict[int, list[Call]]:
 
 def closed_since(calls: Sequence[Call], after: float) -> float | None:
     """When a container, after ``after``, took its first payment that nothing turned away
-    since: the end of its first 200 after its last 502/503/202. None while it has none."""
+    since: the end of its first 200 after its last 503/202. None while it has none.
+
+    A 502 after the recovery was admitted (the breaker let it through) and failed on
+    background noise: it neither closes nor reopens the container's view.
+    """
     admitted_at = None
     for call in calls:
-        if call.start < after:
+        if call.start < after or call.status == PROVIDER_FAILED:
             continue
         if call.status == CHARGED:
             admitted_at = admitted_at if admitted_at is not None else call.end

@@ -21,6 +21,12 @@ Requests and answers
     ``stale_token: true``). Without a token (``null`` after an ``allow``) a failure is counted
     and a success writes nothing.
 
+``{"action": "status", "breaker": "payment-api"}``
+    → ``{"breaker", "state", "generation", "calls", "failures", "slow_calls", "containers",
+    "failure_rate", "slow_call_rate", "retry_after", "open_until", "updated_at"}``: the
+    fleet's view of the breaker (its sliding window under the rate policy), for a Choice state
+    that branches on more than the state. It admits nothing and records nothing.
+
 A request the gate cannot serve raises :class:`InvalidGateRequest` (a workflow catches it by
 that name); a broken environment raises :class:`GateConfigError`. Store trouble never raises:
 the breakers degrade to per-container state as they do everywhere (``degraded: true``).
@@ -32,7 +38,10 @@ Environment
 does with the same variable), ``BREAKER_FAILURE_THRESHOLD`` (5),
 ``BREAKER_WINDOW_SECONDS`` (60), ``BREAKER_RECOVERY_TIMEOUT`` (30),
 ``BREAKER_HALF_OPEN_MAX_PROBES`` (1), ``BREAKER_PROBE_LEASE_SECONDS`` (10; must outlast the
-protected step, retries included), ``BREAKER_CACHE_TTL`` (1; 0 disables),
+protected step, retries included), ``BREAKER_CACHE_TTL`` (1; 0 disables), the rate policy's
+``BREAKER_FAILURE_RATE_THRESHOLD``, ``BREAKER_MINIMUM_CALLS``, ``BREAKER_SLOW_CALL_DURATION``,
+``BREAKER_SLOW_CALL_RATE_THRESHOLD``, ``BREAKER_MIN_CONTAINERS`` and
+``BREAKER_REPORT_INTERVAL`` (unset: the count policy),
 ``GATE_MAX_WAIT_SECONDS`` (300), ``GATE_ALLOWED_BREAKERS`` (optional, comma-separated: the
 only names this gate serves, so a typo in a workflow fails instead of creating a new breaker).
 Every breaker of one gate uses the same config.
@@ -58,7 +67,7 @@ from fleetbreaker.breaker import validate_name
 from fleetbreaker.config import env_number
 from fleetbreaker.errors import ConfigError
 from fleetbreaker.observability import default_listeners, log_metrics
-from fleetbreaker.stores.dynamodb import DynamoDBStore
+from fleetbreaker.stores import from_env as stores_from_env
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -73,11 +82,12 @@ logger = Logger(service="breaker-gate")
 # Lambda trace and adds a subsegment per store round trip, and the X-Ray SDK is imported only
 # when the invocation is traced (Tracer would import it on every cold start).
 
-ACTIONS = ("check", "record")
+ACTIONS = ("check", "record", "status")
 OUTCOMES = ("success", "failure")
 FIELDS = {
     "check": {"action", "breaker", "max_wait_seconds"},
     "record": {"action", "breaker", "outcome", "token"},
+    "status": {"action", "breaker"},
 }
 # A Wait state takes at most a year; an hour is already far beyond any sane open window.
 MAX_WAIT_LIMIT = 3600
@@ -233,7 +243,15 @@ class BreakerGate:
         assert isinstance(event, Mapping)  # _parse checked it
         if action == "check":
             return self.check(name, self._max_wait(event))
+        if action == "status":
+            return self.status(name)
         return self.record(name, event)
+
+    def status(self, name: str) -> dict[str, Any]:
+        """The fleet's view of the breaker (``CircuitBreaker.snapshot``): decides nothing."""
+        view = self.breaker(name).snapshot().as_dict()
+        del view["name"]
+        return {"breaker": name, **view}
 
     def check(self, name: str, max_wait_seconds: int) -> dict[str, Any]:
         admission = self.breaker(name).check()
@@ -320,13 +338,10 @@ def create_gate(
         A ready store, instead of a ``RedisStore`` on ``CIRCUIT_BREAKER_REDIS_URL`` or else a
         ``DynamoDBStore`` on ``CIRCUIT_BREAKER_TABLE``.
     """
-    settings = GateSettings.from_env(os.environ if env is None else env)
-    if store is None and settings.redis_url is not None:
-        from fleetbreaker.stores.redis import RedisStore
-
-        store = RedisStore(url=settings.redis_url)
-    elif store is None:
-        store = DynamoDBStore(settings.table_name, endpoint_url=endpoint_url)
+    environ = os.environ if env is None else env
+    settings = GateSettings.from_env(environ)
+    if store is None:
+        store = stores_from_env(environ, endpoint_url=endpoint_url)
     return BreakerGate(settings, store, clock=clock, listeners=default_listeners(logger))
 
 

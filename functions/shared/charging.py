@@ -21,8 +21,8 @@ import requests
 
 from fleetbreaker import BreakerConfig, CircuitBreaker, ConfigError
 from fleetbreaker.config import env_number
-from fleetbreaker.stores.dynamodb import DynamoDBStore
-from fleetbreaker.stores.redis import RedisStore
+from fleetbreaker.stores import TABLE_ENV, URL_ENV
+from fleetbreaker.stores import from_env as stores_from_env
 from payments import (
     PaymentProviderError,
     PaymentRequest,
@@ -184,10 +184,12 @@ def make_breaker(
     ``store`` replaces that store (e.g. a ``MemoryStore`` for a per-container breaker);
     ``endpoint_url`` is a local DynamoDB endpoint (moto) for tests and local runs.
     """
-    if store is None and settings.redis_url is not None:
-        store = RedisStore(url=settings.redis_url)
-    elif store is None:
-        store = DynamoDBStore(settings.table_name, endpoint_url=endpoint_url)
+    if store is None:
+        # The package's one store factory, on the variables Settings read.
+        store = stores_from_env(
+            {TABLE_ENV: settings.table_name, URL_ENV: settings.redis_url or ""},
+            endpoint_url=endpoint_url,
+        )
     return CircuitBreaker(
         settings.breaker_name,
         store=store,

@@ -24,11 +24,13 @@ from fleetbreaker.errors import (
     CorruptRecordError,
     FleetBreakerError,
     InvalidTokenError,
+    StoreDeadlineError,
     StoreError,
     TableNotFoundError,
 )
 from fleetbreaker.events import BreakerListener, LoggingListener
 from fleetbreaker.state import Decision, State
+from fleetbreaker.stores.fallback import FallbackStore
 from fleetbreaker.stores.memory import MemoryStore
 
 if TYPE_CHECKING:
@@ -48,6 +50,7 @@ __all__ = [
     "CorruptRecordError",
     "Decision",
     "DynamoDBStore",
+    "FallbackStore",
     "FleetBreakerError",
     "InvalidTokenError",
     "LoggingListener",
@@ -55,6 +58,7 @@ __all__ = [
     "RecordResult",
     "RedisStore",
     "State",
+    "StoreDeadlineError",
     "StoreError",
     "TableNotFoundError",
 ]

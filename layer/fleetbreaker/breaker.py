@@ -3,29 +3,33 @@
 from __future__ import annotations
 
 import functools
+import hashlib
 import logging
 import random
 import secrets
-import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from fleetbreaker import state as rules
+from fleetbreaker import tuning
 from fleetbreaker.cache import RecordCache
 from fleetbreaker.config import BreakerConfig
-from fleetbreaker.errors import (
-    CircuitOpenError,
-    ConfigError,
-    CorruptRecordError,
-    InvalidTokenError,
-    TableNotFoundError,
-)
+from fleetbreaker.errors import CircuitOpenError, ConfigError, InvalidTokenError
 from fleetbreaker.events import BreakerListener, LoggingListener
 from fleetbreaker.ramp import RecoveryRamp
-from fleetbreaker.state import Decision, Outcome, Policy, Record, State
-from fleetbreaker.stores.memory import MemoryStore
+from fleetbreaker.reporting import (
+    CallTally,
+    SlowCallWatcher,
+    next_interval_ms,
+    process_container_id,
+    urgent_allowed,
+    wants_urgent_report,
+)
+from fleetbreaker.state import Decision, Policy, ProbeReport, Record, Snapshot, State
+from fleetbreaker.stores.base import AdminStore
+from fleetbreaker.stores.fallback import FallbackStats, FallbackStore
 
 if TYPE_CHECKING:
     from typing import ParamSpec
@@ -37,6 +41,7 @@ if TYPE_CHECKING:
 R = TypeVar("R")
 Clock = Callable[[], int]
 MAX_NAME_BYTES = 1024  # DynamoDB allows 2048 for a partition key; leave room for Redis keys
+MAX_CONTAINER_ID = 64  # container ids are kept in the record (quorum), so they stay short
 
 log = logging.getLogger("fleetbreaker")
 
@@ -51,12 +56,32 @@ def validate_name(name: object) -> str:
         raise ConfigError(f"breaker name must be a string, got {type(name).__name__}")
     if not name or not name.strip():
         raise ConfigError("breaker name must not be empty")
-    size = len(name.encode("utf-8"))
+    try:
+        size = len(name.encode("utf-8"))
+    except UnicodeEncodeError:
+        # A lone surrogate (e.g. from a JSON "\udcff" escape) has no UTF-8 form: no store
+        # could keep the name.
+        raise ConfigError(f"breaker name must be valid Unicode text: {name!r}") from None
     if size > MAX_NAME_BYTES:
         raise ConfigError(f"breaker name is {size} bytes; the limit is {MAX_NAME_BYTES} (UTF-8)")
     if any(ord(ch) < 32 or ord(ch) == 127 for ch in name):
         raise ConfigError(f"breaker name must not contain control characters: {name!r}")
     return name
+
+
+def container_key(container_id: str) -> str:
+    """The short, fixed-size key a container's id is counted under in the quorum."""
+    return hashlib.blake2s(container_id.encode("utf-8"), digest_size=4).hexdigest()
+
+
+def validate_container_id(container_id: object) -> str:
+    if not isinstance(container_id, str):
+        raise ConfigError(f"container_id must be a string, got {type(container_id).__name__}")
+    if not 1 <= len(container_id) <= MAX_CONTAINER_ID or not container_id.isprintable():
+        raise ConfigError(
+            f"container_id must be 1 to {MAX_CONTAINER_ID} printable characters: {container_id!r}"
+        )
+    return container_id
 
 
 @dataclass(frozen=True)
@@ -88,17 +113,10 @@ class RecordResult:
     detail: str
 
 
-@dataclass
-class BreakerStats:
-    """Counters of one breaker instance in this container."""
-
-    store_errors: int = 0
-    degradations: int = 0
-    corrupt_records: int = 0
-
+# Counters of one breaker instance in this container: its fallback store's.
+BreakerStats = FallbackStats
 
 _UNSET: Any = object()
-_REFRESH_WAIT_S = 2.0  # longer than a store read can take with the default timeouts
 
 
 class CircuitBreaker:
@@ -112,7 +130,10 @@ class CircuitBreaker:
         Where the fleet's shared state lives: ``DynamoDBStore``, ``RedisStore`` or, for one
         process only, ``MemoryStore``. When omitted: a ``RedisStore`` if
         ``CIRCUIT_BREAKER_REDIS_URL`` is set, else a ``DynamoDBStore`` if
-        ``CIRCUIT_BREAKER_TABLE`` is set.
+        ``CIRCUIT_BREAKER_TABLE`` is set (see :func:`fleetbreaker.stores.from_env`). The
+        breaker wraps it in a :class:`~fleetbreaker.stores.fallback.FallbackStore`: each
+        store operation gets ``store_deadline_seconds``, and a store that fails or misses
+        it is left alone for ``store_backoff_seconds`` while local state answers.
     config:
         A :class:`BreakerConfig`; defaults apply when omitted.
     fallback:
@@ -123,13 +144,21 @@ class CircuitBreaker:
         Event hooks; defaults to a :class:`LoggingListener`.
     clock, rng:
         Injectable epoch-millisecond clock and random source (tests move time by hand).
+        Call durations (slow calls) are measured on this clock too.
+    container_id:
+        The identity ``min_containers`` counts; default a random id per process (one Lambda
+        container is one process). Pass one to run a fleet inside one process.
 
     Example
     -------
-    >>> breaker = CircuitBreaker("payment-api", store=DynamoDBStore("CircuitBreakers"))
+    >>> breaker = CircuitBreaker("payment-api", store=MemoryStore())
     >>> @breaker
-    ... def charge(order): ...
-    >>> breaker.call(charge, order)
+    ... def charge(amount):
+    ...     return f"charged {amount}"
+    >>> charge(10)
+    'charged 10'
+    >>> breaker.call(charge, 20)
+    'charged 20'
     """
 
     def __init__(
@@ -142,6 +171,7 @@ class CircuitBreaker:
         listeners: Iterable[BreakerListener] | None = None,
         clock: Clock | None = None,
         rng: random.Random | None = None,
+        container_id: str | None = None,
     ) -> None:
         self.name = validate_name(name)
         if config is None:
@@ -158,17 +188,24 @@ class CircuitBreaker:
         )
         self.clock: Clock = clock or system_clock
         self.rng = rng or random.Random()
-        self.stats = BreakerStats()
+        # The policy follows the live-tuned settings stored with the record (see _policy).
+        self._tuned_text = ""
         self._policy = Policy.from_config(config)
         self._cache = RecordCache(round(config.cache_ttl * 1000))
-        self._local = MemoryStore()
+        # Waiting for another thread's refresh: longer than a store read can take.
+        self._refresh_wait_s = config.store_deadline_seconds + 1.0
+        self._store = FallbackStore(
+            self.store,
+            clock=self.clock,
+            backoff_seconds=config.store_backoff_seconds,
+            deadline_seconds=config.store_deadline_seconds,
+            emit=self._emit,
+            on_answer=self._answered,
+        )
+        self.stats: BreakerStats = self._store.fallback_stats
         self._ramp = (
             RecoveryRamp(config.recovery_ramp_seconds) if config.recovery_ramp_seconds else None
         )
-        self._lock = threading.Lock()
-        self._paused_until = 0
-        self._degraded = False
-        self._missing_table_logged = False
         self._allow = {
             state: Admission(self.name, Decision.ALLOW, state)
             for state in (State.CLOSED, State.DISABLED)
@@ -183,6 +220,25 @@ class CircuitBreaker:
             for hook in vars(BreakerListener)
             if hook.startswith("on_")
         }
+        self.container_id = (
+            process_container_id() if container_id is None else validate_container_id(container_id)
+        )
+        # The record keeps quorum ids, so they go in as a short digest: 8 hex characters
+        # whatever the id's length keep the record under one write unit.
+        self._container_key = container_key(self.container_id)
+        # Rate policy, slow calls, quorum: calls are tallied here and reported in batches.
+        self._base_interval_ms = max(1, round(config.effective_report_interval * 1000))
+        self._interval_ms = self._base_interval_ms
+        self._tally: CallTally | None = None
+        self._watcher: SlowCallWatcher | None = None
+        self._watching = False
+        self._failure_result = config.failure_result
+        if config.reporting and not callable(getattr(self.store, "report", None)):
+            raise ConfigError(
+                f"{type(self.store).__name__} has no report operation: the rate policy, slow "
+                "calls and min_containers need one (every store of this package has it)"
+            )
+        self._adopt_reporting(config, self._policy)
 
     def __repr__(self) -> str:
         return f"CircuitBreaker({self.name!r}, store={type(self.store).__name__})"
@@ -198,7 +254,33 @@ class CircuitBreaker:
     @property
     def degraded(self) -> bool:
         """True while the store is unreachable and the breaker runs on local state."""
-        return self._degraded
+        return self._store.degraded
+
+    def snapshot(self) -> Snapshot:
+        """The fleet's view of this breaker, read through the cache.
+
+        State, generation, the sliding window's calls, failures and slow calls, the failing
+        containers (up to ``min_containers``), the rates, ``retry_after`` and ``open_until``.
+        """
+        now = self.clock()
+        return rules.snapshot_of(self.name, self._read(now), self._policy, now)
+
+    def report_hung_calls(self) -> int:
+        """Report the calls running past ``slow_call_duration`` as slow calls, now.
+
+        The breaker's watcher thread does this every quarter of that duration; a simulation
+        or a test with an injected clock calls it after moving the clock. Returns how many
+        calls it reported.
+        """
+        tally = self._tally
+        if tally is None:
+            return 0
+        now = self.clock()
+        hung = tally.sweep(now)
+        if hung:
+            # Out of turn: the Lambda timeout may kill this container before the call ends.
+            self._flush(now)
+        return hung
 
     def call(self, fn: Callable[..., R], /, *args: Any, **kwargs: Any) -> R:
         """Run ``fn(*args, **kwargs)`` through the breaker.
@@ -230,19 +312,17 @@ class CircuitBreaker:
 
         Pair it with :meth:`record`. ``call`` and the decorator do both for you.
         """
-        now = self.clock()
+        return self._admit(self.clock())
+
+    def _admit(self, now: int) -> Admission:
         record = self._read(now)
         verdict = rules.verdict(record, self._policy, now)
         if verdict.try_probe:
             nonce = secrets.token_hex(8)
-            outcome = self._run(
-                "claim_probe",
-                now,
-                lambda store: store.claim_probe(self.name, self._policy, now, nonce, record),
-            )
+            outcome = self._store.claim_probe(self.name, self._policy, now, nonce, record)
             if outcome.token is not None:
                 admission = Admission(
-                    self.name, Decision.PROBE, State.HALF_OPEN, 0.0, outcome.token, self._degraded
+                    self.name, Decision.PROBE, State.HALF_OPEN, 0.0, outcome.token, self.degraded
                 )
                 self._emit("on_decision", self.name, admission.decision, admission.state)
                 return admission
@@ -254,7 +334,8 @@ class CircuitBreaker:
             ramped_ms = self._ramp.rejects(record, now, self.rng.random())
             if ramped_ms:
                 verdict = rules.Verdict(Decision.REJECT, State.CLOSED, ramped_ms)
-        if verdict.decision is Decision.ALLOW and not self._degraded:
+        degraded = self._store.degraded
+        if verdict.decision is Decision.ALLOW and not degraded:
             admission = self._allow[verdict.state]  # the hot path: no allocation
         else:
             admission = Admission(
@@ -263,7 +344,7 @@ class CircuitBreaker:
                 verdict.state,
                 verdict.retry_after_ms / 1000,
                 None,
-                self._degraded,
+                degraded,
             )
         self._emit("on_decision", self.name, admission.decision, admission.state)
         return admission
@@ -280,21 +361,74 @@ class CircuitBreaker:
             if not isinstance(token, str) or rules.lease_slot(token) is None:
                 raise InvalidTokenError(f"not a probe token of this package: {token!r}")
             return self._settle(token, success, now)
+        tally = self._tally
+        if tally is not None:
+            if now >= tally.due_ms:
+                self._flush(now)
+            if success:
+                next(tally.good)
+            else:
+                self._tally_bad(tally, None, True, now)
+            return RecordResult(True, self._state_of(self._cache.last_seen), "call tallied")
         if success:
             return RecordResult(True, self._state_of(self._read(now)), "success: nothing to write")
         return self._count_failure(now)
 
-    def force_open(self) -> State:
-        """Operator override: reject every call until :meth:`reset`."""
-        return self._force(State.FORCED_OPEN)
+    def force_open(self, *, reason: str | None = None, by: str | None = None) -> State:
+        """Operator override: reject every call until :meth:`reset`.
 
-    def disable(self) -> State:
+        ``reason`` and ``by`` (default: the local user), when either is given, are stored
+        with the record as its last operator action (the store must be an AdminStore).
+        """
+        return self._force(State.FORCED_OPEN, reason, by)
+
+    def disable(self, *, reason: str | None = None, by: str | None = None) -> State:
         """Operator override: allow every call and record nothing until :meth:`reset`."""
-        return self._force(State.DISABLED)
+        return self._force(State.DISABLED, reason, by)
 
-    def reset(self) -> State:
+    def reset(self, *, reason: str | None = None, by: str | None = None) -> State:
         """Release an override or close the breaker, forgetting failures and back-off."""
-        return self._force(State.CLOSED)
+        return self._force(State.CLOSED, reason, by)
+
+    def _retune(self, text: str) -> None:
+        config = self.config
+        try:
+            values = tuning.decode_tuned(text)
+        except ConfigError as exc:
+            log.warning("circuit %s: ignoring its tuned settings: %s", self.name, exc)
+            values = {}
+        for setting, value in sorted(values.items()):
+            try:
+                config = tuning.apply_tuning(config, {setting: value})
+            except ConfigError as exc:
+                # Another version of the package may store settings this one cannot use.
+                log.warning("circuit %s: ignoring tuned %s: %s", self.name, setting, exc)
+        # Policy before text: a thread that sees the new text must also see its policy.
+        policy = Policy.from_config(config)
+        self._adopt_reporting(config, policy)
+        self._policy = policy
+        self._tuned_text = text
+
+    def _adopt_reporting(self, config: BreakerConfig, policy: Policy) -> None:
+        """Tally and report calls (rate policy, slow calls, quorum) as ``config`` says.
+
+        Called at construction and when live tuning changes the settings: tuning can switch a
+        running fleet between the count and the rate policy, or change the slow-call duration.
+        """
+        if not config.reporting:
+            self._tally = None
+            return
+        tally = self._tally
+        if tally is None:
+            tally = CallTally(policy, self._base_interval_ms)
+            tally.due_ms = self.clock() + self._base_interval_ms
+        tally.slow_ms = policy.slow_ms
+        if config.slow_call_duration is not None:
+            period = max(0.005, config.slow_call_duration / 4)
+            if self._watcher is None:
+                self._watcher = SlowCallWatcher(self.report_hung_calls, period)
+            self._watcher.period_s = period
+        self._tally = tally
 
     # -- internals -------------------------------------------------------------------------
 
@@ -315,7 +449,8 @@ class CircuitBreaker:
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
     ) -> R:
-        admission = self.check()
+        now = self.clock()
+        admission = self._admit(now)
         if admission.decision is Decision.REJECT:
             self._emit("on_rejected", self.name, admission.state, admission.retry_after)
             if fallback is None:
@@ -323,6 +458,11 @@ class CircuitBreaker:
             self._emit("on_fallback", self.name, admission.state)
             result: R = fallback(admission, *args, **kwargs)
             return result
+        tally = self._tally
+        if tally is not None and admission.decision is Decision.ALLOW:
+            if admission.state is State.DISABLED:
+                return fn(*args, **kwargs)
+            return self._tallied(tally, now, fn, args, kwargs)
         try:
             result = fn(*args, **kwargs)
         except Exception as exc:
@@ -342,6 +482,117 @@ class CircuitBreaker:
         self._finish(admission, success=not failed)
         return result
 
+    def _tallied(
+        self,
+        tally: CallTally,
+        now: int,
+        fn: Callable[..., R],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> R:
+        # The rate policy's hot path, kept flat on purpose (it is measured against
+        # Powertools in bench/): a good call costs one atomic counter step, plus a dict entry
+        # and a second clock read when slow-call detection times it.
+        if now >= tally.due_ms:
+            self._flush(now)
+        slow_ms = tally.slow_ms
+        if slow_ms is None:
+            try:
+                result = fn(*args, **kwargs)
+            except Exception as exc:
+                self._tally_bad(tally, None, self.config.counts_exception(exc))
+                raise
+            if self._failure_result is not None and self._judge(result):
+                self._tally_bad(tally, None, True)
+            else:
+                next(tally.good)
+            return result
+        number = next(tally.numbers)
+        running = tally.running
+        running[number] = now
+        if not self._watching:
+            self._start_watcher()
+        try:
+            result = fn(*args, **kwargs)
+        except Exception as exc:
+            failed = self.config.counts_exception(exc)
+            started = running.pop(number, None)
+            if started is None:
+                if tally.late(failed):
+                    self._maybe_flush_urgently(tally, self.clock())
+            else:
+                self._tally_bad(tally, started, failed)
+            raise
+        except BaseException:
+            # Interrupted (SystemExit, KeyboardInterrupt): no verdict on the dependency.
+            running.pop(number, None)
+            raise
+        failed = self._failure_result is not None and self._judge(result)
+        end = self.clock()
+        started = running.pop(number, None)
+        if started is None:  # the watcher reported it slow while it ran
+            if tally.late(failed):
+                self._maybe_flush_urgently(tally, end)
+        elif end - started < slow_ms and not failed:
+            next(tally.good)
+        else:
+            self._tally_bad(tally, started, failed, end)
+        return result
+
+    def _judge(self, result: Any) -> bool:
+        """Whether a returned value counts as a failure (a raising predicate: it does)."""
+        try:
+            return self.config.counts_result(result)
+        except Exception:
+            log.exception(
+                "circuit %s: failure_result predicate raised; counted as failure", self.name
+            )
+            return True
+
+    def _tally_bad(
+        self, tally: CallTally, started: int | None, failed: bool, now: int | None = None
+    ) -> None:
+        now = self.clock() if now is None else now
+        if tally.bad(started, now, failed):
+            self._maybe_flush_urgently(tally, now)
+
+    def _start_watcher(self) -> None:
+        if self._watcher is not None:
+            self._watcher.ensure_running()
+        self._watching = True
+
+    def _maybe_flush_urgently(self, tally: CallTally, now: int) -> None:
+        record = self._cache.last_seen
+        if now < tally.urgent_after_ms or not wants_urgent_report(
+            record, tally, self._policy, self._container_key, now
+        ):
+            return
+        # One out-of-turn decision per cache_ttl per container, thinned across a large fleet.
+        tally.urgent_after_ms = now + self._cache.ttl_ms
+        counts = rules.window_counts(record, self._policy, now)
+        if urgent_allowed(counts, self._policy, self._interval_ms, self._cache.ttl_ms, self.rng):
+            self._flush(now)
+
+    def _flush(self, now: int, load_if_empty: bool = False) -> Record | None:
+        """Report the tally in one write; the answer refreshes the cache."""
+        tally = self._tally
+        assert tally is not None
+        report = tally.take(self._container_key, now, self._interval_ms)
+        if not report:
+            return self._store.load(self.name, now) if load_if_empty else self._cache.last_seen
+        observed = self._cache.last_seen
+        outcome = self._store.report(self.name, self._policy, now, report, observed)
+        # Stretch the interval while the record takes more writes than one item should.
+        counts = rules.window_counts(outcome.record, self._policy, now)
+        self._interval_ms = next_interval_ms(
+            self._interval_ms, self._base_interval_ms, counts, self._policy
+        )
+        if counts.calls:
+            self._emit(
+                "on_window", self.name, counts.calls, counts.failure_rate, counts.slow_call_rate
+            )
+        return outcome.record
+
     def _finish(self, admission: Admission, success: bool) -> None:
         if admission.decision is Decision.PROBE and admission.token is not None:
             self._settle(admission.token, success, self.clock())
@@ -352,11 +603,7 @@ class CircuitBreaker:
 
     def _count_failure(self, now: int) -> RecordResult:
         observed = self._cache.last_seen
-        outcome = self._run(
-            "record_failure",
-            now,
-            lambda store: store.record_failure(self.name, self._policy, now, observed),
-        )
+        outcome = self._store.record_failure(self.name, self._policy, now, observed)
         state = self._state_of(outcome.record)
         if outcome.changed:
             self._emit("on_failure_recorded", self.name, state)
@@ -366,25 +613,29 @@ class CircuitBreaker:
     def _settle(self, token: str, success: bool, now: int) -> RecordResult:
         observed = self._cache.last_seen
         jitter = 1.0 - self.rng.random() * self.config.recovery_jitter
-        outcome = self._run(
-            "settle_probe",
-            now,
-            lambda store: store.settle_probe(
-                self.name, self._policy, now, token, success, jitter, observed
-            ),
-        )
+        report = ProbeReport(token, success, jitter)
+        outcome = self._store.settle_probe(self.name, self._policy, now, report, observed)
         state = self._state_of(outcome.record)
         self._emit("on_probe", self.name, success, outcome.changed)
         if outcome.changed:
             return RecordResult(True, state, f"probe {'succeeded' if success else 'failed'}")
         return RecordResult(False, state, "stale probe token: its lease has ended; nothing changed")
 
-    def _force(self, target: State) -> State:
+    def _force(self, target: State, reason: str | None = None, by: str | None = None) -> State:
         # Operator actions go to the store or fail loudly: a silent local override would
         # leave the rest of the fleet unaware of it.
         now = self.clock()
-        outcome = self.store.force_state(self.name, self._policy, now, target)
-        self._cache.put(outcome.record, now)
+        if reason is None and by is None:
+            outcome = self._store.force_state(self.name, self._policy, now, target)
+        else:
+            if not isinstance(self.store, AdminStore):
+                raise ConfigError(
+                    f"{type(self.store).__name__} cannot record who forced a breaker and why"
+                )
+            action = tuning.Action(
+                target.value, by or tuning.local_user(), tuning.check_reason(reason), now
+            )
+            outcome = self._store.force_state(self.name, self._policy, now, target, action=action)
         if outcome.transition is not None:
             self._emit("on_transition", self.name, *outcome.transition)
         return self._state_of(outcome.record)
@@ -397,94 +648,35 @@ class CircuitBreaker:
         hit, record = self._cache.get(now)
         if hit:
             return record
-        if self._store_paused(now):
-            return self._local.load(self.name, now)
+        if self._store.paused(now):  # answered locally: no store call to share
+            return self._store.load(self.name, now)
         # One thread per container refreshes; the others wait for its answer (bounded: longer
         # than a store read can take) instead of sending the same read, or acting on a view
         # older than cache_ttl: that view may still say closed after the fleet tripped.
-        if not self._cache.begin_refresh(wait_s=_REFRESH_WAIT_S):
-            return self._load(now)
+        if not self._cache.begin_refresh(wait_s=self._refresh_wait_s):
+            return self._store.load(self.name, now)
         try:
             hit, record = self._cache.get(now)
             if hit:
                 return record
-            if self._store_paused(now):  # the refresh this thread waited for failed
-                return self._local.load(self.name, now)
-            return self._load(now)
+            if self._tally is not None and not self._tally.stretched:
+                # The report's answer is the fleet's record: it replaces the refresh read.
+                # (Not while the interval is stretched: the record takes too many writes.)
+                return self._flush(now, load_if_empty=True)
+            # If the refresh this thread waited for failed, this answers locally.
+            return self._store.load(self.name, now)
         finally:
             self._cache.end_refresh()
 
-    def _load(self, now: int) -> Record | None:
-        self._emit("on_store_call_start", self.name, "load")
-        started = time.perf_counter()
-        try:
-            record = self.store.load(self.name, now)
-        except CorruptRecordError as exc:
-            self._store_call_done("load", started, ok=True)
-            self.stats.corrupt_records += 1
-            self._emit("on_corrupt_record", self.name, str(exc))
-            record = None
-        except Exception as exc:
-            self._store_call_done("load", started, ok=False)
-            self._degrade("load", exc, now)
-            return self._local.load(self.name, now)
-        else:
-            self._store_call_done("load", started, ok=True)
+    def _answered(self, name: str, record: Record | None, now: int) -> None:
+        # Every shared-store answer refreshes the cache; local answers never do.
         self._cache.put(record, now)
-        return record
-
-    def _run(self, operation: str, now: int, op: Callable[[Store], Outcome]) -> Outcome:
-        """One store operation, or its local twin while the store is out of reach."""
-        if self._store_paused(now):
-            return op(self._local)
-        self._emit("on_store_call_start", self.name, operation)
-        started = time.perf_counter()
-        try:
-            outcome = op(self.store)
-        except Exception as exc:
-            self._store_call_done(operation, started, ok=False)
-            self._degrade(operation, exc, now)
-            return op(self._local)
-        self._store_call_done(operation, started, ok=True)
-        self._cache.put(outcome.record, now)
-        if outcome.transition is not None:
-            self._emit("on_transition", self.name, *outcome.transition)
-        return outcome
-
-    def _store_paused(self, now: int) -> bool:
-        return self._degraded and now < self._paused_until
-
-    def _store_call_done(self, operation: str, started: float, ok: bool) -> None:
-        elapsed_ms = (time.perf_counter() - started) * 1000
-        self._emit("on_store_call", self.name, operation, elapsed_ms, ok)
-        if ok and self._degraded:
-            with self._lock:
-                recovered, self._degraded = self._degraded, False
-            if recovered:
-                # The fleet's record is authoritative again; local counts are dropped.
-                self._local.seed(self.name, None)
-                self._emit("on_recovered", self.name)
-
-    def _degrade(self, operation: str, exc: Exception, now: int) -> None:
-        with self._lock:
-            first = not self._degraded
-            self._degraded = True
-            self._paused_until = now + round(self.config.store_backoff_seconds * 1000)
-            if first:
-                # Start from the fleet's last known state: a breaker last seen open keeps
-                # rejecting until its open window ends.
-                self._local.seed(self.name, self._cache.last_seen)
-            self.stats.store_errors += 1
-            if first:
-                self.stats.degradations += 1
-            quiet = isinstance(exc, TableNotFoundError) and self._missing_table_logged
-            if isinstance(exc, TableNotFoundError):
-                self._missing_table_logged = True
-        if not quiet:
-            self._emit("on_store_error", self.name, operation, exc)
-        if first:
-            # The error itself was just reported; the reason stays short and generic.
-            self._emit("on_degraded", self.name, f"store {operation} failed")
+        # Live tuning travels with the record: a container applies it with the answer that
+        # brings it, within cache_ttl, and the hot path reads a plain attribute.
+        seen = self._cache.last_seen
+        text = seen.tuned if seen is not None else ""
+        if text != self._tuned_text:
+            self._retune(text)
 
     def _emit(self, hook: str, *args: Any) -> None:
         for method in self._hooks[hook]:
@@ -495,17 +687,6 @@ class CircuitBreaker:
 
 
 def _default_store() -> Store:
-    import os
+    from fleetbreaker.stores import from_env
 
-    from fleetbreaker.stores.dynamodb import TABLE_ENV, DynamoDBStore
-    from fleetbreaker.stores.redis import URL_ENV, RedisStore
-
-    # Redis first: a stack that adds a cache keeps its table, and the URL is the opt-in.
-    if os.environ.get(URL_ENV):
-        return RedisStore()
-    if os.environ.get(TABLE_ENV):
-        return DynamoDBStore()
-    raise ConfigError(
-        f"CircuitBreaker needs a store: pass store=DynamoDBStore(...), RedisStore(...) or "
-        f"MemoryStore(), or set {TABLE_ENV} to use DynamoDB ({URL_ENV} for Redis)"
-    )
+    return from_env()

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fleetbreaker.errors import ConfigError
+from fleetbreaker.state import MAX_PROBE_SLOTS
 
 ExceptionTypes = tuple[type[BaseException], ...]
 
@@ -23,8 +24,19 @@ ENV_FIELDS: dict[str, type[int] | type[float]] = {
     "probe_lease_seconds": float,
     "cache_ttl": float,
     "store_backoff_seconds": float,
+    "failure_rate_threshold": float,
+    "minimum_calls": int,
+    "slow_call_duration": float,
+    "slow_call_rate_threshold": float,
+    "min_containers": int,
+    "report_interval": float,
+    "store_deadline_seconds": float,
     "recovery_ramp_seconds": float,
 }
+# The quorum's container ids are kept in the breaker's record, so their number is capped.
+MAX_MIN_CONTAINERS = 10
+# A container holds its counts at most this long before reporting them.
+MAX_REPORT_INTERVAL = 2.0
 _KIND_NAMES = {int: "a whole number", float: "a number"}
 
 
@@ -68,6 +80,14 @@ def _positive_number(name: str, value: object, *, allow_zero: bool = False) -> N
         raise ConfigError(f"{name} must be {kind} number of seconds, got {value!r}")
 
 
+def _is_number(value: object) -> bool:
+    return (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and math.isfinite(float(value))
+    )
+
+
 def _exception_types(name: str, value: object) -> None:
     if not isinstance(value, tuple) or not all(
         isinstance(item, type) and issubclass(item, BaseException) for item in value
@@ -108,7 +128,11 @@ class BreakerConfig:
         collection only: it never shortens an open window.
     store_backoff_seconds:
         After a store error the store is left alone this long and the breaker runs on its
-        local, per-container state (default 5 s).
+        local, per-container state (default 5 s), counted from when the failure was seen.
+    store_deadline_seconds:
+        Total wall-clock time one store operation may take, SDK retries and slow replies
+        included, whatever client the store uses (default 1.0 s). Past it the operation
+        counts as a store error and the breaker runs on local state.
     recovery_ramp_seconds:
         After the breaker closes, each container admits a share of its calls that grows
         linearly from 10 % to all of them over this many seconds; the others are rejected
@@ -122,11 +146,32 @@ class BreakerConfig:
     failure_result:
         Optional predicate over a returned value, e.g. ``lambda r: r.status_code >= 500``.
         A result it accepts counts as a failure and is still returned to the caller.
+    failure_rate_threshold:
+        Opt-in rate policy: when set (0 < x <= 1) the breaker opens when, over a sliding
+        ``window_seconds``, at least ``minimum_calls`` calls were recorded fleet-wide and
+        failures / calls reached this fraction. ``failure_threshold`` is then not used.
+        None (default) keeps the count policy.
+    minimum_calls:
+        Calls the window must hold, fleet-wide, before a rate can open the breaker (default 20).
+    slow_call_duration:
+        Seconds after which a call counts as slow, whatever its result, and is reported slow
+        while it is still running (default None: no slow-call detection). Works with either
+        failure policy.
+    slow_call_rate_threshold:
+        Slow calls / calls (with ``minimum_calls``) at which the breaker opens (default 1.0).
+    min_containers:
+        Quorum: the breaker opens only when the failures (or slow calls) in the window came
+        from at least this many distinct containers (default 1, at most 10).
+    report_interval:
+        Longest a container holds its calls, failures and slow calls before reporting them in
+        one write (default: ``cache_ttl``, at most 2 s). Applies when the rate policy, slow
+        calls or a quorum is on.
 
     Example
     -------
-    >>> BreakerConfig(failure_threshold=3, recovery_timeout=10)
-    BreakerConfig(failure_threshold=3, ...)
+    >>> config = BreakerConfig(failure_threshold=3, recovery_timeout=10)
+    >>> config.failure_threshold, config.recovery_timeout, config.cache_ttl
+    (3, 10, 1.0)
     """
 
     failure_threshold: int = 5
@@ -141,19 +186,27 @@ class BreakerConfig:
     cache_ttl: float = 1.0
     record_ttl_seconds: int = 86_400
     store_backoff_seconds: float = 5.0
+    store_deadline_seconds: float = 1.0
     recovery_ramp_seconds: float = 0.0
     failure_exceptions: ExceptionTypes = (Exception,)
     ignored_exceptions: ExceptionTypes = ()
     is_failure: Callable[[BaseException], bool] | None = field(default=None, compare=False)
     failure_result: Callable[[Any], bool] | None = field(default=None, compare=False)
+    failure_rate_threshold: float | None = None
+    minimum_calls: int = 20
+    slow_call_duration: float | None = None
+    slow_call_rate_threshold: float = 1.0
+    min_containers: int = 1
+    report_interval: float | None = None
 
     def __post_init__(self) -> None:
         _positive_int("failure_threshold", self.failure_threshold)
         _positive_int("half_open_successes", self.half_open_successes)
         _positive_int("half_open_max_probes", self.half_open_max_probes)
-        if self.half_open_max_probes > 16:
+        if self.half_open_max_probes > MAX_PROBE_SLOTS:
             raise ConfigError(
-                f"half_open_max_probes must be at most 16, got {self.half_open_max_probes}"
+                f"half_open_max_probes must be at most {MAX_PROBE_SLOTS}, "
+                f"got {self.half_open_max_probes}"
             )
         _positive_int("record_ttl_seconds", self.record_ttl_seconds)
         for name in (
@@ -161,6 +214,7 @@ class BreakerConfig:
             "recovery_timeout",
             "max_recovery_timeout",
             "probe_lease_seconds",
+            "store_deadline_seconds",
         ):
             _positive_number(name, getattr(self, name))
         for name in ("cache_ttl", "store_backoff_seconds", "recovery_ramp_seconds"):
@@ -191,6 +245,46 @@ class BreakerConfig:
             value = getattr(self, name)
             if value is not None and not callable(value):
                 raise ConfigError(f"{name} must be callable or None, got {value!r}")
+        self._check_rate_policy()
+
+    def _check_rate_policy(self) -> None:
+        for name in ("failure_rate_threshold", "slow_call_rate_threshold"):
+            value = getattr(self, name)
+            if value is None and name == "failure_rate_threshold":
+                continue
+            if not _is_number(value) or not 0 < float(value) <= 1:
+                raise ConfigError(f"{name} must be a fraction in (0, 1], got {value!r}")
+        _positive_int("minimum_calls", self.minimum_calls)
+        _positive_int("min_containers", self.min_containers)
+        if self.min_containers > MAX_MIN_CONTAINERS:
+            raise ConfigError(
+                f"min_containers must be at most {MAX_MIN_CONTAINERS}, got {self.min_containers}"
+            )
+        if self.slow_call_duration is not None:
+            _positive_number("slow_call_duration", self.slow_call_duration)
+        if self.report_interval is not None:
+            _positive_number("report_interval", self.report_interval)
+            if self.report_interval > MAX_REPORT_INTERVAL:
+                raise ConfigError(
+                    f"report_interval must be at most {MAX_REPORT_INTERVAL} s, "
+                    f"got {self.report_interval!r}"
+                )
+
+    @property
+    def reporting(self) -> bool:
+        """Whether containers batch and report their calls (rate policy, slow calls, quorum)."""
+        return (
+            self.failure_rate_threshold is not None
+            or self.slow_call_duration is not None
+            or self.min_containers > 1
+        )
+
+    @property
+    def effective_report_interval(self) -> float:
+        """``report_interval``, or ``cache_ttl`` capped at 2 s when it is not set."""
+        if self.report_interval is not None:
+            return self.report_interval
+        return min(self.cache_ttl, MAX_REPORT_INTERVAL)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> BreakerConfig:
@@ -200,9 +294,13 @@ class BreakerConfig:
         ``BREAKER_RECOVERY_TIMEOUT``, ``BREAKER_MAX_RECOVERY_TIMEOUT``,
         ``BREAKER_HALF_OPEN_MAX_PROBES``, ``BREAKER_HALF_OPEN_SUCCESSES``,
         ``BREAKER_PROBE_LEASE_SECONDS``, ``BREAKER_CACHE_TTL``,
-        ``BREAKER_STORE_BACKOFF_SECONDS`` and ``BREAKER_RECOVERY_RAMP_SECONDS``; keyword
-        arguments (classification predicates, for instance) are passed through. A bad value
-        raises :class:`ConfigError` naming the variable.
+        ``BREAKER_STORE_BACKOFF_SECONDS``, ``BREAKER_STORE_DEADLINE_SECONDS``,
+        ``BREAKER_RECOVERY_RAMP_SECONDS`` and the rate
+        policy's ``BREAKER_FAILURE_RATE_THRESHOLD``, ``BREAKER_MINIMUM_CALLS``,
+        ``BREAKER_SLOW_CALL_DURATION``, ``BREAKER_SLOW_CALL_RATE_THRESHOLD``,
+        ``BREAKER_MIN_CONTAINERS`` and ``BREAKER_REPORT_INTERVAL``; keyword arguments
+        (classification predicates, for instance) are passed through. A bad value raises
+        :class:`ConfigError` naming the variable.
 
         Example
         -------

@@ -40,6 +40,10 @@ class StoreError(FleetBreakerError):
     """The shared store could not answer (unreachable, slow, throttling or misconfigured)."""
 
 
+class StoreDeadlineError(StoreError):
+    """A store operation took longer than ``store_deadline_seconds``."""
+
+
 class TableNotFoundError(StoreError):
     """The DynamoDB table named by the store does not exist."""
 

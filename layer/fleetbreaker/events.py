@@ -37,6 +37,12 @@ class BreakerListener:
     def on_probe(self, name: str, success: bool, applied: bool) -> None:
         """A probe finished; ``applied`` is False when its lease had already ended."""
 
+    def on_window(self, name: str, calls: int, failure_rate: float, slow_call_rate: float) -> None:
+        """A report's answer showed the fleet's sliding window (rate policy, slow calls).
+
+        ``failure_rate`` and ``slow_call_rate`` are fractions of ``calls``, fleet-wide.
+        """
+
     def on_store_call_start(self, name: str, operation: str) -> None:
         """A store round trip is about to start; :meth:`on_store_call` follows on this thread.
 
@@ -91,7 +97,9 @@ class LoggingListener(BreakerListener):
     Example
     -------
     >>> from aws_lambda_powertools import Logger
-    >>> breaker = CircuitBreaker("payment-api", listeners=[LoggingListener(Logger())])
+    >>> breaker = CircuitBreaker(
+    ...     "payment-api", store=MemoryStore(), listeners=[LoggingListener(Logger())]
+    ... )
     """
 
     def __init__(self, log: LoggerLike | None = None) -> None:

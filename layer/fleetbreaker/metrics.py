@@ -17,6 +17,9 @@ Metrics (namespace ``POWERTOOLS_METRICS_NAMESPACE``, default ``FleetBreaker``; d
 - ``StoreError`` (Count): store round trips that failed
 - ``Degraded`` (Count): switches to the local, per-container breaker
 - ``StoreLatency`` (Milliseconds): each store round trip, one sample per call
+- ``FailureRate``, ``SlowCallRate`` (Percent): the fleet's sliding window as this container's
+  last report in the invocation saw it (rate policy, slow calls, quorum only); one sample per
+  flush, so CloudWatch's ``Maximum`` is the worst any container saw
 
 Why not the user's ``Metrics``
 ------------------------------
@@ -74,9 +77,12 @@ PROBE_FAILED = "ProbeFailed"
 STORE_ERROR = "StoreError"
 DEGRADED = "Degraded"
 STORE_LATENCY = "StoreLatency"
+FAILURE_RATE = "FailureRate"
+SLOW_CALL_RATE = "SlowCallRate"
 
 COUNT = "Count"
 MILLISECONDS = "Milliseconds"
+PERCENT = "Percent"
 
 log = logging.getLogger("fleetbreaker")
 
@@ -88,9 +94,10 @@ DimensionKey = tuple[tuple[str, str], ...]
 class _Pending:
     counts: Counter[str] = field(default_factory=Counter)
     latencies_ms: list[float] = field(default_factory=list)
+    rates: dict[str, float] = field(default_factory=dict)  # latest value, in percent
 
     def __bool__(self) -> bool:
-        return bool(self.counts) or bool(self.latencies_ms)
+        return bool(self.counts) or bool(self.latencies_ms) or bool(self.rates)
 
 
 class MetricsListener(BreakerListener):
@@ -108,7 +115,9 @@ class MetricsListener(BreakerListener):
     Example
     -------
     >>> metrics = MetricsListener()
-    >>> breaker = CircuitBreaker("payment-api", listeners=[LoggingListener(), metrics])
+    >>> breaker = CircuitBreaker(
+    ...     "payment-api", store=MemoryStore(), listeners=[LoggingListener(), metrics]
+    ... )
     >>> @metrics.log_metrics
     ... def lambda_handler(event, context): ...
     """
@@ -155,6 +164,13 @@ class MetricsListener(BreakerListener):
 
     def on_degraded(self, name: str, reason: str) -> None:
         self._count((("Breaker", name),), DEGRADED)
+
+    def on_window(self, name: str, calls: int, failure_rate: float, slow_call_rate: float) -> None:
+        key: DimensionKey = (("Breaker", name),)
+        with self._lock:
+            rates = self._pending.setdefault(key, _Pending()).rates
+            rates[FAILURE_RATE] = round(failure_rate * 100, 3)
+            rates[SLOW_CALL_RATE] = round(slow_call_rate * 100, 3)
 
     def on_store_call(self, name: str, operation: str, elapsed_ms: float, ok: bool) -> None:
         key: DimensionKey = (("Breaker", name),)
@@ -222,6 +238,8 @@ class MetricsListener(BreakerListener):
                 provider.add_metric(name=metric, unit=COUNT, value=count)
             for sample in pending.latencies_ms:
                 provider.add_metric(name=STORE_LATENCY, unit=MILLISECONDS, value=sample)
+            for metric, percent in sorted(pending.rates.items()):
+                provider.add_metric(name=metric, unit=PERCENT, value=percent)
             # Powertools writes a document by itself when a metric reaches 100 values; flushing
             # an emptied set would only warn.
             if provider.metric_set:
@@ -275,7 +293,9 @@ def log_metrics(handler: Callable[..., Any] | None = None, /) -> Any:
     Example
     -------
     >>> from fleetbreaker.observability import default_listeners, log_metrics
-    >>> breaker = CircuitBreaker("payment-api", listeners=default_listeners())
+    >>> breaker = CircuitBreaker(
+    ...     "payment-api", store=MemoryStore(), listeners=default_listeners()
+    ... )
     >>> @log_metrics
     ... def lambda_handler(event, context): ...
     """

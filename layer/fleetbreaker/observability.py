@@ -3,10 +3,12 @@
 Example
 -------
 >>> from aws_lambda_powertools import Logger
->>> from fleetbreaker import CircuitBreaker
+>>> from fleetbreaker import CircuitBreaker, MemoryStore
 >>> from fleetbreaker.observability import default_listeners, log_metrics
 >>> logger = Logger()
->>> breaker = CircuitBreaker("payment-api", listeners=default_listeners(logger))
+>>> breaker = CircuitBreaker(
+...     "payment-api", store=MemoryStore(), listeners=default_listeners(logger)
+... )
 >>> @log_metrics
 ... def lambda_handler(event, context): ...
 

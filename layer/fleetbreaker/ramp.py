@@ -13,7 +13,9 @@ operator's reset) is a fresh one: ``gen`` > 0, no failures, no failure window; i
 ``updated_at`` is the close time. A failure counted later rewrites ``updated_at`` but not
 ``gen``, so the close time is remembered per generation: a failure during the ramp counts as
 usual and does not restart or end the ramp. A container that first sees the generation after
-such a failure has no close time and does not ramp (it is a cold start during a ramp: rare).
+such a write has no close time and does not ramp: a cold start during a ramp under the count
+policy (rare); under the rate policy, whose containers report every ``report_interval``, any
+container that missed the fresh record, so there the ramp is partial.
 """
 
 from __future__ import annotations
@@ -43,8 +45,8 @@ def closed_at(record: Record | None) -> int | None:
     """When ``record`` closed, if it is the fresh record written on closing; else None."""
     if record is None or record.state is not State.CLOSED or record.gen <= 0:
         return None
-    if record.failures or record.window_start:
-        return None
+    if record.failures or record.window_start or record.buckets or record.failing or record.slowing:
+        return None  # counts written since the close moved updated_at
     return record.updated_at
 
 

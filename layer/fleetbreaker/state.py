@@ -9,13 +9,14 @@ test suite checks that every store agrees with them.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from enum import Enum
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from fleetbreaker.config import BreakerConfig
+# Probe slots a record can hold: BreakerConfig caps half_open_max_probes here, and the stores
+# (DynamoDB attributes, the Redis scripts) read this many.
+MAX_PROBE_SLOTS = 16
 
 
 class State(str, Enum):
@@ -51,12 +52,77 @@ class Lease:
 
 
 @dataclass(frozen=True)
+class Bucket:
+    """One slice of the rate policy's sliding window: the calls reported in it.
+
+    ``idx`` is the slice's absolute number (epoch ms // bucket length), so a slot of the ring
+    whose ``idx`` is old holds counts that have left the window.
+    """
+
+    idx: int
+    calls: int = 0
+    failures: int = 0
+    slow: int = 0
+    reports: int = 0
+
+
+# How stores name a bucket's numbers: w<slot>_<code> (DynamoDB attributes, Redis fields).
+BUCKET_CODES = {"i": "idx", "c": "calls", "f": "failures", "s": "slow", "r": "reports"}
+# How stores name the quorum maps (a DynamoDB map attribute; Redis fields "<code>:<id>").
+QUORUM_CODES = {"fq": "failing", "sq": "slowing"}
+
+
+def bucket_field(slot: int, code: str) -> str:
+    return f"w{slot}_{code}"
+
+
+def parse_window(
+    number: Callable[[str], int | None], quorum: Mapping[str, Mapping[str, int]]
+) -> dict[str, Any]:
+    """The window fields of a Record from a store's raw values (shared by every store).
+
+    ``number(field)`` gives a stored integer or None. A bucket with any part missing or
+    negative is dropped: it reads as empty, never as a crash or a trip.
+    """
+    buckets: dict[int, Bucket] = {}
+    for slot in range(WINDOW_BUCKETS):
+        parts = {name: number(bucket_field(slot, code)) for code, name in BUCKET_CODES.items()}
+        if all(
+            value is not None and (name == "idx" or value >= 0) for name, value in parts.items()
+        ):
+            buckets[slot] = Bucket(**parts)  # type: ignore[arg-type]
+    return {"buckets": buckets, **{QUORUM_CODES[code]: dict(m) for code, m in quorum.items()}}
+
+
+@dataclass(frozen=True)
+class Report:
+    """What one container reports in one write: its calls since its last report.
+
+    ``container`` is the id the quorum counts. A call still running past
+    ``slow_call_duration`` is reported as a call and a slow call; when it ends it adds only
+    its failure, if any.
+    """
+
+    container: str
+    calls: int = 0
+    failures: int = 0
+    slow: int = 0
+
+    def __bool__(self) -> bool:
+        return bool(self.calls or self.failures or self.slow)
+
+
+@dataclass(frozen=True)
 class Record:
     """One breaker's shared state, as every store keeps it.
 
     Times are epoch milliseconds except ``expires_at``, which is epoch seconds because
     DynamoDB's TTL wants seconds. ``gen`` grows by one on every state change, so a write
     fenced on the generation it observed cannot land on a later state.
+
+    ``tuned`` (live settings, a JSON object) and ``last_action`` (the last operator action, a
+    JSON object) are kept as the store holds them, as text: state changes carry them over
+    untouched, and :mod:`fleetbreaker.tuning` reads them ("" means none).
     """
 
     state: State = State.CLOSED
@@ -70,6 +136,16 @@ class Record:
     leases: Mapping[int, Lease] = field(default_factory=dict)
     updated_at: int = 0
     expires_at: int = 0
+    tuned: str = ""
+    last_action: str = ""
+    # Rate policy, slow calls and quorum (empty under the plain count policy): the sliding
+    # window's ring of buckets by slot, and the containers whose failures / slow calls fall in
+    # the window (id -> epoch ms of the latest), at most ``min_containers`` of each.
+    buckets: Mapping[int, Bucket] = field(default_factory=dict)
+    failing: Mapping[str, int] = field(default_factory=dict)
+    slowing: Mapping[str, int] = field(default_factory=dict)
+    # Bumped by every rewrite of the quorum maps: DynamoDB fences such a rewrite on it.
+    rev: int = 0
 
     def is_expired(self, now_ms: int) -> bool:
         """Past its TTL: DynamoDB may still return it, but it counts as absent."""
@@ -89,6 +165,53 @@ RECORD_NUMBERS = (
     "expires_at",
 )
 
+# Text fields a state change never touches: stores carry them over from the record they replace.
+RECORD_TEXTS = ("tuned", "last_action")
+
+
+class PolicySource(Protocol):
+    """The config fields a Policy is made of (BreakerConfig has them).
+
+    A protocol rather than an import, so the rules never import the config module (which
+    imports the errors, which name the states: no cycle).
+    """
+
+    @property
+    def failure_threshold(self) -> int: ...
+    @property
+    def window_seconds(self) -> float: ...
+    @property
+    def recovery_timeout(self) -> float: ...
+    @property
+    def recovery_backoff(self) -> float: ...
+    @property
+    def max_recovery_timeout(self) -> float: ...
+    @property
+    def half_open_max_probes(self) -> int: ...
+    @property
+    def half_open_successes(self) -> int: ...
+    @property
+    def probe_lease_seconds(self) -> float: ...
+    @property
+    def record_ttl_seconds(self) -> int: ...
+    @property
+    def failure_rate_threshold(self) -> float | None: ...
+    @property
+    def minimum_calls(self) -> int: ...
+    @property
+    def slow_call_duration(self) -> float | None: ...
+    @property
+    def slow_call_rate_threshold(self) -> float: ...
+    @property
+    def min_containers(self) -> int: ...
+    @property
+    def reporting(self) -> bool: ...
+
+
+# The rate policy's sliding window is a ring of this many buckets (each window_ms / 10 long):
+# the window slides in tenths, and the record stays a few hundred bytes at any fleet size.
+WINDOW_BUCKETS = 10
+
 
 @dataclass(frozen=True)
 class Policy:
@@ -106,9 +229,23 @@ class Policy:
     successes_needed: int
     lease_ms: int
     ttl_s: int
+    # Rate policy, slow calls, quorum: see BreakerConfig. ``reporting`` says whether
+    # containers report batches through ``apply_report`` instead of ``apply_failure``.
+    failure_rate: float | None = None
+    minimum_calls: int = 20
+    slow_ms: int | None = None
+    slow_rate: float = 1.0
+    min_containers: int = 1
+    reporting: bool = False
+
+    @property
+    def bucket_ms(self) -> int:
+        """Length of one of the window's WINDOW_BUCKETS slices."""
+        return max(1, -(-self.window_ms // WINDOW_BUCKETS))
 
     @classmethod
-    def from_config(cls, config: BreakerConfig) -> Policy:
+    def from_config(cls, config: PolicySource) -> Policy:
+        slow = config.slow_call_duration
         return cls(
             failure_threshold=config.failure_threshold,
             window_ms=max(1, round(config.window_seconds * 1000)),
@@ -119,6 +256,12 @@ class Policy:
             successes_needed=config.half_open_successes,
             lease_ms=max(1, round(config.probe_lease_seconds * 1000)),
             ttl_s=config.record_ttl_seconds,
+            failure_rate=config.failure_rate_threshold,
+            minimum_calls=config.minimum_calls,
+            slow_ms=None if slow is None else max(1, round(slow * 1000)),
+            slow_rate=config.slow_call_rate_threshold,
+            min_containers=config.min_containers,
+            reporting=config.reporting,
         )
 
 
@@ -135,6 +278,19 @@ class Outcome:
     changed: bool = False
     transition: tuple[State, State] | None = None
     token: str | None = None
+
+
+@dataclass(frozen=True)
+class ProbeReport:
+    """A probe's result, as its caller reports it to ``settle_probe``.
+
+    ``jitter`` is a factor in (0, 1] drawn by the caller: it shortens a grown open window if
+    the probe failed (see :func:`open_duration_ms`).
+    """
+
+    token: str
+    success: bool
+    jitter: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -164,8 +320,15 @@ def open_duration_ms(policy: Policy, reopens: int, jitter: float) -> int:
     return max(1, math.floor(grown * jitter))
 
 
+MAX_TOKEN_CHARS = 64
+
+
 def lease_slot(token: str) -> int | None:
     """The slot a lease token names (tokens look like ``"<slot>-<nonce>"``)."""
+    if not token.isascii() or len(token) > MAX_TOKEN_CHARS:
+        # Tokens this package issues are short ASCII; anything else (a lone surrogate, a
+        # megabyte) is refused before it can reach a store that would fail to encode it.
+        return None
     head, sep, nonce = token.partition("-")
     # isascii(): str.isdigit() also accepts "²" and other digits int() rejects or misreads.
     if not sep or not nonce or not head.isascii() or not head.isdigit() or len(head) > 2:
@@ -291,15 +454,14 @@ def apply_settle(
     record: Record | None,
     policy: Policy,
     now_ms: int,
-    token: str,
-    success: bool,
-    jitter: float,
+    report: ProbeReport,
 ) -> Outcome:
     """Report a probe's result. Only a live lease counts: a late prober changes nothing."""
+    token = report.token
     if record is None or not holds_lease(record, token, now_ms):
         return Outcome(record)
     slot = lease_slot(token)
-    if success:
+    if report.success:
         successes = record.successes + 1
         if successes < policy.successes_needed:
             rest = {k: v for k, v in record.leases.items() if k != slot}
@@ -316,7 +478,7 @@ def apply_settle(
         state=State.OPEN,
         gen=record.gen + 1,
         opened_at=now_ms,
-        open_until=now_ms + open_duration_ms(policy, reopens, jitter),
+        open_until=now_ms + open_duration_ms(policy, reopens, report.jitter),
         reopens=reopens,
     )
     return Outcome(
@@ -337,3 +499,235 @@ def apply_force(record: Record | None, policy: Policy, now_ms: int, target: Stat
     gen = record.gen + 1 if record is not None else 1
     forced = _stamp(Record(state=target, gen=gen), policy, now_ms)
     return Outcome(forced, changed=True, transition=(before, target))
+
+
+# -- rate policy, slow calls and quorum ---------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WindowCounts:
+    """The fleet's calls in the sliding window, summed over its live buckets."""
+
+    calls: int = 0
+    failures: int = 0
+    slow: int = 0
+    reports: int = 0
+    failing_containers: int = 0
+    slow_containers: int = 0
+
+    @property
+    def failure_rate(self) -> float:
+        return self.failures / self.calls if self.calls else 0.0
+
+    @property
+    def slow_call_rate(self) -> float:
+        return self.slow / self.calls if self.calls else 0.0
+
+
+def bucket_index(policy: Policy, now_ms: int) -> int:
+    return now_ms // policy.bucket_ms
+
+
+def live_containers(seen: Mapping[str, int], policy: Policy, now_ms: int) -> int:
+    """Containers whose latest bad call is inside the window (as many as the record keeps)."""
+    return sum(1 for at in seen.values() if now_ms - at < policy.window_ms)
+
+
+def window_counts(record: Record | None, policy: Policy, now_ms: int) -> WindowCounts:
+    """Sum the buckets still inside the sliding window ending at ``now_ms``."""
+    if record is None or record.state is not State.CLOSED:
+        return WindowCounts()
+    current = bucket_index(policy, now_ms)
+    calls = failures = slow = reports = 0
+    for bucket in record.buckets.values():
+        if current - WINDOW_BUCKETS < bucket.idx <= current:
+            calls += bucket.calls
+            failures += bucket.failures
+            slow += bucket.slow
+            reports += bucket.reports
+    return WindowCounts(
+        calls,
+        failures,
+        slow,
+        reports,
+        live_containers(record.failing, policy, now_ms),
+        live_containers(record.slowing, policy, now_ms),
+    )
+
+
+def should_trip(counts: WindowCounts, policy: Policy) -> bool:
+    """Whether the window's counts open the breaker under the policy (with its quorum)."""
+    quorum = policy.min_containers
+    if policy.failure_rate is None:
+        failing = counts.failures >= policy.failure_threshold
+    else:
+        failing = (
+            counts.calls >= policy.minimum_calls
+            and counts.failures >= policy.failure_rate * counts.calls
+        )
+    if failing and (quorum <= 1 or counts.failing_containers >= quorum):
+        return True
+    if policy.slow_ms is None or counts.calls < policy.minimum_calls:
+        return False
+    slow = counts.slow > 0 and counts.slow >= policy.slow_rate * counts.calls
+    return slow and (quorum <= 1 or counts.slow_containers >= quorum)
+
+
+def note_container(
+    seen: Mapping[str, int], container: str, policy: Policy, now_ms: int
+) -> Mapping[str, int]:
+    """``seen`` with ``container`` stamped ``now_ms``, keeping the newest ``min_containers``.
+
+    Keeping the K most recent distinct containers is enough to count, up to K, how many
+    distinct containers fall in the window: if K or more do, the K newest all do.
+    """
+    if policy.min_containers <= 1:
+        return seen
+    updated = {**seen, container: now_ms}
+    if len(updated) > policy.min_containers:
+        newest = sorted(updated.items(), key=lambda item: (item[1], item[0]), reverse=True)
+        updated = dict(newest[: policy.min_containers])
+    return updated
+
+
+def quorum_unchanged(seen: Mapping[str, int], container: str, policy: Policy, now_ms: int) -> bool:
+    """Whether noting ``container`` can be skipped: the map is exact to within one bucket.
+
+    True when the quorum is off; when this container was noted within the last bucket; or
+    when the map already holds ``min_containers`` containers all noted within the last
+    bucket (the quorum is met, and stays met for most of a window, whoever else fails).
+    Stores skip rewriting the map then, so in a fleet-wide outage thousands of failing
+    containers do not all rewrite it.
+    """
+    if policy.min_containers <= 1:
+        return True
+    fresh = now_ms - policy.bucket_ms
+    at = seen.get(container)
+    if at is not None and at > fresh:
+        return True
+    return len(seen) >= policy.min_containers and all(t > fresh for t in seen.values())
+
+
+def add_report(record: Record, policy: Policy, now_ms: int, report: Report) -> Record:
+    """``record`` (closed) with ``report`` added to the current bucket; not yet stamped."""
+    current = bucket_index(policy, now_ms)
+    slot = current % WINDOW_BUCKETS
+    bucket = record.buckets.get(slot)
+    if bucket is None or bucket.idx != current:
+        bucket = Bucket(current)
+    bucket = Bucket(
+        current,
+        bucket.calls + report.calls,
+        bucket.failures + report.failures,
+        bucket.slow + report.slow,
+        bucket.reports + 1,
+    )
+    failing, slowing = record.failing, record.slowing
+    if report.failures and not quorum_unchanged(failing, report.container, policy, now_ms):
+        failing = note_container(failing, report.container, policy, now_ms)
+    if report.slow and not quorum_unchanged(slowing, report.container, policy, now_ms):
+        slowing = note_container(slowing, report.container, policy, now_ms)
+    return replace(
+        record, buckets={**record.buckets, slot: bucket}, failing=failing, slowing=slowing
+    )
+
+
+def apply_report(record: Record | None, policy: Policy, now_ms: int, report: Report) -> Outcome:
+    """Add one container's batch to the fleet's window; trip (once) when the policy says so.
+
+    Only a closed breaker counts: while open or half-open the window is empty (probes decide
+    recovery) and a disabled breaker records nothing.
+    """
+    current = record if record is not None else Record()
+    if current.state is not State.CLOSED or not report:
+        return Outcome(record)
+    counted = add_report(current, policy, now_ms, report)
+    if should_trip(window_counts(counted, policy, now_ms), policy):
+        return Outcome(
+            trip(current, policy, now_ms), changed=True, transition=(State.CLOSED, State.OPEN)
+        )
+    return Outcome(_stamp(counted, policy, now_ms), changed=True)
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The fleet's view of one breaker at one moment (see ``CircuitBreaker.snapshot``).
+
+    ``calls``, ``failures`` and ``slow_calls`` are the sliding window's, fleet-wide (under the
+    plain count policy: ``failures`` in the current window and no calls). ``containers``
+    counts the distinct containers whose failures or slow calls fall in the window, up to
+    ``min_containers`` (the record keeps no more). Rates are None while no call is counted.
+    ``retry_after`` is the seconds until a rejected call may be admitted (0 when admitting);
+    ``open_until`` the epoch ms the open window ends (None unless open).
+    """
+
+    name: str
+    state: State
+    generation: int
+    calls: int
+    failures: int
+    slow_calls: int
+    containers: int
+    failure_rate: float | None
+    slow_call_rate: float | None
+    retry_after: float
+    open_until: int | None
+    updated_at: int | None
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready: times as ISO 8601 UTC strings (or None), rates as fractions."""
+        return {
+            "name": self.name,
+            "state": self.state.value,
+            "generation": self.generation,
+            "calls": self.calls,
+            "failures": self.failures,
+            "slow_calls": self.slow_calls,
+            "containers": self.containers,
+            "failure_rate": self.failure_rate,
+            "slow_call_rate": self.slow_call_rate,
+            "retry_after": round(self.retry_after, 3),
+            "open_until": iso_utc(self.open_until),
+            "updated_at": iso_utc(self.updated_at),
+        }
+
+
+def iso_utc(epoch_ms: int | None) -> str | None:
+    """Epoch milliseconds as ISO 8601 UTC with milliseconds (``...Z``), or None."""
+    if epoch_ms is None:
+        return None
+    import datetime
+
+    moment = datetime.datetime.fromtimestamp(epoch_ms / 1000, tz=datetime.timezone.utc)
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def snapshot_of(name: str, record: Record | None, policy: Policy, now_ms: int) -> Snapshot:
+    """What a record says about a breaker at ``now_ms`` (pure: the CLI and gate reuse it)."""
+    counts = window_counts(record, policy, now_ms)
+    failures, calls = counts.failures, counts.calls
+    # The plain count policy keeps its own window: failures since window_start.
+    if (
+        record is not None
+        and record.state is State.CLOSED
+        and not record.buckets
+        and record.window_start
+        and now_ms - record.window_start < policy.window_ms
+    ):
+        failures = record.failures
+    decided = verdict(record, policy, now_ms)
+    state = record.state if record is not None else State.CLOSED
+    return Snapshot(
+        name=name,
+        state=state,
+        generation=record.gen if record is not None else 0,
+        calls=calls,
+        failures=failures,
+        slow_calls=counts.slow,
+        containers=max(counts.failing_containers, counts.slow_containers),
+        failure_rate=counts.failures / calls if calls else None,
+        slow_call_rate=counts.slow / calls if calls else None,
+        retry_after=decided.retry_after_ms / 1000 if decided.decision is Decision.REJECT else 0.0,
+        open_until=record.open_until if record is not None and state is State.OPEN else None,
+        updated_at=record.updated_at if record is not None else None,
+    )

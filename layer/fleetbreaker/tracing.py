@@ -24,13 +24,15 @@ patched) nests inside it.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from fleetbreaker.events import BreakerListener
+from fleetbreaker.stores.fallback import store_call_wrapper
 
 if TYPE_CHECKING:
     from fleetbreaker.state import Decision, State
@@ -84,7 +86,11 @@ class TracingListener(BreakerListener):
 
     Example
     -------
-    >>> breaker = CircuitBreaker("payment-api", listeners=[LoggingListener(), TracingListener()])
+    >>> breaker = CircuitBreaker(
+    ...     "payment-api",
+    ...     store=MemoryStore(),
+    ...     listeners=[LoggingListener(), TracingListener()],
+    ... )
     """
 
     def __init__(self, enabled: bool | None = None, recorder: Any = None) -> None:
@@ -133,18 +139,24 @@ class TracingListener(BreakerListener):
         if recorder is None:
             return
         subsegment = None
+        token = None
         if not _lambda_initializing() and _current_entity(recorder) is not None:
             subsegment = recorder.begin_subsegment(f"{SUBSEGMENT_PREFIX}.{operation}")
             if subsegment is not None:
                 subsegment.put_annotation(ANNOTATION_BREAKER, name)
-        self._open_subsegments().append(subsegment)
+                # The round trip runs on a store worker thread: the SDK's own subsegment
+                # (botocore's, redis') must find this one as its parent there.
+                token = store_call_wrapper.set(functools.partial(_within, recorder, subsegment))
+        self._open_subsegments().append((subsegment, token))
 
     def on_store_call(self, name: str, operation: str, elapsed_ms: float, ok: bool) -> None:
         recorder = self._activate()
         stack = self._open_subsegments()
         if recorder is None or not stack:
             return
-        subsegment = stack.pop()
+        subsegment, token = stack.pop()
+        if token is not None:
+            store_call_wrapper.reset(token)
         if subsegment is None:
             return
         if not ok:
@@ -187,6 +199,15 @@ def _lambda_initializing() -> bool:
     # During Lambda's init phase there is no trace header yet and the SDK would discard (and
     # warn about) any subsegment.
     return bool(os.environ.get(LAMBDA_TASK_ROOT_ENV)) and not os.environ.get(TRACE_HEADER_ENV)
+
+
+def _within(recorder: Any, entity: Any, job: Callable[[], Any]) -> Any:
+    """Run ``job`` on this (worker) thread with ``entity`` as the X-Ray context."""
+    recorder.context.set_trace_entity(entity)
+    try:
+        return job()
+    finally:
+        recorder.context.clear_trace_entities()
 
 
 def _current_entity(recorder: Any) -> Any:

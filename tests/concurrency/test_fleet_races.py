@@ -19,7 +19,15 @@ from tests.support import T0
 pytestmark = pytest.mark.slow
 
 PROCESSES, THREADS = 8, 8
-CONFIG = {"failure_threshold": 5, "recovery_timeout": 30.0, "half_open_max_probes": 1}
+# 64 threads against one local server on a busy test machine: a store call can take seconds
+# (the clients get 10 s timeouts for the same reason). These tests are about atomicity, so
+# the store deadline is as generous; tests/faults and tests/redis cover the deadline itself.
+CONFIG = {
+    "failure_threshold": 5,
+    "recovery_timeout": 30.0,
+    "half_open_max_probes": 1,
+    "store_deadline_seconds": 30.0,
+}
 FLEET_BACKENDS = ["moto_server", "dynalite", "redis"]
 
 

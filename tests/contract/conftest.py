@@ -11,6 +11,11 @@ Which backend covers what (each row is exercised by every contract test):
 |                    | ReturnValuesOnConditionCheckFailure, so the store's GetItem        |
 |                    | fallback after a lost race is what runs there                      |
 | redis              | RedisStore's Lua scripts on a real redis-server                    |
+| fallback           | FallbackStore passing every operation to a healthy shared store    |
+|                    | (through its deadline worker)                                      |
+| degraded           | FallbackStore whose shared store always fails: every answer comes  |
+|                    | from its local twin (operator overrides excepted: they must reach  |
+|                    | the shared store, so `shared_store` leaves this backend out)       |
 
 Neither moto nor dynalite deletes items on TTL; the TTL tests pass because the store treats
 an item past `expires_at` as absent on read and as replaceable on write, which is exactly
@@ -27,8 +32,11 @@ import pytest
 
 from devtools import servers
 from fleetbreaker import DynamoDBStore, MemoryStore, RedisStore
+from fleetbreaker.stores.fallback import FallbackStore
+from tests.support import FlakyStore
 
 StoreFactory = Callable[[], Any]
+T0 = 1_700_000_000_000  # the contract's "now" (test_store_contract.T0)
 
 
 @pytest.fixture(scope="session")
@@ -65,7 +73,7 @@ def redis_contract_store(redis_server: str) -> Iterator[RedisStore]:
     store.close()
 
 
-STORE_BACKENDS = ["memory", "moto", "moto_server", "dynalite", "redis"]
+STORE_BACKENDS = ["memory", "moto", "moto_server", "dynalite", "redis", "fallback", "degraded"]
 # moto's in-process backend does not serialise UpdateItem calls from several threads (two
 # conditional writes can both pass their check), so it cannot stand in for DynamoDB's
 # per-item atomicity. Race tests use every other backend; the moto server is launched behind
@@ -83,6 +91,22 @@ def atomic_store(request: pytest.FixtureRequest) -> Any:
     return make_store(request, request.param)
 
 
+# Operator tools (the CLI, listing, tuning) talk to the shared store itself, never through a
+# breaker's FallbackStore: they run the operator contract on the real stores only.
+ADMIN_BACKENDS = [b for b in STORE_BACKENDS if b not in ("fallback", "degraded")]
+
+
+@pytest.fixture(params=ADMIN_BACKENDS)
+def admin_store(request: pytest.FixtureRequest) -> Any:
+    return make_store(request, request.param)
+
+
+@pytest.fixture(params=[b for b in STORE_BACKENDS if b != "degraded"])
+def shared_store(request: pytest.FixtureRequest) -> Any:
+    """Every backend that can take an operator override (a degraded one refuses it)."""
+    return make_store(request, request.param)
+
+
 def make_store(request: pytest.FixtureRequest, backend: str) -> Any:
     if backend == "memory":
         return MemoryStore()
@@ -96,6 +120,13 @@ def make_store(request: pytest.FixtureRequest, backend: str) -> Any:
         return DynamoDBStore(table, boto3_client=servers.dynamodb_client(endpoint))
     if backend == "redis":
         return request.getfixturevalue("redis_contract_store")
+    if backend == "fallback":
+        # A MemoryStore subclass: a plain MemoryStore would skip the deadline worker.
+        return FallbackStore(FlakyStore(), clock=lambda: T0)
+    if backend == "degraded":
+        down = FlakyStore()
+        down.down = True
+        return FallbackStore(down, clock=lambda: T0)
     raise AssertionError(backend)
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from fleetbreaker.ramp import closed_at
-from fleetbreaker.state import State
+from fleetbreaker.state import ProbeReport, State
 from tests.contract.test_store_contract import POLICY, half_open
 from tests.support import T0
 
@@ -19,7 +19,9 @@ def test_a_probe_that_closes_leaves_the_close_time(store: Any, name: str) -> Non
     now, token = half_open(store, name)
 
     # WHEN the probe succeeds 1 s later
-    store.settle_probe(name, POLICY, now + 1000, token, True, 1.0, store.load(name, now + 1000))
+    store.settle_probe(
+        name, POLICY, now + 1000, ProbeReport(token, True), store.load(name, now + 1000)
+    )
 
     # THEN the record is closed and says when: the moment of the settle
     record = store.load(name, now + 1001)
@@ -30,7 +32,7 @@ def test_a_probe_that_closes_leaves_the_close_time(store: Any, name: str) -> Non
 def test_a_failure_after_the_close_hides_it_but_keeps_the_generation(store: Any, name: str) -> None:
     # GIVEN a breaker that just closed
     now, token = half_open(store, name)
-    store.settle_probe(name, POLICY, now + 1, token, True, 1.0, store.load(name, now + 1))
+    store.settle_probe(name, POLICY, now + 1, ProbeReport(token, True), store.load(name, now + 1))
     closed = store.load(name, now + 1)
 
     # WHEN a failure is counted

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from fleetbreaker.state import Policy, State, lease_slot
+from fleetbreaker.state import Policy, ProbeReport, State, lease_slot
 
 T0 = 1_700_000_000_000  # an arbitrary "now", in epoch ms
 
@@ -207,7 +207,9 @@ def test_exactly_max_probes_leases_are_granted(store: Any, name: str) -> None:
 def test_probe_success_closes_and_resets(store: Any, name: str) -> None:
     now, token = half_open(store, name)
 
-    outcome = store.settle_probe(name, POLICY, now + 1, token, True, 1.0, store.load(name, now))
+    outcome = store.settle_probe(
+        name, POLICY, now + 1, ProbeReport(token, True, 1.0), store.load(name, now)
+    )
 
     assert outcome.transition == (State.HALF_OPEN, State.CLOSED)
     record = store.load(name, now + 1)
@@ -221,10 +223,12 @@ def test_several_successes_needed_keep_it_half_open(store: Any, name: str) -> No
     policy = Policy(**{**POLICY.__dict__, "successes_needed": 2})
     now, token = half_open(store, name, policy)
 
-    first = store.settle_probe(name, policy, now + 1, token, True, 1.0, store.load(name, now))
+    first = store.settle_probe(
+        name, policy, now + 1, ProbeReport(token, True, 1.0), store.load(name, now)
+    )
     second_claim = store.claim_probe(name, policy, now + 2, "next", first.record)
     second = store.settle_probe(
-        name, policy, now + 3, second_claim.token, True, 1.0, second_claim.record
+        name, policy, now + 3, ProbeReport(second_claim.token, True, 1.0), second_claim.record
     )
 
     assert first.changed
@@ -238,7 +242,9 @@ def test_several_successes_needed_keep_it_half_open(store: Any, name: str) -> No
 def test_probe_failure_reopens_with_a_longer_jittered_window(store: Any, name: str) -> None:
     now, token = half_open(store, name)
 
-    outcome = store.settle_probe(name, POLICY, now + 1, token, False, 0.9, store.load(name, now))
+    outcome = store.settle_probe(
+        name, POLICY, now + 1, ProbeReport(token, False, 0.9), store.load(name, now)
+    )
 
     assert outcome.transition == (State.HALF_OPEN, State.OPEN)
     record = store.load(name, now + 1)
@@ -250,7 +256,7 @@ def test_probe_failure_reopens_with_a_longer_jittered_window(store: Any, name: s
 def test_open_window_growth_is_capped(store: Any, name: str) -> None:
     now, token = half_open(store, name)
     for i in range(8):
-        record = store.settle_probe(name, POLICY, now, token, False, 1.0, None).record
+        record = store.settle_probe(name, POLICY, now, ProbeReport(token, False, 1.0), None).record
         now = record.open_until
         token = store.claim_probe(name, POLICY, now, f"r{i}", record).token
 
@@ -262,8 +268,8 @@ def test_a_late_result_from_an_expired_lease_changes_nothing(store: Any, name: s
     later = now + POLICY.lease_ms
     fresh = store.claim_probe(name, POLICY, later, "fresh", store.load(name, later)).token
 
-    late = store.settle_probe(name, POLICY, later + 1, stale, False, 1.0, None)
-    settled = store.settle_probe(name, POLICY, later + 2, fresh, True, 1.0, None)
+    late = store.settle_probe(name, POLICY, later + 1, ProbeReport(stale, False, 1.0), None)
+    settled = store.settle_probe(name, POLICY, later + 2, ProbeReport(fresh, True, 1.0), None)
 
     assert not late.changed
     assert late.record.state is State.HALF_OPEN
@@ -273,7 +279,9 @@ def test_a_late_result_from_an_expired_lease_changes_nothing(store: Any, name: s
 def test_a_lease_past_its_expiry_cannot_settle_even_unclaimed(store: Any, name: str) -> None:
     now, token = half_open(store, name)
 
-    outcome = store.settle_probe(name, POLICY, now + POLICY.lease_ms, token, True, 1.0, None)
+    outcome = store.settle_probe(
+        name, POLICY, now + POLICY.lease_ms, ProbeReport(token, True, 1.0), None
+    )
 
     assert not outcome.changed
     assert store.load(name, now).state is State.HALF_OPEN
@@ -282,7 +290,7 @@ def test_a_lease_past_its_expiry_cannot_settle_even_unclaimed(store: Any, name: 
 def test_unknown_token_is_a_no_op(store: Any, name: str) -> None:
     now, _ = half_open(store, name)
 
-    outcome = store.settle_probe(name, POLICY, now, "0-forged", True, 1.0, None)
+    outcome = store.settle_probe(name, POLICY, now, ProbeReport("0-forged", True, 1.0), None)
 
     assert not outcome.changed
 
@@ -291,7 +299,8 @@ def test_unknown_token_is_a_no_op(store: Any, name: str) -> None:
 
 
 @pytest.mark.parametrize("target", [State.FORCED_OPEN, State.DISABLED])
-def test_overrides_hold_until_reset(store: Any, name: str, target: State) -> None:
+def test_overrides_hold_until_reset(shared_store: Any, name: str, target: State) -> None:
+    store = shared_store
     forced = store.force_state(name, POLICY, T0, target)
     failures = fail_n(store, name, 5)
     claim = store.claim_probe(name, POLICY, T0 + 10**9, "x", store.load(name, T0))
@@ -304,7 +313,10 @@ def test_overrides_hold_until_reset(store: Any, name: str, target: State) -> Non
     assert store.load(name, T0).state is State.CLOSED
 
 
-def test_reset_of_an_open_breaker_closes_it_and_forgets_backoff(store: Any, name: str) -> None:
+def test_reset_of_an_open_breaker_closes_it_and_forgets_backoff(
+    shared_store: Any, name: str
+) -> None:
+    store = shared_store
     open_breaker(store, name)
 
     outcome = store.force_state(name, POLICY, T0 + 1, State.CLOSED)

@@ -11,6 +11,9 @@ from bench.demo.report import Run
 from bench.demo.runner import DemoResult, run_demo
 from bench.demo.scenario import SHORT, Options
 
+# The rate-policy demo's runs: the shared rate breaker and the shared count breaker.
+RATE, COUNT = "shared", "shared-count"
+
 
 @dataclass(frozen=True)
 class ShortDemo:
@@ -32,8 +35,29 @@ class ShortDemo:
 
 @pytest.fixture(scope="package")
 def short_demo(tmp_path_factory: pytest.TempPathFactory) -> ShortDemo:
-    """The demo's short mode (8 containers, 2.5 s outage), run once: about 15 s."""
+    """The demo's short mode (8 containers, 3 s healthy, 2.5 s outage), run once: about 18 s."""
     options = replace(SHORT, output=tmp_path_factory.mktemp("demo-output"))
+    out = io.StringIO()
+    result = run_demo(options, out=out)
+    return ShortDemo(options, result, out.getvalue())
+
+
+@pytest.fixture(scope="package")
+def noisy_demo(tmp_path_factory: pytest.TempPathFactory) -> ShortDemo:
+    """`--short --policy rate --noise 0.02`, run once: about 20 s.
+
+    On the shared MemoryStore and rejecting while open: neither moto nor SQS to start, and no
+    store timeout on a busy machine can put the fleet on local state (a container's local
+    rate breaker never sees minimum_calls of its own) and void what is asserted.
+    """
+    options = replace(
+        SHORT,
+        policy="rate",
+        noise=0.02,
+        store="memory",
+        fallback="reject",
+        output=tmp_path_factory.mktemp("noisy-demo-output"),
+    )
     out = io.StringIO()
     result = run_demo(options, out=out)
     return ShortDemo(options, result, out.getvalue())

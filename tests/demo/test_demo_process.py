@@ -63,12 +63,40 @@ def test_short_preset_and_explicit_options() -> None:
     assert (options.containers, options.store, options.outage) == (3, "memory", SHORT.outage)
 
 
-@pytest.mark.parametrize("argv", [["--containers", "0"], ["--probes", "17"], ["--outage", "-1"]])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--containers", "0"],
+        ["--probes", "17"],
+        ["--outage", "-1"],
+        ["--noise", "0.5"],
+        ["--failure-rate", "0"],
+        ["--minimum-calls", "0"],
+        ["--window", "0"],
+    ],
+)
 def test_bad_options_exit_2_before_starting_anything(
     argv: list[str], capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert main(argv) == BAD_OPTIONS
     assert capsys.readouterr().err.startswith("demo: --")
+
+
+def test_the_rate_policy_reaches_the_functions_environment() -> None:
+    # GIVEN --policy rate and its settings on the command line
+    options = options_from(
+        ["--short", "--policy", "rate", "--failure-rate", "0.4", "--minimum-calls", "30"]
+    )
+
+    # THEN the function's environment carries them, as the template's parameters would
+    env = options.function_env()
+    assert env["BREAKER_FAILURE_RATE_THRESHOLD"] == "0.4"
+    assert env["BREAKER_MINIMUM_CALLS"] == "30"
+    assert env["BREAKER_WINDOW_SECONDS"] == str(SHORT.window)
+    # AND the count run of the same demo gets the count policy, as today's demo does
+    count = options.function_env("count")
+    assert count == options_from(["--short"]).function_env()
+    assert "BREAKER_FAILURE_RATE_THRESHOLD" not in count
 
 
 @pytest.mark.slow

@@ -30,12 +30,55 @@ def test_a_shared_window_is_one_generation_of_the_fleet_record() -> None:
 
 
 def test_a_container_is_closed_from_its_first_charge_after_its_last_refusal() -> None:
-    # GIVEN a container charged once after the recovery, then failed, then charged again
-    calls = [call(0, 3.1, 202), call(0, 3.2, 200), call(0, 3.3, 502), call(0, 3.4, 200)]
+    # GIVEN a container charged once after the recovery, then turned one away, then charged
+    calls = [call(0, 3.1, 202), call(0, 3.2, 200), call(0, 3.3, 503), call(0, 3.4, 200)]
 
     # THEN it counts as closed from the last charge on; without that charge, not at all
     assert closed_since(calls, after=3.0) == calls[3].end
     assert closed_since(calls[:3], after=3.0) is None
+
+
+def test_a_payment_failing_on_noise_after_the_recovery_leaves_the_container_closed() -> None:
+    # GIVEN a container charging after the recovery, then admitting a payment that the
+    # provider failed (background noise): the breaker let it through
+    calls = [call(0, 3.1, 202), call(0, 3.2, 200), call(0, 3.3, 502), call(0, 3.4, 200)]
+
+    # THEN it has been closed since its first charge
+    assert closed_since(calls, after=3.0) == calls[1].end
+
+
+def opened(container: int, start: float, gen: int, at: float) -> Call:
+    return Call(container, start, start + 0.01, 202, "open", 0, (), gen, at)
+
+
+def test_a_trip_before_the_outage_is_spurious_once_per_generation() -> None:
+    # GIVEN two containers that saw generation 2 open at 0.5 s, and generation 4 opened at
+    # 1.2 s, after the outage began (1.0 s)
+    calls = [opened(0, 0.6, 2, 0.5), opened(1, 0.7, 2, 0.5), opened(0, 1.3, 4, 1.2)]
+
+    # THEN a shared breaker tripped spuriously once; per-container breakers once each
+    assert summarize(record(True, calls)).spurious_trips == 1
+    assert summarize(record(False, calls)).spurious_trips == 2
+
+
+def test_noise_failures_are_not_counted_as_the_outages() -> None:
+    # GIVEN the provider failing one request before the outage and two in it
+    rec = record(True, [])
+    rec.provider = [(0.5, False), (0.9, True), (1.2, False), (2.5, False), (3.5, True)]
+
+    # THEN two failing calls are the outage's, one is noise
+    summary = summarize(rec)
+    assert (summary.failing_calls, summary.noise_failures) == (2, 1)
+
+
+def test_the_fleet_rejects_once_its_last_container_turned_a_payment_away() -> None:
+    # GIVEN container 0 turning payments away 0.2 s into the outage, container 1 0.5 s in
+    calls = [call(0, 1.2, 202), call(1, 1.1, 502), call(1, 1.5, 503)]
+
+    # THEN the whole fleet rejected 0.5 s after the outage began; with container 1 still
+    # admitting, it did not
+    assert summarize(record(True, calls)).seconds_to_reject == 0.5
+    assert summarize(record(True, calls[:2])).seconds_to_reject is None
 
 
 def test_the_fleet_is_closed_when_its_last_container_is() -> None:

@@ -11,6 +11,7 @@ import json
 import logging
 import threading
 import time
+import urllib.parse
 from collections.abc import Iterator
 from typing import Any
 
@@ -18,7 +19,10 @@ import pytest
 
 from devtools import servers
 from fleetbreaker import BreakerConfig, CircuitBreaker, CircuitOpenError, DynamoDBStore, State
+from fleetbreaker.errors import StoreDeadlineError
+from fleetbreaker.events import BreakerListener, LoggingListener
 from fleetbreaker.stores.dynamodb import TTL_ATTRIBUTE
+from tests.faults.trickle import TrickleProxy
 from tests.support import Dependency, FakeClock
 
 CONFIG = BreakerConfig(failure_threshold=3, recovery_timeout=10)
@@ -214,3 +218,126 @@ def test_an_item_past_its_ttl_is_closed_though_dynamodb_still_returns_it(
     assert raw["Item"]["state"]["S"] == "open"  # moto, like DynamoDB for a while, keeps it
     assert later.state is State.CLOSED
     assert later.call(dep) == "ok"
+
+
+# -- the deadline: whatever client, however slow the answer (issue 16, issue 12 item 2) ------
+
+
+class StoreCalls(BreakerListener):
+    """Counts store attempts and store errors as the breaker reports them."""
+
+    def __init__(self) -> None:
+        self.attempts = 0
+        self.errors: list[BaseException] = []
+
+    def on_store_call_start(self, name: str, operation: str) -> None:
+        self.attempts += 1
+
+    def on_store_error(self, name: str, operation: str, error: BaseException) -> None:
+        self.errors.append(error)
+
+
+def default_boto3_client(endpoint_url: str) -> Any:
+    """A client as a new user builds it: botocore's defaults (60 s timeouts, legacy retries)."""
+    import boto3
+
+    return boto3.client(
+        "dynamodb",
+        endpoint_url=endpoint_url,
+        region_name=servers.REGION,
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    )
+
+
+def test_a_default_boto3_client_on_a_refused_endpoint_costs_one_deadline_per_backoff(
+    refused_port: int,
+) -> None:
+    # GIVEN a breaker on the user's own default-configured client, DynamoDB refusing
+    clock = FakeClock()
+    dep = Dependency()
+    calls = StoreCalls()
+    client = default_boto3_client(f"http://127.0.0.1:{refused_port}")
+    store = DynamoDBStore("CircuitBreakers", boto3_client=client)
+    breaker = breaker_on(store, clock, listeners=[LoggingListener(), calls])
+
+    # WHEN the first call meets it (botocore alone would retry for about 25 s)
+    first, first_s = timed(breaker.call, dep)
+    # and calls keep coming until just before the back-off ends
+    rest = [timed(breaker.call, dep) for _ in range(50)]
+    clock.advance(CONFIG.store_backoff_seconds - 0.001)
+    rest.append(timed(breaker.call, dep))
+
+    # THEN the first is bounded by the deadline, the rest are answered from local state, and
+    # the store saw one attempt in the back-off
+    assert first == "ok"
+    assert first_s < CONFIG.store_deadline_seconds + 1
+    assert isinstance(calls.errors[0], StoreDeadlineError)
+    assert [result for result, _ in rest] == ["ok"] * 51
+    assert sum(seconds for _, seconds in rest) < 0.5
+    assert calls.attempts == 1
+    assert breaker.degraded
+
+    # WHEN the back-off ends THEN one more attempt, bounded the same way
+    clock.advance(0.001)
+    again, again_s = timed(breaker.call, dep)
+    assert again == "ok"
+    assert again_s < CONFIG.store_deadline_seconds + 1
+    assert calls.attempts == 2
+
+
+def test_a_passed_client_looser_than_the_budget_gets_one_log_line(
+    refused_port: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    client = default_boto3_client(f"http://127.0.0.1:{refused_port}")
+
+    with caplog.at_level(logging.INFO, logger="fleetbreaker"):
+        store = DynamoDBStore("CircuitBreakers", boto3_client=client)
+
+    (line,) = [r.getMessage() for r in caplog.records]
+    assert "connect_timeout=60" in line
+    assert "read_timeout=60" in line
+    assert "store_deadline_seconds bounds each store operation" in line
+    assert store.client is client  # used as it is
+
+
+def test_a_passed_client_within_the_budget_is_used_silently(
+    refused_port: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    client = servers.dynamodb_client(
+        f"http://127.0.0.1:{refused_port}",
+        connect_timeout=0.2,
+        read_timeout=0.3,
+        retries={"mode": "legacy", "total_max_attempts": 2},
+    )
+
+    with caplog.at_level(logging.INFO, logger="fleetbreaker"):
+        DynamoDBStore("CircuitBreakers", boto3_client=client)
+
+    assert caplog.records == []
+
+
+def test_a_reply_trickling_in_from_moto_is_cut_at_the_deadline(
+    moto_table: tuple[str, str],
+) -> None:
+    # GIVEN DynamoDB (moto's server) behind a proxy that sends its reply one byte per 100 ms:
+    # every socket read gets a byte well inside the store's 0.3 s read timeout
+    endpoint, table = moto_table
+    upstream = urllib.parse.urlsplit(endpoint)
+    clock = FakeClock()
+    dep = Dependency()
+    calls = StoreCalls()
+    with TrickleProxy((upstream.hostname or "127.0.0.1", upstream.port or 80)) as proxy:
+        store = DynamoDBStore(table, endpoint_url=proxy.endpoint_url)
+        assert store.client is not None  # boto3's setup is cold start, not the budget
+        breaker = breaker_on(store, clock, listeners=[LoggingListener(), calls])
+
+        # WHEN a call needs the store
+        result, elapsed = timed(breaker.call, dep)
+
+    # THEN the store operation ends at the deadline, as a store error, and the call runs
+    assert result == "ok"
+    assert elapsed < CONFIG.store_deadline_seconds + 1
+    assert isinstance(calls.errors[0], StoreDeadlineError)
+    assert breaker.stats.store_errors == 1
+    assert breaker.degraded

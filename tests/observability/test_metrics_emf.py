@@ -212,3 +212,30 @@ def test_the_validator_rejects_documents_that_break_the_rules(
     # The checks above are only as good as the validator: it must catch each broken rule.
     with pytest.raises(EMFViolation, match=rule):
         validate_emf(doc)
+
+
+def test_rate_policy_reports_the_fleet_window_as_percent_rates(
+    make_breaker: BreakerFactory, clock: FakeClock, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN a rate-policy breaker whose window holds 3 failures in 10 calls, one of them slow
+    metrics = MetricsListener()
+    breaker = make_breaker(
+        listeners=[metrics],
+        failure_rate_threshold=0.9,
+        minimum_calls=100,
+        slow_call_duration=1.0,
+    )
+    for _ in range(6):
+        breaker.call(succeed)
+    breaker.call(lambda: clock.advance(1.5))
+    for _ in range(3):
+        attempt(lambda: breaker.call(fail))
+    clock.advance(1.0)
+    breaker.call(succeed)  # the report of the 10 calls before it
+    # WHEN the invocation's metrics are flushed
+    metrics.flush()
+    points = data(emf_documents(capsys.readouterr().out))
+    # THEN the window's rates are there, in percent, with the usual dimensions
+    assert metric(points, "FailureRate", Breaker="payment-api").values == (30.0,)
+    assert metric(points, "SlowCallRate", Breaker="payment-api").values == (10.0,)
+    assert metric(points, "FailureRate", Breaker="payment-api").unit == "Percent"

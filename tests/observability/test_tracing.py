@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from fleetbreaker import CircuitOpenError
+from fleetbreaker import CircuitOpenError, MemoryStore
 from fleetbreaker.tracing import TracingListener, tracing_active
 
 from .support import Boom, BreakerFactory, CapturingEmitter, FakeClock, FlakyStore, fail, succeed
@@ -128,6 +128,30 @@ def test_a_failed_store_call_is_a_fault(make_breaker: BreakerFactory, xray: Reco
     (load,) = [e for e in walk(segment) if e["name"] == "fleetbreaker.load"]
     assert load["fault"] is True
     assert annotations(segment)["circuit_decision"] == "allow"
+
+
+def test_the_sdk_subsegment_of_a_store_call_nests_under_the_breakers_one(
+    make_breaker: BreakerFactory, xray: Recorder
+) -> None:
+    # GIVEN a store that opens its own subsegment, as botocore's X-Ray patch does, on the
+    # worker thread the breaker runs store calls on (to bound them by the deadline)
+    recorder, _ = xray
+
+    class SdkTracedStore(MemoryStore):
+        def load(self, name: str, now_ms: int) -> Any:
+            with recorder.in_subsegment("DynamoDB"):
+                return super().load(name, now_ms)
+
+    breaker = make_breaker(
+        listeners=[TracingListener(enabled=True, recorder=recorder)], store=SdkTracedStore()
+    )
+
+    # WHEN a call reads the store in a traced request
+    segment = traced_call(xray, lambda: breaker.call(succeed))
+
+    # THEN the SDK's subsegment is a child of fleetbreaker.load
+    (load,) = [e for e in walk(segment) if e["name"] == "fleetbreaker.load"]
+    assert [child["name"] for child in load.get("subsegments", [])] == ["DynamoDB"]
 
 
 def test_no_segment_raises_nothing(traced: Any, xray: Recorder) -> None:

@@ -7,6 +7,7 @@ store answers again. Time moves only by the fake clock; latencies are measured, 
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -16,7 +17,9 @@ import redis
 
 from devtools.servers import BlackholeServer, RedisServer
 from fleetbreaker import BreakerConfig, CircuitBreaker, CircuitOpenError, RedisStore, State
+from fleetbreaker.errors import StoreDeadlineError
 from fleetbreaker.events import BreakerListener
+from tests.faults.trickle import TrickleProxy
 from tests.support import Dependency, FakeClock
 
 CONFIG = BreakerConfig(
@@ -188,7 +191,8 @@ def test_a_restart_that_loses_the_data_reads_closed_and_reloads_scripts(
     server.restart()
     raw = redis.Redis.from_url(server.url)
     assert raw.dbsize() == 0
-    assert raw.script_exists(*(s.sha for s in breaker.store._scripts.values())) == [False] * 5
+    scripts = breaker.store._scripts.values()
+    assert raw.script_exists(*(s.sha for s in scripts)) == [False] * len(scripts)
     clock.advance(CONFIG.cache_ttl)
 
     # WHEN the breaker is used again
@@ -288,3 +292,88 @@ def test_a_paused_server_degrades_then_recovers_when_resumed(
     assert breaker.state is State.OPEN
     assert not breaker.degraded
     assert events.recovered == 1
+
+
+# -- the deadline: a passed client with no timeouts, a reply that trickles ----------------------
+
+
+class StoreCalls(Events):
+    def __init__(self) -> None:
+        super().__init__()
+        self.attempts = 0
+
+    def on_store_call_start(self, name: str, operation: str) -> None:
+        self.attempts += 1
+
+
+def test_a_passed_client_with_no_socket_timeouts_costs_one_deadline_per_backoff(
+    blackhole: BlackholeServer, clock: FakeClock, dep: Dependency
+) -> None:
+    # GIVEN the user's own redis client with no socket timeouts, on a server that accepts
+    # connections and never answers
+    client = redis.Redis.from_url(blackhole.redis_url)
+    calls = StoreCalls()
+    store = RedisStore(client=client, use_server_time=False)
+    breaker = CircuitBreaker(
+        "payment-api", store=store, config=CONFIG, clock=clock, listeners=[calls]
+    )
+
+    # WHEN the first call meets it (the client alone would wait forever)
+    first, first_s = timed(lambda: breaker.call(dep))
+    # and calls keep coming until just before the back-off ends
+    rest = [timed(lambda: breaker.call(dep)) for _ in range(50)]
+    clock.advance(CONFIG.store_backoff_seconds - 0.001)
+    rest.append(timed(lambda: breaker.call(dep)))
+
+    # THEN the first is bounded by the deadline, the rest are answered from local state, and
+    # the store saw one attempt in the back-off
+    assert first == "ok"
+    assert first_s < CONFIG.store_deadline_seconds + 1
+    assert isinstance(calls.store_errors[0], StoreDeadlineError)
+    assert [result for result, _ in rest] == ["ok"] * 51
+    assert sum(seconds for _, seconds in rest) < 0.5
+    assert calls.attempts == 1
+
+    # WHEN the back-off ends THEN one more attempt, bounded the same way
+    clock.advance(0.001)
+    again, again_s = timed(lambda: breaker.call(dep))
+    assert again == "ok"
+    assert again_s < CONFIG.store_deadline_seconds + 1
+    assert calls.attempts == 2
+
+
+def test_a_passed_client_with_no_socket_timeouts_gets_one_log_line(
+    blackhole: BlackholeServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    client = redis.Redis.from_url(blackhole.redis_url)
+
+    with caplog.at_level(logging.INFO, logger="fleetbreaker"):
+        RedisStore(client=client)
+
+    (line,) = [r.getMessage() for r in caplog.records]
+    assert "socket_timeout=None" in line
+    assert "store_deadline_seconds bounds each store operation" in line
+
+
+def test_a_reply_trickling_in_from_redis_is_cut_at_the_deadline(
+    redis_factory: Callable[[], RedisServer], clock: FakeClock, dep: Dependency, events: Events
+) -> None:
+    # GIVEN redis-server behind a proxy that sends each reply one byte per 100 ms: every
+    # socket read gets a byte well inside the store's 0.2 s socket timeout
+    server = redis_factory()
+    with TrickleProxy(("127.0.0.1", server.port)) as proxy:
+        store = RedisStore(url=proxy.redis_url, use_server_time=False)
+        breaker = CircuitBreaker(
+            "payment-api", store=store, config=CONFIG, clock=clock, listeners=[events]
+        )
+
+        # WHEN a call needs the store
+        result, elapsed = timed(lambda: breaker.call(dep))
+        store.close()
+
+    # THEN the store operation ends at the deadline, as a store error, and the call runs
+    assert result == "ok"
+    assert elapsed < CONFIG.store_deadline_seconds + 1
+    assert isinstance(events.store_errors[0], StoreDeadlineError)
+    assert breaker.stats.store_errors == 1
+    assert breaker.degraded

@@ -16,7 +16,7 @@ from redis.crc import key_slot as redis_py_key_slot
 
 from devtools.servers import LOOPBACK, RedisServer
 from fleetbreaker import CircuitBreaker, CircuitOpenError, RedisStore, State
-from fleetbreaker.state import Policy
+from fleetbreaker.state import Policy, ProbeReport
 from tests.redis.conftest import ClusterRedisServer
 from tests.support import Dependency, FakeClock
 
@@ -161,8 +161,12 @@ def test_every_operation_runs_on_redis_cluster(cluster_redis: ClusterRedisServer
     assert opened is not None
     claims = [store.claim_probe(name, POLICY, opened.open_until, n, None) for n in "ab"]
     tokens = [claim.token or "" for claim in claims]
-    first = store.settle_probe(name, POLICY, opened.open_until, tokens[0], True, 1.0, None)
-    second = store.settle_probe(name, POLICY, opened.open_until, tokens[1], True, 1.0, None)
+    first = store.settle_probe(
+        name, POLICY, opened.open_until, ProbeReport(tokens[0], True, 1.0), None
+    )
+    second = store.settle_probe(
+        name, POLICY, opened.open_until, ProbeReport(tokens[1], True, 1.0), None
+    )
     forced = store.force_state(name, POLICY, opened.open_until, State.FORCED_OPEN)
 
     # THEN they behave as on a single server

@@ -26,7 +26,7 @@ from fleetbreaker import (
     State,
     StoreError,
 )
-from fleetbreaker.state import OVERRIDE_TTL_S, Lease, Policy, Record
+from fleetbreaker.state import OVERRIDE_TTL_S, Lease, Policy, ProbeReport, Record
 
 T0 = 1_700_000_000_000  # an arbitrary "now" (in 2023), in epoch ms
 
@@ -161,11 +161,17 @@ def test_every_write_sets_an_expiry_that_matches_expires_at(
     now = opened.open_until
     claim = store.claim_probe(name, POLICY, now, "a", opened)
     check(claim.record)
-    reopened = store.settle_probe(name, POLICY, now, claim.token or "", False, 1.0, None).record
+    reopened = store.settle_probe(
+        name, POLICY, now, ProbeReport(claim.token or "", False, 1.0), None
+    ).record
     check(reopened)
     now = reopened.open_until  # type: ignore[union-attr]
     claim = store.claim_probe(name, POLICY, now, "b", reopened)
-    check(store.settle_probe(name, POLICY, now, claim.token or "", True, 1.0, None).record)
+    check(
+        store.settle_probe(
+            name, POLICY, now, ProbeReport(claim.token or "", True, 1.0), None
+        ).record
+    )
     check(store.force_state(name, POLICY, now, State.DISABLED).record)
 
 
@@ -492,7 +498,9 @@ def test_an_rbac_user_with_only_the_breaker_commands(
     # WHEN every operation runs, through every write path (leases dropped: HDEL)
     opened = trip(store, name)
     claim = store.claim_probe(name, POLICY, opened.open_until, "a", None)
-    closed = store.settle_probe(name, POLICY, opened.open_until, claim.token or "", True, 1.0, None)
+    closed = store.settle_probe(
+        name, POLICY, opened.open_until, ProbeReport(claim.token or "", True, 1.0), None
+    )
     replaced = store.force_state(f"{name}-other", POLICY, T0, State.DISABLED)
     store.use_server_time = True  # and on the server's clock (TIME)
     counted = store.record_failure(name, POLICY, T0, None)

@@ -349,3 +349,76 @@ def test_built_function_answers_on_declared_runtime(
     # THEN the payment is charged through the provider and the bad body is a 400
     assert answers == {"payment-ok.json": 200, "payment-bad-body.json": 400}
     assert api.calls == 1
+
+
+# --------------------------------------------------------------------------- the slim layer
+
+
+def test_slim_layer_holds_the_package_and_redis_only(build_dir: Path) -> None:
+    # GIVEN the built slim layer WHEN its top-level entries are listed THEN it is the package
+    # plus requirements-slim.txt, and nothing AWS's Powertools layer or the runtime brings
+    layer = build_dir / "FleetbreakerSlimLayer" / "python"
+    assert (layer / "fleetbreaker" / "__init__.py").is_file()
+    wheels = sorted(p.name.split("-")[0].lower() for p in layer.glob("*.dist-info"))
+    assert wheels == sorted(pins(REPO_ROOT / "layer" / "requirements-slim.txt"))
+    present = {path.name for path in layer.iterdir()}
+    assert not present & {"aws_lambda_powertools", "aws_xray_sdk", "wrapt", *RUNTIME_PACKAGES}
+    assert not [str(p) for p in layer.rglob("*") if re.search(r"\.(so|pyd|dylib)$", p.name)]
+    full = tree_size(build_dir / "FleetbreakerLayer" / "python")
+    print(f"\nslim layer: {tree_size(layer) / 1e6:.1f} MB unzipped (full: {full / 1e6:.1f} MB)")
+
+
+@pytest.fixture(scope="module")
+def powertools_layer(build_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A stand-in for AWS's Powertools layer: Powertools and the X-Ray SDK, at the pins the
+    full layer bundles (the full layer's content without fleetbreaker and redis)."""
+    target = tmp_path_factory.mktemp("powertools") / "python"
+    full = build_dir / "FleetbreakerLayer" / "python"
+    shutil.copytree(
+        full, target, ignore=shutil.ignore_patterns("fleetbreaker", "redis", "redis-*.dist-info")
+    )
+    assert (target / "aws_lambda_powertools").is_dir()
+    assert not (target / "redis").exists()
+    return target
+
+
+@pytest.mark.parametrize("runtime", runtimes_here())
+def test_slim_layer_beside_powertools_imports_on_declared_runtime(
+    runtime: str, build_dir: Path, runtime_boto3: Path, powertools_layer: Path
+) -> None:
+    # GIVEN an interpreter for a declared runtime, the slim layer and a Powertools layer
+    python = find_interpreter(runtime)
+    if python is None:
+        backend_unavailable(f"no {runtime} interpreter on this machine, but the layer declares it")
+    slim = build_dir / "FleetbreakerSlimLayer" / "python"
+
+    # WHEN everything is imported with the slim layer first, as /opt/python merges them
+    paths = [str(slim), str(powertools_layer), str(runtime_boto3)]
+    answer = isolated(python, IMPORT_EVERYTHING, json.dumps(paths))
+
+    # THEN every fleetbreaker module imports, with observability from the other layer
+    assert answer["python"] == runtime.removeprefix("python")
+    assert answer["modules"] >= 10
+
+
+SLIM_ALONE = textwrap.dedent(
+    """
+    import json, sys
+    sys.path[:0] = json.loads(sys.argv[1])
+    from fleetbreaker import BreakerConfig, CircuitBreaker, MemoryStore, RedisStore
+    breaker = CircuitBreaker("slim-check", store=MemoryStore(),
+                             config=BreakerConfig(failure_threshold=1))
+    assert breaker.call(lambda: "ok") == "ok"
+    RedisStore(url="redis://127.0.0.1:1")  # connects on first use only
+    print(json.dumps({"powertools": "aws_lambda_powertools" in sys.modules}))
+    """
+)
+
+
+def test_slim_layer_alone_runs_a_breaker(build_dir: Path, runtime_boto3: Path) -> None:
+    # GIVEN the slim layer with no Powertools anywhere
+    slim = build_dir / "FleetbreakerSlimLayer" / "python"
+    # WHEN a breaker is built and called (logging to the standard library)
+    answer = isolated(sys.executable, SLIM_ALONE, json.dumps([str(slim), str(runtime_boto3)]))
+    # THEN it works and never needed Powertools
+    assert answer == {"powertools": False}

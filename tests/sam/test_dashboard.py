@@ -18,6 +18,8 @@ EMITTED = {
     "StoreError",
     "Degraded",
     "StoreLatency",
+    "FailureRate",
+    "SlowCallRate",
 }
 
 

@@ -196,6 +196,12 @@ def table_actions(template: dict[str, Any]) -> set[str]:
 def test_function_policy_is_least_privilege(template: dict[str, Any]) -> None:
     function = template["Resources"]["PaymentFunction"]["Properties"]
     assert table_actions(template) == {"dynamodb:GetItem", "dynamodb:UpdateItem"}
+    # Only the item of its own breaker: the table's key is the breaker's name.
+    [table] = [s for s in function["Policies"][0]["Statement"] if s.get("Sid") == "BreakerState"]
+    assert table["Condition"] == {
+        "ForAllValues:StringEquals": {"dynamodb:LeadingKeys": [{"Ref": "BreakerName"}]}
+    }
+    assert function["Environment"]["Variables"]["BREAKER_NAME"] == {"Ref": "BreakerName"}
     # Nothing else but the SQS send, and that only when defer mode created the queue.
     [policy] = function["Policies"]
     others = [s for s in policy["Statement"] if "Fn::If" in s]
@@ -265,12 +271,14 @@ def test_policy_covers_every_dynamodb_call_the_breaker_makes(
 # --------------------------------------------------------------------------- layer, function
 
 
-def test_layer_declarations_match_the_function(template: dict[str, Any]) -> None:
-    layer = template["Resources"]["FleetbreakerLayer"]
+@pytest.mark.parametrize("layer_id", ["FleetbreakerLayer", "FleetbreakerSlimLayer"])
+def test_layer_declarations_match_the_function(template: dict[str, Any], layer_id: str) -> None:
+    layer = template["Resources"][layer_id]
     assert layer["Metadata"]["BuildMethod"] == "makefile"
-    assert "build-FleetbreakerLayer:" in (REPO_ROOT / "layer" / "Makefile").read_text()
+    assert f"build-{layer_id}:" in (REPO_ROOT / "layer" / "Makefile").read_text()
     runtimes = layer["Properties"]["CompatibleRuntimes"]
     assert template["Parameters"]["Runtime"]["AllowedValues"] == runtimes
+    assert "python3.14" in runtimes
     assert template["Parameters"]["Runtime"]["Default"] == "python3.13"
     assert template["Parameters"]["Architecture"]["Default"] == "arm64"
     assert set(layer["Properties"]["CompatibleArchitectures"]) == set(
@@ -307,13 +315,13 @@ def test_function_wiring(template: dict[str, Any], payment_module: ModuleType) -
     assert connect + read < properties["Timeout"] < 30
 
 
-def test_outputs_export_layer_table_and_api(template: dict[str, Any]) -> None:
+def test_outputs_export_the_table_and_the_api(template: dict[str, Any]) -> None:
     outputs = template["Outputs"]
     for output in outputs.values():
         assert output["Description"].strip()
     for name, value in [
-        ("FleetbreakerLayerArn", {"Ref": "FleetbreakerLayer"}),
         ("CircuitBreakersTableName", {"Ref": "CircuitBreakersTable"}),
+        ("CircuitBreakersAccessPolicyArn", {"Ref": "CircuitBreakersAccessPolicy"}),
     ]:
         assert outputs[name]["Value"] == value
         assert outputs[name]["Export"]["Name"] == {"Fn::Sub": f"${{AWS::StackName}}-{name}"}
@@ -321,6 +329,24 @@ def test_outputs_export_layer_table_and_api(template: dict[str, Any]) -> None:
     assert "${PaymentsApi}.execute-api" in api["Value"]["Fn::Sub"]
     assert api["Value"]["Fn::Sub"].endswith("/payments")
     assert "Export" in api
+
+
+@pytest.mark.parametrize("layer", ["FleetbreakerLayer", "FleetbreakerSlimLayer"])
+def test_layer_arns_are_published_in_ssm_and_never_exported(
+    template: dict[str, Any], layer: str
+) -> None:
+    # An imported export cannot change, and a layer's ARN changes with every version: an
+    # export would make the next layer change fail. SSM parameters are the interface.
+    resources = template["Resources"]
+    outputs = template["Outputs"]
+    assert outputs[f"{layer}Arn"]["Value"] == {"Ref": layer}
+    assert "Export" not in outputs[f"{layer}Arn"]
+    parameter = resources[f"{layer}ArnParameter"]
+    assert parameter["Type"] == "AWS::SSM::Parameter"
+    assert parameter["Properties"]["Value"] == {"Ref": layer}
+    for output in outputs.values():
+        if "Export" in output:
+            assert output["Value"] != {"Ref": layer}
 
 
 # --------------------------------------------------------------------------- pins, samconfig
@@ -338,7 +364,7 @@ def pins(path: Path) -> dict[str, str]:
 
 @pytest.mark.parametrize(
     "requirements",
-    ["layer/requirements.txt", "functions/payment/requirements.txt"],
+    ["layer/requirements.txt", "layer/requirements-slim.txt", "functions/payment/requirements.txt"],
 )
 def test_bundled_pins_match_the_tested_ones(requirements: str) -> None:
     # What goes to Lambda is what the tests ran with.
@@ -348,8 +374,9 @@ def test_bundled_pins_match_the_tested_ones(requirements: str) -> None:
     assert {name: tested.get(name) for name in bundled} == bundled
 
 
-def test_layer_bundles_nothing_the_runtime_has() -> None:
-    bundled = pins(REPO_ROOT / "layer" / "requirements.txt")
+@pytest.mark.parametrize("requirements", ["requirements.txt", "requirements-slim.txt"])
+def test_layer_bundles_nothing_the_runtime_has(requirements: str) -> None:
+    bundled = pins(REPO_ROOT / "layer" / requirements)
     runtime = {"boto3", "botocore", "s3transfer", "jmespath", "python-dateutil", "six", "urllib3"}
     assert not runtime & set(bundled)
 

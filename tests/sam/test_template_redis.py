@@ -64,15 +64,13 @@ def test_cfn_lint_is_clean_with_the_cache_on(tmp_path: Path) -> None:
     # then checks the Fn::If branches that only exist with the cache)
     text = TEMPLATE.read_text()
     text = text.replace("    Default: dynamodb\n", "    Default: redis\n", 1)
-    parts = text.split('    Type: CommaDelimitedList\n    Default: ""\n')
-    assert len(parts) == 3, "expected the two network parameters with empty defaults"
-    text = (
-        parts[0]
-        + f'    Type: CommaDelimitedList\n    Default: "{SUBNETS}"\n'
-        + parts[1]
-        + f'    Type: CommaDelimitedList\n    Default: "{SECURITY_GROUPS}"\n'
-        + parts[2]
-    )
+    for parameter, value in [
+        ("BreakerCacheSubnetIds", SUBNETS),
+        ("BreakerCacheSecurityGroupIds", SECURITY_GROUPS),
+    ]:
+        empty = f'  {parameter}:\n    Type: CommaDelimitedList\n    Default: ""\n'
+        assert text.count(empty) == 1, f"expected {parameter} with an empty default"
+        text = text.replace(empty, empty.replace('""', f'"{value}"'))
     condition_start = text.index("  BreakerOnRedis: !And\n")
     condition_end = text.index("\n  DeferWhenOpen:")
     text = (

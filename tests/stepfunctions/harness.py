@@ -207,14 +207,28 @@ def load_template() -> dict[str, Any]:
     return template
 
 
+# CloudFormation's pseudo parameters as moto's default account and region give them.
+PSEUDO_PARAMETERS = {
+    "AWS::Partition": "aws",
+    "AWS::Region": "us-east-1",
+    "AWS::URLSuffix": "amazonaws.com",
+}
+
 # The template's conditions as its parameters' defaults make them (the tests deploy those).
-DEFAULT_CONDITIONS = {"BreakerOnRedis": False, "DeferWhenOpen": False}
+DEFAULT_CONDITIONS = {
+    "BreakerOnRedis": False,
+    "DeferWhenOpen": False,
+    "RunsLocally": False,
+    "RatePolicy": False,
+    "SlowCallDetection": False,
+}
 
 
 def resolve(value: Any, template: dict[str, Any], refs: dict[str, str]) -> str | None:
     """A template value as CloudFormation would resolve it, for what the workflow's wiring uses.
 
-    ``Ref`` to a name in ``refs`` (deployed resources, test overrides) or else to a parameter
+    ``Ref`` to a pseudo parameter, to a name in ``refs`` (deployed resources, test overrides) or
+    else to a parameter
     (its Default), ``Fn::GetAtt`` through ``refs["<LogicalId>.<Attribute>"]``, ``Fn::If`` on
     :data:`DEFAULT_CONDITIONS`, scalars (environment variables are strings), and None for
     ``AWS::NoValue``.
@@ -225,6 +239,8 @@ def resolve(value: Any, template: dict[str, Any], refs: dict[str, str]) -> str |
         ((function, argument),) = value.items()
         if function == "Ref" and argument == "AWS::NoValue":
             return None
+        if function == "Ref" and argument in PSEUDO_PARAMETERS:
+            return PSEUDO_PARAMETERS[argument]
         if function == "Ref":
             if argument in refs:
                 return refs[argument]

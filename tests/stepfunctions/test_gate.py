@@ -80,6 +80,7 @@ EXPECTED = {
     "gate-record-stale-token.json": {"applied": False, "stale_token": True, "state": "closed"},
     "gate-bad-request.json": app.InvalidGateRequest,
     "gate-bad-outcome.json": app.InvalidGateRequest,
+    "gate-status.json": {"state": "closed", "generation": 0, "calls": 0, "open_until": None},
 }
 
 
@@ -440,3 +441,61 @@ def test_an_unreachable_store_degrades_instead_of_failing(
     record("failure")
     assert record("failure")["state"] == "open"
     assert check()["decision"] == "reject"
+
+
+def test_status_shows_the_fleet_window_without_deciding(clock: FakeClock) -> None:
+    # GIVEN a gate on the rate policy whose breaker has seen 4 calls, 1 failed
+    gate = make_gate(clock, BREAKER_FAILURE_RATE_THRESHOLD="0.5", BREAKER_MINIMUM_CALLS="100")
+    for outcome in ("success", "success", "success", "failure"):
+        gate.handle({"action": "check", "breaker": "svc"})
+        gate.handle({"action": "record", "breaker": "svc", "outcome": outcome, "token": None})
+    clock.advance(1.0)
+    gate.handle({"action": "check", "breaker": "svc"})  # the report of those 4 calls
+
+    # WHEN a workflow asks for the status
+    answer = gate.handle({"action": "status", "breaker": "svc"})
+
+    # THEN it gets the window and the state, with stable keys
+    assert answer == {
+        "breaker": "svc",
+        "state": "closed",
+        "generation": 0,
+        "calls": 4,
+        "failures": 1,
+        "slow_calls": 0,
+        "containers": 0,
+        "failure_rate": 0.25,
+        "slow_call_rate": 0.0,
+        "retry_after": 0.0,
+        "open_until": None,
+        "updated_at": "2023-11-14T22:13:21.000Z",
+    }
+
+
+def test_status_of_an_open_breaker_says_until_when(gate: Any, clock: FakeClock) -> None:
+    for _ in range(2):
+        gate.handle({"action": "record", "breaker": "svc", "outcome": "failure", "token": None})
+
+    answer = invoke({"action": "status", "breaker": "svc"})
+
+    assert (answer["state"], answer["generation"], answer["retry_after"]) == ("open", 1, 30.0)
+    assert answer["open_until"] == "2023-11-14T22:13:50.000Z"
+    assert answer["failure_rate"] is None
+
+
+def test_status_refuses_fields_it_does_not_take(gate: Any) -> None:
+    with pytest.raises(app.InvalidGateRequest, match="outcome"):
+        invoke({"action": "status", "breaker": "svc", "outcome": "success"})
+
+
+@pytest.mark.parametrize(
+    "event",
+    [
+        {"action": "check", "breaker": "pay\udcffment"},
+        {"action": "record", "breaker": "svc", "outcome": "success", "token": "0-\udcff"},
+    ],
+    ids=["name", "token"],
+)
+def test_text_that_is_not_valid_unicode_is_an_invalid_request(gate: Any, event: Any) -> None:
+    with pytest.raises(app.InvalidGateRequest):
+        invoke(event)

@@ -57,7 +57,7 @@ def tasks(definition_text: str) -> dict[str, dict[str, Any]]:
 
 def task_function_placeholder(task: dict[str, Any]) -> str:
     """The placeholder naming the Lambda function a Task invokes."""
-    if task["Resource"] == "arn:aws:states:::lambda:invoke":
+    if task["Resource"] == "arn:${Partition}:states:::lambda:invoke":
         target = task["Parameters"]["FunctionName"]
     else:  # a function ARN as the Resource itself
         target = task["Resource"]
@@ -99,7 +99,8 @@ def test_placeholders_and_substitutions_match_both_ways(
 
 
 def test_substituted_values_resolve(template: dict[str, Any], machine: dict[str, Any]) -> None:
-    # Every substitution is a function ARN or a parameter: nothing a deployment cannot fill.
+    # Every substitution is a function ARN, a parameter or a pseudo parameter: nothing a
+    # deployment cannot fill.
     refs = {f"{logical_id}.Arn": "arn" for logical_id in functions_named_by(machine)}
     for value in machine["DefinitionSubstitutions"].values():
         assert resolve(value, template, refs)
@@ -112,7 +113,7 @@ def test_the_workflow_may_invoke_exactly_its_functions(
     template: dict[str, Any], machine: dict[str, Any], tasks: dict[str, dict[str, Any]]
 ) -> None:
     [policy] = machine["Policies"]
-    [statement] = policy["Statement"]
+    [statement] = [s for s in policy["Statement"] if s["Sid"] == "InvokeWorkflowFunctions"]
     assert statement["Effect"] == "Allow"
     assert statement["Action"] == "lambda:InvokeFunction"
     granted = {item["Fn::GetAtt"][0] for item in statement["Resource"]}
@@ -128,6 +129,39 @@ def test_the_workflow_may_invoke_exactly_its_functions(
     assert machine["Tracing"] == {"Enabled": True}
 
 
+def test_the_workflow_may_only_deliver_its_logs_besides(machine: dict[str, Any]) -> None:
+    # GIVEN the state machine's policy WHEN its statements are listed THEN the only other one
+    # is what Step Functions' log delivery needs, and only log actions are in it
+    [policy] = machine["Policies"]
+    others = [s for s in policy["Statement"] if s["Sid"] != "InvokeWorkflowFunctions"]
+    [logs] = others
+    assert logs["Sid"] == "DeliverWorkflowLogs"
+    assert all(action.startswith("logs:") for action in logs["Action"])
+    assert "logs:CreateLogDelivery" in logs["Action"]
+
+
+def test_the_workflow_logs_errors_without_execution_data(
+    template: dict[str, Any], machine: dict[str, Any]
+) -> None:
+    logging = machine["Logging"]
+    assert logging["Level"] == {"Ref": "WorkflowLogLevel"}
+    assert template["Parameters"]["WorkflowLogLevel"]["Default"] == "ERROR"
+    assert logging["IncludeExecutionData"] is False
+    [destination] = logging["Destinations"]
+    assert destination["CloudWatchLogsLogGroup"]["LogGroupArn"] == {
+        "Fn::GetAtt": ["PaymentStateMachineLogGroup", "Arn"]
+    }
+
+
+def test_task_integrations_name_the_partition_through_a_substitution(
+    machine: dict[str, Any], tasks: dict[str, dict[str, Any]]
+) -> None:
+    # A literal arn:aws: would not deploy in aws-cn or aws-us-gov.
+    assert machine["DefinitionSubstitutions"]["Partition"] == {"Ref": "AWS::Partition"}
+    for name, task in tasks.items():
+        assert not task["Resource"].startswith("arn:aws:"), name
+
+
 def test_the_gate_may_only_read_and_update_the_breaker_table(template: dict[str, Any]) -> None:
     properties = template["Resources"][GATE_FUNCTION]["Properties"]
     [policy] = properties["Policies"]
@@ -137,8 +171,15 @@ def test_the_gate_may_only_read_and_update_the_breaker_table(template: dict[str,
             "Effect": "Allow",
             "Action": ["dynamodb:GetItem", "dynamodb:UpdateItem"],
             "Resource": {"Fn::GetAtt": ["CircuitBreakersTable", "Arn"]},
+            # Only the items of the breakers it serves (GATE_ALLOWED_BREAKERS): the key is
+            # the breaker's name.
+            "Condition": {
+                "ForAllValues:StringEquals": {"dynamodb:LeadingKeys": [{"Ref": "BreakerName"}]}
+            },
         }
     ]
+    allowed = properties["Environment"]["Variables"]["GATE_ALLOWED_BREAKERS"]
+    assert allowed == {"Ref": "BreakerName"}
     # The same two actions the SAM tests prove the breaker needs, for PaymentFunction.
     payment = template["Resources"]["PaymentFunction"]["Properties"]["Policies"][0]
     assert policy["Statement"][0]["Action"] == payment["Statement"][0]["Action"]

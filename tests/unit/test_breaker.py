@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 from typing import Any
@@ -91,7 +92,9 @@ def test_threads_finding_the_cache_stale_wait_for_one_store_read(store, clock, d
             return super().load(name, now_ms)
 
     slow = SlowStore()
-    breaker, tripper = make(slow, clock), make(slow, clock)
+    # A deadline past the test's own waits: the slow read is slow, not failed.
+    patient = dataclasses.replace(CONFIG, store_deadline_seconds=30)
+    breaker, tripper = make(slow, clock, patient), make(slow, clock, patient)
     breaker.call(dep)  # GIVEN a container whose last read said closed
     trip(tripper, dep)  # AND the fleet tripped since
     clock.advance(CONFIG.cache_ttl)
@@ -138,7 +141,8 @@ def test_a_cold_container_sends_one_read_for_all_its_threads(clock, dep) -> None
             return super().load(name, now_ms)
 
     store = SlowStore()
-    breaker = make(store, clock)
+    # A deadline past the test's own waits: the slow read is slow, not failed.
+    breaker = make(store, clock, dataclasses.replace(CONFIG, store_deadline_seconds=30))
     first = threading.Thread(target=breaker.call, args=(dep,))
     first.start()
     assert entered.wait(10)
@@ -549,3 +553,16 @@ def test_config_from_environment_variables() -> None:
 def test_config_from_bad_environment_names_the_variable(env: dict, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         BreakerConfig.from_env(env)
+
+
+def test_a_name_with_a_lone_surrogate_is_a_config_error(store) -> None:
+    with pytest.raises(ConfigError, match="valid Unicode"):
+        CircuitBreaker("payment-\udcff", store=store)
+
+
+def test_a_token_that_is_not_text_is_refused_before_the_store(store, clock) -> None:
+    breaker = make(store, clock)
+
+    with pytest.raises(InvalidTokenError):
+        breaker.record(True, "0-\udcff")
+    assert store.stats.requests == 0

@@ -107,9 +107,9 @@ def test_claims_fill_the_probe_budget_then_stop() -> None:
 
 def test_successes_close_only_when_enough_probes_succeeded() -> None:
     opened = rules.apply_claim(Record(state=State.OPEN, open_until=T0, reopens=3), POLICY, T0, "a")
-    first = rules.apply_settle(opened.record, POLICY, T0, "0-a", True, 1.0)
+    first = rules.apply_settle(opened.record, POLICY, T0, rules.ProbeReport("0-a", True, 1.0))
     again = rules.apply_claim(first.record, POLICY, T0, "b")
-    second = rules.apply_settle(again.record, POLICY, T0, "0-b", True, 1.0)
+    second = rules.apply_settle(again.record, POLICY, T0, rules.ProbeReport("0-b", True, 1.0))
 
     assert first.record is not None
     assert first.record.state is State.HALF_OPEN
@@ -121,7 +121,9 @@ def test_successes_close_only_when_enough_probes_succeeded() -> None:
 def test_settle_with_an_expired_lease_is_ignored() -> None:
     opened = rules.apply_claim(Record(state=State.OPEN, open_until=T0), POLICY, T0, "a")
 
-    outcome = rules.apply_settle(opened.record, POLICY, T0 + POLICY.lease_ms, "0-a", False, 1.0)
+    outcome = rules.apply_settle(
+        opened.record, POLICY, T0 + POLICY.lease_ms, rules.ProbeReport("0-a", False, 1.0)
+    )
 
     assert not outcome.changed
 

@@ -213,3 +213,41 @@ def test_fleet_invariants_on_dynamodb_store(moto_store_factory: Any) -> None:
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
     )
     DynamoFleet.TestCase("runTest").runTest()
+
+
+@pytest.fixture
+def redis_store_factory(redis_server: str) -> Any:
+    import uuid
+
+    from fleetbreaker import RedisStore
+
+    stores: list[RedisStore] = []
+
+    def factory() -> Any:
+        # A fresh key prefix per example: the machine starts from an absent record. The fake
+        # clock drives the rules, so the scripts take the caller's time.
+        store = RedisStore(
+            url=redis_server,
+            key_prefix=f"stateful-{uuid.uuid4().hex[:8]}",
+            use_server_time=False,
+            socket_timeout=5.0,
+        )
+        stores.append(store)
+        return store
+
+    yield factory
+    for store in stores:
+        store.close()
+
+
+def test_fleet_invariants_on_redis_store(redis_store_factory: Any) -> None:
+    class RedisFleet(FleetMachine):
+        store_factory = staticmethod(redis_store_factory)
+
+    RedisFleet.TestCase.settings = settings(
+        max_examples=25,
+        stateful_step_count=30,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+    )
+    RedisFleet.TestCase("runTest").runTest()

@@ -7,7 +7,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
-    from fleetbreaker.state import Outcome, Policy, Record, State
+    from collections.abc import Iterator
+
+    from fleetbreaker.state import Outcome, Policy, ProbeReport, Record, Report, State
+    from fleetbreaker.tuning import Action
 
 
 @dataclass
@@ -40,7 +43,12 @@ class Store(Protocol):
     the state the store itself finds. ``now_ms`` is the caller's clock in epoch ms; a store
     with a trustworthy clock of its own (Redis' TIME) may use that instead.
 
-    Operations raise :class:`fleetbreaker.errors.StoreError` when the store cannot answer.
+    A store may also have a ``prepare()`` method that does its one-off, local setup (building
+    a client); :class:`~fleetbreaker.stores.fallback.FallbackStore` calls it once, outside the
+    store deadline. Operations raise :class:`fleetbreaker.errors.StoreError` when the store
+    cannot answer.
+    :class:`~fleetbreaker.stores.fallback.FallbackStore` wraps any store to answer from a
+    local twin instead, and bounds every operation by a deadline.
     """
 
     stats: StoreStats
@@ -62,18 +70,60 @@ class Store(Protocol):
         ...
 
     def settle_probe(
-        self,
-        name: str,
-        policy: Policy,
-        now_ms: int,
-        token: str,
-        success: bool,
-        jitter: float,
-        observed: Record | None,
+        self, name: str, policy: Policy, now_ms: int, report: ProbeReport, observed: Record | None
     ) -> Outcome:
         """Report a probe's result; a token whose lease is gone changes nothing."""
         ...
 
+    def report(
+        self, name: str, policy: Policy, now_ms: int, report: Report, observed: Record | None
+    ) -> Outcome:
+        """Add one container's batch of calls to the window; trip (once) when the rate,
+        slow-call or count rule says so. The outcome's record is the fleet's view after it."""
+        ...
+
     def force_state(self, name: str, policy: Policy, now_ms: int, target: State) -> Outcome:
         """Operator override: forced_open, disabled, or closed (reset)."""
+        ...
+
+
+@dataclass(frozen=True)
+class Listing:
+    """One breaker found by :meth:`AdminStore.list_records`.
+
+    ``record`` is None when the stored item could not be read; ``error`` then says why.
+    """
+
+    name: str
+    record: Record | None
+    error: str | None = None
+
+
+@runtime_checkable
+class AdminStore(Store, Protocol):
+    """A store an operator can steer: list every breaker, store live settings.
+
+    Kept apart from :class:`Store` so a store (or wrapper) that only serves breakers still
+    satisfies the breaker's contract.
+    """
+
+    def force_state(
+        self, name: str, policy: Policy, now_ms: int, target: State, *, action: Action | None = None
+    ) -> Outcome:
+        """Operator override, with ``action`` (when given) stored as the record's last_action."""
+        ...
+
+    def list_records(self, now_ms: int) -> Iterator[Listing]:
+        """Every breaker record in the store (expired ones left out), each read on its own:
+        a record that cannot be parsed is listed with its error instead of stopping the walk.
+        """
+        ...
+
+    def tune(
+        self, name: str, policy: Policy, now_ms: int, tuned: str, action: Action | None
+    ) -> Record | None:
+        """Store live settings (JSON text, "" to clear) with the record; state untouched.
+
+        A breaker without a live record gets a fresh closed one to carry them.
+        """
         ...

@@ -9,24 +9,39 @@ still teaches the caller the current state in the same round trip.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
+from collections.abc import Mapping
+from dataclasses import replace
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, cast
 
 from fleetbreaker import state as rules
 from fleetbreaker.errors import ConfigError, CorruptRecordError, StoreError, TableNotFoundError
-from fleetbreaker.state import Lease, Outcome, Policy, Record, State
-from fleetbreaker.stores.base import StoreStats
+from fleetbreaker.state import (
+    MAX_PROBE_SLOTS,
+    Lease,
+    Outcome,
+    Policy,
+    ProbeReport,
+    Record,
+    Report,
+    State,
+)
+from fleetbreaker.stores import TABLE_ENV
+from fleetbreaker.stores.base import Listing, StoreStats
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from botocore.config import Config
     from mypy_boto3_dynamodb.client import DynamoDBClient
 
-TABLE_ENV = "CIRCUIT_BREAKER_TABLE"
+    from fleetbreaker.tuning import Action
+
 KEY_ATTRIBUTE = "name"
 TTL_ATTRIBUTE = "expires_at"
-MAX_SLOTS = 16  # BreakerConfig caps half_open_max_probes at this
 
 # Scalar attributes every usable item has, all numbers. The Python parser and the USABLE
 # condition below must agree, or a corrupt item could be both "absent" and "present".
@@ -38,6 +53,48 @@ _STATES = tuple(state.value for state in State)
 # mode uses DynamoDB's own 50 ms base delay, where standard mode could sleep up to a second.
 DEFAULT_TIMEOUTS = {"connect_timeout": 0.2, "read_timeout": 0.3}
 DEFAULT_RETRIES = {"mode": "legacy", "total_max_attempts": 2}
+
+log = logging.getLogger("fleetbreaker")
+
+
+def _attempts(retries: dict[str, Any] | None) -> int | None:
+    """Total attempts a botocore retries setting allows; None when it leaves botocore's
+    default (up to 11 attempts for DynamoDB in legacy mode, 3 in standard mode)."""
+    if not retries:
+        return None
+    if "total_max_attempts" in retries:
+        return int(retries["total_max_attempts"])
+    if "max_attempts" in retries:
+        return int(retries["max_attempts"]) + 1
+    return None
+
+
+def note_looser_client(client: Any) -> None:
+    """Log one line when a passed client's timeouts or retries exceed the store's own.
+
+    Not an error, and the client is used as it is (its credentials, endpoint, proxies and
+    retry policy are the caller's choice): the breaker's total deadline per store operation
+    bounds the wait whatever the client does.
+    """
+    config = getattr(getattr(client, "meta", None), "config", None)
+    if config is None or not hasattr(config, "connect_timeout"):
+        return
+    allowed = cast("int", DEFAULT_RETRIES["total_max_attempts"])
+    attempts = _attempts(config.retries)
+    looser = []
+    for setting in ("connect_timeout", "read_timeout"):
+        value = getattr(config, setting)
+        if value is None or value > DEFAULT_TIMEOUTS[setting]:
+            looser.append(f"{setting}={value}")
+    if attempts is None or attempts > allowed:
+        looser.append(f"retries={config.retries}")
+    if looser:
+        log.info(
+            "fleetbreaker: the DynamoDB client passed to DynamoDBStore allows %s, more than "
+            "the store's own (connect 0.2 s, read 0.3 s, 2 attempts); it is used as it is and "
+            "the breaker's store_deadline_seconds bounds each store operation",
+            ", ".join(looser),
+        )
 
 
 def _slot_names(slot: int) -> tuple[str, str]:
@@ -73,7 +130,7 @@ def parse_item(item: dict[str, Any] | None, now_ms: int) -> Record | None:
         raise CorruptRecordError(f"attribute 'state' is not a breaker state: {item.get('state')!r}")
     numbers = {name: _number(item, name) for name in _NUMBERS}
     leases: dict[int, Lease] = {}
-    for slot in range(MAX_SLOTS):
+    for slot in range(MAX_PROBE_SLOTS):
         token_name, until_name = _slot_names(slot)
         token = _scalar(item, token_name, "S")
         until = _scalar(item, until_name, "N")
@@ -81,6 +138,21 @@ def parse_item(item: dict[str, Any] | None, now_ms: int) -> Record | None:
         # whose expiry is not a number).
         if isinstance(token, str) and isinstance(until, str) and until.lstrip("-").isdigit():
             leases[slot] = Lease(token, int(until))
+    quorum: dict[str, dict[str, int]] = {}
+    for code in rules.QUORUM_CODES:
+        raw_map = _scalar(item, code, "M")
+        entries = raw_map if isinstance(raw_map, dict) else {}
+        quorum[code] = {
+            container: int(value["N"])
+            for container, value in entries.items()
+            if isinstance(value, dict) and _is_integer(value.get("N"))
+        }
+
+    def window_number(field: str) -> int | None:
+        raw = _scalar(item, field, "N")
+        return int(raw) if _is_integer(raw) else None
+
+    rev = window_number("rev")
     record = Record(
         state=State(raw_state),
         gen=numbers["gen"],
@@ -93,8 +165,30 @@ def parse_item(item: dict[str, Any] | None, now_ms: int) -> Record | None:
         leases=leases,
         updated_at=numbers["updated_at"],
         expires_at=numbers[TTL_ATTRIBUTE],
+        rev=rev if rev is not None else 0,
+        **rules.parse_window(window_number, quorum),
     )
+    # Operator fields are text; anything else in them is left for the next tune to replace.
+    texts = {name: _scalar(item, name, "S") for name in rules.RECORD_TEXTS}
+    kept: dict[str, Any] = {k: v for k, v in texts.items() if isinstance(v, str)}
+    record = replace(record, **kept)
     return None if record.is_expired(now_ms) else record
+
+
+def _is_integer(raw: object) -> bool:
+    return isinstance(raw, str) and raw.lstrip("-").isdigit() and raw.isascii()
+
+
+# Everything the rate policy keeps in an item: the buckets, the quorum maps and their rev.
+_WINDOW_ATTRIBUTES = (
+    *(
+        rules.bucket_field(slot, code)
+        for slot in range(rules.WINDOW_BUCKETS)
+        for code in rules.BUCKET_CODES
+    ),
+    *rules.QUORUM_CODES,
+    "rev",
+)
 
 
 class _Write:
@@ -106,7 +200,7 @@ class _Write:
         self.removes: list[str] = []
         self.conditions: list[str] = []
         self.names: dict[str, str] = {}
-        self.values: dict[str, dict[str, str]] = {}
+        self.values: dict[str, dict[str, Any]] = {}
         self.now_ms = now_ms
         self.set("updated_at", now_ms)
         ttl_s = rules.ttl_seconds(policy, state) if state is not None else policy.ttl_s
@@ -117,17 +211,26 @@ class _Write:
         self.names[placeholder] = attribute
         return placeholder
 
-    def value(self, value: int | str) -> str:
+    def value(self, value: int | str | Mapping[str, int]) -> str:
         placeholder = f":v{len(self.values)}"
-        self.values[placeholder] = {"S": value} if isinstance(value, str) else {"N": str(value)}
+        if isinstance(value, str):
+            self.values[placeholder] = {"S": value}
+        elif isinstance(value, int):
+            self.values[placeholder] = {"N": str(value)}
+        else:
+            self.values[placeholder] = {"M": {k: {"N": str(v)} for k, v in value.items()}}
         return placeholder
 
-    def set(self, attribute: str, value: int | str) -> _Write:
+    def set(self, attribute: str, value: int | str | Mapping[str, int]) -> _Write:
         self.sets.append(f"{self.name(attribute)} = {self.value(value)}")
         return self
 
     def add(self, attribute: str, amount: int) -> _Write:
         self.adds.append(f"{self.name(attribute)} {self.value(amount)}")
+        return self
+
+    def remove_window(self) -> _Write:
+        self.removes.extend(self.name(attribute) for attribute in _WINDOW_ATTRIBUTES)
         return self
 
     def remove_leases(self, slots: range) -> _Write:
@@ -165,7 +268,11 @@ def _alive(observed: Record | None, now_ms: int) -> Record | None:
 
 
 def _write_record(write: _Write, record: Record) -> _Write:
-    """SET every scalar of a whole record (gen excepted: callers ADD or SET it)."""
+    """SET every scalar of a whole record (gen excepted: callers ADD or SET it).
+
+    The rate policy's window goes: a whole-record write starts a new state or generation.
+    """
+    write.remove_window()
     write.set("state", record.state.value)
     for attribute in (
         "failures",
@@ -179,6 +286,18 @@ def _write_record(write: _Write, record: Record) -> _Write:
     return write
 
 
+def _write_window(write: _Write, record: Record) -> _Write:
+    """SET a fresh record's window: its buckets and quorum maps."""
+    for slot, bucket in record.buckets.items():
+        for code, attr in rules.BUCKET_CODES.items():
+            write.set(rules.bucket_field(slot, code), getattr(bucket, attr))
+    write.set("fq", record.failing).set("sq", record.slowing)
+    # Drop the REMOVEs of the attributes just set (one expression cannot name one twice).
+    set_names = {part.split(" = ")[0] for part in write.sets}
+    write.removes = [name for name in write.removes if name not in set_names]
+    return write
+
+
 class DynamoDBStore:
     """Keeps breakers in a DynamoDB table whose partition key is ``name`` (S).
 
@@ -187,7 +306,9 @@ class DynamoDBStore:
     table_name:
         The table; defaults to the ``CIRCUIT_BREAKER_TABLE`` environment variable.
     boto3_client:
-        A ready DynamoDB client (its own timeouts and retries are then used as they are).
+        A ready DynamoDB client, used as it is. Timeouts or retries looser than the store's
+        own (0.2 s connect, 0.3 s read, two attempts) are not an error: they get one log
+        line, and the breaker's ``store_deadline_seconds`` bounds every store operation.
     boto_config:
         A botocore Config merged over the store's bounded defaults (0.2 s connect, 0.3 s
         read, one retry).
@@ -198,8 +319,9 @@ class DynamoDBStore:
 
     Example
     -------
-    >>> store = DynamoDBStore(table_name="CircuitBreakers")
-    >>> breaker = CircuitBreaker("payment-api", store=store)
+    >>> store = DynamoDBStore(table_name="CircuitBreakers")  # no request until first use
+    >>> CircuitBreaker("payment-api", store=store)
+    CircuitBreaker('payment-api', store=DynamoDBStore)
     """
 
     def __init__(
@@ -222,6 +344,8 @@ class DynamoDBStore:
         self.consistent_read = consistent_read
         self.stats = StoreStats()
         self._client_lock = threading.Lock()
+        if boto3_client is not None:
+            note_looser_client(boto3_client)
         self._client: DynamoDBClient | None = boto3_client
         self._boto_config = boto_config
         self._endpoint_url = endpoint_url
@@ -230,10 +354,16 @@ class DynamoDBStore:
     def client(self) -> DynamoDBClient:
         # Created on first use so an import or a constructor never pays for boto3's setup.
         if self._client is None:
-            with self._client_lock:
-                if self._client is None:
-                    self._client = self._make_client()
+            self.prepare()
+        assert self._client is not None
         return self._client
+
+    def prepare(self) -> None:
+        """Build the client now (no request): the breaker calls this before the first store
+        operation, so boto3's setup does not count against the store deadline."""
+        with self._client_lock:
+            if self._client is None:
+                self._client = self._make_client()
 
     def _make_client(self) -> DynamoDBClient:
         import boto3
@@ -326,7 +456,7 @@ class DynamoDBStore:
             if seen is None:
                 # Absent, expired or corrupt: write a whole fresh record over it.
                 _write_record(write, planned.record).set("gen", planned.record.gen)
-                write.remove_leases(range(MAX_SLOTS)).require(f"NOT ({write.usable()})")
+                write.remove_leases(range(MAX_PROBE_SLOTS)).require(f"NOT ({write.usable()})")
             else:
                 write.require(write.usable()).require(write.is_("state", State.CLOSED.value))
                 write.require(write.is_("gen", seen.gen))
@@ -353,7 +483,7 @@ class DynamoDBStore:
         # exactly one of them open the breaker.
         opened = rules.trip(counted, policy, now_ms)
         write = _write_record(_Write(now_ms, policy), opened).add("gen", 1)
-        write.remove_leases(range(MAX_SLOTS))
+        write.remove_leases(range(MAX_PROBE_SLOTS))
         write.require(write.usable()).require(write.is_("state", State.CLOSED.value))
         write.require(write.is_("gen", counted.gen))
         applied, item = self._update(name, write)
@@ -367,53 +497,41 @@ class DynamoDBStore:
     ) -> Outcome:
         seen = _alive(observed, now_ms)
         for _ in range(policy.max_probes + 2):
-            if seen is None:
-                return Outcome(None)
+            planned = rules.apply_claim(seen, policy, now_ms, nonce)
+            if planned.token is None or planned.record is None or seen is None:
+                return Outcome(seen)
+            token = planned.token
+            slot = rules.lease_slot(token)
+            assert slot is not None  # make_token wrote it
+            token_name, until_name = _slot_names(slot)
             write = _Write(now_ms, policy)
             write.require(write.usable()).require(write.is_("gen", seen.gen))
-            until = now_ms + policy.lease_ms
-            transition: tuple[State, State] | None = None
-            if seen.state is State.OPEN and now_ms >= seen.open_until:
-                token = rules.make_token(0, nonce)
-                token_name, until_name = _slot_names(0)
-                write.set("state", State.HALF_OPEN.value).set("successes", 0).add("gen", 1)
-                write.set(token_name, token).set(until_name, until)
-                write.remove_leases(range(1, MAX_SLOTS))
+            write.set(token_name, token).set(until_name, planned.record.leases[slot].until)
+            if planned.transition is not None:  # open -> half_open: the first lease
+                write.set("state", planned.record.state.value)
+                write.set("successes", planned.record.successes).add("gen", 1)
+                write.remove_leases(range(1, MAX_PROBE_SLOTS))
                 write.require(write.is_("state", State.OPEN.value))
                 write.require(f"{write.name('open_until')} <= {write.value(now_ms)}")
-                transition = (State.OPEN, State.HALF_OPEN)
-            elif seen.state is State.HALF_OPEN:
-                slot = rules.free_slot(seen, policy, now_ms)
-                if slot is None:
-                    return Outcome(seen)
-                token = rules.make_token(slot, nonce)
-                token_name, until_name = _slot_names(slot)
-                write.set(token_name, token).set(until_name, until)
+            else:
                 write.require(write.is_("state", State.HALF_OPEN.value))
                 held_until = write.name(until_name)
+                # A slot whose expiry is not a number is free: parse_item agrees.
                 write.require(
                     f"NOT attribute_type({held_until}, {write.value('N')})"
                     f" OR {held_until} <= {write.value(now_ms)}"
                 )
-            else:
-                return Outcome(seen)
             applied, item = self._update(name, write)
             record = self._parse_or_absent(item, now_ms)
             if applied:
-                return Outcome(record, changed=True, transition=transition, token=token)
+                return Outcome(record, changed=True, transition=planned.transition, token=token)
             seen = record
         return Outcome(seen)
 
     def settle_probe(
-        self,
-        name: str,
-        policy: Policy,
-        now_ms: int,
-        token: str,
-        success: bool,
-        jitter: float,
-        observed: Record | None,
+        self, name: str, policy: Policy, now_ms: int, report: ProbeReport, observed: Record | None
     ) -> Outcome:
+        token = report.token
         slot = rules.lease_slot(token)
         if slot is None:
             return Outcome(observed)
@@ -425,7 +543,7 @@ class DynamoDBStore:
             if not rules.holds_lease(seen, token, now_ms):
                 return Outcome(seen)
             assert seen is not None
-            planned = rules.apply_settle(seen, policy, now_ms, token, success, jitter)
+            planned = rules.apply_settle(seen, policy, now_ms, report)
             after = planned.record
             assert after is not None
             token_name, until_name = _slot_names(slot)
@@ -439,7 +557,7 @@ class DynamoDBStore:
                 write.set("successes", after.successes)
                 write.removes.extend(write.name(a) for a in (token_name, until_name))
             else:
-                _write_record(write, after).add("gen", 1).remove_leases(range(MAX_SLOTS))
+                _write_record(write, after).add("gen", 1).remove_leases(range(MAX_PROBE_SLOTS))
             applied, item = self._update(name, write)
             record = self._parse_or_absent(item, now_ms)
             if applied:
@@ -447,7 +565,79 @@ class DynamoDBStore:
             seen = record
         return Outcome(seen)
 
-    def force_state(self, name: str, policy: Policy, now_ms: int, target: State) -> Outcome:
+    def report(
+        self, name: str, policy: Policy, now_ms: int, report: Report, observed: Record | None
+    ) -> Outcome:
+        # The common case is one ADD to the current bucket, fenced only on the bucket's idx
+        # and the closed state: concurrent reports commute, so 5,000 containers never make
+        # each other retry. Starting a bucket, noting a container for the quorum, or
+        # replacing an absent or corrupt item re-plans through the rules and is fenced on
+        # what it replaces.
+        seen = _alive(observed, now_ms)
+        if not report:
+            return Outcome(seen)
+        idx = rules.bucket_index(policy, now_ms)
+        slot = idx % rules.WINDOW_BUCKETS
+        for _ in range(6):
+            planned = rules.apply_report(seen, policy, now_ms, report)
+            if not planned.changed or planned.record is None:
+                return Outcome(seen)
+            write = _Write(now_ms, policy)
+            if seen is None:
+                after = planned.record
+                _write_record(write, after).set("gen", after.gen)
+                if planned.transition is None:
+                    _write_window(write, after)
+                write.remove_leases(range(MAX_PROBE_SLOTS)).require(f"NOT ({write.usable()})")
+            else:
+                write.require(write.usable()).require(write.is_("state", State.CLOSED.value))
+                counted = rules.add_report(seen, policy, now_ms, report)
+                bucket = counted.buckets[slot]
+                names = {code: rules.bucket_field(slot, code) for code in rules.BUCKET_CODES}
+                held = seen.buckets.get(slot)
+                if held is not None and held.idx == idx:
+                    write.require(write.is_(names["i"], idx))
+                    for code, amount in (
+                        ("c", report.calls),
+                        ("f", report.failures),
+                        ("s", report.slow),
+                        ("r", 1),
+                    ):
+                        write.add(names[code], amount)
+                else:
+                    # The slot holds an older bucket (or none): start this one over it.
+                    old_idx = write.name(names["i"])
+                    if held is None:
+                        write.require(f"NOT attribute_type({old_idx}, {write.value('N')})")
+                    else:
+                        write.require(write.is_(names["i"], held.idx))
+                    for code, attr in rules.BUCKET_CODES.items():
+                        write.set(names[code], getattr(bucket, attr))
+                if counted.failing != seen.failing or counted.slowing != seen.slowing:
+                    write.set("fq", counted.failing).set("sq", counted.slowing)
+                    write.set("rev", seen.rev + 1)
+                    rev = write.name("rev")
+                    write.require(
+                        f"attribute_not_exists({rev})"
+                        if seen.rev == 0
+                        else write.is_("rev", seen.rev)
+                    )
+            applied, item = self._update(name, write)
+            record = self._parse_or_absent(item, now_ms)
+            if not applied:
+                seen = record
+                continue
+            if seen is None:
+                return Outcome(record, changed=True, transition=planned.transition)
+            counts = rules.window_counts(record, policy, now_ms)
+            if record is None or not rules.should_trip(counts, policy):
+                return Outcome(record, changed=True)
+            return self._trip(name, policy, now_ms, record)
+        return Outcome(seen)
+
+    def force_state(
+        self, name: str, policy: Policy, now_ms: int, target: State, *, action: Action | None = None
+    ) -> Outcome:
         # Operator actions are rare, so one read first: the write is then fenced on the
         # generation it replaces, and the outcome can name the state it left.
         seen = self._parse_or_absent(self._get(name), now_ms)
@@ -456,7 +646,9 @@ class DynamoDBStore:
             after = planned.record
             assert after is not None
             write = _write_record(_Write(now_ms, policy, target), after).set("gen", after.gen)
-            write.remove_leases(range(MAX_SLOTS))
+            write.remove_leases(range(MAX_PROBE_SLOTS))
+            if action is not None:
+                write.set("last_action", action.encode())
             if seen is None:
                 write.require(f"NOT ({write.usable()})")
             else:
@@ -467,3 +659,65 @@ class DynamoDBStore:
                 return Outcome(record, changed=True, transition=planned.transition)
             seen = record
         raise StoreError(f"could not force breaker {name!r} to {target.value}: it keeps changing")
+
+    # -- operators -------------------------------------------------------------------------
+
+    def list_records(self, now_ms: int, *, page_size: int | None = None) -> Iterator[Listing]:
+        """Every breaker in the table: a paginated, strongly consistent Scan.
+
+        A Scan reads the whole table (every breaker is one small item), so this is for
+        operators, never for the breaker's own path. ``page_size`` caps the items per Scan
+        call (default: DynamoDB's 1 MB pages).
+        """
+        start: dict[str, Any] | None = None
+        while True:
+            request: dict[str, Any] = {"TableName": self.table_name, "ConsistentRead": True}
+            if page_size is not None:
+                request["Limit"] = page_size
+            if start is not None:
+                request["ExclusiveStartKey"] = start
+            self.stats.count_read()
+            try:
+                page = self.client.scan(**request)
+            except Exception as exc:
+                raise self._translate(exc) from exc
+            for item in page.get("Items", []):
+                name = _scalar(item, KEY_ATTRIBUTE, "S")
+                if not isinstance(name, str):
+                    continue
+                try:
+                    record = parse_item(item, now_ms)
+                except CorruptRecordError as exc:
+                    yield Listing(name, None, str(exc))
+                    continue
+                if record is not None:
+                    yield Listing(name, record)
+            start = page.get("LastEvaluatedKey")
+            if not start:
+                return
+
+    def tune(
+        self, name: str, policy: Policy, now_ms: int, tuned: str, action: Action | None
+    ) -> Record | None:
+        seen = self._parse_or_absent(self._get(name), now_ms)
+        for _ in range(4):
+            write = _Write(now_ms, policy, seen.state if seen is not None else State.CLOSED)
+            if tuned:
+                write.set("tuned", tuned)
+            else:
+                write.removes.append(write.name("tuned"))
+            if action is not None:
+                write.set("last_action", action.encode())
+            if seen is None:
+                # No live record: a fresh closed one carries the settings.
+                _write_record(write, Record()).set("gen", 0).remove_leases(range(MAX_PROBE_SLOTS))
+                write.require(f"NOT ({write.usable()})")
+            else:
+                # Fenced on the generation: the TTL written depends on the state it found.
+                write.require(write.usable()).require(write.is_("gen", seen.gen))
+            applied, item = self._update(name, write)
+            record = self._parse_or_absent(item, now_ms)
+            if applied:
+                return record
+            seen = record
+        raise StoreError(f"could not tune breaker {name!r}: it keeps changing")

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from fleetbreaker import state as rules
-from fleetbreaker.state import Outcome, Policy, Record, State
-from fleetbreaker.stores.base import StoreStats
+from fleetbreaker.state import Outcome, Policy, ProbeReport, Record, Report, State
+from fleetbreaker.stores.base import Listing, StoreStats
+
+if TYPE_CHECKING:
+    from fleetbreaker.tuning import Action
 
 
 class MemoryStore:
@@ -20,6 +25,8 @@ class MemoryStore:
     Example
     -------
     >>> breaker = CircuitBreaker("payment-api", store=MemoryStore())
+    >>> breaker.state
+    <State.CLOSED: 'closed'>
     """
 
     def __init__(self) -> None:
@@ -37,7 +44,8 @@ class MemoryStore:
     def _apply(self, name: str, now_ms: int, rule: Callable[[Record | None], Outcome]) -> Outcome:
         self.stats.count_write()
         with self._lock:
-            outcome = rule(self._live(name, now_ms))
+            before = self._live(name, now_ms)
+            outcome = _carry_texts(before, rule(before))
             if outcome.changed and outcome.record is not None:
                 self._records[name] = outcome.record
             return outcome
@@ -66,20 +74,57 @@ class MemoryStore:
         return self._apply(name, now_ms, lambda r: rules.apply_claim(r, policy, now_ms, nonce))
 
     def settle_probe(
-        self,
-        name: str,
-        policy: Policy,
-        now_ms: int,
-        token: str,
-        success: bool,
-        jitter: float,
-        observed: Record | None,
+        self, name: str, policy: Policy, now_ms: int, report: ProbeReport, observed: Record | None
     ) -> Outcome:
-        return self._apply(
-            name,
-            now_ms,
-            lambda r: rules.apply_settle(r, policy, now_ms, token, success, jitter),
-        )
+        return self._apply(name, now_ms, lambda r: rules.apply_settle(r, policy, now_ms, report))
 
-    def force_state(self, name: str, policy: Policy, now_ms: int, target: State) -> Outcome:
-        return self._apply(name, now_ms, lambda r: rules.apply_force(r, policy, now_ms, target))
+    def report(
+        self, name: str, policy: Policy, now_ms: int, report: Report, observed: Record | None
+    ) -> Outcome:
+        return self._apply(name, now_ms, lambda r: rules.apply_report(r, policy, now_ms, report))
+
+    def force_state(
+        self, name: str, policy: Policy, now_ms: int, target: State, *, action: Action | None = None
+    ) -> Outcome:
+        def force(record: Record | None) -> Outcome:
+            outcome = rules.apply_force(record, policy, now_ms, target)
+            if action is None or outcome.record is None:
+                return outcome
+            return replace(outcome, record=replace(outcome.record, last_action=action.encode()))
+
+        return self._apply(name, now_ms, force)
+
+    def list_records(self, now_ms: int) -> Iterator[Listing]:
+        with self._lock:
+            names = sorted(self._records)
+        for name in names:
+            record = self.load(name, now_ms)
+            if record is not None:
+                yield Listing(name, record)
+
+    def tune(
+        self, name: str, policy: Policy, now_ms: int, tuned: str, action: Action | None
+    ) -> Record | None:
+        self.stats.count_write()
+        with self._lock:
+            current = self._live(name, now_ms)
+            if current is None:
+                current = Record(expires_at=now_ms // 1000 + policy.ttl_s, updated_at=now_ms)
+            after = replace(current, tuned=tuned)
+            if action is not None:
+                after = replace(after, last_action=action.encode())
+            self._records[name] = after
+            return after
+
+
+def _carry_texts(before: Record | None, outcome: Outcome) -> Outcome:
+    """The outcome with the operator's fields of ``before`` carried over, as every store does."""
+    after = outcome.record
+    if before is None or after is None or not outcome.changed:
+        return outcome
+    carried = {
+        field: getattr(before, field)
+        for field in rules.RECORD_TEXTS
+        if getattr(before, field) and not getattr(after, field)
+    }
+    return replace(outcome, record=replace(after, **carried)) if carried else outcome

@@ -14,27 +14,50 @@ script never touches keys in two slots.
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import re
 from importlib import resources
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from fleetbreaker import state as rules
 from fleetbreaker.errors import ConfigError, CorruptRecordError, StoreError
-from fleetbreaker.state import Lease, Outcome, Policy, Record, State
-from fleetbreaker.stores.base import StoreStats
+from fleetbreaker.state import (
+    MAX_PROBE_SLOTS,
+    Lease,
+    Outcome,
+    Policy,
+    ProbeReport,
+    Record,
+    Report,
+    State,
+)
+from fleetbreaker.stores import URL_ENV
+from fleetbreaker.stores.base import Listing, StoreStats
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Iterator, Sequence
 
-URL_ENV = "CIRCUIT_BREAKER_REDIS_URL"
-MAX_SLOTS = 16  # BreakerConfig caps half_open_max_probes at this
+    from fleetbreaker.tuning import Action
+
+log = logging.getLogger("fleetbreaker")
 _NUMBERS = rules.RECORD_NUMBERS
 # The scripts' integer rule: an optional minus and 1 to 15 ASCII digits (exact in a Lua double).
 _INTEGER = re.compile(r"-?[0-9]{1,15}")
 # `{`, `}` would end or start a hash tag early; `%` is escaped so the mapping stays one-to-one.
 _KEY_ESCAPES = str.maketrans({"%": "%25", "{": "%7B", "}": "%7D"})
-_OPERATIONS = ("load", "record_failure", "claim_probe", "settle_probe", "force_state")
+_OPERATIONS = (
+    "load",
+    "record_failure",
+    "claim_probe",
+    "settle_probe",
+    "force_state",
+    "tune",
+    "report",
+)
+_KEY_UNESCAPES = {"%25": "%", "%7B": "{", "%7D": "}"}
+_KEY_ESCAPED = re.compile("|".join(_KEY_UNESCAPES))
+_GLOB_SPECIALS = str.maketrans({c: f"\\{c}" for c in "*?[]\\"})
 
 
 class RedisClient(Protocol):
@@ -51,6 +74,8 @@ class _Script:
     def __init__(self, operation: str) -> None:
         package = resources.files("fleetbreaker.stores")
         common = package.joinpath("redis_common.lua").read_text(encoding="utf-8")
+        # One limit for the Python rules and the scripts.
+        common = common.replace("__MAX_PROBE_SLOTS__", str(MAX_PROBE_SLOTS))
         body = package.joinpath(f"redis_{operation}.lua").read_text(encoding="utf-8")
         self.operation = operation
         self.source = f"{common}\n{body}"
@@ -86,14 +111,26 @@ def parse_fields(fields: dict[str, str]) -> Record | None:
         state = State(raw_state)
     except ValueError:
         raise CorruptRecordError(f"field 'state' is not a breaker state: {raw_state!r}") from None
-    numbers = {name: _integer(fields, name) for name in _NUMBERS}
+    numbers: dict[str, Any] = {name: _integer(fields, name) for name in _NUMBERS}
     leases: dict[int, Lease] = {}
-    for slot in range(MAX_SLOTS):
+    for slot in range(MAX_PROBE_SLOTS):
         token = fields.get(f"probe{slot}_token")
         until = fields.get(f"probe{slot}_until")
         if token is not None and until is not None and _INTEGER.fullmatch(until):
             leases[slot] = Lease(token, int(until))
-    return Record(state=state, leases=leases, **numbers)
+    quorum: dict[str, dict[str, int]] = {code: {} for code in rules.QUORUM_CODES}
+    for field, value in fields.items():
+        code, sep, container = field.partition(":")
+        if sep and code in quorum and container and _INTEGER.fullmatch(value):
+            quorum[code][container] = int(value)
+
+    def number(field: str) -> int | None:
+        raw = fields.get(field)
+        return int(raw) if raw is not None and _INTEGER.fullmatch(raw) else None
+
+    window = rules.parse_window(number, quorum)
+    texts: dict[str, Any] = {name: fields.get(name, "") for name in rules.RECORD_TEXTS}
+    return Record(state=state, leases=leases, **numbers, **texts, **window)
 
 
 def _policy_args(policy: Policy) -> list[str]:
@@ -121,6 +158,8 @@ class RedisStore:
     client:
         A ready redis-py client, used as it is, with its own timeouts and retries: for
         example ``redis.cluster.RedisCluster`` for a node-based cluster in cluster mode.
+        Socket timeouts looser than the store's (or none) get one log line; the breaker's
+        ``store_deadline_seconds`` bounds every store operation whatever the client does.
     url:
         Where to connect when no client is given, e.g. ``rediss://my-cache.serverless.
         use1.cache.amazonaws.com:6379``; defaults to the ``CIRCUIT_BREAKER_REDIS_URL``
@@ -145,8 +184,9 @@ class RedisStore:
 
     Example
     -------
-    >>> store = RedisStore(url="rediss://my-cache.serverless.use1.cache.amazonaws.com:6379")
-    >>> breaker = CircuitBreaker("payment-api", store=store)
+    >>> store = RedisStore(url="rediss://my-cache.example.com:6379")  # connects on first use
+    >>> CircuitBreaker("payment-api", store=store)
+    CircuitBreaker('payment-api', store=RedisStore)
     """
 
     def __init__(
@@ -187,6 +227,7 @@ class RedisStore:
             if url is not None:
                 raise ConfigError("RedisStore takes a client or a url, not both")
             self.client: RedisClient = client
+            _note_looser_client(client, float(socket_timeout), float(socket_connect_timeout))
         else:
             self.client = _make_client(
                 url if url is not None else os.environ.get(URL_ENV, ""),
@@ -277,23 +318,115 @@ class RedisStore:
         )
 
     def settle_probe(
-        self,
-        name: str,
-        policy: Policy,
-        now_ms: int,
-        token: str,
-        success: bool,
-        jitter: float,
-        observed: Record | None,
+        self, name: str, policy: Policy, now_ms: int, report: ProbeReport, observed: Record | None
     ) -> Outcome:
-        args = [self._now_arg(now_ms), *_policy_args(policy), token, "1" if success else "0"]
-        return self._operation("settle_probe", name, [*args, repr(float(jitter))])
+        args = [self._now_arg(now_ms), *_policy_args(policy), report.token]
+        success = "1" if report.success else "0"
+        return self._operation("settle_probe", name, [*args, success, repr(float(report.jitter))])
 
-    def force_state(self, name: str, policy: Policy, now_ms: int, target: State) -> Outcome:
+    def report(
+        self, name: str, policy: Policy, now_ms: int, report: Report, observed: Record | None
+    ) -> Outcome:
+        rate = policy.failure_rate
+        args = [
+            self._now_arg(now_ms),
+            *_policy_args(policy),
+            "" if rate is None else repr(float(rate)),
+            str(policy.minimum_calls),
+            "" if policy.slow_ms is None else str(policy.slow_ms),
+            repr(float(policy.slow_rate)),
+            str(policy.min_containers),
+            str(policy.bucket_ms),
+            str(policy.window_ms),
+            report.container,
+            str(report.calls),
+            str(report.failures),
+            str(report.slow),
+        ]
+        return self._operation("report", name, args)
+
+    def force_state(
+        self, name: str, policy: Policy, now_ms: int, target: State, *, action: Action | None = None
+    ) -> Outcome:
         if target not in rules.FORCEABLE:
             raise ValueError(f"cannot force a breaker to {target.value!r}")
-        return self._operation(
-            "force_state", name, [self._now_arg(now_ms), *_policy_args(policy), target.value]
+        args = [self._now_arg(now_ms), *_policy_args(policy), target.value]
+        if action is not None:
+            args.append(action.encode())
+        return self._operation("force_state", name, args)
+
+    # -- operators -------------------------------------------------------------------------
+
+    def name_of(self, key: str) -> str | None:
+        """The breaker a key belongs to, or None for a key that is not a breaker's record."""
+        head = f"{self.key_prefix}:{{"
+        if not key.startswith(head) or not key.endswith("}"):
+            return None
+        escaped = key[len(head) : -1]
+        if "{" in escaped or "}" in escaped:
+            return None
+        # One pass, so "%257B" (the escaped name "%7B") comes back as "%7B", not "{".
+        return _KEY_ESCAPED.sub(lambda match: _KEY_UNESCAPES[match.group(0)], escaped)
+
+    def list_records(self, now_ms: int) -> Iterator[Listing]:
+        """Every breaker under ``key_prefix``: SCAN (never KEYS, which blocks the server)."""
+        from redis.exceptions import RedisError
+
+        pattern = f"{self.key_prefix.translate(_GLOB_SPECIALS)}:{{*}}"
+        # SCAN is not in RedisClient: the breaker never needs it, only operators do.
+        scan_iter = getattr(self.client, "scan_iter", None)
+        if not callable(scan_iter):
+            raise StoreError(f"{type(self.client).__name__} cannot SCAN: no scan_iter()")
+        try:
+            keys = sorted({_text(k) for k in cast("Any", scan_iter)(match=pattern, count=500)})
+        except RedisError as exc:
+            raise StoreError(f"Redis SCAN failed: {exc}") from exc
+        except OSError as exc:
+            raise StoreError(f"Redis unreachable: {exc}") from exc
+        for key in keys:
+            name = self.name_of(key)
+            if name is None:
+                continue
+            try:
+                record = self.load(name, now_ms)
+            except CorruptRecordError as exc:
+                yield Listing(name, None, str(exc))
+                continue
+            if record is not None:
+                yield Listing(name, record)
+
+    def tune(
+        self, name: str, policy: Policy, now_ms: int, tuned: str, action: Action | None
+    ) -> Record | None:
+        args = [self._now_arg(now_ms), *_policy_args(policy), tuned]
+        args.append(action.encode() if action is not None else "")
+        return self._operation("tune", name, args).record
+
+
+def _note_looser_client(client: Any, socket_timeout: float, connect_timeout: float) -> None:
+    """Log one line when a passed client may wait longer than the store's own timeouts.
+
+    The client is used as it is: the breaker's ``store_deadline_seconds`` bounds each store
+    operation whatever the client's sockets do.
+    """
+    pool = getattr(client, "connection_pool", None)
+    kwargs = getattr(pool, "connection_kwargs", None)
+    if not isinstance(kwargs, dict):
+        return
+    looser = [
+        f"{key}={kwargs.get(key)}"
+        for key, limit in (
+            ("socket_timeout", socket_timeout),
+            ("socket_connect_timeout", connect_timeout),
+        )
+        if kwargs.get(key) is None or kwargs[key] > limit
+    ]
+    if looser:
+        log.info(
+            "fleetbreaker: the Redis client passed to RedisStore allows %s, more than the "
+            "store's own; it is used as it is and the breaker's store_deadline_seconds bounds "
+            "each store operation",
+            ", ".join(looser),
         )
 
 

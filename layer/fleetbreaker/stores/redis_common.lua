@@ -9,12 +9,21 @@
 -- doubles, exact for the integers used here (epoch ms, counters); they are stored and returned
 -- as decimal strings, never as floats.
 
-local MAX_SLOTS = 16 -- BreakerConfig caps half_open_max_probes at this
+local MAX_SLOTS = __MAX_PROBE_SLOTS__ -- state.MAX_PROBE_SLOTS, filled in by redis.py
 local STATES = {closed = true, open = true, half_open = true, forced_open = true, disabled = true}
 local NUMBERS = {
   'gen', 'failures', 'window_start', 'opened_at', 'open_until', 'reopens', 'successes',
   'updated_at', 'expires_at',
 }
+-- Operator fields (live tuning, last action): text that state changes carry over untouched.
+local TEXTS = {'tuned', 'last_action'}
+
+-- Rate policy window: WINDOW_BUCKETS buckets, fields w<slot>_<part> for the bucket's idx,
+-- calls, failures, slow calls and reports; quorum maps as fields fq:<container> (failures)
+-- and sq:<container> (slow calls), each holding the epoch ms of that container's latest.
+local WINDOW_BUCKETS = 10
+local BUCKET_PARTS = {i = 'idx', c = 'calls', f = 'failures', s = 'slow', r = 'reports'}
+local QUORUM_MAPS = {fq = 'failing', sq = 'slowing'}
 
 local function int(n)
   return string.format('%d', n)
@@ -80,7 +89,7 @@ local function read(key, now)
     end
   end
   -- Leases: probe<slot>_token and probe<slot>_until. A malformed lease counts as free, as in
-  -- the DynamoDB store. (Matching the fields present is cheaper than trying all 16 slots.)
+  -- the DynamoDB store. (Matching the fields present is cheaper than trying every slot.)
   for field, token in pairs(raw) do
     local slot = tonumber(string.match(field, '^probe([1-9]?%d)_token$'))
     if slot ~= nil and slot < MAX_SLOTS then
@@ -88,6 +97,29 @@ local function read(key, now)
       if until_ms ~= nil then rec.leases[slot] = {token = token, until_ms = until_ms} end
     end
   end
+  -- Buckets and quorum entries: a malformed one is dropped (read as empty), as in Python.
+  rec.buckets, rec.failing, rec.slowing = {}, {}, {}
+  for slot = 0, WINDOW_BUCKETS - 1 do
+    local idx = parse_int(raw['w' .. slot .. '_i'])
+    if idx ~= nil then
+      local bucket = {idx = idx}
+      local ok = true
+      for part, name in pairs(BUCKET_PARTS) do
+        if part ~= 'i' then
+          local n = parse_int(raw['w' .. slot .. '_' .. part])
+          if n == nil or n < 0 then ok = false else bucket[name] = n end
+        end
+      end
+      if ok then rec.buckets[slot] = bucket end
+    end
+  end
+  for field, value in pairs(raw) do
+    local prefix, id = string.match(field, '^(%a%a):(.+)$')
+    local map = QUORUM_MAPS[prefix]
+    local at = parse_int(value)
+    if map ~= nil and at ~= nil then rec[map][id] = at end
+  end
+  for _, field in ipairs(TEXTS) do rec[field] = raw[field] end
   if rec.expires_at * 1000 <= now then return nil, nil, old end
   return rec, nil, old
 end
@@ -96,6 +128,7 @@ local function blank(state, gen)
   return {
     state = state, gen = gen, failures = 0, window_start = 0, opened_at = 0, open_until = 0,
     reopens = 0, successes = 0, updated_at = 0, expires_at = 0, leases = {},
+    buckets = {}, failing = {}, slowing = {},
   }
 end
 
@@ -104,7 +137,24 @@ local function copy(rec)
   for k, v in pairs(rec) do out[k] = v end
   out.leases = {}
   for slot, lease in pairs(rec.leases) do out.leases[slot] = lease end
+  out.buckets, out.failing, out.slowing = {}, {}, {}
+  for slot, bucket in pairs(rec.buckets or {}) do out.buckets[slot] = bucket end
+  for id, at in pairs(rec.failing or {}) do out.failing[id] = at end
+  for id, at in pairs(rec.slowing or {}) do out.slowing[id] = at end
   return out
+end
+
+-- The window's extra fields, as field -> string (save and reply both send them).
+local function window_fields(rec, fields)
+  for slot, bucket in pairs(rec.buckets or {}) do
+    for part, name in pairs(BUCKET_PARTS) do
+      fields['w' .. slot .. '_' .. part] = int(bucket[name])
+    end
+  end
+  for prefix, map in pairs(QUORUM_MAPS) do
+    for id, at in pairs(rec[map] or {}) do fields[prefix .. ':' .. id] = int(at) end
+  end
+  return fields
 end
 
 local function ttl_seconds(policy, state)
@@ -128,6 +178,13 @@ local function save(key, rec, policy, now, old)
       fields['probe' .. slot .. '_token'] = lease.token
       fields['probe' .. slot .. '_until'] = int(lease.until_ms)
     end
+  end
+  window_fields(rec, fields)
+  for _, field in ipairs(TEXTS) do
+    -- A record built from scratch (a transition) keeps the operator's fields of the one it
+    -- replaces; "" clears a field.
+    if rec[field] == nil and old.kind == 'hash' then rec[field] = old.fields[field] end
+    if rec[field] ~= nil and rec[field] ~= '' then fields[field] = rec[field] end
   end
   if old.kind ~= 'hash' and old.kind ~= 'none' then redis.call('DEL', key) end
   local args = {}
@@ -167,6 +224,16 @@ local function reply(rec, now, changed, from, to, token)
         out[#out + 1] = lease.token
         out[#out + 1] = 'probe' .. slot .. '_until'
         out[#out + 1] = int(lease.until_ms)
+      end
+    end
+    for field, value in pairs(window_fields(rec, {})) do
+      out[#out + 1] = field
+      out[#out + 1] = value
+    end
+    for _, field in ipairs(TEXTS) do
+      if rec[field] ~= nil and rec[field] ~= '' then
+        out[#out + 1] = field
+        out[#out + 1] = rec[field]
       end
     end
   end

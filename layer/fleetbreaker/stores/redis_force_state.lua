@@ -1,5 +1,6 @@
 -- force_state: an operator override (forced_open, disabled) or its release (closed).
 -- ARGV[12] is the target; RedisStore has already checked that it is one of those three.
+-- ARGV[13], when present and not empty, is the operator action stored as last_action.
 local now = clock(ARGV[1])
 local policy = policy_from(ARGV)
 local target = ARGV[12]
@@ -14,4 +15,6 @@ if rec ~= nil then
   before = rec.state
   gen = rec.gen + 1
 end
-return reply(save(key, blank(target, gen), policy, now, old), now, true, before, target)
+local forced = blank(target, gen)
+if ARGV[13] ~= nil and ARGV[13] ~= '' then forced.last_action = ARGV[13] end
+return reply(save(key, forced, policy, now, old), now, true, before, target)

@@ -1,0 +1,263 @@
+"""What a container counts between reports, and when it reports (rate policy, slow calls, quorum).
+
+A success must not cost a store write, so under the rate policy each container adds its calls,
+failures and slow calls up here and sends them in one write per report interval (the write
+also refreshes its cached copy of the fleet's record). Three things bend that schedule:
+
+- a failure (or slow call) that, added to the fleet's window as this container last saw it,
+  would open the breaker is reported at once, so tripping stays about as fast as under the
+  count policy;
+- a call still running past ``slow_call_duration`` is reported slow while it runs (a Lambda
+  timeout may kill the container before the call ends, and with it the count);
+- one record takes every container's writes, and one DynamoDB item takes about 1,000 writes/s.
+  Each record carries its own write rate (reports per bucket), and every container stretches
+  its interval so the fleet's periodic reports stay near ``TARGET_REPORTS_PER_S``, while
+  out-of-turn reports are thinned to about ``URGENT_REPORTS_PER_S`` in all.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import os
+import random
+import secrets
+import threading
+import weakref
+import zlib
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from fleetbreaker import state as rules
+from fleetbreaker.state import Report, WindowCounts
+
+if TYPE_CHECKING:
+    from fleetbreaker.state import Policy, Record
+
+# Periodic reports the fleet aims to send to one breaker's record per second, and the extra
+# out-of-turn reports it may add: together well under one DynamoDB item's 1,000 writes/s.
+TARGET_REPORTS_PER_S = 250.0
+URGENT_REPORTS_PER_S = 200.0
+
+_process_ids: dict[int, str] = {}
+
+
+def process_container_id() -> str:
+    """This process's container id: random, and new in a forked child (one process is one
+    Lambda container)."""
+    pid = os.getpid()
+    found = _process_ids.get(pid)
+    if found is None:
+        found = _process_ids.setdefault(pid, secrets.token_hex(6))
+    return found
+
+
+class CallTally:
+    """A container's calls since its last report, and the calls still running.
+
+    Good calls (succeeded, not slow) are the hot path: each is one ``next(good)`` on an
+    ``itertools.count``, atomic under the GIL, so no lock. Bad calls, the watcher and
+    ``take`` use the lock. ``take`` reads the counter with a ``next`` of its own, which it
+    accounts for.
+    """
+
+    def __init__(self, policy: Policy, interval_ms: int) -> None:
+        self.slow_ms = policy.slow_ms
+        self.base_ms = interval_ms
+        self.interval_ms = interval_ms  # the one in force: take() gets it from the breaker
+        self._jitter: random.Random | None = None
+        self.good = itertools.count()
+        self._good_base = 0  # the counter's value just after the last take
+        self._peeks = 0  # next() calls made by peeks since then (not calls)
+        self.calls = 0  # bad calls, and calls the watcher reported
+        self.failures = 0
+        self.slow = 0
+        self.due_ms = 0  # the pending counts must be reported by then
+        self.urgent_after_ms = 0  # an out-of-turn report is considered again from then
+        self.running: dict[int, int] = {}  # call number -> start, epoch ms
+        self.numbers = itertools.count()
+        self._lock = threading.Lock()
+
+    def _goods(self) -> int:
+        # Caller holds the lock. This next() is not a call: remember it.
+        seen = next(self.good) - self._good_base - self._peeks
+        self._peeks += 1
+        return seen
+
+    def bad(self, started: int | None, now_ms: int, failed: bool) -> bool:
+        """Count a call that failed or may be slow (``started`` None: it was not timed).
+        True when it was bad."""
+        with self._lock:
+            slow = (
+                started is not None
+                and self.slow_ms is not None
+                and now_ms - started >= self.slow_ms
+            )
+            self.calls += 1
+            self.failures += failed
+            self.slow += slow
+            return failed or slow
+
+    def late(self, failed: bool) -> bool:
+        """Count the end of a call the watcher already reported as a call and a slow call."""
+        if failed:
+            with self._lock:
+                self.failures += 1
+        return failed
+
+    def sweep(self, now_ms: int) -> int:
+        """Count the calls running past ``slow_call_duration`` as slow calls; how many."""
+        if self.slow_ms is None or not self.running:
+            return 0
+        overdue = [
+            n for n, started in list(self.running.items()) if now_ms - started >= self.slow_ms
+        ]
+        # pop() decides the race with the call's end: whoever removes the entry counts it.
+        taken = sum(1 for n in overdue if self.running.pop(n, None) is not None)
+        if taken:
+            with self._lock:
+                self.calls += taken
+                self.slow += taken
+        return taken
+
+    def take(self, container: str, now_ms: int, interval_ms: int) -> Report:
+        """The pending counts as one report, zeroed here; the next one is due an interval on."""
+        with self._lock:
+            mark = next(self.good)
+            goods = mark - self._good_base - self._peeks
+            self._good_base, self._peeks = mark + 1, 0
+            report = Report(container, self.calls + goods, self.failures, self.slow)
+            self.calls = self.failures = self.slow = 0
+            self.interval_ms = interval_ms
+            if interval_ms > self.base_ms:
+                # Containers that stretched at the same moment would otherwise keep reporting
+                # in the same second, every interval: jitter by +-25 %, seeded by container.
+                if self._jitter is None:
+                    self._jitter = random.Random(zlib.crc32(container.encode()))
+                interval_ms = round(interval_ms * (0.75 + self._jitter.random() / 2))
+            self.due_ms = now_ms + interval_ms
+            return report
+
+    @property
+    def stretched(self) -> bool:
+        """Whether the record's write rate stretched this container's report interval.
+
+        A cache refresh then reads instead of reporting: a refresh every ``cache_ttl`` that
+        wrote would undo the stretch (one write per container per ``cache_ttl`` whatever the
+        interval), so the counts wait until they are due.
+        """
+        return self.interval_ms > self.base_ms
+
+    def pending_calls(self) -> int:
+        with self._lock:
+            return self.calls + self._goods()
+
+    def projected(self, counts: WindowCounts, container_noted: bool) -> WindowCounts:
+        """The fleet's window as last seen, plus what this container has not reported yet."""
+        adds_failing = 0 if container_noted or not self.failures else 1
+        adds_slow = 0 if container_noted or not self.slow else 1
+        return WindowCounts(
+            counts.calls + self.pending_calls(),
+            counts.failures + self.failures,
+            counts.slow + self.slow,
+            counts.reports,
+            counts.failing_containers + adds_failing,
+            counts.slow_containers + adds_slow,
+        )
+
+
+def write_rate(counts: WindowCounts, policy: Policy) -> float:
+    """Reports per second the record took over the window (its load as a hot key)."""
+    return counts.reports * 1000 / policy.window_ms
+
+
+def next_interval_ms(current_ms: int, base_ms: int, counts: WindowCounts, policy: Policy) -> int:
+    """The next report interval, from the one in force and the record's write rate.
+
+    Scaling the interval in force by sqrt(W / TARGET) settles the fleet at W = TARGET for any
+    fleet size; scaling the base interval by W / TARGET settles at sqrt(C * TARGET / base)
+    instead (1,414 writes/s for 5,000 containers at a 1 s base) and oscillates. The square
+    root damps the correction: the window's rate lags a change by up to a window. The
+    interval stays between ``base_ms`` and ``window_ms``.
+    """
+    rate = write_rate(counts, policy)
+    if rate <= 0:
+        return base_ms
+    wanted = round(current_ms * math.sqrt(rate / TARGET_REPORTS_PER_S))
+    return max(base_ms, min(wanted, policy.window_ms))
+
+
+def urgent_allowed(
+    counts: WindowCounts, policy: Policy, interval_ms: int, cache_ms: int, rng: random.Random
+) -> bool:
+    """Thin out-of-turn reports so the whole fleet sends about URGENT_REPORTS_PER_S.
+
+    The fleet has about W * I containers; each considers an urgent report at most once per
+    ``cache_ttl``, so each goes ahead with probability URGENT * cache_ttl / containers.
+    """
+    containers = write_rate(counts, policy) * interval_ms / 1000
+    if containers <= 1:
+        return True
+    chance = URGENT_REPORTS_PER_S * max(cache_ms, 1) / 1000 / containers
+    return chance >= 1 or rng.random() < chance
+
+
+def wants_urgent_report(
+    record: Record | None, tally: CallTally, policy: Policy, container: str, now_ms: int
+) -> bool:
+    """Whether this container's pending counts should reach the store before they are due.
+
+    When they would open the breaker as this container last saw it; or, while the interval
+    is stretched, when its own pending calls fail (or run slow) at the policy's rate: the
+    fleet's counts then reach the store up to a whole interval late, and without this a
+    large fleet would trip that much later than a small one.
+    """
+    if tally.stretched and (calls := tally.pending_calls()):
+        rate, slow_rate = policy.failure_rate, policy.slow_rate
+        if rate is not None and tally.failures >= max(1, rate * calls):
+            return True
+        if policy.slow_ms is not None and tally.slow >= max(1, slow_rate * calls):
+            return True
+    counts = rules.window_counts(record, policy, now_ms)
+    noted = record is not None and container in record.failing
+    return rules.should_trip(tally.projected(counts, noted), policy)
+
+
+class SlowCallWatcher:
+    """One daemon thread per breaker that reports calls hung past ``slow_call_duration``.
+
+    It wakes every quarter of that duration while calls run (a timer per call would cost far
+    more on the hot path), so a hung call is reported within 1.25 × the duration.
+    """
+
+    def __init__(self, sweep: Callable[[], object], period_s: float) -> None:
+        # A weak reference: the thread must not keep a discarded breaker alive.
+        self._sweep = weakref.WeakMethod(sweep)
+        self.period_s = period_s
+        self._started = False
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+
+    def ensure_running(self) -> None:
+        if self._started:
+            return
+        with self._lock:
+            if self._started:
+                return
+            self._started = True
+            threading.Thread(target=self._run, name="fleetbreaker-slow-calls", daemon=True).start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.period_s):
+            sweep = self._sweep()
+            if sweep is None:  # the breaker is gone
+                return
+            try:
+                sweep()
+            except Exception:  # never let the watcher die: log and keep watching
+                import logging
+
+                logging.getLogger("fleetbreaker").exception("slow-call watcher failed")

@@ -1,0 +1,106 @@
+-- report: add one container's batch to the window (rate policy, slow calls, quorum) and trip
+-- once when state.should_trip says so. ARGV[12..18] are the rate policy (failure rate or '',
+-- minimum calls, slow ms or '', slow rate, min containers, bucket ms, window ms) and
+-- ARGV[19..22] the report (container, calls, failures, slow).
+local now = clock(ARGV[1])
+local policy = policy_from(ARGV)
+local failure_rate = tonumber(ARGV[12])
+local minimum_calls = tonumber(ARGV[13])
+local slow_ms = tonumber(ARGV[14])
+local slow_rate = tonumber(ARGV[15])
+local min_containers = tonumber(ARGV[16])
+local bucket_ms = tonumber(ARGV[17])
+local window_ms = tonumber(ARGV[18])
+local container = ARGV[19]
+local calls, failures, slow = tonumber(ARGV[20]), tonumber(ARGV[21]), tonumber(ARGV[22])
+local key = KEYS[1]
+
+local rec, _, old = read(key, now)
+local current = rec or blank('closed', 0)
+if current.state ~= 'closed' or (calls == 0 and failures == 0 and slow == 0) then
+  return reply(rec, now, false)
+end
+
+local function live(map)
+  local n = 0
+  for _, at in pairs(map) do if now - at < window_ms then n = n + 1 end end
+  return n
+end
+
+-- As state.quorum_unchanged: skip when this container or a full map was noted in the last bucket.
+local function unchanged(map)
+  if min_containers <= 1 then return true end
+  local fresh = now - bucket_ms
+  local at = map[container]
+  if at ~= nil and at > fresh then return true end
+  local count = 0
+  for _, t in pairs(map) do
+    if t <= fresh then return false end
+    count = count + 1
+  end
+  return count >= min_containers
+end
+
+-- Stamp the container and keep the newest min_containers entries (ties: the larger id wins,
+-- as in state.note_container).
+local function note(map)
+  map[container] = now
+  local count = 0
+  for _ in pairs(map) do count = count + 1 end
+  while count > min_containers do
+    local oldest_id, oldest_at = nil, nil
+    for id, at in pairs(map) do
+      if oldest_at == nil or at < oldest_at or (at == oldest_at and id < oldest_id) then
+        oldest_id, oldest_at = id, at
+      end
+    end
+    map[oldest_id] = nil
+    count = count - 1
+  end
+end
+
+local counted = copy(current)
+local idx = math.floor(now / bucket_ms)
+local slot = idx % WINDOW_BUCKETS
+local bucket = counted.buckets[slot]
+if bucket == nil or bucket.idx ~= idx then
+  bucket = {idx = idx, calls = 0, failures = 0, slow = 0, reports = 0}
+end
+counted.buckets[slot] = {
+  idx = idx, calls = bucket.calls + calls, failures = bucket.failures + failures,
+  slow = bucket.slow + slow, reports = bucket.reports + 1,
+}
+if failures > 0 and not unchanged(counted.failing) then note(counted.failing) end
+if slow > 0 and not unchanged(counted.slowing) then note(counted.slowing) end
+
+local total = {calls = 0, failures = 0, slow = 0}
+for _, b in pairs(counted.buckets) do
+  if idx - WINDOW_BUCKETS < b.idx and b.idx <= idx then
+    total.calls = total.calls + b.calls
+    total.failures = total.failures + b.failures
+    total.slow = total.slow + b.slow
+  end
+end
+
+local trips = false
+local failing
+if failure_rate == nil then
+  failing = total.failures >= policy.failure_threshold
+else
+  failing = total.calls >= minimum_calls and total.failures >= failure_rate * total.calls
+end
+if failing and (min_containers <= 1 or live(counted.failing) >= min_containers) then
+  trips = true
+elseif slow_ms ~= nil and total.calls >= minimum_calls and total.slow > 0
+    and total.slow >= slow_rate * total.calls
+    and (min_containers <= 1 or live(counted.slowing) >= min_containers) then
+  trips = true
+end
+
+if trips then
+  local opened = blank('open', current.gen + 1)
+  opened.opened_at = now
+  opened.open_until = now + open_duration(policy, 0, 1.0)
+  return reply(save(key, opened, policy, now, old), now, true, 'closed', 'open')
+end
+return reply(save(key, counted, policy, now, old), now, true)

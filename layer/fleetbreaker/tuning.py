@@ -1,0 +1,143 @@
+"""Live tuning and operator actions: what an operator stores with a breaker's record.
+
+Both travel with the record as JSON text (``Record.tuned``, ``Record.last_action``) so every
+store keeps them the same way and a state change carries them over. This module is the one
+place that knows which settings are tunable and how the text is read and checked.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import getpass
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from fleetbreaker.config import BreakerConfig
+from fleetbreaker.errors import ConfigError
+
+# The settings an operator may change on a running fleet, with their type; the CLI's options
+# are generated from it. Setting failure_rate_threshold switches a running fleet to the rate
+# policy (and --clear back to the count policy it was deployed with).
+TUNABLE: dict[str, type[int] | type[float]] = {
+    "failure_threshold": int,
+    "window_seconds": float,
+    "recovery_timeout": float,
+    "half_open_max_probes": int,
+    "half_open_successes": int,
+    "failure_rate_threshold": float,
+    "minimum_calls": int,
+    "slow_call_duration": float,
+    "slow_call_rate_threshold": float,
+    "min_containers": int,
+}
+
+# Bounded so a record stays small (DynamoDB items are at most 400 KB; Redis hashes stay cheap).
+MAX_REASON_CHARS = 500
+
+
+@dataclass(frozen=True)
+class Action:
+    """One operator action on a breaker: what was done, by whom, why, and when (epoch ms)."""
+
+    action: str
+    by: str
+    reason: str | None
+    at: int
+
+    def encode(self) -> str:
+        return json.dumps(dataclasses.asdict(self), sort_keys=True, separators=(",", ":"))
+
+    @classmethod
+    def decode(cls, text: str) -> Action | None:
+        """The action stored as ``text``; None for "" or text that is not an action."""
+        if not text:
+            return None
+        try:
+            raw = json.loads(text)
+        except ValueError:
+            return None
+        if not isinstance(raw, dict):
+            return None
+        action, by, reason, at = (raw.get(k) for k in ("action", "by", "reason", "at"))
+        if not isinstance(action, str) or not isinstance(by, str):
+            return None
+        if reason is not None and not isinstance(reason, str):
+            return None
+        if isinstance(at, bool) or not isinstance(at, int):
+            return None
+        return cls(action, by, reason, at)
+
+
+def local_user() -> str:
+    """The name of the user running this process ("unknown" when the system has none)."""
+    try:
+        return getpass.getuser()
+    except Exception:  # no login name, no USER/LOGNAME (some containers)
+        return "unknown"
+
+
+def check_reason(reason: str | None) -> str | None:
+    """An operator's reason, or ConfigError when it is too long or not text."""
+    if reason is None:
+        return None
+    if not isinstance(reason, str):
+        raise ConfigError(f"reason must be text, got {type(reason).__name__}")
+    if len(reason) > MAX_REASON_CHARS:
+        raise ConfigError(f"reason is {len(reason)} characters; the limit is {MAX_REASON_CHARS}")
+    return reason
+
+
+def decode_tuned(text: str) -> dict[str, Any]:
+    """The stored settings as a dict ({} for none).
+
+    Raises ConfigError when the text is not a JSON object.
+    """
+    if not text:
+        return {}
+    try:
+        raw = json.loads(text)
+    except ValueError:
+        raise ConfigError(f"tuned settings are not JSON: {text[:80]!r}") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"tuned settings are not a JSON object: {text[:80]!r}")
+    return raw
+
+
+def encode_tuned(values: Mapping[str, int | float]) -> str:
+    """The text stored for ``values`` ("" when there is nothing to store)."""
+    if not values:
+        return ""
+    return json.dumps(dict(sorted(values.items())), separators=(",", ":"))
+
+
+def _typed(name: str, value: object) -> int | float:
+    kind = TUNABLE.get(name)
+    if kind is None:
+        raise ConfigError(f"{name} is not tunable (tunable: {', '.join(TUNABLE)})")
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(f"{name} must be a number, got {value!r}")
+    if kind is int:
+        if isinstance(value, float) and not value.is_integer():
+            raise ConfigError(f"{name} must be a whole number, got {value!r}")
+        return int(value)
+    if not math.isfinite(value):
+        raise ConfigError(f"{name} must be a finite number, got {value!r}")
+    return float(value)
+
+
+def apply_tuning(config: BreakerConfig, values: Mapping[str, object]) -> BreakerConfig:
+    """``config`` with the tuned ``values``, checked by BreakerConfig's own rules.
+
+    Raises ConfigError naming the setting when a value is unknown, of the wrong type, or
+    breaks a rule (alone or together with the rest of ``config``).
+    """
+    typed: dict[str, Any] = {name: _typed(name, value) for name, value in values.items()}
+    return dataclasses.replace(config, **typed)
+
+
+def tuned_config(config: BreakerConfig, text: str) -> BreakerConfig:
+    """``config`` with the settings stored as ``text``; ConfigError when they cannot apply."""
+    return apply_tuning(config, decode_tuned(text))

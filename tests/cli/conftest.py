@@ -1,0 +1,123 @@
+"""Fixtures for the CLI tests: the real console script, run as a subprocess, against real stores.
+
+Every backend is a real server on loopback: moto's server and dynalite for DynamoDB, a
+redis-server for Redis. STS answers from moto's server (AWS_ENDPOINT_URL_STS), so the
+caller's identity the CLI records is a real GetCallerIdentity answer: moto's test user.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from devtools import servers
+from fleetbreaker import BreakerConfig, DynamoDBStore, RedisStore
+from fleetbreaker.breaker import system_clock
+from fleetbreaker.state import Policy
+
+CLI = Path(sys.executable).with_name("fleetbreaker")
+MOTO_ARN = "arn:aws:sts::123456789012:user/moto"  # what moto's GetCallerIdentity answers
+CLI_TIMEOUT_S = 60  # a hung CLI fails the test instead of hanging the suite
+
+
+@dataclass(frozen=True)
+class Result:
+    code: int
+    out: str
+    err: str
+
+    def json_lines(self) -> list[dict[str, Any]]:
+        import json
+
+        return [json.loads(line) for line in self.out.splitlines() if line.strip()]
+
+
+@dataclass
+class Backend:
+    """One store as the CLI reaches it (``options``) and as the test process reaches it."""
+
+    kind: str
+    options: list[str]
+    store: Any
+    env: dict[str, str] = field(default_factory=dict)
+
+    def run(self, *args: str, env: dict[str, str] | None = None) -> Result:
+        return run_cli([*self.options, *args], {**self.env, **(env or {})})
+
+
+def run_cli(args: Sequence[str], env: dict[str, str] | None = None) -> Result:
+    """Run the installed console script and collect its exit code and output."""
+    merged = {**os.environ, **(env or {})}
+    done = subprocess.run(
+        [str(CLI), *args],
+        capture_output=True,
+        text=True,
+        env=merged,
+        timeout=CLI_TIMEOUT_S,
+        check=False,
+    )
+    return Result(done.returncode, done.stdout, done.stderr)
+
+
+@pytest.fixture(scope="session")
+def sts_env(moto_server: str) -> dict[str, str]:
+    return {"AWS_ENDPOINT_URL_STS": moto_server}
+
+
+@pytest.fixture(params=["moto_server", "dynalite", "redis"])
+def backend(request: pytest.FixtureRequest, sts_env: dict[str, str]) -> Iterator[Backend]:
+    """Each store the CLI supports, holding only this test's breakers."""
+    kind = request.param
+    if kind == "redis":
+        # The server is shared by the session: tests use unique breaker names, and `list`
+        # may show other tests' breakers too.
+        url = request.getfixturevalue("redis_server")
+        store = RedisStore(url=url, socket_timeout=5.0)
+        yield Backend(kind, ["--redis-url", url], store, dict(sts_env))
+        store.close()
+        return
+    endpoint = request.getfixturevalue(f"{kind}_server" if kind == "dynalite" else kind)
+    # A table per test: `list` then sees this test's breakers only.
+    table = servers.make_table(endpoint)
+    store = DynamoDBStore(table, boto3_client=servers.dynamodb_client(endpoint))
+    yield Backend(kind, ["--table", table, "--endpoint-url", endpoint], store, dict(sts_env))
+
+
+@pytest.fixture
+def moto_server_backend(moto_server: str, sts_env: dict[str, str]) -> Backend:
+    table = servers.make_table(moto_server)
+    store = DynamoDBStore(table, boto3_client=servers.dynamodb_client(moto_server))
+    return Backend("moto_server", ["--table", table, "--endpoint-url", moto_server], store, sts_env)
+
+
+@pytest.fixture
+def name() -> str:
+    return f"cli-{uuid.uuid4().hex[:10]}"
+
+
+POLICY = Policy.from_config(BreakerConfig(failure_threshold=3))
+
+
+def fail(backend: Backend, name: str, times: int) -> None:
+    for _ in range(times):
+        now = system_clock()
+        backend.store.record_failure(name, POLICY, now, backend.store.load(name, now))
+
+
+def load(backend: Backend, name: str) -> Any:
+    return backend.store.load(name, system_clock())
+
+
+def one_line_error(result: Any) -> str:
+    lines = result.err.strip().splitlines()
+    assert len(lines) == 1, result.err
+    assert "Traceback" not in result.err
+    return lines[0]

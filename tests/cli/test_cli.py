@@ -1,0 +1,268 @@
+"""The `fleetbreaker` console script, run as a subprocess against moto's server, dynalite and
+redis-server: every command, the --json keys, the exit codes, and live tuning reaching a
+running breaker within cache_ttl.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from fleetbreaker import BreakerConfig, CircuitBreaker, State
+from fleetbreaker.breaker import system_clock
+from fleetbreaker.tuning import Action, decode_tuned
+from tests.cli.conftest import MOTO_ARN, POLICY, Backend, fail, load, one_line_error
+from tests.support import Dependency, FakeClock
+
+JSON_KEYS = {
+    "name",
+    "state",
+    "generation",
+    "failures",
+    "calls",
+    "slow_calls",
+    "containers",
+    "open_until",
+    "retry_after",
+    "tuned",
+    "last_action",
+    "last_change",
+    "error",
+}
+
+
+# -- list and status -------------------------------------------------------------------------
+
+
+def test_list_shows_every_breaker_with_its_state_and_failures(backend: Backend, name: str) -> None:
+    # GIVEN one breaker with a failure and one that tripped
+    fail(backend, f"{name}-a", 1)
+    fail(backend, f"{name}-b", POLICY.failure_threshold)
+
+    # WHEN the operator lists the breakers as JSON
+    result = backend.run("list", "--json")
+
+    # THEN both are there, one object per line, with their state and failures
+    assert result.code == 0, result.err
+    listed = {entry["name"]: entry for entry in result.json_lines()}
+    assert (listed[f"{name}-a"]["state"], listed[f"{name}-a"]["failures"]) == ("closed", 1)
+    assert listed[f"{name}-b"]["state"] == "open"
+    assert listed[f"{name}-b"]["open_until"].endswith("Z")
+
+
+def test_list_prints_aligned_columns(backend: Backend, name: str) -> None:
+    fail(backend, f"{name}-a", 1)
+    fail(backend, f"{name}-long-name", POLICY.failure_threshold)
+
+    result = backend.run("list")
+
+    assert result.code == 0, result.err
+    lines = result.out.splitlines()
+    assert lines[0].split() == [
+        "NAME",
+        "STATE",
+        "FAILURES",
+        "CALLS",
+        "OPEN",
+        "UNTIL",
+        "LAST",
+        "CHANGE",
+    ]
+    state_column = lines[0].index("STATE")
+    ours = [line for line in lines[1:] if line.startswith(name)]
+    assert len(ours) == 2
+    assert {line[state_column:].split()[0] for line in ours} == {"closed", "open"}
+    assert "\x1b[" not in result.out  # not a terminal: no colour
+
+
+def test_status_json_has_the_stable_keys(backend: Backend, name: str) -> None:
+    fail(backend, name, POLICY.failure_threshold)
+
+    result = backend.run("status", name, "--json")
+
+    assert result.code == 0, result.err
+    (status,) = result.json_lines()
+    assert set(status) == JSON_KEYS
+    assert status["state"] == "open"
+    assert status["generation"] == 1
+    assert 0 < status["retry_after"] <= POLICY.base_open_ms / 1000
+    # The count policy counts neither calls nor containers: unknown, not zero.
+    assert (status["calls"], status["slow_calls"], status["containers"]) == (None, None, None)
+    assert status["tuned"] == {}
+    assert status["last_action"] is None
+
+
+def test_status_of_an_unknown_breaker_exits_1(backend: Backend, name: str) -> None:
+    result = backend.run("status", name)
+
+    assert result.code == 1
+    assert f"breaker {name!r} not found" in one_line_error(result)
+
+
+def test_a_corrupt_record_is_listed_as_corrupt(backend: Backend, name: str) -> None:
+    # GIVEN a record this package did not write, next to a good one
+    if backend.kind == "redis":
+        backend.store.client.hset(backend.store.key(f"{name}-bad"), mapping={"state": "melted"})
+    else:
+        backend.store.client.put_item(
+            TableName=backend.store.table_name,
+            Item={"name": {"S": f"{name}-bad"}, "state": {"S": "melted"}},
+        )
+    fail(backend, f"{name}-good", 1)
+
+    # WHEN the operator lists the breakers
+    result = backend.run("list", "--json")
+
+    # THEN the walk goes on past the bad one, which says what is wrong with it
+    assert result.code == 0, result.err
+    listed = {entry["name"]: entry for entry in result.json_lines()}
+    assert listed[f"{name}-bad"]["state"] == "corrupt"
+    assert "state" in listed[f"{name}-bad"]["error"]
+    assert listed[f"{name}-good"]["state"] == "closed"
+
+
+# -- overrides -------------------------------------------------------------------------------
+
+
+def test_open_forces_the_breaker_open_and_records_who_why_and_when(
+    backend: Backend, name: str
+) -> None:
+    before = system_clock()
+
+    result = backend.run("open", name, "--reason", "provider incident 42", "--json")
+
+    assert result.code == 0, result.err
+    record = load(backend, name)
+    assert record.state is State.FORCED_OPEN
+    action = Action.decode(record.last_action)
+    assert action is not None
+    assert (action.action, action.by, action.reason) == (
+        "forced_open",
+        MOTO_ARN,
+        "provider incident 42",
+    )
+    assert before <= action.at <= system_clock()
+    (shown,) = result.json_lines()
+    assert shown["last_action"]["by"] == MOTO_ARN
+    assert shown["last_action"]["reason"] == "provider incident 42"
+
+
+def test_disable_lets_everything_through_until_reset(backend: Backend, name: str) -> None:
+    fail(backend, name, POLICY.failure_threshold)
+
+    disabled = backend.run("disable", name, "--reason", "load test")
+    reset = backend.run("reset", name, "--reason", "done", "--json")
+
+    assert (disabled.code, reset.code) == (0, 0), disabled.err + reset.err
+    (shown,) = reset.json_lines()
+    assert shown["state"] == "closed"
+    assert shown["last_action"]["action"] == "closed"
+    assert load(backend, name).state is State.CLOSED
+
+
+def test_reset_of_an_unknown_breaker_exits_1_and_writes_nothing(
+    backend: Backend, name: str
+) -> None:
+    result = backend.run("reset", name, "--reason", "typo")
+
+    assert result.code == 1
+    assert "not found" in one_line_error(result)
+    assert load(backend, name) is None
+
+
+def test_an_override_needs_a_reason(moto_server_backend: Backend, name: str) -> None:
+    result = moto_server_backend.run("open", name)
+
+    assert result.code == 2
+    assert "--reason" in one_line_error(result)
+
+
+# -- tuning ----------------------------------------------------------------------------------
+
+
+def test_a_tuned_threshold_reaches_a_running_breaker_within_cache_ttl(
+    backend: Backend, name: str
+) -> None:
+    # GIVEN a running breaker (threshold 5) that has read its record into its cache
+    clock = FakeClock(system_clock())
+    config = BreakerConfig(failure_threshold=5, cache_ttl=1.0)
+    breaker = CircuitBreaker(name, store=backend.store, config=config, clock=clock)
+    dep = Dependency()
+    assert breaker.call(dep) == "ok"
+
+    # WHEN an operator tunes the threshold to 2 and cache_ttl passes
+    result = backend.run("tune", name, "--failure-threshold", "2", "--reason", "fail faster")
+    assert result.code == 0, result.err
+    clock.advance(config.cache_ttl)
+
+    # THEN two failures open the breaker
+    dep.failing = True
+    for _ in range(2):
+        with pytest.raises(ConnectionError):
+            breaker.call(dep)
+    assert breaker.state is State.OPEN
+
+
+def test_tune_stores_the_settings_and_status_shows_them(backend: Backend, name: str) -> None:
+    result = backend.run(
+        "tune", name, "--recovery-timeout", "12.5", "--half-open-max-probes", "3", "--json"
+    )
+
+    assert result.code == 0, result.err
+    assert decode_tuned(load(backend, name).tuned) == {
+        "half_open_max_probes": 3,
+        "recovery_timeout": 12.5,
+    }
+    status = backend.run("status", name, "--json").json_lines()[0]
+    assert status["tuned"] == {"half_open_max_probes": 3, "recovery_timeout": 12.5}
+    assert status["last_action"]["action"] == "tune"
+
+
+@pytest.mark.parametrize(
+    ("options", "problem"),
+    [
+        (["--failure-threshold", "0"], "failure_threshold must be a positive integer"),
+        (["--failure-threshold", "2.5"], "must be a whole number"),
+        (["--half-open-max-probes", "17"], "half_open_max_probes must be at most 16"),
+        (["--recovery-timeout", "-1"], "recovery_timeout must be a positive number"),
+        (["--window-seconds", "nan"], "window_seconds must be a finite number"),
+        ([], "tune needs at least one of"),
+        (["--clear", "--failure-threshold", "3"], "settings or --clear, not both"),
+    ],
+)
+def test_a_bad_tuning_is_refused_with_exit_2_and_nothing_stored(
+    moto_server_backend: Backend, name: str, options: list[str], problem: str
+) -> None:
+    result = moto_server_backend.run("tune", name, *options)
+
+    assert result.code == 2
+    assert problem in one_line_error(result)
+    assert load(moto_server_backend, name) is None
+
+
+def test_tune_clear_removes_every_live_setting(backend: Backend, name: str) -> None:
+    backend.run("tune", name, "--failure-threshold", "2")
+
+    result = backend.run("tune", name, "--clear")
+
+    assert result.code == 0, result.err
+    assert load(backend, name).tuned == ""
+
+
+# -- watch -----------------------------------------------------------------------------------
+
+
+def test_watch_refreshes_the_status(backend: Backend, name: str) -> None:
+    fail(backend, name, 1)
+
+    result = backend.run("watch", name, "--json", "--count", "3", "--interval", "0.01")
+
+    assert result.code == 0, result.err
+    lines = result.json_lines()
+    assert [line["name"] for line in lines] == [name] * 3
+    assert all(set(line) == JSON_KEYS for line in lines)
+
+
+def test_watch_of_an_unknown_breaker_exits_1(moto_server_backend: Backend, name: str) -> None:
+    result = moto_server_backend.run("watch", name, "--count", "1")
+
+    assert result.code == 1

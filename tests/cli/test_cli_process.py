@@ -1,0 +1,298 @@
+"""The console script as a process: stores out of reach, --stack, identity, Ctrl-C, colour,
+usage errors, and `import fleetbreaker` staying free of the CLI.
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import os
+import pty
+import signal
+import subprocess
+import sys
+import uuid
+from typing import Any
+
+import boto3
+import pytest
+
+from devtools import servers
+from fleetbreaker import DynamoDBStore
+from fleetbreaker.breaker import system_clock
+from fleetbreaker.state import State
+from fleetbreaker.tuning import Action
+from tests.cli.conftest import (
+    CLI,
+    CLI_TIMEOUT_S,
+    POLICY,
+    Backend,
+    fail,
+    load,
+    one_line_error,
+    run_cli,
+)
+
+# -- exit 3: store unreachable ---------------------------------------------------------------
+
+
+def test_an_unreachable_dynamodb_exits_3_with_one_line(refused_port: int) -> None:
+    endpoint = f"http://127.0.0.1:{refused_port}"
+
+    result = run_cli(["--table", "CircuitBreakers", "--endpoint-url", endpoint, "list"])
+
+    assert result.code == 3
+    assert "unreachable" in one_line_error(result)
+
+
+def test_an_unreachable_redis_exits_3_with_one_line(refused_port: int) -> None:
+    result = run_cli(["--redis-url", f"redis://127.0.0.1:{refused_port}/0", "status", "x"])
+
+    assert result.code == 3
+    assert "Redis" in one_line_error(result)
+
+
+def test_a_missing_table_exits_3_naming_it(moto_server: str) -> None:
+    result = run_cli(["--table", "no-such-table", "--endpoint-url", moto_server, "list"])
+
+    assert result.code == 3
+    assert "'no-such-table' does not exist" in one_line_error(result)
+
+
+# -- exit 2: usage ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "problem"),
+    [
+        (["--table", "CircuitBreakers", "explode"], "invalid choice: 'explode'"),
+        (["--table", "CircuitBreakers", "status"], "required: name"),
+        (["--table", "CircuitBreakers", "status", "bad\x07name"], "control characters"),
+        (["--redis-url", "http://nowhere", "list"], "redis:// or rediss://"),
+        (["list"], "no store: pass --table, --redis-url or --stack"),
+    ],
+)
+def test_usage_errors_exit_2_with_one_line(args: list[str], problem: str) -> None:
+    env = {"CIRCUIT_BREAKER_TABLE": "", "CIRCUIT_BREAKER_REDIS_URL": ""}
+
+    result = run_cli(args, env)
+
+    assert result.code == 2
+    assert problem in one_line_error(result)
+
+
+def test_global_options_work_after_the_command(moto_server_backend: Backend, name: str) -> None:
+    fail(moto_server_backend, name, 1)
+
+    result = run_cli(["status", name, *moto_server_backend.options, "--json"])
+
+    assert result.code == 0, result.err
+    assert json.loads(result.out)["failures"] == 1
+
+
+def test_python_m_fleetbreaker_is_the_same_command(moto_server_backend: Backend, name: str) -> None:
+    fail(moto_server_backend, name, 1)
+
+    done = subprocess.run(
+        [sys.executable, "-m", "fleetbreaker", *moto_server_backend.options, "status", name],
+        capture_output=True,
+        text=True,
+        timeout=CLI_TIMEOUT_S,
+        check=False,
+    )
+
+    assert done.returncode == 0, done.stderr
+    assert f"name         {name}" in done.stdout
+
+
+def test_importing_the_package_does_not_load_the_cli() -> None:
+    code = "import sys, fleetbreaker; print('fleetbreaker.cli' in sys.modules)"
+
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+
+    assert done.stdout.strip() == "False"
+
+
+# -- --stack ---------------------------------------------------------------------------------
+
+
+def _stack_with_table(moto_server: str, table: str, cache_endpoint: str | None = None) -> str:
+    stack = f"fleetbreaker-cli-{uuid.uuid4().hex[:8]}"
+    template: dict[str, Any] = {
+        "Resources": {
+            "Table": {
+                "Type": "AWS::DynamoDB::Table",
+                "Properties": {
+                    "TableName": table,
+                    "AttributeDefinitions": [{"AttributeName": "name", "AttributeType": "S"}],
+                    "KeySchema": [{"AttributeName": "name", "KeyType": "HASH"}],
+                    "BillingMode": "PAY_PER_REQUEST",
+                },
+            }
+        },
+        # The output name template.yaml gives the table.
+        "Outputs": {"CircuitBreakersTableName": {"Value": {"Ref": "Table"}}},
+    }
+    if cache_endpoint is not None:
+        template["Outputs"]["BreakerCacheEndpoint"] = {"Value": cache_endpoint}
+    client = boto3.client("cloudformation", endpoint_url=moto_server)
+    client.create_stack(StackName=stack, TemplateBody=json.dumps(template))
+    return stack
+
+
+def test_stack_names_the_table_through_its_outputs(moto_server: str, name: str) -> None:
+    # GIVEN a stack whose CircuitBreakersTableName output names a table holding a breaker
+    table = f"fleetbreaker-stack-{uuid.uuid4().hex[:8]}"
+    stack = _stack_with_table(moto_server, table)
+    store = DynamoDBStore(table, boto3_client=servers.dynamodb_client(moto_server))
+    fail(Backend("moto_server", [], store), name, 1)
+
+    # WHEN the operator names the stack instead of the table
+    env = {"AWS_ENDPOINT_URL_CLOUDFORMATION": moto_server, "AWS_ENDPOINT_URL_DYNAMODB": moto_server}
+    result = run_cli(["--stack", stack, "status", name, "--json"], env)
+
+    # THEN the CLI finds the breaker in that table
+    assert result.code == 0, result.err
+    assert json.loads(result.out)["failures"] == 1
+
+
+def test_a_stack_with_a_cache_sends_the_cli_to_redis_over_tls(
+    moto_server: str, refused_port: int
+) -> None:
+    # GIVEN a stack whose BreakerCacheEndpoint output names an address nothing listens on
+    table = f"fleetbreaker-stack-{uuid.uuid4().hex[:8]}"
+    stack = _stack_with_table(moto_server, table, cache_endpoint=f"127.0.0.1:{refused_port}")
+
+    # WHEN the operator names the stack
+    env = {"AWS_ENDPOINT_URL_CLOUDFORMATION": moto_server, "AWS_ENDPOINT_URL_DYNAMODB": moto_server}
+    result = run_cli(["--stack", stack, "list"], env)
+
+    # THEN the CLI went to the cache (as the functions do), not the table, and says so
+    assert result.code == 3
+    assert "Redis" in one_line_error(result)
+
+
+def test_an_unknown_stack_exits_2(moto_server: str) -> None:
+    env = {"AWS_ENDPOINT_URL_CLOUDFORMATION": moto_server}
+
+    result = run_cli(["--stack", "no-such-stack", "list"], env)
+
+    assert result.code == 2
+    assert "stack 'no-such-stack' not found" in one_line_error(result)
+
+
+# -- identity --------------------------------------------------------------------------------
+
+
+def test_without_sts_a_local_dynamodb_records_the_local_user(moto_server: str, name: str) -> None:
+    # GIVEN a local DynamoDB and no STS endpoint: there is no AWS identity to ask for
+    table = servers.make_table(moto_server)
+
+    # WHEN an operator forces a breaker open
+    result = run_cli(
+        ["--table", table, "--endpoint-url", moto_server, "open", name, "--reason", "drill"]
+    )
+
+    # THEN the action names the local user
+    assert result.code == 0, result.err
+    store = DynamoDBStore(table, boto3_client=servers.dynamodb_client(moto_server))
+    record = store.load(name, system_clock())
+    assert record is not None
+    action = Action.decode(record.last_action)
+    assert action is not None
+    assert action.by == getpass.getuser()
+
+
+def test_an_sts_that_does_not_answer_falls_back_to_the_local_user(
+    moto_server_backend: Backend, name: str, refused_port: int
+) -> None:
+    env = {"AWS_ENDPOINT_URL_STS": f"http://127.0.0.1:{refused_port}"}
+
+    result = moto_server_backend.run("disable", name, "--reason", "drill", env=env)
+
+    assert result.code == 0, result.err
+    action = Action.decode(load(moto_server_backend, name).last_action)
+    assert action is not None
+    assert action.by == getpass.getuser()
+
+
+# -- watch and Ctrl-C ------------------------------------------------------------------------
+
+
+def test_watch_ends_cleanly_on_ctrl_c(moto_server_backend: Backend, name: str) -> None:
+    # GIVEN a watch running with no bound
+    fail(moto_server_backend, name, 1)
+    process = subprocess.Popen(
+        [str(CLI), *moto_server_backend.options, "watch", name, "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **moto_server_backend.env},
+    )
+    try:
+        assert process.stdout is not None
+        first = process.stdout.readline()  # it has shown the status once
+
+        # WHEN the operator presses Ctrl-C
+        process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=CLI_TIMEOUT_S)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+    # THEN it stops with exit 0 and no traceback
+    assert json.loads(first)["name"] == name
+    assert process.returncode == 0
+    assert "Traceback" not in err
+
+
+# -- colour ----------------------------------------------------------------------------------
+
+
+def _run_in_terminal(args: list[str], env: dict[str, str]) -> str:
+    """Run the CLI with stdout on a pseudo-terminal; return what it wrote there."""
+    leader, follower = pty.openpty()
+    try:
+        done = subprocess.run(
+            [str(CLI), *args],
+            stdout=follower,
+            stderr=subprocess.PIPE,
+            env={**os.environ, **env},
+            timeout=CLI_TIMEOUT_S,
+            check=False,
+        )
+        os.close(follower)
+        follower = -1
+        chunks = []
+        while True:
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:  # EIO: the terminal's other side is closed and drained
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+    finally:
+        if follower >= 0:
+            os.close(follower)
+        os.close(leader)
+    assert done.returncode == 0, done.stderr
+    return b"".join(chunks).decode()
+
+
+def test_the_state_is_coloured_on_a_terminal(moto_server_backend: Backend, name: str) -> None:
+    fail(moto_server_backend, name, POLICY.failure_threshold)
+
+    shown = _run_in_terminal([*moto_server_backend.options, "status", name], {"NO_COLOR": ""})
+
+    assert f"\x1b[31m{State.OPEN.value}\x1b[0m" in shown
+
+
+def test_no_color_turns_colour_off_on_a_terminal(moto_server_backend: Backend, name: str) -> None:
+    fail(moto_server_backend, name, POLICY.failure_threshold)
+
+    shown = _run_in_terminal([*moto_server_backend.options, "status", name], {"NO_COLOR": "1"})
+
+    assert "\x1b[" not in shown
+    assert "open" in shown

@@ -1,0 +1,146 @@
+"""The operators' part of the store contract: listing, live tuning, recorded actions.
+
+Every store (memory, moto, moto server, dynalite, redis) must agree; times are explicit.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from devtools import servers
+from fleetbreaker import DynamoDBStore
+from fleetbreaker.state import State
+from fleetbreaker.tuning import Action, decode_tuned
+from tests.contract.test_store_contract import POLICY, T0, fail_n, open_breaker
+
+
+@pytest.fixture
+def store(admin_store: Any) -> Any:
+    """Operators reach the shared store itself, never a breaker's FallbackStore."""
+    return admin_store
+
+
+ACTION = Action("forced_open", "arn:aws:sts::123456789012:assumed-role/ops/alice", "incident", T0)
+TUNED = '{"failure_threshold":2}'
+
+
+def test_listing_names_every_live_breaker_with_its_record(store: Any, name: str) -> None:
+    # GIVEN two breakers, one closed with a failure and one open
+    fail_n(store, f"{name}-a", 1)
+    opened = open_breaker(store, f"{name}-b")
+
+    # WHEN the store lists its breakers
+    listed = {entry.name: entry for entry in store.list_records(T0)}
+
+    # THEN both are there with their records
+    assert listed[f"{name}-a"].record.failures == 1
+    assert listed[f"{name}-b"].record == opened
+    assert listed[f"{name}-b"].error is None
+
+
+def test_listing_leaves_out_expired_records(store: Any, name: str) -> None:
+    fail_n(store, name, 1)
+
+    later = T0 + (POLICY.ttl_s + 1) * 1000
+    listed = {entry.name for entry in store.list_records(later)}
+
+    assert name not in listed
+
+
+def test_tuning_a_breaker_without_a_record_creates_a_closed_one_carrying_it(
+    store: Any, name: str
+) -> None:
+    record = store.tune(name, POLICY, T0, TUNED, None)
+
+    assert record.state is State.CLOSED
+    assert decode_tuned(store.load(name, T0).tuned) == {"failure_threshold": 2}
+
+
+def test_tuning_leaves_the_state_and_generation_alone(store: Any, name: str) -> None:
+    opened = open_breaker(store, name)
+
+    store.tune(name, POLICY, T0 + 1, TUNED, None)
+
+    after = store.load(name, T0 + 1)
+    assert (after.state, after.gen, after.open_until) == (State.OPEN, opened.gen, opened.open_until)
+    assert after.tuned == TUNED
+
+
+def test_tuned_settings_survive_a_trip_and_a_reset(store: Any, name: str) -> None:
+    # GIVEN a tuned breaker
+    store.tune(name, POLICY, T0, TUNED, None)
+
+    # WHEN it trips, and an operator resets it
+    open_breaker(store, name)
+    reset = store.force_state(name, POLICY, T0 + 1, State.CLOSED)
+
+    # THEN the settings are still stored with it
+    assert reset.record.tuned == TUNED
+    assert store.load(name, T0 + 1).tuned == TUNED
+
+
+def test_clearing_the_tuning_removes_it(store: Any, name: str) -> None:
+    store.tune(name, POLICY, T0, TUNED, None)
+
+    store.tune(name, POLICY, T0 + 1, "", None)
+
+    assert store.load(name, T0 + 1).tuned == ""
+
+
+def test_a_forced_state_records_the_operator_action(store: Any, name: str) -> None:
+    outcome = store.force_state(name, POLICY, T0, State.FORCED_OPEN, action=ACTION)
+
+    assert Action.decode(outcome.record.last_action) == ACTION
+    assert Action.decode(store.load(name, T0).last_action) == ACTION
+
+
+def test_the_last_action_survives_later_transitions(store: Any, name: str) -> None:
+    # GIVEN an operator reset recorded on the breaker
+    reset = Action("closed", "alice", "recovered", T0)
+    store.force_state(name, POLICY, T0, State.CLOSED, action=reset)
+
+    # WHEN the fleet trips it on its own
+    opened = open_breaker(store, name, now=T0 + 1)
+
+    # THEN the last operator action is still the reset
+    assert Action.decode(opened.last_action) == reset
+
+
+def test_a_force_without_an_action_keeps_the_previous_one(store: Any, name: str) -> None:
+    store.force_state(name, POLICY, T0, State.FORCED_OPEN, action=ACTION)
+
+    outcome = store.force_state(name, POLICY, T0 + 1, State.CLOSED)
+
+    assert Action.decode(outcome.record.last_action) == ACTION
+
+
+def test_names_with_braces_and_percent_signs_list_as_themselves(store: Any, name: str) -> None:
+    # Redis escapes these in its keys; the listing must give the names back unchanged.
+    odd = [f"{name}-{{x}}", f"{name}-%7B", f"{name}-%25}}"]
+    for breaker in odd:
+        fail_n(store, breaker, 1)
+
+    listed = {entry.name for entry in store.list_records(T0)}
+
+    assert set(odd) <= listed
+
+
+@pytest.mark.parametrize("backend", ["moto_server", "dynalite"])
+def test_a_dynamodb_listing_follows_every_scan_page(
+    request: pytest.FixtureRequest, backend: str, name: str
+) -> None:
+    # GIVEN five breakers in a table of their own, scanned two items per page
+    endpoint = request.getfixturevalue(f"{backend}_server" if backend == "dynalite" else backend)
+    table = servers.make_table(endpoint)
+    store = DynamoDBStore(table, boto3_client=servers.dynamodb_client(endpoint))
+    names = {f"{name}-{i}" for i in range(5)}
+    for breaker in names:
+        fail_n(store, breaker, 1)
+
+    # WHEN the store lists them
+    listed = {entry.name for entry in store.list_records(T0, page_size=2)}
+
+    # THEN every page was read
+    assert listed == names

@@ -1,0 +1,204 @@
+"""The rate policy's store operation, `report`, on every store: the same tests, the same answers.
+
+Times are explicit epoch milliseconds; nothing here sleeps.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from fleetbreaker import BreakerConfig
+from fleetbreaker.state import Policy, Record, Report, State, window_counts
+
+T0 = 1_700_000_000_000
+RATE = Policy.from_config(
+    BreakerConfig(
+        failure_rate_threshold=0.5,
+        minimum_calls=10,
+        window_seconds=10,
+        recovery_timeout=5,
+        record_ttl_seconds=3_600,
+        max_recovery_timeout=60,
+    )
+)
+QUORUM = Policy.from_config(
+    BreakerConfig(
+        failure_rate_threshold=0.5,
+        minimum_calls=10,
+        min_containers=3,
+        window_seconds=10,
+        recovery_timeout=5,
+        record_ttl_seconds=3_600,
+        max_recovery_timeout=60,
+    )
+)
+
+
+def send(store: Any, name: str, report: Report, now: int = T0, policy: Policy = RATE) -> Any:
+    return store.report(name, policy, now, report, store.load(name, now))
+
+
+def test_a_first_report_creates_the_window(store: Any, name: str) -> None:
+    outcome = send(store, name, Report("a", calls=5, failures=1, slow=2))
+
+    record = store.load(name, T0)
+    assert outcome.changed
+    assert outcome.record == record
+    counts = window_counts(record, RATE, T0)
+    assert (counts.calls, counts.failures, counts.slow, counts.reports) == (5, 1, 2, 1)
+
+
+def test_reports_in_one_bucket_add_up(store: Any, name: str) -> None:
+    for container in "abc":
+        send(store, name, Report(container, calls=3, failures=1))
+
+    counts = window_counts(store.load(name, T0), RATE, T0)
+    assert (counts.calls, counts.failures, counts.reports) == (9, 3, 3)
+
+
+def test_a_later_bucket_keeps_the_earlier_ones_in_the_window(store: Any, name: str) -> None:
+    send(store, name, Report("a", calls=3))
+    send(store, name, Report("a", calls=4), now=T0 + RATE.bucket_ms)
+
+    assert (
+        window_counts(store.load(name, T0 + RATE.bucket_ms), RATE, T0 + RATE.bucket_ms).calls == 7
+    )
+
+
+def test_a_slot_reused_a_window_later_starts_from_zero(store: Any, name: str) -> None:
+    send(store, name, Report("a", calls=6, failures=4))
+    later = T0 + RATE.window_ms
+
+    send(store, name, Report("a", calls=2), now=later)
+
+    record = store.load(name, later)
+    assert record.state is State.CLOSED
+    assert window_counts(record, RATE, later).calls == 2
+
+
+def test_reaching_the_rate_trips_once_and_clears_the_window(store: Any, name: str) -> None:
+    first = send(store, name, Report("a", calls=6, failures=1))
+    second = send(store, name, Report("b", calls=4, failures=4))
+
+    assert first.transition is None
+    assert second.transition == (State.CLOSED, State.OPEN)
+    opened = store.load(name, T0)
+    assert (opened.state, opened.gen, opened.open_until) == (State.OPEN, 1, T0 + RATE.base_open_ms)
+    assert opened.buckets == {}
+
+
+def test_a_report_while_open_is_dropped(store: Any, name: str) -> None:
+    send(store, name, Report("a", calls=10, failures=10))
+    opened = store.load(name, T0)
+
+    outcome = send(store, name, Report("a", calls=10, failures=10), now=T0 + 1)
+
+    assert not outcome.changed
+    assert store.load(name, T0 + 1) == opened
+
+
+def test_a_stale_observed_record_does_not_lose_counts(store: Any, name: str) -> None:
+    send(store, name, Report("a", calls=2))
+
+    store.report(name, RATE, T0, Report("b", calls=3), None)  # b never loaded
+
+    assert window_counts(store.load(name, T0), RATE, T0).calls == 5
+
+
+def test_quorum_counts_distinct_containers_and_trips_at_the_third(store: Any, name: str) -> None:
+    for i in range(4):
+        send(store, name, Report("sick", calls=10, failures=10), now=T0 + i, policy=QUORUM)
+    send(store, name, Report("b", calls=1, failures=1), now=T0 + 5, policy=QUORUM)
+    assert store.load(name, T0 + 5).state is State.CLOSED
+
+    third = send(store, name, Report("c", calls=1, failures=1), now=T0 + 6, policy=QUORUM)
+
+    assert third.transition == (State.CLOSED, State.OPEN)
+
+
+def test_quorum_map_keeps_the_newest_min_containers(store: Any, name: str) -> None:
+    # GIVEN a 1.5 s window: "a" has left it when "c" reports, "b" has not
+    policy = Policy.from_config(
+        BreakerConfig(
+            min_containers=2, failure_threshold=100, window_seconds=1.5, record_ttl_seconds=3_600
+        )
+    )
+    for i, container in enumerate("abc"):
+        send(store, name, Report(container, calls=1, failures=1), now=T0 + i * 1_000, policy=policy)
+
+    record = store.load(name, T0 + 2_000)
+    assert dict(record.failing) == {"b": T0 + 1_000, "c": T0 + 2_000}
+
+
+def test_a_report_replaces_a_record_past_its_ttl(store: Any, name: str) -> None:
+    send(store, name, Report("a", calls=9, failures=9))
+    later = T0 + RATE.ttl_s * 1000
+
+    send(store, name, Report("a", calls=1), now=later)
+
+    assert window_counts(store.load(name, later), RATE, later).calls == 1
+
+
+def test_racing_reports_all_count_and_trip_exactly_once(atomic_store: Any, name: str) -> None:
+    store = atomic_store
+    results: list[Any] = []
+    lock = threading.Lock()
+    policy = Policy.from_config(
+        BreakerConfig(
+            failure_rate_threshold=0.5,
+            minimum_calls=40,
+            min_containers=2,
+            record_ttl_seconds=3_600,
+            recovery_timeout=5,
+            max_recovery_timeout=60,
+        )
+    )
+
+    def container(number: int) -> None:
+        for _ in range(4):
+            outcome = store.report(
+                name, policy, T0, Report(f"c{number}", calls=2, failures=1), store.load(name, T0)
+            )
+            with lock:
+                results.append(outcome)
+
+    threads = [threading.Thread(target=container, args=(n,)) for n in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    trips = [o for o in results if o.transition == (State.CLOSED, State.OPEN)]
+    assert len(trips) == 1
+    assert store.load(name, T0).gen == 1
+
+
+def test_racing_reports_below_the_rate_lose_no_count(atomic_store: Any, name: str) -> None:
+    store = atomic_store
+
+    def container(number: int) -> None:
+        for _ in range(5):
+            store.report(name, RATE, T0, Report(f"c{number}", calls=3), store.load(name, T0))
+
+    threads = [threading.Thread(target=container, args=(n,)) for n in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    counts = window_counts(store.load(name, T0), RATE, T0)
+    assert (counts.calls, counts.reports) == (120, 40)
+
+
+def test_count_policy_operations_clear_a_rate_window(shared_store: Any, name: str) -> None:
+    store = shared_store  # operator overrides are never answered by a degraded store
+    send(store, name, Report("a", calls=4, failures=1))
+    from fleetbreaker.state import State as S
+
+    store.force_state(name, RATE, T0 + 1, S.FORCED_OPEN)
+    store.force_state(name, RATE, T0 + 2, S.CLOSED)
+
+    record: Record = store.load(name, T0 + 2)
+    assert record.buckets == {}
+    assert dict(record.failing) == {}

@@ -1,0 +1,236 @@
+"""FallbackStore's degraded mode on its own: back-off, local twin, recovery, events.
+
+The fake clock drives the back-off; the shared store is a MemoryStore that can be switched
+off (and, for one test, one whose failures take fake time).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+
+from fleetbreaker import BreakerConfig, StoreError
+from fleetbreaker.errors import CorruptRecordError
+from fleetbreaker.state import Policy, State
+from fleetbreaker.stores.fallback import FallbackStore
+from tests.support import FakeClock, FlakyStore
+
+POLICY = Policy.from_config(BreakerConfig(failure_threshold=2, recovery_timeout=10))
+NAME = "payment-api"
+BACKOFF_S = 5.0
+
+
+class Events:
+    """Collects what the wrapper emits, as (hook, args) pairs."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, tuple[Any, ...]]] = []
+
+    def __call__(self, hook: str, *args: Any) -> None:
+        self.seen.append((hook, args))
+
+    def hooks(self, *wanted: str) -> list[str]:
+        return [hook for hook, _ in self.seen if hook in wanted]
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def shared() -> FlakyStore:
+    return FlakyStore()
+
+
+@pytest.fixture
+def events() -> Events:
+    return Events()
+
+
+@pytest.fixture
+def store(shared: FlakyStore, clock: FakeClock, events: Events) -> FallbackStore:
+    return FallbackStore(shared, clock=clock, backoff_seconds=BACKOFF_S, emit=events)
+
+
+def trip(store: FallbackStore, clock: FakeClock) -> None:
+    for _ in range(POLICY.failure_threshold):
+        store.record_failure(NAME, POLICY, clock(), store.load(NAME, clock()))
+
+
+def test_a_healthy_shared_store_answers_everything(store: FallbackStore, clock: FakeClock) -> None:
+    trip(store, clock)
+
+    assert store.load(NAME, clock()).state is State.OPEN
+    assert store.shared.load(NAME, clock()).state is State.OPEN
+    assert not store.degraded
+
+
+def test_the_backoff_starts_when_the_failure_was_seen(clock: FakeClock, events: Events) -> None:
+    # GIVEN a shared store whose failure takes 25 s to surface (an SDK retrying a refused
+    # connection), and a 5 s back-off
+    class SlowToFail(FlakyStore):
+        def load(self, name: str, now_ms: int) -> Any:
+            clock.advance(25)
+            return super().load(name, now_ms)
+
+    shared = SlowToFail()
+    shared.down = True
+    store = FallbackStore(shared, clock=clock, backoff_seconds=BACKOFF_S, emit=events)
+
+    # WHEN a read fails, and more reads come right after it returned
+    store.load(NAME, clock())
+    for _ in range(10):
+        store.load(NAME, clock())
+    clock.advance(BACKOFF_S - 0.001)
+    store.load(NAME, clock())
+
+    # THEN the store is not asked again inside the back-off that began at the failure
+    assert shared.calls == 1
+    clock.advance(0.001)
+    store.load(NAME, clock())
+    assert shared.calls == 2
+
+
+def test_the_local_twin_starts_from_the_last_record_seen(
+    store: FallbackStore, shared: FlakyStore, clock: FakeClock
+) -> None:
+    trip(store, clock)
+    shared.down = True
+
+    seen = store.load(NAME, clock())
+    claim = store.claim_probe(NAME, POLICY, clock(), "n", seen)
+
+    assert store.degraded
+    assert seen is not None
+    assert seen.state is State.OPEN
+    assert claim.token is None  # still inside the open window: the local twin rejects too
+
+
+def test_recovery_drops_local_state_and_is_reported_once(
+    store: FallbackStore, shared: FlakyStore, clock: FakeClock, events: Events
+) -> None:
+    shared.down = True
+    trip(store, clock)  # counted locally only
+    assert store.load(NAME, clock()).state is State.OPEN
+    shared.down = False
+    clock.advance(BACKOFF_S)
+
+    record = store.load(NAME, clock())
+
+    assert record is None  # the fleet's record: nothing was ever written there
+    assert not store.degraded
+    assert events.hooks("on_degraded", "on_recovered") == ["on_degraded", "on_recovered"]
+    assert store.local.load(NAME, clock()) is None
+
+
+def test_every_failure_is_counted_and_reported_but_degrades_once(
+    store: FallbackStore, shared: FlakyStore, clock: FakeClock, events: Events
+) -> None:
+    shared.down = True
+
+    for _ in range(3):
+        store.load(NAME, clock())
+        clock.advance(BACKOFF_S)
+
+    assert store.fallback_stats.store_errors == 3
+    assert store.fallback_stats.degradations == 1
+    assert events.hooks("on_store_error", "on_degraded") == [
+        "on_store_error",
+        "on_degraded",
+        "on_store_error",
+        "on_store_error",
+    ]
+
+
+def test_operator_overrides_are_never_answered_locally(
+    store: FallbackStore, shared: FlakyStore, clock: FakeClock
+) -> None:
+    shared.down = True
+    store.load(NAME, clock())
+
+    with pytest.raises(StoreError, match="store is down"):
+        store.force_state(NAME, POLICY, clock(), State.FORCED_OPEN)
+    assert store.local.load(NAME, clock()) is None
+
+
+def test_a_corrupt_record_reads_as_closed_without_degrading(
+    shared: FlakyStore, clock: FakeClock, events: Events
+) -> None:
+    class Corrupt(FlakyStore):
+        def load(self, name: str, now_ms: int) -> Any:
+            raise CorruptRecordError("gen is not a number")
+
+    store = FallbackStore(Corrupt(), clock=clock, emit=events)
+
+    assert store.load(NAME, clock()) is None
+    assert not store.degraded
+    assert store.fallback_stats.corrupt_records == 1
+    assert ("on_corrupt_record", (NAME, "gen is not a number")) in events.seen
+
+
+def test_shared_answers_reach_the_answer_hook_and_local_ones_do_not(
+    shared: FlakyStore, clock: FakeClock
+) -> None:
+    answers: list[Any] = []
+    store = FallbackStore(
+        shared, clock=clock, on_answer=lambda name, record, now: answers.append(record)
+    )
+    trip(store, clock)
+    shared.down = True
+    clock.advance(1)
+
+    store.load(NAME, clock())
+
+    assert [record.state if record else None for record in answers] == [
+        None,
+        State.CLOSED,
+        State.CLOSED,
+        State.OPEN,
+    ]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"backoff_seconds": -1}, "backoff_seconds must be >= 0"),
+        ({"backoff_seconds": "5"}, "backoff_seconds must be a number"),
+        ({"deadline_seconds": 0}, "deadline_seconds must be a positive number or None"),
+        ({"deadline_seconds": float("inf")}, "deadline_seconds must be a positive number"),
+        ({"deadline_seconds": True}, "deadline_seconds must be a positive number"),
+    ],
+)
+def test_bad_settings_are_refused_by_name(kwargs: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        FallbackStore(FlakyStore(), **kwargs)
+
+
+def test_a_stores_one_off_setup_runs_once_on_the_callers_thread(clock: FakeClock) -> None:
+    # GIVEN a store with a prepare() step (DynamoDBStore builds its boto3 client there)
+    class Prepared(FlakyStore):
+        def __init__(self) -> None:
+            super().__init__()
+            self.prepared_on: list[int] = []
+            self.loaded_on: list[int] = []
+
+        def prepare(self) -> None:
+            self.prepared_on.append(threading.get_ident())
+
+        def load(self, name: str, now_ms: int) -> Any:
+            self.loaded_on.append(threading.get_ident())
+            return super().load(name, now_ms)
+
+    shared = Prepared()
+    store = FallbackStore(shared, clock=clock)
+
+    # WHEN two operations run
+    store.load(NAME, clock())
+    store.load(NAME, clock())
+
+    # THEN the setup ran once, before them, on the caller's thread (outside the deadline),
+    # and the operations on the deadline's worker
+    assert shared.prepared_on == [threading.get_ident()]
+    assert len(shared.loaded_on) == 2
+    assert threading.get_ident() not in shared.loaded_on

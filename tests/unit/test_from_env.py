@@ -1,0 +1,58 @@
+"""Store and deadline settings from the environment: one reading for every function."""
+
+from __future__ import annotations
+
+import pytest
+
+from fleetbreaker import BreakerConfig, ConfigError, DynamoDBStore, RedisStore
+from fleetbreaker.stores import from_env
+
+TABLE = {"CIRCUIT_BREAKER_TABLE": "CircuitBreakers"}
+REDIS = {"CIRCUIT_BREAKER_REDIS_URL": "rediss://cache.example.com:6379"}
+
+
+def test_a_table_name_gives_a_dynamodb_store() -> None:
+    store = from_env(TABLE, endpoint_url="http://127.0.0.1:1")
+
+    assert isinstance(store, DynamoDBStore)
+    assert store.table_name == "CircuitBreakers"
+
+
+def test_a_redis_url_wins_over_the_table() -> None:
+    store = from_env({**TABLE, **REDIS})
+
+    assert isinstance(store, RedisStore)
+    store.close()
+
+
+@pytest.mark.parametrize("url", ["http://cache:6379", "cache:6379", "unix:///tmp/redis.sock"])
+def test_a_redis_url_of_another_scheme_is_refused_by_name(url: str) -> None:
+    with pytest.raises(ConfigError, match="CIRCUIT_BREAKER_REDIS_URL must be a redis://"):
+        from_env({**TABLE, "CIRCUIT_BREAKER_REDIS_URL": url})
+
+
+@pytest.mark.parametrize("env", [{}, {"CIRCUIT_BREAKER_TABLE": "  "}])
+def test_no_store_named_is_an_error_naming_both_variables(env: dict[str, str]) -> None:
+    with pytest.raises(ConfigError, match=r"CIRCUIT_BREAKER_TABLE.*CIRCUIT_BREAKER_REDIS_URL"):
+        from_env(env)
+
+
+def test_the_store_deadline_defaults_to_one_second() -> None:
+    assert BreakerConfig().store_deadline_seconds == 1.0
+
+
+def test_the_store_deadline_is_read_from_the_environment() -> None:
+    config = BreakerConfig.from_env({"BREAKER_STORE_DEADLINE_SECONDS": "0.5"})
+
+    assert config.store_deadline_seconds == 0.5
+
+
+@pytest.mark.parametrize("value", [0, -1, float("nan"), float("inf"), "1", True])
+def test_a_bad_store_deadline_is_refused_by_name(value: object) -> None:
+    with pytest.raises(ConfigError, match="store_deadline_seconds must be a positive number"):
+        BreakerConfig(store_deadline_seconds=value)  # type: ignore[arg-type]
+
+
+def test_a_bad_store_deadline_variable_is_refused_by_name() -> None:
+    with pytest.raises(ConfigError, match="BREAKER_STORE_DEADLINE_SECONDS"):
+        BreakerConfig.from_env({"BREAKER_STORE_DEADLINE_SECONDS": "0"})

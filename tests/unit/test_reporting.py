@@ -1,0 +1,132 @@
+"""The report control: when a container reports, and how far it stretches its interval."""
+
+from __future__ import annotations
+
+import math
+
+from fleetbreaker import BreakerConfig, CircuitBreaker
+from fleetbreaker.reporting import (
+    TARGET_REPORTS_PER_S,
+    CallTally,
+    next_interval_ms,
+    wants_urgent_report,
+)
+from fleetbreaker.state import WINDOW_BUCKETS, Bucket, Policy, Record, WindowCounts, bucket_index
+from fleetbreaker.stores.memory import MemoryStore
+from tests.support import Dependency, FakeClock
+
+RATE = Policy.from_config(
+    BreakerConfig(failure_rate_threshold=0.5, minimum_calls=20, window_seconds=10)
+)
+
+
+def _counts_at(reports_per_s: float) -> WindowCounts:
+    return WindowCounts(calls=100_000, reports=round(reports_per_s * RATE.window_ms / 1000))
+
+
+def test_refresh_carries_the_counts_while_the_interval_is_the_base() -> None:
+    # GIVEN a tally with counts, at its base interval, THEN a cache refresh reports them
+    tally = CallTally(RATE, 1000)
+    next(tally.good)
+    assert not tally.stretched
+    assert tally.pending_calls() == 1
+
+
+def test_refresh_is_a_read_while_the_interval_is_stretched() -> None:
+    # GIVEN a tally whose last report stretched its interval to 5 s
+    tally = CallTally(RATE, 1000)
+    tally.take("c1", 0, 5000)
+    next(tally.good)
+    # THEN a cache refresh does not write them early, but they are still due at the interval
+    assert tally.stretched
+    assert tally.due_ms > 100
+    assert tally.pending_calls() == 1
+
+
+def test_stretched_interval_is_jittered_around_the_interval() -> None:
+    # GIVEN stretched reports, THEN each next report is due within ±25 % of the interval
+    tally = CallTally(RATE, 1000)
+    gaps = set()
+    for _ in range(50):
+        tally.take("c1", 0, 4000)
+        gaps.add(tally.due_ms)
+    assert min(gaps) >= 3000
+    assert max(gaps) <= 5000
+    assert len(gaps) > 10
+
+
+def test_fleet_of_any_size_settles_at_the_target_write_rate() -> None:
+    # GIVEN C containers all updating their interval from the rate it produces
+    for containers in (1_000, 5_000):
+        interval = 1000
+        for _ in range(60):
+            rate = containers * 1000 / interval
+            interval = next_interval_ms(interval, 1000, _counts_at(rate), RATE)
+        # THEN the record's write rate ends near TARGET (or at the window cap's C / window)
+        settled = containers * 1000 / interval
+        floor = containers * 1000 / RATE.window_ms
+        assert settled <= max(TARGET_REPORTS_PER_S * 1.05, floor * 1.001)
+        assert math.isclose(settled, max(TARGET_REPORTS_PER_S, floor), rel_tol=0.05)
+
+
+def test_quiet_record_keeps_the_base_interval() -> None:
+    # GIVEN a record under the target rate, THEN the interval shrinks back to the base
+    assert next_interval_ms(8000, 1000, _counts_at(10), RATE) < 8000
+    assert next_interval_ms(1000, 1000, _counts_at(10), RATE) == 1000
+
+
+def test_stretched_container_failing_at_the_policy_rate_reports_early() -> None:
+    # GIVEN a stretched container whose pending calls all failed, on a healthy-looking record
+    tally = CallTally(RATE, 1000)
+    tally.take("c1", 0, 8000)
+    tally.bad(None, 10, failed=True)
+    tally.bad(None, 20, failed=True)
+    # THEN it asks to report out of turn (the fleet's counts would otherwise arrive late)
+    assert wants_urgent_report(None, tally, RATE, "c1", 30)
+
+
+def test_stretched_container_with_scattered_failures_waits() -> None:
+    # GIVEN a stretched container with one failure among many calls
+    tally = CallTally(RATE, 1000)
+    tally.take("c1", 0, 8000)
+    for at in range(10):
+        if at == 0:
+            tally.bad(None, at, failed=True)
+        else:
+            next(tally.good)
+    # THEN it keeps the counts until they are due
+    assert not wants_urgent_report(None, tally, RATE, "c1", 30)
+
+
+def _busy_record(now_ms: int, reports: int) -> Record:
+    """A closed record whose current bucket took ``reports`` reports (a hot key)."""
+    idx = bucket_index(RATE, now_ms)
+    bucket = Bucket(idx, calls=reports * 5, failures=0, slow=0, reports=reports)
+    return Record(buckets={idx % WINDOW_BUCKETS: bucket}, expires_at=now_ms // 1000 + 3600)
+
+
+def test_breaker_on_a_hot_record_refreshes_by_reading_not_writing() -> None:
+    # GIVEN a breaker whose record takes 1,000 reports/s (over TARGET_REPORTS_PER_S)
+    clock = FakeClock()
+    store = MemoryStore()
+    store.seed("payment-api", _busy_record(clock(), 10_000))
+    breaker = CircuitBreaker(
+        "payment-api",
+        store=store,
+        config=BreakerConfig(failure_rate_threshold=0.5, window_seconds=10, cache_ttl=1.0),
+        clock=clock,
+    )
+    dependency = Dependency()
+    # AND two cache refreshes with calls pending: the reports' answers stretch its interval
+    for _ in range(3):
+        breaker.call(dependency)
+        clock.advance(1.0)
+    writes = store.stats.writes
+    reads = store.stats.reads
+
+    # WHEN its cache goes stale again with calls pending
+    breaker.call(dependency)
+
+    # THEN the refresh is a read: the pending counts wait for the stretched interval
+    assert store.stats.writes == writes
+    assert store.stats.reads == reads + 1

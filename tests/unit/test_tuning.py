@@ -1,0 +1,133 @@
+"""Live tuning and recorded operator actions, on MemoryStore with a hand-moved clock."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from fleetbreaker import BreakerConfig, CircuitBreaker, ConfigError, MemoryStore, State
+from fleetbreaker.state import Policy
+from fleetbreaker.tuning import TUNABLE, Action, apply_tuning, decode_tuned, encode_tuned
+from tests.support import Dependency, FakeClock, FlakyStore
+
+CONFIG = BreakerConfig(failure_threshold=5, recovery_timeout=10, cache_ttl=1.0)
+POLICY = Policy.from_config(CONFIG)
+
+
+def fail(breaker: CircuitBreaker, dep: Dependency, times: int) -> None:
+    dep.failing = True
+    for _ in range(times):
+        with pytest.raises(ConnectionError):
+            breaker.call(dep)
+
+
+def test_a_tuned_threshold_is_applied_once_the_cache_expires() -> None:
+    # GIVEN a breaker with threshold 5 that has read its (empty) record
+    clock, store, dep = FakeClock(), MemoryStore(), Dependency()
+    breaker = CircuitBreaker("api", store=store, config=CONFIG, clock=clock)
+    assert breaker.state is State.CLOSED
+
+    # WHEN an operator tunes the threshold to 2 and cache_ttl passes
+    store.tune("api", POLICY, clock(), encode_tuned({"failure_threshold": 2}), None)
+    clock.advance(CONFIG.cache_ttl)
+
+    # THEN two failures open it
+    fail(breaker, dep, 2)
+    assert breaker.state is State.OPEN
+
+
+def test_an_unusable_tuned_value_is_ignored_with_one_log_line(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # GIVEN a stored threshold no BreakerConfig accepts, next to a usable window
+    clock, store, dep = FakeClock(), MemoryStore(), Dependency()
+    store.tune("api", POLICY, clock(), '{"failure_threshold": 0, "window_seconds": 5}', None)
+    breaker = CircuitBreaker("api", store=store, config=CONFIG, clock=clock)
+
+    # WHEN the breaker runs several calls with it
+    with caplog.at_level(logging.WARNING, logger="fleetbreaker"):
+        fail(breaker, dep, 4)
+
+    # THEN the bad value is logged once and ignored: four failures stay below the threshold 5
+    lines = [r.getMessage() for r in caplog.records if "ignoring tuned" in r.getMessage()]
+    assert len(lines) == 1
+    assert "failure_threshold" in lines[0]
+    assert breaker.state is State.CLOSED
+
+
+def test_tuned_text_that_is_not_json_is_ignored() -> None:
+    clock, store = FakeClock(), MemoryStore()
+    store.tune("api", POLICY, clock(), "not json", None)
+    breaker = CircuitBreaker("api", store=store, config=CONFIG, clock=clock)
+
+    assert breaker.state is State.CLOSED
+    assert breaker._policy == POLICY
+
+
+@pytest.mark.parametrize(
+    ("values", "problem"),
+    [
+        ({"failure_threshold": 0}, "failure_threshold must be a positive integer"),
+        ({"failure_threshold": 2.5}, "failure_threshold must be a whole number"),
+        ({"window_seconds": "60"}, "window_seconds must be a number"),
+        ({"recovery_timeout": 900}, "max_recovery_timeout must be at least recovery_timeout"),
+        ({"cache_ttl": 0}, "cache_ttl is not tunable"),
+    ],
+)
+def test_tuning_is_checked_by_breakerconfigs_rules(values: dict[str, object], problem: str) -> None:
+    with pytest.raises(ConfigError, match=problem):
+        apply_tuning(BreakerConfig(), values)
+
+
+def test_every_tunable_setting_is_a_breakerconfig_field() -> None:
+    defaults = BreakerConfig()
+    assert all(hasattr(defaults, setting) for setting in TUNABLE)
+
+
+def test_tuned_text_round_trips() -> None:
+    assert decode_tuned(encode_tuned({"window_seconds": 5.0, "failure_threshold": 2})) == {
+        "failure_threshold": 2,
+        "window_seconds": 5.0,
+    }
+
+
+def test_force_open_with_a_reason_records_who_and_why() -> None:
+    clock, store = FakeClock(), MemoryStore()
+    breaker = CircuitBreaker("api", store=store, config=CONFIG, clock=clock)
+
+    breaker.force_open(reason="provider incident", by="alice")
+
+    action = Action.decode(store.load("api", clock()).last_action)  # type: ignore[union-attr]
+    assert action == Action("forced_open", "alice", "provider incident", clock())
+
+
+def test_force_open_without_metadata_records_no_action() -> None:
+    clock, store = FakeClock(), MemoryStore()
+    breaker = CircuitBreaker("api", store=store, config=CONFIG, clock=clock)
+
+    breaker.force_open()
+
+    assert store.load("api", clock()).last_action == ""  # type: ignore[union-attr]
+
+
+def test_a_reason_on_a_store_that_cannot_keep_it_is_refused() -> None:
+    class BareStore:  # only the breaker's contract, no operator operations
+        def __init__(self) -> None:
+            self._inner = FlakyStore()
+            self.stats = self._inner.stats
+            self.load = self._inner.load
+            self.record_failure = self._inner.record_failure
+            self.claim_probe = self._inner.claim_probe
+            self.settle_probe = self._inner.settle_probe
+            self.force_state = self._inner.force_state
+
+    breaker = CircuitBreaker("api", store=BareStore(), config=CONFIG, clock=FakeClock())
+
+    with pytest.raises(ConfigError, match="cannot record who forced"):
+        breaker.disable(reason="load test")
+
+
+def test_a_stored_action_that_is_not_one_reads_as_none() -> None:
+    assert Action.decode('{"by": 3}') is None
+    assert Action.decode("garbage") is None
