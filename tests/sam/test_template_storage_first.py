@@ -161,3 +161,11 @@ def test_every_events_function_variable_is_read(resources: dict[str, Any]) -> No
     # THEN every variable the template sets is read
     for name in variables:
         assert function_reads(source, name), name
+
+
+def test_the_redis_pause_policy_exists_only_with_the_example() -> None:
+    # GIVEN the condition of the Redis-only pause policy, THEN it implies defer mode, which
+    # implies the example: DeployExample=false leaves the core without it
+    conditions = load_template()["Conditions"]
+    assert {"Condition": "DeferWhenOpen"} in conditions["PauseFromContainers"]["Fn::And"]
+    assert {"Condition": "ExampleEnabled"} in conditions["DeferWhenOpen"]["Fn::And"]
