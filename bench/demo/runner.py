@@ -22,7 +22,7 @@ from bench.demo.drain import DrainProcess
 from bench.demo.drain import figures as drain_figures
 from bench.demo.fleet import CTX, Fleet, sigint_blocked
 from bench.demo.progress import Progress
-from bench.demo.provider import Outage, ScheduledPaymentApi
+from bench.demo.provider import DRAIN_PATH, Outage, ScheduledPaymentApi
 from bench.demo.scenario import STORE_LABELS, STORE_NAMES
 from bench.demo.stores import PER_CONTAINER, SharedStoreManager, StoreSpec
 from bench.demo.summary import DEFERRED, RunRecord, fleet_closed_at, summarize
@@ -268,7 +268,7 @@ def run_once(
         now = time.time() - start
         if now >= next_check:
             next_check = now + 0.25
-            record.provider = [(r.at - start, r.ok) for r in api.requests()]
+            record.provider = [(r.at - start, r.ok) for r in api.requests() if not r.drain]
             progress.tick(now)
             if end is None:
                 end = _end_of_run(options, record, now)
@@ -276,7 +276,9 @@ def run_once(
             break
     record.reports = fleet.finish(on_calls)
     record.duration = end
-    record.provider = [(r.at - start, r.ok) for r in api.requests() if r.at - start < end]
+    record.provider = [
+        (r.at - start, r.ok) for r in api.requests() if r.at - start < end and not r.drain
+    ]
     progress.tick(end, final=True)
     if drain is not None:
         _finish_drain(drain, record, api, progress, start)
@@ -300,7 +302,8 @@ def _start_drain(found: Backends, spec: RunSpec, store: StoreSpec) -> DrainProce
         return None
     return DrainProcess(
         store,
-        spec.env,
+        # The same provider, at a path of its own: the fleet's figures leave the drain out.
+        {**spec.env, "PAYMENT_API_URL": found.api.url + DRAIN_PATH},
         local_aws_environment(),
         found.endpoint_url,
         found.queues.urls[spec.label],

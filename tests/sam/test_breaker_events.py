@@ -332,7 +332,11 @@ def test_mappings_without_a_store_are_refused(events_module: ModuleType) -> None
 
 @pytest.mark.parametrize("function", ["payment", "deferred_payments"])
 def test_the_example_functions_add_the_listener_when_mappings_are_registered(
-    function: str, shared: ModuleType, aws: Aws, monkeypatch: pytest.MonkeyPatch
+    function: str,
+    shared: ModuleType,
+    aws: Aws,
+    payment_module: ModuleType,
+    consumer_module: ModuleType,
 ) -> None:
     # GIVEN a function's environment with BREAKER_MAPPINGS (the template sets it with Redis)
     env = {
@@ -341,10 +345,10 @@ def test_the_example_functions_add_the_listener_when_mappings_are_registered(
         "IDEMPOTENCY_TABLE": "idempotency",
         "BREAKER_MAPPINGS": json.dumps({BREAKER: [aws.mapping]}),
     }
-    for name, value in env.items():  # for the module's own import-time handler
-        monkeypatch.setenv(name, value)
-    module = load_function(function)
-    build = module.create_handler if function == "payment" else module.create_consumer
+    if function == "payment":
+        build = payment_module.create_handler
+    else:
+        build = consumer_module.create_consumer
     # WHEN it builds its handler, THEN its breaker carries the transition listener, and
     # without the variable it does not
     with_listener = build(env).breaker.listeners

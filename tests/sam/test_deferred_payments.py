@@ -16,7 +16,6 @@ from typing import Any
 
 import pytest
 
-from devtools.functions import load_function
 from devtools.lambda_context import FakeLambdaContext
 from devtools.payment_api import FakePaymentApi
 from devtools.servers import dynamodb_client
@@ -43,16 +42,6 @@ def make_idempotency_table(endpoint: str) -> str:
         BillingMode="PAY_PER_REQUEST",
     )
     return name
-
-
-@pytest.fixture(scope="module")
-def consumer_module() -> ModuleType:
-    """functions/deferred_payments/app.py (its import-time consumer reads a throwaway env)."""
-    with pytest.MonkeyPatch.context() as env:
-        env.setenv("CIRCUIT_BREAKER_TABLE", "unused-at-import")
-        env.setenv("PAYMENT_API_URL", "http://127.0.0.1:9/charges")
-        env.setenv("IDEMPOTENCY_TABLE", "unused-at-import")
-        return load_function("deferred_payments")
 
 
 @pytest.fixture
