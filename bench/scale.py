@@ -353,15 +353,25 @@ def simulate(scenario: Scenario, store: Any, store_label: str, name: str) -> Res
 # --------------------------------------------------------------------------- runs and table
 
 
+POLICY_LABELS = ("count", "count*", "rate")
+
+
 def scenarios_for(
-    containers: int, warmup_s: float, noise_s: float, outage_s: float, ramp_per_s: float = 0.0
+    containers: int,
+    warmup_s: float,
+    noise_s: float,
+    outage_s: float,
+    ramp_per_s: float = 0.0,
+    policies: Sequence[str] = POLICY_LABELS,
 ) -> list[Scenario]:
     timeline = {"warmup_s": warmup_s, "noise_s": noise_s, "outage_s": outage_s}
-    scenarios = [
-        Scenario(containers, "count", **timeline),
-        Scenario(containers, "count", noise=0.0, **timeline),
-        Scenario(containers, "rate", **timeline),
-    ]
+    scenarios = []
+    if "count" in policies:
+        scenarios.append(Scenario(containers, "count", **timeline))
+    if "count*" in policies:
+        scenarios.append(Scenario(containers, "count", noise=0.0, **timeline))
+    if "rate" in policies:
+        scenarios.append(Scenario(containers, "rate", **timeline))
     if ramp_per_s:
         ramped = {**timeline, "warmup_s": warmup_s + containers / ramp_per_s}
         scenarios.append(Scenario(containers, "rate", ramp_per_s=ramp_per_s, **ramped))
@@ -448,6 +458,7 @@ def run(
     timeline: tuple[float, float, float],
     moto_timeline: tuple[float, float, float],
     ramp_per_s: float = 0.0,
+    policies: Sequence[str] = POLICY_LABELS,
     progress: Callable[[str], None] = _log,
 ) -> tuple[list[Result], dict[str, dict[int, float]]]:
     """Every scenario on every store; the results and each store's outage length."""
@@ -475,7 +486,8 @@ def run(
             outages[store_kind] = {}
             for size in sizes:
                 outages[store_kind][size] = phases[2]
-                for number, scenario in enumerate(scenarios_for(size, *phases, ramp_per_s)):
+                planned = scenarios_for(size, *phases, ramp_per_s, policies)
+                for number, scenario in enumerate(planned):
                     name = f"scale-{size}-{scenario.label}-{number}"
                     store: Any
                     if store_kind == "memory":
@@ -522,8 +534,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=0.0,
         help="also run the rate policy with containers joining at this many per second",
     )
+    parser.add_argument(
+        "--policies",
+        default=",".join(POLICY_LABELS),
+        help="any of count, count* (no noise), rate (comma-separated); --ramp adds rate ramped",
+    )
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
     args = parser.parse_args(argv)
+    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+    unknown = sorted(set(policies) - set(POLICY_LABELS))
+    if unknown:
+        parser.error(f"unknown policies {unknown}: choose from {', '.join(POLICY_LABELS)}")
 
     def stop(signum: int, _frame: object) -> None:
         # SIGTERM becomes an exception, so the moto server is stopped on the way out.
@@ -538,6 +559,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         _timeline(args.timeline),
         _timeline(args.moto_timeline),
         args.ramp,
+        policies,
     )
     rows = []
     for store_kind in stores:

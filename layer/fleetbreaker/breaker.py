@@ -22,6 +22,7 @@ from fleetbreaker.ramp import RecoveryRamp
 from fleetbreaker.reporting import (
     CallTally,
     SlowCallWatcher,
+    fleet_interval_ms,
     next_interval_ms,
     process_container_id,
     urgent_allowed,
@@ -229,6 +230,8 @@ class CircuitBreaker:
         # Rate policy, slow calls, quorum: calls are tallied here and reported in batches.
         self._base_interval_ms = max(1, round(config.effective_report_interval * 1000))
         self._interval_ms = self._base_interval_ms
+        self._has_reported = False  # a newcomer adopts the fleet's interval once
+        self._started_ms = self.clock()
         self._tally: CallTally | None = None
         self._watcher: SlowCallWatcher | None = None
         self._watching = False
@@ -584,9 +587,16 @@ class CircuitBreaker:
         outcome = self._store.report(self.name, self._policy, now, report, observed)
         # Stretch the interval while the record takes more writes than one item should.
         counts = rules.window_counts(outcome.record, self._policy, now)
-        self._interval_ms = next_interval_ms(
-            self._interval_ms, self._base_interval_ms, counts, self._policy
-        )
+        interval = next_interval_ms(self._interval_ms, self._base_interval_ms, counts, self._policy)
+        if not self._has_reported:
+            # A newcomer joins at the interval the fleet already uses.
+            self._has_reported = True
+            joined = fleet_interval_ms(counts, self._policy, report.calls, now - self._started_ms)
+            if joined is not None:
+                interval = max(interval, min(joined, self._policy.window_ms))
+        if interval != self._interval_ms:
+            self._interval_ms = interval
+            tally.reschedule(self._container_key, now, interval)
         if counts.calls:
             self._emit(
                 "on_window", self.name, counts.calls, counts.failure_rate, counts.slow_call_rate

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -117,9 +119,9 @@ def test_a_sick_container_cannot_open_the_breaker_alone_under_a_quorum(store, cl
     assert sick.state is State.OPEN
 
 
-def test_a_hung_call_is_reported_slow_while_it_still_runs(store, clock) -> None:
-    config = BreakerConfig(slow_call_duration=2.0, minimum_calls=1, slow_call_rate_threshold=1.0)
-    breaker = make(store, clock, config, container_id="a")
+@contextlib.contextmanager
+def hung_call(breaker: CircuitBreaker) -> Iterator[threading.Event]:
+    """A call through ``breaker`` that runs, on a thread, until the test sets the event."""
     entered, release = threading.Event(), threading.Event()
 
     def hang() -> str:
@@ -131,6 +133,16 @@ def test_a_hung_call_is_reported_slow_while_it_still_runs(store, clock) -> None:
     worker.start()
     try:
         assert entered.wait(10)
+        yield release
+    finally:
+        release.set()
+        worker.join(10)
+
+
+def test_a_hung_call_is_reported_slow_while_it_still_runs(store, clock) -> None:
+    config = BreakerConfig(slow_call_duration=2.0, minimum_calls=1, slow_call_rate_threshold=1.0)
+    breaker = make(store, clock, config, container_id="a")
+    with hung_call(breaker):
         # WHEN the call runs past slow_call_duration on the breaker's clock
         clock.advance(2.5)
         reported = breaker.report_hung_calls()
@@ -140,28 +152,15 @@ def test_a_hung_call_is_reported_slow_while_it_still_runs(store, clock) -> None:
         record = store.load("payment-api", clock())
         assert record is not None
         assert record.state is State.OPEN
-    finally:
-        release.set()
-        worker.join(10)
 
 
 def test_a_hung_call_that_ends_later_is_not_counted_twice(store, clock) -> None:
     config = BreakerConfig(slow_call_duration=2.0, minimum_calls=100)
     breaker = make(store, clock, config)
-    entered, release = threading.Event(), threading.Event()
-
-    def hang() -> str:
-        entered.set()
-        release.wait(10)
-        return "late"
-
-    worker = threading.Thread(target=breaker.call, args=(hang,))
-    worker.start()
-    assert entered.wait(10)
-    clock.advance(2.5)
-    assert breaker.report_hung_calls() == 1
-    release.set()
-    worker.join(10)
+    with hung_call(breaker) as release:
+        clock.advance(2.5)
+        assert breaker.report_hung_calls() == 1
+        release.set()
     clock.advance(1.0)
     breaker.call(Dependency())
     clock.advance(1.0)

@@ -105,17 +105,23 @@ def _busy_record(now_ms: int, reports: int) -> Record:
     return Record(buckets={idx % WINDOW_BUCKETS: bucket}, expires_at=now_ms // 1000 + 3600)
 
 
-def test_breaker_on_a_hot_record_refreshes_by_reading_not_writing() -> None:
-    # GIVEN a breaker whose record takes 1,000 reports/s (over TARGET_REPORTS_PER_S)
-    clock = FakeClock()
+def _breaker_on(record: Record, clock: FakeClock) -> tuple[CircuitBreaker, MemoryStore]:
+    """A rate-policy breaker (10 s window, 1 s cache) whose store already holds ``record``."""
     store = MemoryStore()
-    store.seed("payment-api", _busy_record(clock(), 10_000))
+    store.seed("payment-api", record)
     breaker = CircuitBreaker(
         "payment-api",
         store=store,
         config=BreakerConfig(failure_rate_threshold=0.5, window_seconds=10, cache_ttl=1.0),
         clock=clock,
     )
+    return breaker, store
+
+
+def test_breaker_on_a_hot_record_refreshes_by_reading_not_writing() -> None:
+    # GIVEN a breaker whose record takes 1,000 reports/s (over TARGET_REPORTS_PER_S)
+    clock = FakeClock()
+    breaker, store = _breaker_on(_busy_record(clock(), 10_000), clock)
     dependency = Dependency()
     # AND two cache refreshes with calls pending: the reports' answers stretch its interval
     for _ in range(3):
@@ -130,3 +136,27 @@ def test_breaker_on_a_hot_record_refreshes_by_reading_not_writing() -> None:
     # THEN the refresh is a read: the pending counts wait for the stretched interval
     assert store.stats.writes == writes
     assert store.stats.reads == reads + 1
+
+
+def test_a_newcomer_joins_at_the_interval_the_fleet_already_uses() -> None:
+    # GIVEN a record whose reports each carry 40 calls (a fleet stretched to about 20 s at
+    # 2 calls/s per container), at the target write rate
+    clock = FakeClock()
+    idx = bucket_index(RATE, clock())
+    reports = round(TARGET_REPORTS_PER_S * RATE.window_ms / 1000)
+    busy = Bucket(idx, calls=reports * 40, failures=0, slow=0, reports=reports)
+    record = Record(buckets={idx % WINDOW_BUCKETS: busy}, expires_at=clock() // 1000 + 3600)
+    breaker, store = _breaker_on(record, clock)
+    dependency = Dependency()
+    # WHEN a new container makes 2 calls a second until its first report
+    for _ in range(3):
+        breaker.call(dependency)
+        clock.advance(0.5)
+    writes = store.stats.writes
+    assert writes == 1  # its first report
+
+    # THEN it waits about the fleet's interval (capped at the window), not 1 s, for the next
+    for _ in range(16):
+        breaker.call(dependency)
+        clock.advance(0.5)
+    assert store.stats.writes == writes
