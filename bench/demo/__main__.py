@@ -95,6 +95,13 @@ def parser() -> argparse.ArgumentParser:
         f"(default {d.fallback})",
     )
     add(
+        "--ramp",
+        type=float,
+        metavar="S",
+        help=f"recovery_ramp_seconds: after the close each container admits a share of its "
+        f"calls growing from 10 %% to all over S seconds (default {d.ramp:g}: off)",
+    )
+    add(
         "--policy",
         choices=POLICIES,
         help=f"the breaker's policy (default {d.policy}). count compares the shared breaker "

@@ -20,12 +20,18 @@ from typing import NamedTuple
 from devtools.payment_api import PaymentApiHandler
 from devtools.servers import LOOPBACK
 
+# The drain's consumers charge at this path, so the fleet's figures leave their calls out.
+DRAIN_PATH = "/drain"
+
 
 class Request(NamedTuple):
-    """One request that reached the provider: when (epoch s) and whether it was charged."""
+    """One request that reached the provider: when (epoch s), whether it was charged, and the
+    payment's idempotency key (the drain's "charged twice" is counted from it)."""
 
     at: float
     ok: bool
+    key: str | None = None
+    drain: bool = False  # sent by the drain's consumers (to DRAIN_PATH), not by the fleet
 
 
 @dataclass(frozen=True)
@@ -81,13 +87,13 @@ class ScheduledPaymentApi:
         with self._lock:
             return list(self._log)
 
-    def _answer_ok(self) -> bool:
+    def _answer_ok(self, key: str | None = None, drain: bool = False) -> bool:
         now = time.time()
         with self._lock:
             ok = self._outage is None or not self._outage.covers(now)
             if ok and self._noise:
                 ok = self._draws.random() >= self._noise
-            self._log.append(Request(now, ok))
+            self._log.append(Request(now, ok, key, drain))
         return ok
 
     def start(self) -> ScheduledPaymentApi:
@@ -115,7 +121,8 @@ class ScheduledPaymentApi:
 
             def do_POST(self) -> None:
                 body = self.read_json()
-                if not api._answer_ok():
+                key = self.headers.get("Idempotency-Key")
+                if not api._answer_ok(key, self.path.endswith(DRAIN_PATH)):
                     self.answer(503, {"error": "service unavailable"})
                     return
                 self.answer_charge(body)

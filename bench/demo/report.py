@@ -30,6 +30,7 @@ COLOURS = {
     "half_open": "#ffb74d",
     "open": "#ef9a9a",
     "outage": "#ffebee",
+    "drain": "#6a1b9a",
 }
 
 
@@ -203,6 +204,14 @@ def guarantees(options: Options, runs: list[Run]) -> list[tuple[bool | None, str
             f"{len(windows)} half-open windows: {', '.join(map(str, windows)) or 'none'}",
         ),
     ]
+    drain = shared.record.drain
+    if drain is not None:
+        checks.append(
+            (
+                drain.twice == 0 and drain.charged == drain.queued and not drain.left,
+                f"{drain.line()}: the consumer drained the queue after recovery, once each",
+            )
+        )
     closed = (
         f"every container closed again after the recovery: "
         f"{_seconds(shared.summary.recovery_to_closed)}"
@@ -235,7 +244,8 @@ def chart(runs: list[Run], path: Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    until = math.ceil(max(run.record.duration for run in runs))
+    # Until the last deferred payment was drained, when that is after the traffic stopped.
+    until = math.ceil(max(max([run.record.duration, *run.record.drained]) for run in runs))
     fig, axes = plt.subplots(
         3,
         len(runs),
@@ -276,6 +286,16 @@ def _plot_run(run: Run, calls: Axes, turned: Axes, states: Axes, until: float) -
         if summary.noise_failures
         else "failed: the API is down",
     )
+    if record.drained:
+        # The deferred-payments consumer's charges (already in the bars: the provider saw them).
+        drained = [sum(row.start <= at < row.end for at in record.drained) / BIN for row in bins]
+        calls.step(
+            [row.end for row in bins],
+            drained,
+            color=COLOURS["drain"],
+            lw=1.5,
+            label="charged from the SQS queue (drain)",
+        )
     probes = [call.start for call in record.calls if call.probe]
     if probes:
         top = max(max(c + f for c, f in zip(charged, failed, strict=True)), 1.0) * 1.08
@@ -380,6 +400,12 @@ def markdown(options: Options, runs: list[Run], chart_name: str) -> str:
                     for run in runs
                 )
                 + ".",
+                "",
+                *(
+                    f"- {run.record.title}: {run.record.drain.line()}"
+                    for run in runs
+                    if run.record.drain is not None
+                ),
                 "",
             ]
             if options.fallback == "defer"

@@ -18,12 +18,14 @@ from typing import TYPE_CHECKING
 
 from bench.demo import report
 from bench.demo.container import RunSpec, exit_with_parent
+from bench.demo.drain import DrainProcess
+from bench.demo.drain import figures as drain_figures
 from bench.demo.fleet import CTX, Fleet, sigint_blocked
 from bench.demo.progress import Progress
-from bench.demo.provider import Outage, ScheduledPaymentApi
+from bench.demo.provider import DRAIN_PATH, Outage, ScheduledPaymentApi
 from bench.demo.scenario import STORE_LABELS, STORE_NAMES
 from bench.demo.stores import PER_CONTAINER, SharedStoreManager, StoreSpec
-from bench.demo.summary import RunRecord, fleet_closed_at, summarize
+from bench.demo.summary import DEFERRED, RunRecord, fleet_closed_at, summarize
 
 if TYPE_CHECKING:
     from typing import TextIO
@@ -249,6 +251,8 @@ def run_once(
     api = found.api
     progress = Progress(out, record)
     fleet.prepare(spec)
+    # Before the start time is taken: a new process takes a while to import the consumer.
+    drain = _start_drain(found, spec, store)
     start = time.time() + 0.3
     api.schedule(Outage(start + down, start + back), options.noise, options.seed)
     progress.header(["", f"== {title}: {where}"])
@@ -264,7 +268,7 @@ def run_once(
         now = time.time() - start
         if now >= next_check:
             next_check = now + 0.25
-            record.provider = [(r.at - start, r.ok) for r in api.requests()]
+            record.provider = [(r.at - start, r.ok) for r in api.requests() if not r.drain]
             progress.tick(now)
             if end is None:
                 end = _end_of_run(options, record, now)
@@ -272,9 +276,13 @@ def run_once(
             break
     record.reports = fleet.finish(on_calls)
     record.duration = end
-    record.provider = [(r.at - start, r.ok) for r in api.requests() if r.at - start < end]
+    record.provider = [
+        (r.at - start, r.ok) for r in api.requests() if r.at - start < end and not r.drain
+    ]
     progress.tick(end, final=True)
-    if found.queues is not None:
+    if drain is not None:
+        _finish_drain(drain, record, api, progress, start)
+    elif found.queues is not None:
         record.queued = found.queues.count(record.label)
         progress.note(f"-- {record.queued} deferred payments are in the run's SQS queue")
     closed = fleet_closed_at(record)
@@ -286,6 +294,38 @@ def run_once(
     else:
         progress.note(f"-- not every container closed within {options.max_after:g} s")
     return record
+
+
+def _start_drain(found: Backends, spec: RunSpec, store: StoreSpec) -> DrainProcess | None:
+    """The deferred-payments consumers for this run (defer mode), on the run's kind of breaker."""
+    if found.queues is None or found.endpoint_url is None:
+        return None
+    return DrainProcess(
+        store,
+        # The same provider, at a path of its own: the fleet's figures leave the drain out.
+        {**spec.env, "PAYMENT_API_URL": found.api.url + DRAIN_PATH},
+        local_aws_environment(),
+        found.endpoint_url,
+        found.queues.urls[spec.label],
+        0.0,  # the drain reports epoch times; the run's own start is not known yet
+    )
+
+
+def _finish_drain(
+    drain: DrainProcess,
+    record: RunRecord,
+    api: ScheduledPaymentApi,
+    progress: Progress,
+    start: float,
+) -> None:
+    charges, left = drain.finish()
+    charged = [(at - start, key) for at, key in charges]
+    record.drained = [at for at, _key in charged]
+    deferred = sum(1 for call in record.calls if call.status == DEFERRED)
+    figures = drain_figures(charged, left, deferred, record.outage[1], api.requests())
+    record.drain = figures
+    record.queued = len({key for _at, key in charged}) + left
+    progress.note(f"-- {figures.line()}")
 
 
 def _end_of_run(options: Options, record: RunRecord, now: float) -> float | None:

@@ -64,6 +64,9 @@ class Options:
     # healthy, drawn from a generator seeded with ``seed`` (the same draws in every run).
     noise: float = 0.0
     seed: int = 1
+    # BREAKER_RECOVERY_RAMP_SECONDS: after the close, each container admits a share of its
+    # calls growing from 10 % to all over this many seconds (0: off, the function's default).
+    ramp: float = 0.0
     linger: float = 2.0  # seconds of traffic after every container has closed again
     max_after: float = 20.0  # stop this long after the recovery, closed or not
     output: Path = Path(__file__).resolve().parents[2] / "demo-output"  # gitignored
@@ -81,6 +84,8 @@ class Options:
             raise OptionsError(f"--threshold must be at least 1, got {self.threshold}")
         if not 1 <= self.probes <= 16:
             raise OptionsError(f"--probes must be 1 to 16, got {self.probes}")
+        if not 0 <= self.ramp <= 600:
+            raise OptionsError(f"--ramp must be 0 to 600 s, got {self.ramp}")
         if not 0 <= self.cache_ttl <= 60:
             raise OptionsError(f"--cache-ttl must be 0 to 60 s, got {self.cache_ttl}")
         if self.store not in STORES:
@@ -117,6 +122,7 @@ class Options:
             "BREAKER_HALF_OPEN_MAX_PROBES": str(self.probes),
             "BREAKER_CACHE_TTL": str(self.cache_ttl),
             "OPEN_CIRCUIT_MODE": self.fallback,
+            "BREAKER_RECOVERY_RAMP_SECONDS": str(self.ramp),
         }
         if (policy or self.policy) == "rate":
             env["BREAKER_FAILURE_RATE_THRESHOLD"] = str(self.failure_rate)
@@ -140,6 +146,7 @@ class Options:
             + (f", {self.noise:.1%} background errors (seed {self.seed})" if self.noise else "")
             + f"; {self.policy} policy ({self.policy_words(self.policy)}), recovery timeout "
             f"{self.recovery:g} s, probe budget {self.probes}, cache {self.cache_ttl:g} s"
+            + (f", recovery ramp {self.ramp:g} s" if self.ramp else "")
         )
 
     def as_dict(self) -> dict[str, Any]:

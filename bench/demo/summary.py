@@ -10,8 +10,12 @@ import bisect
 from collections import Counter, defaultdict
 from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from bench.demo.container import Call, ContainerReport
+
+if TYPE_CHECKING:
+    from bench.demo.drain import DrainFigures
 
 STATES = ("closed", "half_open", "open")
 CHARGED, PROVIDER_FAILED, CIRCUIT_OPEN, DEFERRED = 200, 502, 503, 202
@@ -32,7 +36,9 @@ class RunRecord:
     provider: list[tuple[float, bool]] = field(default_factory=list)  # arrival, charged?
     reports: list[ContainerReport] = field(default_factory=list)
     duration: float = 0.0
-    queued: int | None = None  # payments in the run's SQS queue at the end (defer mode)
+    queued: int | None = None  # payments that reached the run's SQS queue (defer mode)
+    drained: list[float] = field(default_factory=list)  # when the drain charged each one
+    drain: DrainFigures | None = None  # the drain's line (defer mode)
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,9 @@ Responses
      later processing (if that enqueue fails, the answer is the 503).
 
 Validation and the reading of the provider's answers live in ``payments.py``
-(functions/shared), which the charge step uses too; the Makefile copies it beside this file.
+(functions/shared), which the charge step uses too; the settings, the provider client and the
+breaker live in ``charging.py`` (functions/shared), which the deferred-payments consumer uses
+too. The Makefile copies both beside this file.
 
 Tests and local runs rebuild the handler with :func:`create_handler` (injected clock, local
 AWS endpoint); in Lambda only the module-level ``handler`` is used.
@@ -28,35 +30,31 @@ import json
 import math
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import requests
 from aws_lambda_powertools import Logger, Tracer
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response, content_types
 from aws_lambda_powertools.logging import correlation_paths
 
-from fleetbreaker import (
-    Admission,
-    BreakerConfig,
-    CircuitBreaker,
-    CircuitOpenError,
-    ConfigError,
-    State,
+from breaker_events import transition_listeners
+from charging import (
+    OPEN_CIRCUIT_MODES,
+    PaymentProvider,
+    ProviderDeclined,
+    Settings,
+    SettingsError,
+    make_breaker,
+    make_provider,
 )
-from fleetbreaker.config import env_number
+from fleetbreaker import Admission, CircuitBreaker, CircuitOpenError, State
 from fleetbreaker.observability import default_listeners, log_metrics
-from fleetbreaker.stores import from_env as stores_from_env
 from payments import (
     InvalidPayment,
     PaymentProviderError,
     PaymentRequest,
-    connection_failed,
     json_type,
     parse_payment,
-    read_answer,
-    timed_out,
-    unreachable,
 )
 
 if TYPE_CHECKING:
@@ -65,140 +63,23 @@ if TYPE_CHECKING:
 
     from fleetbreaker.stores.base import Store
 
+# The payment function's names from the shared modules, for tests and tools that use them
+# through this module.
+__all__ = [
+    "OPEN_CIRCUIT_MODES",
+    "PaymentProvider",
+    "PaymentProviderError",
+    "ProviderDeclined",
+    "Settings",
+    "SettingsError",
+    "create_handler",
+    "handler",
+    "lambda_handler",
+]
+
 # Service name from POWERTOOLS_SERVICE_NAME (the template sets it), shared with the metrics.
 logger = Logger()
 tracer = Tracer()
-
-OPEN_CIRCUIT_MODES = ("reject", "defer")
-
-
-# --------------------------------------------------------------------------- settings
-
-
-class SettingsError(ValueError):
-    """An environment variable is missing or has an invalid value."""
-
-
-def _text(env: Mapping[str, str], name: str, default: str | None = None) -> str:
-    value = env.get(name, "").strip() or default
-    if value is None:
-        raise SettingsError(f"environment variable {name} is required")
-    return value
-
-
-def _breaker_config(env: Mapping[str, str]) -> BreakerConfig:
-    try:
-        # Only the provider's own trouble counts: a declined payment or a bug here must not
-        # open the circuit for everyone.
-        return BreakerConfig.from_env(env, failure_exceptions=(PaymentProviderError,))
-    except ConfigError as exc:
-        raise SettingsError(str(exc)) from None
-
-
-@dataclass(frozen=True)
-class Settings:
-    """Everything the function reads from its environment (see the README's reference)."""
-
-    table_name: str
-    payment_api_url: str
-    breaker_name: str = "payment-api"
-    connect_timeout: float = 1.0
-    read_timeout: float = 5.0
-    # BREAKER_* variables, read by BreakerConfig.from_env (the gate reads the same ones).
-    breaker_config: BreakerConfig = field(default_factory=lambda: _breaker_config({}))
-    open_circuit_mode: str = "reject"
-    deferred_queue_url: str | None = None
-    redis_url: str | None = None
-
-    @classmethod
-    def from_env(cls, env: Mapping[str, str]) -> Settings:
-        url = _text(env, "PAYMENT_API_URL")
-        if not url.startswith(("https://", "http://")):
-            raise SettingsError(f"PAYMENT_API_URL must be an http(s) URL, got {url!r}")
-        mode = _text(env, "OPEN_CIRCUIT_MODE", "reject").lower()
-        if mode not in OPEN_CIRCUIT_MODES:
-            raise SettingsError(
-                f"OPEN_CIRCUIT_MODE must be one of {OPEN_CIRCUIT_MODES}, got {mode!r}"
-            )
-        queue_url = env.get("DEFERRED_PAYMENTS_QUEUE_URL", "").strip() or None
-        redis_url = env.get("CIRCUIT_BREAKER_REDIS_URL", "").strip() or None
-        if redis_url is not None and not redis_url.startswith(("redis://", "rediss://")):
-            raise SettingsError(
-                f"CIRCUIT_BREAKER_REDIS_URL must be a redis:// or rediss:// URL, got {redis_url!r}"
-            )
-        if mode == "defer" and queue_url is None:
-            raise SettingsError("OPEN_CIRCUIT_MODE=defer needs DEFERRED_PAYMENTS_QUEUE_URL")
-        try:
-            connect_timeout = env_number(env, "PAYMENT_CONNECT_TIMEOUT", 1.0)
-            read_timeout = env_number(env, "PAYMENT_READ_TIMEOUT", 5.0)
-        except ConfigError as exc:
-            raise SettingsError(str(exc)) from None
-        return cls(
-            table_name=_text(env, "CIRCUIT_BREAKER_TABLE"),
-            payment_api_url=url,
-            breaker_name=_text(env, "BREAKER_NAME", "payment-api"),
-            connect_timeout=connect_timeout,
-            read_timeout=read_timeout,
-            breaker_config=_breaker_config(env),
-            open_circuit_mode=mode,
-            deferred_queue_url=queue_url,
-            # Set (by the template's BreakerStore=redis): the breaker lives in that cache.
-            redis_url=redis_url,
-        )
-
-
-# --------------------------------------------------------------------------- provider
-
-
-class ProviderDeclined(Exception):
-    """The payment API answered 4xx: it works, it refused this payment. Not counted."""
-
-    def __init__(self, status: int, detail: Any) -> None:
-        self.status = status
-        self.detail = detail
-        super().__init__(f"payment API refused the payment with HTTP {status}")
-
-
-class PaymentProvider:
-    """The external payment API, called with ``requests`` and bounded timeouts."""
-
-    def __init__(
-        self,
-        url: str,
-        connect_timeout: float,
-        read_timeout: float,
-        session: requests.Session | None = None,
-    ) -> None:
-        self.url = url
-        # requests' read timeout bounds each socket read, not the whole response.
-        self.timeout = (connect_timeout, read_timeout)
-        self.session = session or requests.Session()
-
-    def charge(self, payment: PaymentRequest) -> dict[str, Any]:
-        try:
-            response = self.session.post(
-                self.url,
-                json=payment.as_json(),
-                # The provider deduplicates on this key, so a retried request cannot charge twice.
-                headers={"Idempotency-Key": payment.idempotency_key},
-                timeout=self.timeout,
-                allow_redirects=False,
-            )
-            raw = response.content
-        except requests.ConnectTimeout as exc:
-            raise timed_out("connect") from exc
-        except requests.Timeout as exc:
-            raise timed_out("read") from exc
-        except requests.ConnectionError as exc:
-            raise unreachable(exc) from exc
-        except requests.RequestException as exc:
-            raise connection_failed(exc) from exc
-        answer = read_answer(response.status_code, raw)
-        if not answer.charged:
-            raise ProviderDeclined(answer.status, answer.detail)
-        result: dict[str, Any] = answer.detail
-        return result
-
 
 # --------------------------------------------------------------------------- open circuit
 
@@ -404,8 +285,8 @@ def create_handler(
         ``CIRCUIT_BREAKER_REDIS_URL``, else DynamoDB), e.g. a ``MemoryStore`` for a
         per-container breaker (``make demo`` compares the two).
     """
-    environ = os.environ if env is None else env
-    settings = Settings.from_env(environ)
+    env = os.environ if env is None else env
+    settings = Settings.from_env(env)
     fallback: DeferredPayments | None = None
     if settings.open_circuit_mode == "defer":
         import boto3
@@ -419,20 +300,18 @@ def create_handler(
             config=Config(connect_timeout=1, read_timeout=2, retries={"total_max_attempts": 2}),
         )
         fallback = DeferredPayments(settings.deferred_queue_url, sqs)
-    if store is None:
-        store = stores_from_env(environ, endpoint_url=endpoint_url)
-    breaker = CircuitBreaker(
-        settings.breaker_name,
+    breaker = make_breaker(
+        settings,
         store=store,
-        config=settings.breaker_config,
         fallback=fallback,
         # Structured logs through this function's Logger, EMF metrics, X-Ray annotations.
-        listeners=default_listeners(logger),
+        listeners=default_listeners(
+            logger, extra=transition_listeners(env, endpoint_url=endpoint_url)
+        ),
         clock=clock,
+        endpoint_url=endpoint_url,
     )
-    provider = PaymentProvider(
-        settings.payment_api_url, settings.connect_timeout, settings.read_timeout
-    )
+    provider = make_provider(settings)
     return PaymentHandler(settings, breaker, provider)
 
 

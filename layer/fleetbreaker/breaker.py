@@ -18,6 +18,7 @@ from fleetbreaker.cache import RecordCache
 from fleetbreaker.config import BreakerConfig
 from fleetbreaker.errors import CircuitOpenError, ConfigError, InvalidTokenError
 from fleetbreaker.events import BreakerListener, LoggingListener
+from fleetbreaker.ramp import RecoveryRamp
 from fleetbreaker.reporting import (
     CallTally,
     SlowCallWatcher,
@@ -203,6 +204,9 @@ class CircuitBreaker:
             on_answer=self._answered,
         )
         self.stats: BreakerStats = self._store.fallback_stats
+        self._ramp = (
+            RecoveryRamp(config.recovery_ramp_seconds) if config.recovery_ramp_seconds else None
+        )
         self._allow = {
             state: Admission(self.name, Decision.ALLOW, state)
             for state in (State.CLOSED, State.DISABLED)
@@ -328,6 +332,11 @@ class CircuitBreaker:
             verdict = rules.verdict(outcome.record, self._policy, now)
             if verdict.try_probe:  # lost every race for a slot: wait for the next lease to end
                 verdict = rules.Verdict(Decision.REJECT, verdict.state, 100)
+        if self._ramp is not None and verdict.state is State.CLOSED:
+            # Recovery ramp: decided locally from the record already read (no store request).
+            ramped_ms = self._ramp.rejects(record, now, self.rng.random())
+            if ramped_ms:
+                verdict = rules.Verdict(Decision.REJECT, State.CLOSED, ramped_ms)
         degraded = self._store.degraded
         if verdict.decision is Decision.ALLOW and not degraded:
             admission = self._allow[verdict.state]  # the hot path: no allocation

@@ -31,6 +31,7 @@ ENV_FIELDS: dict[str, type[int] | type[float]] = {
     "min_containers": int,
     "report_interval": float,
     "store_deadline_seconds": float,
+    "recovery_ramp_seconds": float,
 }
 # The quorum's container ids are kept in the breaker's record, so their number is capped.
 MAX_MIN_CONTAINERS = 10
@@ -132,6 +133,10 @@ class BreakerConfig:
         Total wall-clock time one store operation may take, SDK retries and slow replies
         included, whatever client the store uses (default 1.0 s). Past it the operation
         counts as a store error and the breaker runs on local state.
+    recovery_ramp_seconds:
+        After the breaker closes, each container admits a share of its calls that grows
+        linearly from 10 % to all of them over this many seconds; the others are rejected
+        with a short ``retry_after`` (default 0: off). See :mod:`fleetbreaker.ramp`.
     failure_exceptions:
         Exception classes that count as failures (default ``(Exception,)``).
     ignored_exceptions:
@@ -182,6 +187,7 @@ class BreakerConfig:
     record_ttl_seconds: int = 86_400
     store_backoff_seconds: float = 5.0
     store_deadline_seconds: float = 1.0
+    recovery_ramp_seconds: float = 0.0
     failure_exceptions: ExceptionTypes = (Exception,)
     ignored_exceptions: ExceptionTypes = ()
     is_failure: Callable[[BaseException], bool] | None = field(default=None, compare=False)
@@ -211,7 +217,7 @@ class BreakerConfig:
             "store_deadline_seconds",
         ):
             _positive_number(name, getattr(self, name))
-        for name in ("cache_ttl", "store_backoff_seconds"):
+        for name in ("cache_ttl", "store_backoff_seconds", "recovery_ramp_seconds"):
             _positive_number(name, getattr(self, name), allow_zero=True)
         _positive_number("recovery_backoff", self.recovery_backoff)
         if self.recovery_backoff < 1:
@@ -288,7 +294,8 @@ class BreakerConfig:
         ``BREAKER_RECOVERY_TIMEOUT``, ``BREAKER_MAX_RECOVERY_TIMEOUT``,
         ``BREAKER_HALF_OPEN_MAX_PROBES``, ``BREAKER_HALF_OPEN_SUCCESSES``,
         ``BREAKER_PROBE_LEASE_SECONDS``, ``BREAKER_CACHE_TTL``,
-        ``BREAKER_STORE_BACKOFF_SECONDS``, ``BREAKER_STORE_DEADLINE_SECONDS`` and the rate
+        ``BREAKER_STORE_BACKOFF_SECONDS``, ``BREAKER_STORE_DEADLINE_SECONDS``,
+        ``BREAKER_RECOVERY_RAMP_SECONDS`` and the rate
         policy's ``BREAKER_FAILURE_RATE_THRESHOLD``, ``BREAKER_MINIMUM_CALLS``,
         ``BREAKER_SLOW_CALL_DURATION``, ``BREAKER_SLOW_CALL_RATE_THRESHOLD``,
         ``BREAKER_MIN_CONTAINERS`` and ``BREAKER_REPORT_INTERVAL``; keyword arguments

@@ -144,3 +144,11 @@ def test_ctrl_c_stops_every_server_and_container(tmp_path: Path) -> None:
     assert len(urls) == 2, printed
     for url in urls:
         assert refuses(url), f"{url} still answers"
+
+
+def test_the_ramp_option_reaches_the_function() -> None:
+    # GIVEN --ramp on the command line, THEN the function gets the breaker's ramp variable,
+    # and without it the ramp is off
+    assert options_from(["--ramp", "3"]).function_env()["BREAKER_RECOVERY_RAMP_SECONDS"] == "3.0"
+    assert options_from([]).function_env()["BREAKER_RECOVERY_RAMP_SECONDS"] == "0.0"
+    assert main(["--ramp", "-1"]) == BAD_OPTIONS

@@ -88,3 +88,18 @@ def payment_env(payment_table: str, payment_api: FakePaymentApi) -> dict[str, st
         "PAYMENT_API_URL": payment_api.url,
         "BREAKER_NAME": f"payment-{uuid.uuid4().hex[:12]}",
     }
+
+
+@pytest.fixture(scope="session")
+def consumer_module() -> ModuleType:
+    """functions/deferred_payments/app.py; its import-time consumer reads a throwaway env.
+
+    Session-wide, as the module is imported once per process: tests build their own
+    consumers with create_consumer.
+    """
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("CIRCUIT_BREAKER_TABLE", "unused-at-import")
+        env.setenv("PAYMENT_API_URL", "http://127.0.0.1:9/charges")
+        env.setenv("IDEMPOTENCY_TABLE", "unused-at-import")
+        env.delenv("BREAKER_MAPPINGS", raising=False)
+        return load_function("deferred_payments")

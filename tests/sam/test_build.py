@@ -170,8 +170,10 @@ def test_function_holds_its_code_and_requests(build_dir: Path) -> None:
     assert not [str(p) for p in function.rglob("*.so")]
 
 
-@pytest.mark.parametrize("function", ["PaymentFunction", "ChargeFunction"])
-def test_both_payment_functions_carry_the_one_shared_payment_module(
+@pytest.mark.parametrize(
+    "function", ["PaymentFunction", "ChargeFunction", "DeferredPaymentsFunction"]
+)
+def test_every_payment_function_carries_the_one_shared_payment_module(
     build_dir: Path, function: str
 ) -> None:
     # GIVEN the built functions, WHEN their payment module is compared with the source,
@@ -180,6 +182,33 @@ def test_both_payment_functions_carry_the_one_shared_payment_module(
     assert built.is_file(), f"{function} was built without payments.py"
     assert built.read_bytes() == (REPO_ROOT / "functions" / "shared" / "payments.py").read_bytes()
     assert (build_dir / function / "app.py").is_file()
+
+
+@pytest.mark.parametrize("function", ["PaymentFunction", "DeferredPaymentsFunction"])
+def test_the_api_and_the_consumer_carry_the_one_charging_module(
+    build_dir: Path, function: str
+) -> None:
+    # GIVEN the API and the deferred-payments consumer, built
+    built = build_dir / function
+    # THEN both charge with functions/shared/charging.py unchanged, and requests beside it
+    assert (built / "charging.py").read_bytes() == (
+        REPO_ROOT / "functions" / "shared" / "charging.py"
+    ).read_bytes()
+    assert (built / "requests" / "__init__.py").is_file()
+    assert not (built / "fleetbreaker").exists(), "the layer provides it"
+
+
+@pytest.mark.parametrize(
+    "function", ["PaymentFunction", "DeferredPaymentsFunction", "BreakerEventsFunction"]
+)
+def test_every_function_that_pauses_consumers_carries_the_one_breaker_events_module(
+    build_dir: Path, function: str
+) -> None:
+    # GIVEN the built functions that may toggle the consumer's mapping (the events function;
+    # the API and the consumer with the Redis store), THEN each has the shared module as is
+    built = build_dir / function / "breaker_events.py"
+    source = REPO_ROOT / "functions" / "shared" / "breaker_events.py"
+    assert built.read_bytes() == source.read_bytes()
 
 
 CHARGE_VALIDATES = textwrap.dedent(

@@ -34,7 +34,8 @@ CORE = {
     "BreakerCacheUserGroup",
 }
 # Conditions that hold only when the example is deployed.
-EXAMPLE_CONDITIONS = {"ExampleEnabled", "DeferWhenOpen"}
+# PauseFromContainers is BreakerOnRedis and DeferWhenOpen: it implies the example too.
+EXAMPLE_CONDITIONS = {"ExampleEnabled", "DeferWhenOpen", "PauseFromContainers"}
 STACK = "fleetbreaker"  # the stack name the README's snippet assumes
 
 

@@ -311,9 +311,12 @@ def test_function_wiring(template: dict[str, Any], payment_module: ModuleType) -
     variables = properties["Environment"]["Variables"]
     assert variables["CIRCUIT_BREAKER_TABLE"] == {"Ref": "CircuitBreakersTable"}
     assert variables["PAYMENT_API_URL"] == {"Ref": "PaymentApiUrl"}
-    # Every variable the template sets is one the function (or Powertools) reads.
+    # Every variable the template sets is one the function (or Powertools) reads, in its
+    # app.py or in the modules it shares with the deferred-payments consumer.
     assert payment_module.__file__ is not None
     source = Path(payment_module.__file__).read_text()
+    for shared in ("charging.py", "breaker_events.py"):
+        source += (REPO_ROOT / "functions" / "shared" / shared).read_text()
     for name in variables:
         assert function_reads(source, name), name
     # The function must finish before API Gateway's 30 s limit, after its own timeouts.

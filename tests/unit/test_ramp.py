@@ -1,0 +1,230 @@
+"""Recovery ramp: after a close, each container admits a linearly growing share of calls.
+
+MemoryStore, a hand-moved clock, and a random source whose next draw the test sets.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+from typing import Any
+
+import pytest
+
+from fleetbreaker import BreakerConfig, CircuitBreaker, CircuitOpenError, ConfigError, MemoryStore
+from fleetbreaker.ramp import MIN_SHARE, admitted_share, closed_at
+from fleetbreaker.state import Record, State
+from tests.support import Dependency, FakeClock
+
+RAMP = BreakerConfig(
+    failure_threshold=3, recovery_timeout=10, recovery_jitter=0.0, recovery_ramp_seconds=10
+)
+
+
+class SetDraw(random.Random):
+    """``random()`` returns ``draw``: the test decides which side of the share a call falls."""
+
+    draw = 0.0
+
+    def random(self) -> float:
+        return self.draw
+
+
+class CountingStore(MemoryStore):
+    """Counts the store operations the breaker sends."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.requests = 0
+
+    def load(self, *args: Any, **kwargs: Any) -> Any:
+        self.requests += 1
+        return super().load(*args, **kwargs)
+
+    def record_failure(self, *args: Any, **kwargs: Any) -> Any:
+        self.requests += 1
+        return super().record_failure(*args, **kwargs)
+
+
+def recovered(
+    config: BreakerConfig = RAMP, **kw: Any
+) -> tuple[CircuitBreaker, FakeClock, SetDraw, Dependency]:
+    """A breaker that opened on three failures and just closed through a successful probe."""
+    clock, rng, dep = FakeClock(), SetDraw(), Dependency()
+    kw.setdefault("store", MemoryStore())
+    breaker = CircuitBreaker("payment-api", config=config, clock=clock, rng=rng, **kw)
+    dep.failing = True
+    for _ in range(config.failure_threshold):
+        with pytest.raises(ConnectionError):
+            breaker.call(dep)
+    clock.advance(config.recovery_timeout)
+    dep.failing = False
+    assert breaker.call(dep) == "ok"  # the probe
+    assert breaker.state is State.CLOSED
+    return breaker, clock, rng, dep
+
+
+# -- the shape ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("elapsed_ms", "share"),
+    [(-5, MIN_SHARE), (0, MIN_SHARE), (5_000, 0.55), (9_999, 0.99991), (10_000, 1.0)],
+)
+def test_the_share_grows_linearly_from_the_minimum_to_all(elapsed_ms: int, share: float) -> None:
+    # GIVEN a 10 s ramp, THEN the share at each moment lies on the line from 10 % to 100 %
+    assert admitted_share(elapsed_ms, 10_000) == pytest.approx(share)
+
+
+def test_no_ramp_admits_everything() -> None:
+    assert admitted_share(0, 0) == 1.0
+
+
+def test_only_the_fresh_record_written_on_closing_has_a_close_time() -> None:
+    # GIVEN records as the stores write them, THEN only a fresh closed one says when it closed
+    assert closed_at(Record(State.CLOSED, gen=4, updated_at=123)) == 123
+    assert closed_at(Record(State.CLOSED, gen=4, failures=1, window_start=9, updated_at=9)) is None
+    assert closed_at(Record(State.CLOSED, gen=0, updated_at=123)) is None
+    assert closed_at(Record(State.OPEN, gen=4, updated_at=123)) is None
+    assert closed_at(None) is None
+
+
+# -- the breaker -------------------------------------------------------------------------------
+
+
+def test_right_after_the_close_a_call_above_the_share_is_rejected_briefly() -> None:
+    # GIVEN a breaker that just closed, with a 10 s ramp
+    breaker, _clock, rng, dep = recovered()
+    calls = dep.calls
+
+    # WHEN a call draws above the 10 % admitted at the close
+    rng.draw = 0.5
+    with pytest.raises(CircuitOpenError) as rejected:
+        breaker.call(dep)
+
+    # THEN it is rejected without reaching the dependency, closed, with a short retry_after
+    assert dep.calls == calls
+    assert rejected.value.state is State.CLOSED
+    assert 0 < rejected.value.retry_after <= 1.0
+
+    # WHEN a call draws below it THEN it runs
+    rng.draw = 0.05
+    assert breaker.call(dep) == "ok"
+
+
+def test_halfway_through_the_ramp_about_half_the_calls_run() -> None:
+    # GIVEN a breaker 5 s into a 10 s ramp (55 % admitted)
+    breaker, clock, rng, dep = recovered()
+    clock.advance(5)
+
+    # WHEN calls draw just below and just above the share THEN only the first runs
+    rng.draw = 0.54
+    assert breaker.call(dep) == "ok"
+    rng.draw = 0.56
+    with pytest.raises(CircuitOpenError):
+        breaker.call(dep)
+
+
+def test_after_the_ramp_every_call_runs() -> None:
+    # GIVEN a breaker whose ramp has ended
+    breaker, clock, rng, dep = recovered()
+    clock.advance(10)
+    # WHEN a call draws the highest value THEN it runs
+    rng.draw = 0.999
+    assert breaker.call(dep) == "ok"
+
+
+def test_without_a_ramp_every_call_runs_right_after_the_close() -> None:
+    # GIVEN the default config (no ramp), just closed
+    breaker, _clock, rng, dep = recovered(BreakerConfig(failure_threshold=3, recovery_timeout=10))
+    # WHEN a call draws the highest value THEN it runs
+    rng.draw = 0.999
+    assert breaker.call(dep) == "ok"
+
+
+def test_the_ramp_costs_no_store_request() -> None:
+    # GIVEN a just-closed breaker whose cached record outlives the ramp
+    store = CountingStore()
+    config = BreakerConfig(
+        failure_threshold=3, recovery_timeout=10, recovery_ramp_seconds=10, cache_ttl=60
+    )
+    breaker, clock, rng, dep = recovered(config, store=store)
+    before = store.requests
+
+    # WHEN 200 calls, admitted or rejected, are spread over the ramp
+    for step in range(200):
+        clock.advance(0.05)
+        rng.draw = (step * 0.37) % 1.0
+        with contextlib.suppress(CircuitOpenError):
+            breaker.call(dep)
+
+    # THEN none of them sent a store request
+    assert store.requests == before
+
+
+def test_a_failure_during_the_ramp_counts_and_does_not_restart_it() -> None:
+    # GIVEN a breaker 5 s into its ramp
+    breaker, clock, rng, dep = recovered()
+    clock.advance(5)
+
+    # WHEN an admitted call fails
+    rng.draw = 0.0
+    dep.failing = True
+    with pytest.raises(ConnectionError):
+        breaker.call(dep)
+    dep.failing = False
+
+    # THEN the failure is counted, and the ramp goes on where it was (neither restarted nor
+    # ended): 5.5 s in, 59.5 % are admitted
+    assert breaker.store.load("payment-api", clock()).failures == 1
+    clock.advance(0.5)
+    rng.draw = 0.58
+    assert breaker.call(dep) == "ok"
+    rng.draw = 0.6
+    with pytest.raises(CircuitOpenError):
+        breaker.call(dep)
+
+
+def test_failures_during_the_ramp_still_open_the_breaker() -> None:
+    # GIVEN a breaker at the start of its ramp
+    breaker, _clock, rng, dep = recovered()
+    rng.draw = 0.0  # every call admitted
+
+    # WHEN three admitted calls fail
+    dep.failing = True
+    for _ in range(3):
+        with pytest.raises(ConnectionError):
+            breaker.call(dep)
+
+    # THEN the breaker is open again
+    assert breaker.state is State.OPEN
+
+
+def test_a_call_the_ramp_turns_away_gets_the_fallback() -> None:
+    # GIVEN a just-closed breaker with a fallback
+    seen: list[Any] = []
+    breaker, _clock, rng, dep = recovered(fallback=lambda admission: seen.append(admission))
+
+    # WHEN a call draws above the share
+    rng.draw = 0.9
+    breaker.call(dep)
+
+    # THEN the fallback answered it, told the breaker is closed and turned it away
+    [admission] = seen
+    assert (admission.state, admission.allowed) == (State.CLOSED, False)
+
+
+# -- configuration -----------------------------------------------------------------------------
+
+
+def test_a_negative_ramp_is_refused() -> None:
+    with pytest.raises(ConfigError, match="recovery_ramp_seconds must be a non-negative"):
+        BreakerConfig(recovery_ramp_seconds=-1)
+
+
+def test_the_ramp_is_read_from_the_environment() -> None:
+    # GIVEN BREAKER_RECOVERY_RAMP_SECONDS, THEN from_env reads it, and names it when bad
+    config = BreakerConfig.from_env({"BREAKER_RECOVERY_RAMP_SECONDS": "30"})
+    assert config.recovery_ramp_seconds == 30.0
+    with pytest.raises(ConfigError, match="BREAKER_RECOVERY_RAMP_SECONDS"):
+        BreakerConfig.from_env({"BREAKER_RECOVERY_RAMP_SECONDS": "soon"})
