@@ -62,6 +62,7 @@ from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools import Logger
 
+from breaker_events import transition_listeners
 from fleetbreaker import BreakerConfig, CircuitBreaker, InvalidTokenError
 from fleetbreaker.breaker import validate_name
 from fleetbreaker.config import env_number
@@ -342,7 +343,12 @@ def create_gate(
     settings = GateSettings.from_env(environ)
     if store is None:
         store = stores_from_env(environ, endpoint_url=endpoint_url)
-    return BreakerGate(settings, store, clock=clock, listeners=default_listeners(logger))
+    # With Redis (no stream on the table) the gate tells the fleet of its own transitions, as
+    # the payment function and the consumer do: BREAKER_MAPPINGS names what to pause.
+    extra = transition_listeners(environ, endpoint_url=endpoint_url)
+    return BreakerGate(
+        settings, store, clock=clock, listeners=default_listeners(logger, extra=extra)
+    )
 
 
 # The container's gate: built by the first invocation, so a configuration error is reported

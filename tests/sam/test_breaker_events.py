@@ -330,7 +330,7 @@ def test_mappings_without_a_store_are_refused(events_module: ModuleType) -> None
         events_module.create_handler(env)
 
 
-@pytest.mark.parametrize("function", ["payment", "deferred_payments"])
+@pytest.mark.parametrize("function", ["payment", "deferred_payments", "breaker_gate"])
 def test_the_example_functions_add_the_listener_when_mappings_are_registered(
     function: str,
     shared: ModuleType,
@@ -347,8 +347,17 @@ def test_the_example_functions_add_the_listener_when_mappings_are_registered(
     }
     if function == "payment":
         build = payment_module.create_handler
-    else:
+    elif function == "deferred_payments":
         build = consumer_module.create_consumer
+    else:
+        gate_app = load_function("breaker_gate")
+
+        def build(variables: dict[str, str]) -> Any:
+            class Built:  # the gate builds a breaker per name: one stands for them all
+                breaker = gate_app.create_gate(variables).breaker(BREAKER)
+
+            return Built
+
     # WHEN it builds its handler, THEN its breaker carries the transition listener, and
     # without the variable it does not
     with_listener = build(env).breaker.listeners

@@ -138,6 +138,7 @@ def test_with_redis_the_transitioning_functions_may_toggle_only_that_mapping(
     assert policy["Properties"]["Roles"] == [
         {"Ref": "PaymentFunctionRole"},
         {"Ref": "DeferredPaymentsFunctionRole"},
+        {"Ref": "BreakerGateFunctionRole"},
     ]
     # THEN it names that one mapping, and both functions are told which it is
     [toggle] = [
@@ -146,7 +147,7 @@ def test_with_redis_the_transitioning_functions_may_toggle_only_that_mapping(
         if s["Sid"] == "PauseConsumers"
     ]
     assert toggle["Resource"] == MAPPING_ARN
-    for name in ("PaymentFunction", "DeferredPaymentsFunction"):
+    for name in ("PaymentFunction", "DeferredPaymentsFunction", "BreakerGateFunction"):
         variables = resources[name]["Properties"]["Environment"]["Variables"]
         assert variables["BREAKER_MAPPINGS"] == {
             "Fn::If": ["PauseFromContainers", REGISTRY, {"Ref": "AWS::NoValue"}]

@@ -221,6 +221,7 @@ DEFAULT_CONDITIONS = {
     "RunsLocally": False,
     "RatePolicy": False,
     "SlowCallDetection": False,
+    "PauseFromContainers": False,
 }
 
 
