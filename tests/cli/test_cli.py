@@ -185,7 +185,7 @@ def test_a_tuned_threshold_reaches_a_running_breaker_within_cache_ttl(
 ) -> None:
     # GIVEN a running breaker (threshold 5) that has read its record into its cache
     clock = FakeClock(system_clock())
-    config = BreakerConfig(failure_threshold=5, cache_ttl=1.0)
+    config = BreakerConfig(failure_threshold=5, cache_ttl=1.0, store_deadline_seconds=30)
     breaker = CircuitBreaker(name, store=backend.store, config=config, clock=clock)
     dep = Dependency()
     assert breaker.call(dep) == "ok"

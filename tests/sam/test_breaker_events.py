@@ -156,9 +156,22 @@ def events_handler(events_module: ModuleType, aws: Aws, clock: FakeClock) -> Any
     return events_module.create_handler(env, clock=clock)
 
 
-def breaker_on(store: Any, clock: FakeClock, **config: Any) -> CircuitBreaker:
-    settings = BreakerConfig(failure_threshold=1, recovery_timeout=30, cache_ttl=0, **config)
-    return CircuitBreaker(BREAKER, store=store, config=settings, clock=clock, listeners=[])
+def breaker_on(
+    store: Any, clock: FakeClock, name: str = BREAKER, listeners: Any = (), **config: Any
+) -> CircuitBreaker:
+    """A breaker whose writes all reach the store: these tests read them back.
+
+    The store deadline is generous: the deadline has its own tests (tests/faults), and a call
+    that misses it on a loaded machine would be answered locally, leaving nothing to stream.
+    """
+    settings = {"failure_threshold": 1, "recovery_timeout": 30, "cache_ttl": 0, **config}
+    return CircuitBreaker(
+        name,
+        store=store,
+        config=BreakerConfig(store_deadline_seconds=30, **settings),
+        clock=clock,
+        listeners=list(listeners),
+    )
 
 
 def test_opening_disables_and_closing_enables_the_consumer_mapping(
@@ -203,18 +216,13 @@ def test_counted_failures_that_do_not_open_change_nothing(
 ) -> None:
     # GIVEN a breaker that needs three failures to open
     clock = FakeClock()
-    breaker = CircuitBreaker(
-        BREAKER,
-        store=DynamoDBStore(aws.table),
-        config=BreakerConfig(failure_threshold=3, cache_ttl=0),
-        clock=clock,
-        listeners=[],
-    )
+    breaker = breaker_on(DynamoDBStore(aws.table), clock, failure_threshold=3)
     handler = events_handler(events_module, aws, clock)
 
     # WHEN two failures are counted (two writes on the stream)
     breaker.record(success=False)
     breaker.record(success=False)
+    assert breaker.stats.store_errors == 0
     event = aws.stream_event()
     result = handler(event, None)
 
@@ -261,11 +269,10 @@ def test_with_redis_the_container_that_trips_the_breaker_pauses_the_consumers(
     clock = FakeClock()
     handler = events_handler(events_module, aws, clock)
     listener = shared.TransitionListener(handler.switch, handler.publisher)
-    breaker = CircuitBreaker(
-        f"{BREAKER}-{uuid.uuid4().hex[:8]}",
-        store=RedisStore(url=redis_server, use_server_time=False),
-        config=BreakerConfig(failure_threshold=1, recovery_timeout=30, cache_ttl=0),
-        clock=clock,
+    breaker = breaker_on(
+        RedisStore(url=redis_server, use_server_time=False),
+        clock,
+        name=f"{BREAKER}-{uuid.uuid4().hex[:8]}",
         listeners=[listener],
     )
     handler.switch.registry[breaker.name] = (aws.mapping,)

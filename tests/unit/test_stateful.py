@@ -40,6 +40,8 @@ CONFIG = BreakerConfig(
     probe_lease_seconds=5,
     cache_ttl=1.0,
     record_ttl_seconds=3600,
+    # The machine checks the rules, not the deadline: a loaded machine must not degrade it.
+    store_deadline_seconds=30,
 )
 NAME = "stateful"
 CONTAINERS = 3
