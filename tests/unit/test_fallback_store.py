@@ -234,3 +234,58 @@ def test_a_stores_one_off_setup_runs_once_on_the_callers_thread(clock: FakeClock
     assert shared.prepared_on == [threading.get_ident()]
     assert len(shared.loaded_on) == 2
     assert threading.get_ident() not in shared.loaded_on
+
+
+# -- worker threads ------------------------------------------------------------------------
+
+
+def store_threads() -> set[threading.Thread]:
+    return {t for t in threading.enumerate() if t.name == "fleetbreaker-store"}
+
+
+def test_a_dropped_breaker_is_collected_though_its_worker_ran_its_calls() -> None:
+    # GIVEN a breaker whose store calls ran on a worker thread, with a slow-call watcher
+    # (a thread of its own that ends when the breaker is gone)
+    import gc
+    import weakref
+
+    from fleetbreaker import CircuitBreaker
+
+    breaker = CircuitBreaker(
+        NAME,
+        store=FlakyStore(),
+        config=BreakerConfig(failure_threshold=2, cache_ttl=0, slow_call_duration=5.0),
+        listeners=[],
+    )
+    assert breaker.call(lambda: "ok") == "ok"
+    breaker.record(success=False)
+    gone = weakref.ref(breaker)
+
+    # WHEN its owner drops it
+    del breaker
+    gc.collect()
+
+    # THEN nothing keeps it alive: not the idle worker holding its last job
+    assert gone() is None
+
+
+def test_an_idle_worker_ends_its_thread_and_the_next_call_starts_one(
+    clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN workers that end after 10 ms idle, and a call that ran on one
+    from fleetbreaker.stores import fallback
+
+    monkeypatch.setattr(fallback, "WORKER_IDLE_SECONDS", 0.01)
+    before = store_threads()
+    store = FallbackStore(FlakyStore(), clock=clock)
+    store.record_failure(NAME, POLICY, clock(), None)
+    [worker] = store_threads() - before
+
+    # WHEN it has nothing to do, THEN its thread ends
+    worker.join(timeout=10)
+    assert not worker.is_alive()
+
+    # AND the next store call is served by a new worker
+    outcome = store.record_failure(NAME, POLICY, clock(), None)
+    assert outcome.transition == (State.CLOSED, State.OPEN)
+    assert not store.degraded

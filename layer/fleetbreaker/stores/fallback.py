@@ -44,6 +44,11 @@ AnswerHook = Callable[[str, "Record | None", int], None]
 # once instead of starting yet another thread: a hung store must not pile up threads.
 MAX_STUCK_WORKERS = 4
 
+# A worker idle this long (seconds) ends its thread; the next store call starts another. A
+# breaker in use calls its store about once per cache_ttl, so its worker stays; one that is
+# dropped, or built per invocation against the advice, does not leave a thread behind.
+WORKER_IDLE_SECONDS = 30.0
+
 
 # A thread-local trace context (the X-Ray SDK's) does not follow a store call onto its
 # worker thread the way contextvars do. A listener that needs it there sets this, on the
@@ -93,12 +98,20 @@ class _Worker:
 
     def _loop(self) -> None:
         while True:
-            job, result = self._jobs.get()
+            try:
+                job, result = self._jobs.get(timeout=WORKER_IDLE_SECONDS)
+            except queue.Empty:
+                if self._pool.retire(self):
+                    return
+                continue  # taken for a job just now: it is on its way
             try:
                 result.value = job()
             except BaseException as exc:  # handed to the waiting caller, never lost
                 result.error = exc
             result.done.set()
+            # Hold nothing of the caller's while idle: the job's closure reaches the store and
+            # its breaker, which would then outlive every reference its owner dropped.
+            job = result = None  # type: ignore[assignment]
             self._pool.release(self)
 
 
@@ -148,6 +161,14 @@ class _WorkerPool:
         with self._lock:
             self._abandoned.discard(worker)
             self._idle.append(worker)
+
+    def retire(self, worker: _Worker) -> bool:
+        """An idle worker's thread may end: True unless it was just handed a job."""
+        with self._lock:
+            if worker in self._idle:
+                self._idle.remove(worker)
+                return True
+            return False
 
 
 class FallbackStore:
