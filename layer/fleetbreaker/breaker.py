@@ -193,6 +193,9 @@ class CircuitBreaker:
         self._tuned_text = ""
         self._policy = Policy.from_config(config)
         self._cache = RecordCache(round(config.cache_ttl * 1000))
+        # A store that decides on its own clock refused a probe claim of this generation
+        # until this time (on our clock): (gen, until_ms). See _admit.
+        self._claim_barred: tuple[int, int] | None = None
         # Waiting for another thread's refresh: longer than a store read can take.
         self._refresh_wait_s = config.store_deadline_seconds + 1.0
         self._store = FallbackStore(
@@ -320,6 +323,17 @@ class CircuitBreaker:
     def _admit(self, now: int) -> Admission:
         record = self._read(now)
         verdict = rules.verdict(record, self._policy, now)
+        barred = self._claim_barred
+        if (
+            verdict.try_probe
+            and barred is not None
+            and record is not None
+            and record.gen == barred[0]
+            and now < barred[1]
+        ):
+            # The store said "not yet" on its own clock: ours runs ahead. Keep its answer
+            # instead of asking again on every call.
+            verdict = rules.Verdict(Decision.REJECT, verdict.state, barred[1] - now)
         if verdict.try_probe:
             nonce = secrets.token_hex(8)
             outcome = self._store.claim_probe(self.name, self._policy, now, nonce, record)
@@ -330,7 +344,11 @@ class CircuitBreaker:
                 self._emit("on_decision", self.name, admission.decision, admission.state)
                 return admission
             verdict = rules.verdict(outcome.record, self._policy, now)
-            if verdict.try_probe:  # lost every race for a slot: wait for the next lease to end
+            wait = outcome.retry_after_ms
+            if verdict.try_probe and wait and outcome.record is not None:
+                self._claim_barred = (outcome.record.gen, now + wait)
+                verdict = rules.Verdict(Decision.REJECT, verdict.state, wait)
+            elif verdict.try_probe:  # lost every race for a slot: wait for the next lease to end
                 verdict = rules.Verdict(Decision.REJECT, verdict.state, 100)
         if self._ramp is not None and verdict.state is State.CLOSED:
             # Recovery ramp: decided locally from the record already read (no store request).

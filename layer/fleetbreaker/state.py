@@ -18,6 +18,15 @@ from typing import Any, Protocol
 # (DynamoDB attributes, the Redis scripts) read this many.
 MAX_PROBE_SLOTS = 16
 
+# How far apart the fleet's clocks may be (ms). Lambda keeps its clocks synced, so the
+# package runs no clock service; the stores' conditions compare times on the caller's clock
+# and every guarantee is stated within this tolerance (docs/architecture.md, "Clocks"). Past
+# it one rule still holds: a probe lease granted later than the caller's clock plus this
+# tolerance was set by a clock too far ahead to trust and is treated as free, so a prober
+# whose clock runs far ahead blocks the others no longer than its ``probe_lease_seconds``
+# plus this tolerance.
+CLOCK_TOLERANCE_MS = 1_000
+
 
 class State(str, Enum):
     """The state of a breaker, shared by the whole fleet."""
@@ -45,10 +54,14 @@ class Decision(str, Enum):
 
 @dataclass(frozen=True)
 class Lease:
-    """A probe slot held by one caller until ``until`` (epoch ms)."""
+    """A probe slot held by one caller until ``until`` (epoch ms).
+
+    ``since`` is when it was granted, on the claimer's clock (None: not recorded).
+    """
 
     token: str
     until: int
+    since: int | None = None
 
 
 @dataclass(frozen=True)
@@ -278,13 +291,16 @@ class Outcome:
 
     ``record`` is the store's view after the operation (None: no record, i.e. closed);
     ``changed`` says whether this operation wrote; ``transition`` the state change it made;
-    ``token`` the lease token of a granted probe claim.
+    ``token`` the lease token of a granted probe claim. ``retry_after_ms``: a store that
+    decides on its own clock (Redis' TIME) and refused a claim says how long, on that clock,
+    until one can succeed; the caller then stops asking until then, whatever its own clock says.
     """
 
     record: Record | None
     changed: bool = False
     transition: tuple[State, State] | None = None
     token: str | None = None
+    retry_after_ms: int | None = None
 
 
 @dataclass(frozen=True)
@@ -347,11 +363,22 @@ def make_token(slot: int, nonce: str) -> str:
     return f"{slot}-{nonce}"
 
 
+def lease_ended(lease: Lease, now_ms: int) -> bool:
+    """Whether a lease no longer holds its slot on the caller's clock.
+
+    A lease runs out at its expiry. One granted later than ``now_ms + CLOCK_TOLERANCE_MS``
+    was written by a clock too far ahead to trust, whatever lease length its claimer used:
+    its slot is free.
+    """
+    since = lease.since
+    return lease.until <= now_ms or (since is not None and since > now_ms + CLOCK_TOLERANCE_MS)
+
+
 def free_slot(record: Record, policy: Policy, now_ms: int) -> int | None:
-    """The lowest probe slot that is unheld or whose lease has run out."""
+    """The lowest probe slot that is unheld or whose lease has ended (see lease_ended)."""
     for slot in range(policy.max_probes):
         lease = record.leases.get(slot)
-        if lease is None or lease.until <= now_ms:
+        if lease is None or lease_ended(lease, now_ms):
             return slot
     return None
 
@@ -430,7 +457,7 @@ def apply_claim(record: Record | None, policy: Policy, now_ms: int, nonce: str) 
             state=State.HALF_OPEN,
             gen=record.gen + 1,
             successes=0,
-            leases={0: Lease(token, until)},
+            leases={0: Lease(token, until, now_ms)},
         )
         return Outcome(
             _stamp(opened, policy, now_ms),
@@ -443,7 +470,7 @@ def apply_claim(record: Record | None, policy: Policy, now_ms: int, nonce: str) 
         if slot is None:
             return Outcome(record)
         token = make_token(slot, nonce)
-        leased = replace(record, leases={**record.leases, slot: Lease(token, until)})
+        leased = replace(record, leases={**record.leases, slot: Lease(token, until, now_ms)})
         return Outcome(_stamp(leased, policy, now_ms), changed=True, token=token)
     return Outcome(record)
 

@@ -6,7 +6,8 @@ Each request is forwarded as it is, at once (so a write applies upstream), then:
   Content-Length, so the client reads all of it): a middlebox or a broken endpoint that
   answers "200 OK" with something that is not DynamoDB's answer;
 - ``delay_first`` holds back the reply to the first request of one operation (UpdateItem)
-  past the client's read timeout: the client re-sends a write that has already applied.
+  past the client's read timeout: the write has applied, the client does not know it;
+  ``while_delayed`` runs just before the hold (another container writing meanwhile).
 """
 
 from __future__ import annotations
@@ -30,9 +31,11 @@ class GarbleProxy:
         garble: Garble = lambda body: body,
         *,
         delay_first: tuple[str, float] | None = None,
+        while_delayed: Callable[[], object] | None = None,
     ) -> None:
         proxy = self
         self.delay_first = delay_first
+        self.while_delayed = while_delayed
         self.seen: dict[str, int] = {}
         self._lock = threading.Lock()
         self._closed = threading.Event()
@@ -56,6 +59,8 @@ class GarbleProxy:
                     proxy.seen[operation] = count + 1
                 if proxy.delay_first is not None and count == 0:
                     delayed, seconds = proxy.delay_first
+                    if operation == delayed and proxy.while_delayed is not None:
+                        proxy.while_delayed()
                     if operation == delayed and proxy._closed.wait(seconds):
                         return
                 try:

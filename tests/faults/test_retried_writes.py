@@ -1,8 +1,11 @@
-"""A write botocore re-sends after its read timeout takes effect once, and its caller learns so.
+"""A write whose attempt times out takes effect at most once, and its caller learns its fate.
 
 A loopback proxy in front of moto's server forwards every request at once (so the first
 UpdateItem applies) but holds back the reply to the first UpdateItem past the client's
-0.3 s read timeout; botocore then re-sends the same request, which must not apply again.
+0.3 s read timeout. botocore would re-send it; the store does not let it (a re-send could
+apply twice once another write has replaced the operation id): it reads the item back. Its
+own id there means the write applied; otherwise the operation is a store error, never sent
+again. ``while_delayed`` makes another container write between the attempt and the read-back.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import pytest
 
 from devtools import servers
 from fleetbreaker import BreakerConfig, DynamoDBStore, State
+from fleetbreaker.errors import StoreError
 from fleetbreaker.state import Policy, ProbeReport
 from tests.faults.garble import GarbleProxy
 from tests.support import FakeClock
@@ -21,7 +25,7 @@ from tests.support import FakeClock
 POLICY = Policy.from_config(BreakerConfig(failure_threshold=2, recovery_timeout=10))
 POLICY3 = Policy.from_config(BreakerConfig(failure_threshold=3, recovery_timeout=10))
 NAME = "payment-api"
-DELAY_S = 1.0  # past the store's 0.3 s read timeout: botocore re-sends the write
+DELAY_S = 1.0  # past the store's 0.3 s read timeout: botocore would re-send the write
 
 
 @pytest.fixture
@@ -57,7 +61,8 @@ def test_a_retried_failure_counts_once(
 
     outcome = retried.record_failure(NAME, POLICY, now, None)
 
-    assert proxy.seen["UpdateItem"] == 2  # botocore did re-send it
+    assert proxy.seen["UpdateItem"] == 1  # not re-sent: read back
+    assert proxy.seen["GetItem"] == 1
     assert outcome.changed
     assert outcome.record.failures == 1
     stored = direct.load(NAME, now)
@@ -73,7 +78,7 @@ def test_a_retried_counted_failure_counts_once(
 
     outcome = retried.record_failure(NAME, POLICY3, now, seen)
 
-    assert proxy.seen["UpdateItem"] == 2
+    assert proxy.seen["UpdateItem"] == 1
     assert outcome.record.failures == 2
     assert direct.load(NAME, now).failures == 2
 
@@ -88,7 +93,7 @@ def test_a_retried_claim_grants_the_probe(
 
     claim = retried.claim_probe(NAME, POLICY, opened.open_until, "probe", opened)
 
-    assert proxy.seen["UpdateItem"] == 2
+    assert proxy.seen["UpdateItem"] == 1
     assert claim.token is not None
     assert claim.transition == (State.OPEN, State.HALF_OPEN)
     stored = direct.load(NAME, opened.open_until)
@@ -108,7 +113,84 @@ def test_a_retried_settle_reports_applied(
         NAME, POLICY, later, ProbeReport(claim.token, True), claim.record
     )
 
-    assert proxy.seen["UpdateItem"] == 2
+    assert proxy.seen["UpdateItem"] == 1
     assert settled.changed
     assert settled.transition == (State.HALF_OPEN, State.CLOSED)
     assert direct.load(NAME, later).state is State.CLOSED
+
+
+# -- another container writes between the attempt and the read-back ------------------------
+
+
+@pytest.fixture
+def crowded(table: tuple[str, str], direct: DynamoDBStore) -> Iterator[GarbleProxy]:
+    """The delayed reply's hold starts with another container's failure on the same breaker."""
+    url = urllib.parse.urlsplit(table[0])
+    now = FakeClock()()
+
+    def other_container() -> None:
+        direct.record_failure(NAME, POLICY3, now, direct.load(NAME, now))
+
+    with GarbleProxy(
+        (url.hostname or "127.0.0.1", url.port or 80),
+        delay_first=("UpdateItem", DELAY_S),
+        while_delayed=other_container,
+    ) as proxy:
+        yield proxy
+
+
+def test_a_failure_whose_id_was_overwritten_is_never_counted_twice(
+    table: tuple[str, str], direct: DynamoDBStore, crowded: GarbleProxy
+) -> None:
+    # GIVEN a container whose failure applies but whose answer is lost, while another
+    # container's failure replaces the operation id on the item
+    store = DynamoDBStore(table[1], endpoint_url=crowded.endpoint_url)
+    now = FakeClock()()
+
+    # WHEN its failure is counted
+    with pytest.raises(StoreError, match="may have applied"):
+        store.record_failure(NAME, POLICY3, now, None)
+
+    # THEN the item holds both failures once each (a re-send would have made it 3 and, with
+    # threshold 3, opened the fleet on two failing calls), and the write was sent once
+    assert crowded.seen["UpdateItem"] == 1  # sent once (the other container writes directly)
+    stored = direct.load(NAME, now)
+    assert stored.state is State.CLOSED
+    assert stored.failures == 2
+
+
+def test_a_claim_whose_id_was_overwritten_still_learns_it_holds_the_probe(
+    table: tuple[str, str], direct: DynamoDBStore
+) -> None:
+    # GIVEN an open breaker with two probe slots; a container's claim applies but its answer
+    # is lost, while another container takes the second slot
+    policy = Policy.from_config(
+        BreakerConfig(failure_threshold=1, recovery_timeout=10, half_open_max_probes=2)
+    )
+    now = FakeClock()()
+    opened = direct.record_failure(NAME, policy, now, None).record
+    later = opened.open_until
+    url = urllib.parse.urlsplit(table[0])
+
+    def other_container() -> None:
+        seen = direct.load(NAME, later)
+        assert direct.claim_probe(NAME, policy, later, "other", seen).token is not None
+
+    with GarbleProxy(
+        (url.hostname or "127.0.0.1", url.port or 80),
+        delay_first=("UpdateItem", DELAY_S),
+        while_delayed=other_container,
+    ) as proxy:
+        store = DynamoDBStore(table[1], endpoint_url=proxy.endpoint_url)
+
+        # WHEN it claims
+        claim = store.claim_probe(NAME, policy, later, "mine", opened)
+
+    # THEN it learns from its token on the item that it holds a probe (it is not told
+    # "reject" while its lease keeps the slot from everyone else)
+    assert claim.token is not None
+    assert proxy.seen["UpdateItem"] == 1  # not sent again (the other container writes directly)
+    stored = direct.load(NAME, later)
+    tokens = [lease.token for lease in stored.leases.values()]
+    assert len(tokens) == 2
+    assert claim.token in tokens

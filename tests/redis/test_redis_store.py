@@ -274,7 +274,7 @@ def test_a_malformed_lease_counts_as_free(
 
     assert claim.token == "0-next"
     assert claim.record is not None
-    assert claim.record.leases == {0: Lease("0-next", now + POLICY.lease_ms)}
+    assert claim.record.leases == {0: Lease("0-next", now + POLICY.lease_ms, now)}
 
 
 def test_the_breaker_reads_a_corrupt_record_as_closed(

@@ -14,7 +14,7 @@ import logging
 import os
 import secrets
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, cast
 
@@ -126,8 +126,40 @@ def check_answer(response_dict: dict[str, Any], **_: Any) -> None:
         )
 
 
+class _MaybeApplied(Exception):
+    """An attempt of one of the store's writes failed in a way that may have applied it."""
+
+
+# Set on the thread sending one of the store's UpdateItems (the handler below runs there too).
+_sending = threading.local()
+
+
+def refuse_blind_resend(caught_exception: object = None, response: Any = None, **_: Any) -> None:
+    """A botocore ``needs-retry`` handler: never re-send a store write that may have applied.
+
+    A read timeout, a connection closed after the request went out, or a 5xx answer leaves
+    the write's fate unknown. Re-sent, it could apply twice: its operation id stops a re-send
+    only while nothing else has written the item since. So the store reads the item back
+    instead (see DynamoDBStore._update). A request that never left (refused, connect timeout)
+    or an error that says it did not apply (throttling, 4xx) is retried by botocore as usual.
+    Other requests on the client, the caller's own included, are not touched.
+    """
+    if not getattr(_sending, "write", False):
+        return
+    from botocore.exceptions import ConnectTimeoutError, EndpointConnectionError
+
+    if caught_exception is not None:
+        if isinstance(caught_exception, (EndpointConnectionError, ConnectTimeoutError)):
+            return
+        raise _MaybeApplied(str(caught_exception))
+    http = response[0] if isinstance(response, tuple) and response else None
+    status = getattr(http, "status_code", 0)
+    if isinstance(status, int) and status >= 500:
+        raise _MaybeApplied(f"HTTP {status}")
+
+
 def _watch(client: Any) -> None:
-    """Register check_answer on a client (once: the unique id makes it idempotent)."""
+    """Register the store's handlers on a client (once: the unique ids make it idempotent)."""
     events = getattr(getattr(client, "meta", None), "events", None)
     if events is None:
         return
@@ -137,10 +169,25 @@ def _watch(client: Any) -> None:
             check_answer,
             unique_id=f"fleetbreaker-check-answer-{operation}",
         )
+    events.register_first(
+        "needs-retry.dynamodb.UpdateItem",
+        refuse_blind_resend,
+        unique_id="fleetbreaker-refuse-blind-resend",
+    )
 
 
 def _slot_names(slot: int) -> tuple[str, str]:
     return f"probe{slot}_token", f"probe{slot}_until"
+
+
+def _holding(token_name: str, token: str) -> Callable[[dict[str, Any]], bool]:
+    """Whether an item read back holds this lease token: the claim that wrote it applied."""
+    return lambda item: _scalar(item, token_name, "S") == token
+
+
+def _since_name(slot: int) -> str:
+    """When the slot's lease was granted, on its claimer's clock (rules.lease_ended)."""
+    return f"probe{slot}_since"
 
 
 def _number(item: dict[str, Any], name: str) -> int:
@@ -193,7 +240,11 @@ def parse_item(item: dict[str, Any] | None, now_ms: int) -> Record | None:
             continue
         if not isinstance(token, str):
             raise CorruptRecordError(f"attribute {until_name!r} has no {token_name!r}")
-        leases[slot] = Lease(token, _integer(until_name, until))
+        # A grant time that is missing or not an integer is unknown: the lease then lasts
+        # until its expiry. The claim condition compares only a number (since > now + ...).
+        since = _scalar(item, _since_name(slot), "N")
+        granted = int(since) if _is_integer(since) else None
+        leases[slot] = Lease(token, _integer(until_name, until), granted)
     quorum: dict[str, dict[str, int]] = {}
     for code in rules.QUORUM_CODES:
         raw_map = _scalar(item, code, "M")
@@ -305,7 +356,8 @@ class _Write:
 
     def remove_leases(self, slots: range) -> _Write:
         for slot in slots:
-            self.removes.extend(self.name(attribute) for attribute in _slot_names(slot))
+            names = (*_slot_names(slot), _since_name(slot))
+            self.removes.extend(self.name(attribute) for attribute in names)
         return self
 
     def require(self, condition: str) -> _Write:
@@ -485,13 +537,13 @@ class DynamoDBStore:
             return StoreError(f"DynamoDB {code or 'error'} on table {self.table_name!r}: {exc}")
         return StoreError(f"DynamoDB unreachable for table {self.table_name!r}: {exc}")
 
-    def _get(self, name: str) -> dict[str, Any] | None:
+    def _get(self, name: str, *, consistent: bool | None = None) -> dict[str, Any] | None:
         self.stats.count_read()
         try:
             response = self.client.get_item(
                 TableName=self.table_name,
                 Key={KEY_ATTRIBUTE: {"S": name}},
-                ConsistentRead=self.consistent_read,
+                ConsistentRead=self.consistent_read if consistent is None else consistent,
             )
         except Exception as exc:
             raise self._translate(exc) from exc
@@ -514,8 +566,14 @@ class DynamoDBStore:
             )
         return item
 
-    def _update(self, name: str, write: _Write) -> tuple[bool, dict[str, Any] | None]:
-        """Run one conditional UpdateItem: (applied, item after it or the item that stopped it)."""
+    def _update(
+        self, name: str, write: _Write, mine: Callable[[dict[str, Any]], bool] | None = None
+    ) -> tuple[bool, dict[str, Any] | None]:
+        """Run one conditional UpdateItem: (applied, item after it or the item that stopped it).
+
+        ``mine`` tells, from an item read back after an attempt whose fate is unknown, that
+        this write applied even if another has written since (a claim finds its token).
+        """
         from botocore.exceptions import ClientError
 
         self.stats.count_write()
@@ -523,6 +581,7 @@ class DynamoDBStore:
         written = write.set(OP_ATTRIBUTE, op).value(op)
         at_op = write.name(OP_ATTRIBUTE)
         write.require(f"attribute_not_exists({at_op}) OR {at_op} <> {written}")
+        _sending.write = True
         try:
             response = self.client.update_item(
                 TableName=self.table_name,
@@ -534,6 +593,8 @@ class DynamoDBStore:
                 ReturnValues="ALL_NEW",
                 ReturnValuesOnConditionCheckFailure="ALL_OLD",
             )
+        except _MaybeApplied as exc:
+            return self._read_back(name, op, mine, str(exc))
         except ClientError as exc:
             if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
                 raise self._translate(exc) from exc
@@ -549,9 +610,36 @@ class DynamoDBStore:
             return False, old
         except Exception as exc:
             raise self._translate(exc) from exc
+        finally:
+            _sending.write = False
         # ALL_NEW: an applied update always returns the whole item.
         item = self._whole(name, response.get("Attributes") or {}, "UpdateItem")
         return True, item
+
+    def _read_back(
+        self,
+        name: str,
+        op: str,
+        mine: Callable[[dict[str, Any]], bool] | None,
+        failure: str,
+    ) -> tuple[bool, dict[str, Any] | None]:
+        """After an attempt whose fate is unknown: did this write apply? Never re-sent.
+
+        The item still carrying this write's id (or, for a claim, its token) says it applied.
+        Otherwise it did not apply, or it did and another write has replaced the id since:
+        sending it again could apply it twice, so the operation fails as a store error and
+        the breaker goes on locally, as for any store error.
+        """
+        _sending.write = False  # the read-back is not one of the guarded writes
+        item = self._get(name, consistent=True)
+        if item is not None and (
+            item.get(OP_ATTRIBUTE) == {"S": op} or (mine is not None and mine(item))
+        ):
+            return True, item
+        raise StoreError(
+            f"DynamoDB UpdateItem for breaker {name!r} on table {self.table_name!r} may have "
+            f"applied ({failure}) and the item has changed since; not sent again"
+        )
 
     def _parse_or_absent(
         self, item: dict[str, Any] | None, now_ms: int
@@ -635,7 +723,9 @@ class DynamoDBStore:
             token_name, until_name = _slot_names(slot)
             write = _Write(now_ms, policy)
             write.require(write.usable()).require(write.is_("gen", seen.gen))
-            write.set(token_name, token).set(until_name, planned.record.leases[slot].until)
+            lease = planned.record.leases[slot]
+            write.set(token_name, token).set(until_name, lease.until)
+            write.set(_since_name(slot), now_ms)
             if planned.transition is not None:  # open -> half_open: the first lease
                 write.set("state", planned.record.state.value)
                 write.set("successes", planned.record.successes).add("gen", 1)
@@ -645,12 +735,15 @@ class DynamoDBStore:
             else:
                 write.require(write.is_("state", State.HALF_OPEN.value))
                 held_until = write.name(until_name)
-                # A slot whose expiry is not a number is free: parse_item agrees.
+                # A slot whose expiry is not a number is free (parse_item agrees), and so is
+                # one whose lease has ended on this clock (rules.lease_ended).
+                future = now_ms + rules.CLOCK_TOLERANCE_MS
                 write.require(
                     f"NOT attribute_type({held_until}, {write.value('N')})"
                     f" OR {held_until} <= {write.value(now_ms)}"
+                    f" OR {write.name(_since_name(slot))} > {write.value(future)}"
                 )
-            applied, item = self._update(name, write)
+            applied, item = self._update(name, write, mine=_holding(token_name, token))
             record, _ = self._parse_or_absent(item, now_ms)
             if applied:
                 return Outcome(record, changed=True, transition=planned.transition, token=token)
@@ -684,7 +777,8 @@ class DynamoDBStore:
             write.require(write.is_("successes", seen.successes))
             if planned.transition is None:
                 write.set("successes", after.successes)
-                write.removes.extend(write.name(a) for a in (token_name, until_name))
+                ended = (token_name, until_name, _since_name(slot))
+                write.removes.extend(write.name(a) for a in ended)
             else:
                 _write_record(write, after).add("gen", 1).remove_leases(range(MAX_PROBE_SLOTS))
             applied, item = self._update(name, write)

@@ -17,6 +17,7 @@ import hashlib
 import logging
 import os
 import re
+from dataclasses import replace
 from importlib import resources
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
@@ -24,6 +25,7 @@ from fleetbreaker import state as rules
 from fleetbreaker.errors import ConfigError, CorruptRecordError, StoreError
 from fleetbreaker.state import (
     MAX_PROBE_SLOTS,
+    Decision,
     Lease,
     Outcome,
     Policy,
@@ -79,6 +81,7 @@ class _Script:
         # One limit for the Python rules and the scripts.
         common = common.replace("__MAX_PROBE_SLOTS__", str(MAX_PROBE_SLOTS))
         common = common.replace("__MAX_RECORD_DIGITS__", str(rules.MAX_RECORD_DIGITS))
+        common = common.replace("__CLOCK_TOLERANCE_MS__", str(rules.CLOCK_TOLERANCE_MS))
         body = package.joinpath(f"redis_{operation}.lua").read_text(encoding="utf-8")
         self.operation = operation
         self.source = f"{common}\n{body}"
@@ -120,7 +123,9 @@ def parse_fields(fields: dict[str, str]) -> Record | None:
         token = fields.get(f"probe{slot}_token")
         until = fields.get(f"probe{slot}_until")
         if token is not None and until is not None and _INTEGER.fullmatch(until):
-            leases[slot] = Lease(token, int(until))
+            since = fields.get(f"probe{slot}_since")
+            granted = int(since) if since is not None and _INTEGER.fullmatch(since) else None
+            leases[slot] = Lease(token, int(until), granted)
     quorum: dict[str, dict[str, int]] = {code: {} for code in rules.QUORUM_CODES}
     for field, value in fields.items():
         code, sep, container = field.partition(":")
@@ -339,9 +344,19 @@ class RedisStore:
     def claim_probe(
         self, name: str, policy: Policy, now_ms: int, nonce: str, observed: Record | None
     ) -> Outcome:
-        return self._operation(
-            "claim_probe", name, [self._now_arg(now_ms), *_policy_args(policy), nonce]
-        )
+        self.stats.count_write()
+        args = [self._now_arg(now_ms), *_policy_args(policy), nonce]
+        reply = self._eval("claim_probe", name, args)
+        outcome = self._outcome("claim_probe", name, reply)
+        if outcome.token is not None or not self.use_server_time:
+            return outcome
+        # Refused on the server's clock. A caller whose clock runs ahead would see the window
+        # as ended and ask again on every call: tell it how long the server's answer holds.
+        server_now = int(_text(reply[5]))
+        verdict = rules.verdict(outcome.record, policy, server_now)
+        if verdict.decision is not Decision.REJECT:
+            return outcome
+        return replace(outcome, retry_after_ms=verdict.retry_after_ms)
 
     def settle_probe(
         self, name: str, policy: Policy, now_ms: int, report: ProbeReport, observed: Record | None

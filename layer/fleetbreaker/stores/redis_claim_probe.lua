@@ -13,7 +13,7 @@ if rec.state == 'open' and now >= rec.open_until then
   probing.state = 'half_open'
   probing.gen = rec.gen + 1
   probing.successes = 0
-  probing.leases = {[0] = {token = token, until_ms = until_ms}}
+  probing.leases = {[0] = {token = token, until_ms = until_ms, since_ms = now}}
   return reply(save(key, probing, policy, now, old), now, true, 'open', 'half_open', token)
 end
 if rec.state == 'half_open' then
@@ -21,7 +21,7 @@ if rec.state == 'half_open' then
   if slot == nil then return reply(rec, now, false) end
   local token = int(slot) .. '-' .. nonce
   local leased = copy(rec)
-  leased.leases[slot] = {token = token, until_ms = until_ms}
+  leased.leases[slot] = {token = token, until_ms = until_ms, since_ms = now}
   return reply(save(key, leased, policy, now, old), now, true, nil, nil, token)
 end
 return reply(rec, now, false)

@@ -10,6 +10,7 @@
 -- as decimal strings, never as floats.
 
 local MAX_SLOTS = __MAX_PROBE_SLOTS__ -- state.MAX_PROBE_SLOTS, filled in by redis.py
+local CLOCK_TOLERANCE_MS = __CLOCK_TOLERANCE_MS__ -- state.CLOCK_TOLERANCE_MS, likewise
 local STATES = {closed = true, open = true, half_open = true, forced_open = true, disabled = true}
 local NUMBERS = {
   'gen', 'failures', 'window_start', 'opened_at', 'open_until', 'reopens', 'successes',
@@ -95,7 +96,11 @@ local function read(key, now)
     local slot = tonumber(string.match(field, '^probe([1-9]?%d)_token$'))
     if slot ~= nil and slot < MAX_SLOTS then
       local until_ms = parse_int(raw['probe' .. slot .. '_until'])
-      if until_ms ~= nil then rec.leases[slot] = {token = token, until_ms = until_ms} end
+      -- The grant time (on the claimer's clock) may be absent or malformed: then unknown.
+      local since_ms = parse_int(raw['probe' .. slot .. '_since'])
+      if until_ms ~= nil then
+        rec.leases[slot] = {token = token, until_ms = until_ms, since_ms = since_ms}
+      end
     end
   end
   -- Buckets and quorum entries: a malformed one is dropped (read as empty), as in Python.
@@ -178,6 +183,7 @@ local function save(key, rec, policy, now, old)
     if lease ~= nil then
       fields['probe' .. slot .. '_token'] = lease.token
       fields['probe' .. slot .. '_until'] = int(lease.until_ms)
+      if lease.since_ms ~= nil then fields['probe' .. slot .. '_since'] = int(lease.since_ms) end
     end
   end
   window_fields(rec, fields)
@@ -225,6 +231,10 @@ local function reply(rec, now, changed, from, to, token)
         out[#out + 1] = lease.token
         out[#out + 1] = 'probe' .. slot .. '_until'
         out[#out + 1] = int(lease.until_ms)
+        if lease.since_ms ~= nil then
+          out[#out + 1] = 'probe' .. slot .. '_since'
+          out[#out + 1] = int(lease.since_ms)
+        end
       end
     end
     for field, value in pairs(window_fields(rec, {})) do
@@ -241,10 +251,17 @@ local function reply(rec, now, changed, from, to, token)
   return out
 end
 
+-- A lease granted later than this clock plus CLOCK_TOLERANCE_MS is free (state.lease_ended):
+-- a prober whose clock ran far ahead cannot hold its slot for long.
+local function lease_ended(lease, now)
+  if lease.until_ms <= now then return true end
+  return lease.since_ms ~= nil and lease.since_ms > now + CLOCK_TOLERANCE_MS
+end
+
 local function free_slot(rec, policy, now)
   for slot = 0, policy.max_probes - 1 do
     local lease = rec.leases[slot]
-    if lease == nil or lease.until_ms <= now then return slot end
+    if lease == nil or lease_ended(lease, now) then return slot end
   end
   return nil
 end
