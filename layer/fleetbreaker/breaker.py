@@ -323,17 +323,8 @@ class CircuitBreaker:
     def _admit(self, now: int) -> Admission:
         record = self._read(now)
         verdict = rules.verdict(record, self._policy, now)
-        barred = self._claim_barred
-        if (
-            verdict.try_probe
-            and barred is not None
-            and record is not None
-            and record.gen == barred[0]
-            and now < barred[1]
-        ):
-            # The store said "not yet" on its own clock: ours runs ahead. Keep its answer
-            # instead of asking again on every call.
-            verdict = rules.Verdict(Decision.REJECT, verdict.state, barred[1] - now)
+        if verdict.try_probe and self._claim_barred is not None:
+            verdict = self._keep_refusal(record, verdict, now)
         if verdict.try_probe:
             nonce = secrets.token_hex(8)
             outcome = self._store.claim_probe(self.name, self._policy, now, nonce, record)
@@ -369,6 +360,18 @@ class CircuitBreaker:
             )
         self._emit("on_decision", self.name, admission.decision, admission.state)
         return admission
+
+    def _keep_refusal(
+        self, record: Record | None, verdict: rules.Verdict, now: int
+    ) -> rules.Verdict:
+        """The store refused a claim on its own clock, for this generation: ours runs ahead.
+
+        Keep its answer until it said, instead of asking again on every call.
+        """
+        barred = self._claim_barred
+        if barred is None or record is None or record.gen != barred[0] or now >= barred[1]:
+            return verdict
+        return rules.Verdict(Decision.REJECT, verdict.state, barred[1] - now)
 
     def record(self, success: bool, token: str | None = None) -> RecordResult:
         """Report the outcome of a call admitted by :meth:`check`.
