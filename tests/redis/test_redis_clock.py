@@ -32,7 +32,9 @@ class Clock:
         return self.now
 
 
-def ahead_breaker(store: RedisStore, name: str) -> tuple[CircuitBreaker, Clock]:
+def opened_ahead(make_store: MakeStore, name: str) -> tuple[RedisStore, CircuitBreaker, Clock]:
+    """A breaker on the server's clock, opened for 6 s by a container 4 s ahead of it."""
+    store = make_store(use_server_time=True)
     clock = Clock(wall_ms() + AHEAD_MS)
     config = BreakerConfig(
         failure_threshold=1,
@@ -45,17 +47,16 @@ def ahead_breaker(store: RedisStore, name: str) -> tuple[CircuitBreaker, Clock]:
     breaker = CircuitBreaker(
         name, store=store, config=config, clock=clock, listeners=[], rng=random.Random(3)
     )
-    return breaker, clock
+    breaker.record(success=False)
+    assert store.load(name, 0).state is State.OPEN  # type: ignore[union-attr]
+    return store, breaker, clock
 
 
 def test_a_container_ahead_of_the_server_asks_once_then_keeps_the_servers_answer(
     make_store: MakeStore, name: str
 ) -> None:
     # GIVEN a breaker on the server's clock, opened for 6 s by a container 4 s ahead of it
-    store = make_store(use_server_time=True)
-    breaker, clock = ahead_breaker(store, name)
-    breaker.record(success=False)
-    assert store.load(name, 0).state is State.OPEN  # type: ignore[union-attr]
+    store, breaker, clock = opened_ahead(make_store, name)
 
     # WHEN, 2.5 s later on its own clock (the window ended there, not on the server's), it
     # takes 51 calls over the next second
@@ -77,9 +78,7 @@ def test_the_kept_answer_ends_with_the_generation_it_was_given_for(
     make_store: MakeStore, name: str
 ) -> None:
     # GIVEN the container ahead of the server holds a refusal for this open window
-    store = make_store(use_server_time=True)
-    breaker, clock = ahead_breaker(store, name)
-    breaker.record(success=False)
+    store, breaker, clock = opened_ahead(make_store, name)
     clock.now += 2_500
     assert breaker.check().decision is Decision.REJECT
 
