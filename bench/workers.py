@@ -47,6 +47,9 @@ REJECTED_PAUSE = 0.005
 # --------------------------------------------------------------------------- configuration
 
 
+STORE_DEADLINE_S = 10.0
+
+
 @dataclass(frozen=True)
 class Thresholds:
     """One set of numbers, given to both contenders in their own vocabulary.
@@ -69,6 +72,10 @@ class Thresholds:
             cache_ttl=float(self.cache_ttl),
             half_open_max_probes=self.probe_budget,
             half_open_successes=self.probe_successes,
+            # moto's server runs one write at a time: 64 racing writers queue past the 1 s
+            # default (real DynamoDB answers them in milliseconds), and a container would
+            # go local. Powertools waits as long as it takes; so does fleetbreaker here.
+            store_deadline_seconds=STORE_DEADLINE_S,
         )
 
     def powertools(self) -> Any:
