@@ -223,10 +223,11 @@ class PaymentHandler:
                 {
                     "message": (
                         f"payment accepted for later processing: circuit {admission.name!r} "
-                        f"is {admission.state.value}"
+                        f"is {_condition(admission.state)}"
                     ),
                     "breaker": admission.name,
                     "state": admission.state.value,
+                    "recovering": admission.state is State.CLOSED,
                     "message_id": result.message_id,
                     "idempotency_key": payment.idempotency_key,
                 },
@@ -235,15 +236,21 @@ class PaymentHandler:
 
     def circuit_open(self, name: str, state: State, retry_after: float) -> Response[Any]:
         header = retry_after_header(retry_after)
-        logger.info("payment rejected: circuit open", extra={"breaker": name, "state": state.value})
+        recovering = state is State.CLOSED
+        logger.info(
+            f"payment rejected: circuit {'recovering' if recovering else 'open'}",
+            extra={"breaker": name, "state": state.value},
+        )
+        condition = _condition(state)
         return _json(
             503,
             {
                 "message": (
-                    f"payment provider circuit {name!r} is {state.value}; retry after {header} s"
+                    f"payment provider circuit {name!r} is {condition}; retry after {header} s"
                 ),
                 "breaker": name,
                 "state": state.value,
+                "recovering": recovering,
                 "retry_after": int(header),
             },
             {"Retry-After": header},
@@ -260,6 +267,17 @@ class PaymentHandler:
             raise InvalidPayment(
                 ["body: isBase64Encoded is true but the body is not base64-encoded UTF-8"]
             ) from None
+
+
+def _condition(state: State) -> str:
+    """The breaker's condition as a turned-away caller should read it.
+
+    A closed breaker turns a call away only during its recovery ramp: a 503 (or a deferral)
+    saying "circuit is closed" would read as a contradiction.
+    """
+    if state is State.CLOSED:
+        return "recovering (it admits a growing share of payments)"
+    return state.value
 
 
 def create_handler(

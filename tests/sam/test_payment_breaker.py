@@ -120,6 +120,41 @@ def test_provider_timeouts_count_as_failures(
     assert payment_api.calls == 2
 
 
+def test_a_payment_the_recovery_ramp_turns_away_says_the_circuit_is_recovering(
+    payment_module: ModuleType,
+    payment_env: dict[str, str],
+    payment_api: FakePaymentApi,
+    moto_server: str,
+) -> None:
+    # GIVEN a breaker with a 30 s recovery ramp, opened by one failure, whose probe then
+    # succeeds: it has just closed
+    env = {
+        **payment_env,
+        "BREAKER_FAILURE_THRESHOLD": "1",
+        "BREAKER_RECOVERY_TIMEOUT": "5",
+        "BREAKER_RECOVERY_RAMP_SECONDS": "30",
+    }
+    clock = FakeClock()
+    handler = payment_module.create_handler(env, clock=clock, endpoint_url=moto_server)
+    payment_api.mode = "fail"
+    assert invoke(handler, payment_event())[0] == 502
+    clock.advance(6)
+    payment_api.mode = "ok"
+    assert invoke(handler, payment_event())[0] == 200  # the probe closes it
+
+    # WHEN payments arrive right after the close (the ramp admits about 10 % of them)
+    answers = [invoke(handler, payment_event()) for _ in range(30)]
+
+    # THEN those turned away are 503s that say the circuit is recovering, not "closed"
+    turned_away = [(headers, body) for status, headers, body in answers if status == 503]
+    assert turned_away, "the ramp admitted every payment right after the close"
+    for headers, body in turned_away:
+        assert "is recovering" in body["message"]
+        assert body["recovering"] is True
+        assert body["state"] == "closed"
+        assert int(headers["Retry-After"]) >= 1
+
+
 def test_declined_payment_is_not_a_provider_failure(
     payment_module: ModuleType,
     payment_env: dict[str, str],
