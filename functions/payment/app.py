@@ -277,7 +277,7 @@ def _condition(state: State) -> str:
     """
     if state is State.CLOSED:
         return "recovering (it admits a growing share of payments)"
-    return state.value
+    return str(state.value)
 
 
 def create_handler(

@@ -601,6 +601,9 @@ class CircuitBreaker:
         """Report the tally in one write; the answer refreshes the cache."""
         tally = self._tally
         assert tally is not None
+        if not self._has_reported and self._join_fleet(tally, now):
+            # The first report waits for the fleet's interval: no write now.
+            return self._store.load(self.name, now) if load_if_empty else self._cache.last_seen
         report = tally.take(self._container_key, now, self._interval_ms)
         if not report:
             return self._store.load(self.name, now) if load_if_empty else self._cache.last_seen
@@ -623,6 +626,29 @@ class CircuitBreaker:
                 "on_window", self.name, counts.calls, counts.failure_rate, counts.slow_call_rate
             )
         return outcome.record
+
+    def _join_fleet(self, tally: CallTally, now: int) -> bool:
+        """A newcomer whose first report is due: join the interval a hot fleet already uses.
+
+        The record it has read (its first call loads it) tells how many calls the fleet's
+        reports carry, and its own calls so far how fast it gathers them: together, the
+        interval the others report at. Joining before the first write, not after it, keeps
+        a hundred containers joining a second from adding a hundred writes a second.
+        True when it joined (the counts then wait, spread by the interval's jitter).
+        """
+        record = self._cache.last_seen
+        if record is None:
+            return False
+        counts = rules.window_counts(record, self._policy, now)
+        joined = fleet_interval_ms(
+            counts, self._policy, tally.pending_calls(), now - self._started_ms
+        )
+        if joined is None or joined <= self._interval_ms:
+            return False
+        self._has_reported = True  # joined: the first report's answer need not do it again
+        self._interval_ms = min(joined, self._policy.window_ms)
+        tally.reschedule(self._container_key, now, self._interval_ms)
+        return True
 
     def _finish(self, admission: Admission, success: bool) -> None:
         if admission.decision is Decision.PROBE and admission.token is not None:

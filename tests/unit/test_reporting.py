@@ -138,7 +138,7 @@ def test_breaker_on_a_hot_record_refreshes_by_reading_not_writing() -> None:
     assert store.stats.reads == reads + 1
 
 
-def test_a_newcomer_joins_at_the_interval_the_fleet_already_uses() -> None:
+def test_a_newcomer_joins_at_the_interval_the_fleet_already_uses_before_writing() -> None:
     # GIVEN a record whose reports each carry 40 calls (a fleet stretched to about 20 s at
     # 2 calls/s per container), at the target write rate
     clock = FakeClock()
@@ -148,16 +148,41 @@ def test_a_newcomer_joins_at_the_interval_the_fleet_already_uses() -> None:
     record = Record(buckets={idx % WINDOW_BUCKETS: busy}, expires_at=clock() // 1000 + 3600)
     breaker, store = _breaker_on(record, clock)
     dependency = Dependency()
-    # WHEN a new container makes 2 calls a second until its first report
+
+    # WHEN a new container makes 2 calls a second, past its base interval (1 s)
     for _ in range(3):
         breaker.call(dependency)
         clock.advance(0.5)
-    writes = store.stats.writes
-    assert writes == 1  # its first report
 
-    # THEN it waits about the fleet's interval (capped at the 10 s window, jittered by at most
-    # 25 %: at least 7.5 s), not 1 s, for the next
+    # THEN its first report did not go out at the base interval: it joined the fleet's
+    # (capped at the 10 s window, jittered by at most 25 %: at least 7.5 s) without a write,
+    # so a hundred containers joining a second add no hundred writes a second
+    assert store.stats.writes == 0
     for _ in range(12):
         breaker.call(dependency)
         clock.advance(0.5)
-    assert store.stats.writes == writes
+    assert store.stats.writes == 0
+
+    # AND its counts go out in one report once that interval has passed, none lost
+    for _ in range(12):
+        breaker.call(dependency)
+        clock.advance(0.5)
+    assert store.stats.writes == 1
+    fleet = store.load("payment-api", clock())
+    assert fleet is not None
+    assert sum(b.calls for b in fleet.buckets.values()) >= reports * 40 + 15
+
+
+def test_a_newcomer_to_a_quiet_record_reports_at_its_own_interval() -> None:
+    # GIVEN a record that takes a few reports a second (not a hot key)
+    clock = FakeClock()
+    breaker, store = _breaker_on(_busy_record(clock(), 5), clock)
+    dependency = Dependency()
+
+    # WHEN a new container's base interval (1 s) passes with calls pending
+    for _ in range(3):
+        breaker.call(dependency)
+        clock.advance(0.5)
+
+    # THEN it reports then, as always
+    assert store.stats.writes == 1

@@ -567,12 +567,19 @@ class DynamoDBStore:
         return item
 
     def _update(
-        self, name: str, write: _Write, mine: Callable[[dict[str, Any]], bool] | None = None
+        self,
+        name: str,
+        write: _Write,
+        mine: Callable[[dict[str, Any]], bool] | None = None,
+        *,
+        counts: bool = False,
     ) -> tuple[bool, dict[str, Any] | None]:
         """Run one conditional UpdateItem: (applied, item after it or the item that stopped it).
 
-        ``mine`` tells, from an item read back after an attempt whose fate is unknown, that
-        this write applied even if another has written since (a claim finds its token).
+        After an attempt whose fate is unknown the item is read back (see _read_back):
+        ``mine`` tells from it that this write applied even if another has written since (a
+        claim finds its token); ``counts`` marks a write that adds to a count, which must
+        then be taken as applied, never re-planned and sent again.
         """
         from botocore.exceptions import ClientError
 
@@ -594,7 +601,7 @@ class DynamoDBStore:
                 ReturnValuesOnConditionCheckFailure="ALL_OLD",
             )
         except _MaybeApplied as exc:
-            return self._read_back(name, op, mine, str(exc))
+            return self._read_back(name, op, mine, counts, str(exc))
         except ClientError as exc:
             if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
                 raise self._translate(exc) from exc
@@ -621,14 +628,17 @@ class DynamoDBStore:
         name: str,
         op: str,
         mine: Callable[[dict[str, Any]], bool] | None,
+        counts: bool,
         failure: str,
     ) -> tuple[bool, dict[str, Any] | None]:
-        """After an attempt whose fate is unknown: did this write apply? Never re-sent.
+        """After an attempt whose fate is unknown: did this write apply? It is never re-sent.
 
         The item still carrying this write's id (or, for a claim, its token) says it applied.
-        Otherwise it did not apply, or it did and another write has replaced the id since:
-        sending it again could apply it twice, so the operation fails as a store error and
-        the breaker goes on locally, as for any store error.
+        Otherwise it did not apply, or it did and another write has replaced the id since.
+        A count (a failure, a report) is then taken as applied: sent again it could count
+        twice, so at worst it is not counted at all. Any other write is fenced on what it
+        replaces (generation, state, token), so the caller re-plans from the item as after a
+        lost race, and a re-planned write cannot apply on top of the first.
         """
         _sending.write = False  # the read-back is not one of the guarded writes
         item = self._get(name, consistent=True)
@@ -636,10 +646,15 @@ class DynamoDBStore:
             item.get(OP_ATTRIBUTE) == {"S": op} or (mine is not None and mine(item))
         ):
             return True, item
-        raise StoreError(
-            f"DynamoDB UpdateItem for breaker {name!r} on table {self.table_name!r} may have "
-            f"applied ({failure}) and the item has changed since; not sent again"
-        )
+        if counts:
+            log.info(
+                "fleetbreaker: breaker %r: a count's answer was lost (%s) and the item has "
+                "changed since; taken as counted, never sent twice",
+                name,
+                failure,
+            )
+            return True, item
+        return False, item
 
     def _parse_or_absent(
         self, item: dict[str, Any] | None, now_ms: int
@@ -683,7 +698,7 @@ class DynamoDBStore:
                     write.add("failures", 1)
                 else:
                     write.set("failures", 1).set("window_start", now_ms)
-            applied, item = self._update(name, write)
+            applied, item = self._update(name, write, counts=True)
             record, corrupt = self._parse_or_absent(item, now_ms)
             if not applied:
                 seen = record
@@ -846,7 +861,7 @@ class DynamoDBStore:
                         if seen.rev == 0
                         else write.is_("rev", seen.rev)
                     )
-            applied, item = self._update(name, write)
+            applied, item = self._update(name, write, counts=True)
             record, corrupt = self._parse_or_absent(item, now_ms)
             if not applied:
                 seen = record
