@@ -2,11 +2,11 @@
 
 A loopback proxy in front of moto's server forwards every request at once (so the first
 UpdateItem applies) but holds back the reply to the first UpdateItem past the client's
-0.3 s read timeout. botocore would re-send it; the store does not let it (a re-send could
-apply twice once another write has replaced the operation id): it reads the item back. Its
-own id there means the write applied; otherwise a count is taken as applied (never sent
-twice) and any other write re-plans from the item, fenced as after a lost race.
-``while_delayed`` makes another container write between the attempt and the read-back.
+0.3 s read timeout. botocore re-sends a fenced write (a claim, a settle): its operation id,
+or its fences and then its token, show the first attempt applied. A count (a failure) is
+never re-sent, since no fence stops a second ADD once another write has replaced the id:
+the store reads the item back and takes it as counted. ``while_delayed`` makes another
+container write between the attempt and the re-send or read-back.
 """
 
 from __future__ import annotations
@@ -93,7 +93,7 @@ def test_a_retried_claim_grants_the_probe(
 
     claim = retried.claim_probe(NAME, POLICY, opened.open_until, "probe", opened)
 
-    assert proxy.seen["UpdateItem"] == 1
+    assert proxy.seen["UpdateItem"] == 2  # fenced: botocore re-sends it
     assert claim.token is not None
     assert claim.transition == (State.OPEN, State.HALF_OPEN)
     stored = direct.load(NAME, opened.open_until)
@@ -113,7 +113,7 @@ def test_a_retried_settle_reports_applied(
         NAME, POLICY, later, ProbeReport(claim.token, True), claim.record
     )
 
-    assert proxy.seen["UpdateItem"] == 1
+    assert proxy.seen["UpdateItem"] == 2  # fenced: botocore re-sends it
     assert settled.changed
     assert settled.transition == (State.HALF_OPEN, State.CLOSED)
     assert direct.load(NAME, later).state is State.CLOSED
@@ -192,7 +192,7 @@ def test_a_claim_whose_id_was_overwritten_still_learns_it_holds_the_probe(
     # THEN it learns from its token on the item that it holds a probe (it is not told
     # "reject" while its lease keeps the slot from everyone else)
     assert claim.token is not None
-    assert proxy.seen["UpdateItem"] == 1  # not sent again (the other container writes directly)
+    assert proxy.seen["UpdateItem"] == 2  # re-sent; its fences fail, its token is there
     stored = direct.load(NAME, later)
     tokens = [lease.token for lease in stored.leases.values()]
     assert len(tokens) == 2

@@ -130,21 +130,24 @@ class _MaybeApplied(Exception):
     """An attempt of one of the store's writes failed in a way that may have applied it."""
 
 
-# Set on the thread sending one of the store's UpdateItems (the handler below runs there too).
+# Set on the thread sending one of the store's counting UpdateItems (the handler below runs
+# there too).
 _sending = threading.local()
 
 
 def refuse_blind_resend(caught_exception: object = None, response: Any = None, **_: Any) -> None:
-    """A botocore ``needs-retry`` handler: never re-send a store write that may have applied.
+    """A botocore ``needs-retry`` handler: never re-send a count that may have applied.
 
     A read timeout, a connection closed after the request went out, or a 5xx answer leaves
-    the write's fate unknown. Re-sent, it could apply twice: its operation id stops a re-send
-    only while nothing else has written the item since. So the store reads the item back
-    instead (see DynamoDBStore._update). A request that never left (refused, connect timeout)
-    or an error that says it did not apply (throttling, 4xx) is retried by botocore as usual.
-    Other requests on the client, the caller's own included, are not touched.
+    the write's fate unknown. A count (a failure, a report's ADD) re-sent could apply twice:
+    its operation id stops a re-send only while nothing else has written the item since, and
+    no fence stops two ADDs. So the store reads the item back instead (see _read_back). A
+    fenced write is re-sent as usual (its fences, or its id, stop a second application), as
+    is any request that never left (refused, connect timeout) or was refused without applying
+    (throttling, 4xx). Other requests on the client, the caller's own included, are not
+    touched.
     """
-    if not getattr(_sending, "write", False):
+    if not getattr(_sending, "count", False):
         return
     from botocore.exceptions import ConnectTimeoutError, EndpointConnectionError
 
@@ -576,10 +579,12 @@ class DynamoDBStore:
     ) -> tuple[bool, dict[str, Any] | None]:
         """Run one conditional UpdateItem: (applied, item after it or the item that stopped it).
 
-        After an attempt whose fate is unknown the item is read back (see _read_back):
-        ``mine`` tells from it that this write applied even if another has written since (a
-        claim finds its token); ``counts`` marks a write that adds to a count, which must
-        then be taken as applied, never re-planned and sent again.
+        botocore may re-send it after an attempt whose fate is unknown. Every write carries a
+        fresh operation id and requires the item not to: a re-sent attempt that finds its own
+        id knows the first applied. A fenced write re-sent after another write landed fails
+        its fences instead; ``mine`` then tells from the item that it applied all the same (a
+        claim finds its token). ``counts`` marks a write that adds to a count, which no fence
+        stops from applying twice: it is never re-sent (see refuse_blind_resend, _read_back).
         """
         from botocore.exceptions import ClientError
 
@@ -588,7 +593,7 @@ class DynamoDBStore:
         written = write.set(OP_ATTRIBUTE, op).value(op)
         at_op = write.name(OP_ATTRIBUTE)
         write.require(f"attribute_not_exists({at_op}) OR {at_op} <> {written}")
-        _sending.write = True
+        _sending.count = counts
         try:
             response = self.client.update_item(
                 TableName=self.table_name,
@@ -601,7 +606,7 @@ class DynamoDBStore:
                 ReturnValuesOnConditionCheckFailure="ALL_OLD",
             )
         except _MaybeApplied as exc:
-            return self._read_back(name, op, mine, counts, str(exc))
+            return self._read_back(name, op, str(exc))
         except ClientError as exc:
             if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
                 raise self._translate(exc) from exc
@@ -610,51 +615,40 @@ class DynamoDBStore:
                 # Either the item does not exist, or the endpoint ignores ALL_OLD (dynalite):
                 # one consistent read tells which.
                 old = self._get(name)
-            if old is not None and old.get(OP_ATTRIBUTE) == {"S": op}:
-                # A re-sent attempt of this very write: the first one applied, and nothing
-                # has written since. Its item is what ALL_NEW would have returned.
+            if old is not None and (
+                old.get(OP_ATTRIBUTE) == {"S": op} or (mine is not None and mine(old))
+            ):
+                # A re-sent attempt of this very write: the first one applied (and, if the id
+                # is not there, another write landed since). ALL_NEW would have been this item.
                 return True, old
             return False, old
         except Exception as exc:
             raise self._translate(exc) from exc
         finally:
-            _sending.write = False
+            _sending.count = False
         # ALL_NEW: an applied update always returns the whole item.
         item = self._whole(name, response.get("Attributes") or {}, "UpdateItem")
         return True, item
 
-    def _read_back(
-        self,
-        name: str,
-        op: str,
-        mine: Callable[[dict[str, Any]], bool] | None,
-        counts: bool,
-        failure: str,
-    ) -> tuple[bool, dict[str, Any] | None]:
-        """After an attempt whose fate is unknown: did this write apply? It is never re-sent.
+    def _read_back(self, name: str, op: str, failure: str) -> tuple[bool, dict[str, Any] | None]:
+        """A count whose attempt may have applied: taken as applied, never sent again.
 
-        The item still carrying this write's id (or, for a claim, its token) says it applied.
-        Otherwise it did not apply, or it did and another write has replaced the id since.
-        A count (a failure, a report) is then taken as applied: sent again it could count
-        twice, so at worst it is not counted at all. Any other write is fenced on what it
-        replaces (generation, state, token), so the caller re-plans from the item as after a
-        lost race, and a re-planned write cannot apply on top of the first.
+        Its id on the item says it applied. Without it, it did not apply yet (still on its
+        way), did not apply at all, or applied and another write replaced the id: sent again
+        it could count twice, so it is taken as counted (at worst, one count is lost). The
+        item read is the caller's fresh view. No store error: a container meeting slow
+        answers during an incident stays on the shared breaker.
         """
-        _sending.write = False  # the read-back is not one of the guarded writes
+        _sending.count = False  # the read-back is not one of the guarded writes
         item = self._get(name, consistent=True)
-        if item is not None and (
-            item.get(OP_ATTRIBUTE) == {"S": op} or (mine is not None and mine(item))
-        ):
-            return True, item
-        if counts:
+        if item is None or item.get(OP_ATTRIBUTE) != {"S": op}:
             log.info(
-                "fleetbreaker: breaker %r: a count's answer was lost (%s) and the item has "
-                "changed since; taken as counted, never sent twice",
+                "fleetbreaker: breaker %r: a count's answer was lost (%s); its id is not on the "
+                "item, so it is taken as counted, never sent twice",
                 name,
                 failure,
             )
-            return True, item
-        return False, item
+        return True, item
 
     def _parse_or_absent(
         self, item: dict[str, Any] | None, now_ms: int
