@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
 from fleetbreaker import tuning
 from fleetbreaker.breaker import system_clock, validate_name
-from fleetbreaker.config import BreakerConfig
+from fleetbreaker.config import MODES, BreakerConfig
 from fleetbreaker.errors import ConfigError, CorruptRecordError, StoreError
 from fleetbreaker.state import Policy, Record, State, snapshot_of
 from fleetbreaker.stores import IAM_CACHE_ENV, IAM_USER_ENV
@@ -106,6 +106,9 @@ class BreakerView:
     last_action: dict[str, Any] | None = None
     last_change: str | None = None
     error: str | None = None
+    # "enforce" or "shadow" when tuned live; None: each container runs its deployed
+    # BREAKER_MODE (default enforce), which the record does not hold.
+    mode: str | None = None
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -122,6 +125,7 @@ class BreakerView:
             "last_action": self.last_action,
             "last_change": self.last_change,
             "error": self.error,
+            "mode": self.mode,
         }
 
 
@@ -172,6 +176,7 @@ def view_of(
         last_action=last_action,
         last_change=_iso(record.updated_at),
         error=error,
+        mode=tuned.get("mode") if isinstance(tuned.get("mode"), str) else None,
     )
 
 
@@ -280,6 +285,7 @@ def render_status(view: BreakerView, colour: bool) -> str:
         ("open until", _dash(view.open_until)),
         ("retry after", _seconds(view.retry_after)),
         ("last change", _dash(view.last_change)),
+        ("mode", view.mode or "as deployed (BREAKER_MODE)"),
         ("tuned", tuned),
         ("last action", action_text),
     ]
@@ -404,9 +410,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     tune.add_argument("name")
     for setting, kind in tuning.TUNABLE.items():
-        tune.add_argument(
-            _option_name(setting), dest=setting, type=_number(kind), metavar=kind.__name__.upper()
-        )
+        if kind is str:  # mode: enforce or shadow
+            tune.add_argument(_option_name(setting), dest=setting, choices=MODES)
+        elif kind is int or kind is float:
+            tune.add_argument(
+                _option_name(setting),
+                dest=setting,
+                type=_number(kind),
+                metavar=kind.__name__.upper(),
+            )
     tune.add_argument("--clear", action="store_true", help="remove every live setting")
     tune.add_argument("--reason", help="why (stored with the action)")
     watch = command("watch", "show a breaker's status every second until Ctrl-C")
@@ -564,7 +576,7 @@ def _require(
     return view
 
 
-def _tuning_from(args: argparse.Namespace) -> dict[str, int | float]:
+def _tuning_from(args: argparse.Namespace) -> dict[str, int | float | str]:
     values = {s: getattr(args, s) for s in tuning.TUNABLE if getattr(args, s) is not None}
     options = ", ".join(_option_name(s) for s in tuning.TUNABLE)
     if args.clear and values:

@@ -28,6 +28,7 @@ JSON_KEYS = {
     "last_action",
     "last_change",
     "error",
+    "mode",
 }
 
 
