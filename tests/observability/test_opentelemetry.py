@@ -146,7 +146,9 @@ def test_recovery_transitions_name_their_reasons(
     span = traces.handler(lambda: breaker.call(succeed))
     # THEN both transitions are on the span, each with the next generation and its reason
     transitions = [(n, a) for n, a in events(span) if n.startswith("fleetbreaker.transition")]
-    assert [(n, a["fleetbreaker.generation"], a["fleetbreaker.reason"]) for n, a in transitions] == [
+    assert [
+        (n, a["fleetbreaker.generation"], a["fleetbreaker.reason"]) for n, a in transitions
+    ] == [
         ("fleetbreaker.transition.open_to_half_open", 2, "open_window_elapsed"),
         ("fleetbreaker.transition.half_open_to_closed", 3, "probe_succeeded"),
     ]

@@ -26,9 +26,7 @@ from fleetbreaker.tuning import apply_tuning, encode_tuned
 from tests.support import Dependency, FakeClock
 
 CONFIG = BreakerConfig(failure_threshold=2, recovery_timeout=10, recovery_jitter=0.0)
-SHADOW = BreakerConfig(
-    failure_threshold=2, recovery_timeout=10, recovery_jitter=0.0, mode="shadow"
-)
+SHADOW = BreakerConfig(failure_threshold=2, recovery_timeout=10, recovery_jitter=0.0, mode="shadow")
 
 
 class Recorder(BreakerListener):
@@ -63,9 +61,7 @@ def store() -> MemoryStore:
     return MemoryStore()
 
 
-def make(
-    store: Any, clock: FakeClock, config: BreakerConfig = SHADOW, **kw: Any
-) -> CircuitBreaker:
+def make(store: Any, clock: FakeClock, config: BreakerConfig = SHADOW, **kw: Any) -> CircuitBreaker:
     return CircuitBreaker("payment-api", store=store, config=config, clock=clock, **kw)
 
 
