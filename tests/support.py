@@ -80,10 +80,14 @@ def function_reads(source: str, variable: str) -> bool:
     BreakerConfig.from_env (the BREAKER_* settings), through Powertools (POWERTOOLS_*), or
     through boto3 (AWS_ENDPOINT_URL, its endpoint override for every client), through
     fleetbreaker.stores.from_env (the Redis store's IAM user and cache), or through the shared
-    breaker_events.transition_listeners (BREAKER_MAPPINGS)."""
+    breaker_events.transition_listeners (BREAKER_MAPPINGS). AWS_LAMBDA_EXEC_WRAPPER is the
+    Lambda runtime's (it starts the ADOT layer's wrapper): it counts when the function picks
+    its tracer with default_listeners(), which then finds the provider the wrapper set."""
     from fleetbreaker.config import ENV_FIELDS
     from fleetbreaker.stores import IAM_CACHE_ENV, IAM_USER_ENV
 
+    if variable == "AWS_LAMBDA_EXEC_WRAPPER":
+        return "default_listeners(" in source
     if variable == "AWS_ENDPOINT_URL":
         return "boto3" in source or "Store(" in source
     if variable in (IAM_USER_ENV, IAM_CACHE_ENV):

@@ -81,7 +81,7 @@ def test_mode_defaults_to_enforce() -> None:
 
 @pytest.mark.parametrize("mode", ["Shadow", "observe", "", None, 1])
 def test_an_unknown_mode_is_refused_naming_the_field(mode: object) -> None:
-    with pytest.raises(ConfigError, match="^mode must be one of enforce, shadow"):
+    with pytest.raises(ConfigError, match=r"^mode must be one of enforce, shadow"):
         BreakerConfig(mode=mode)  # type: ignore[arg-type]
 
 
@@ -90,7 +90,7 @@ def test_breaker_mode_comes_from_the_environment() -> None:
 
 
 def test_a_bad_breaker_mode_names_the_variable() -> None:
-    with pytest.raises(ConfigError, match="^BREAKER_MODE: mode must be one of"):
+    with pytest.raises(ConfigError, match=r"^BREAKER_MODE: mode must be one of"):
         BreakerConfig.from_env({"BREAKER_MODE": "dry-run"})
 
 
@@ -176,8 +176,10 @@ def test_check_says_what_enforce_would_have_decided(store, clock) -> None:
         State.OPEN,
         Decision.REJECT,
     )
-    assert admission.allowed and admission.would_reject
-    assert admission.token is None and admission.retry_after == 0.0
+    assert admission.allowed
+    assert admission.would_reject
+    assert admission.token is None
+    assert admission.retry_after == 0.0
 
 
 # -- recovery ------------------------------------------------------------------------------
