@@ -397,6 +397,7 @@ class CircuitBreaker:
         )
         self._emit("on_decision", self.name, Decision.ALLOW, verdict.state)
         if would is Decision.REJECT:
+            self.stats.would_rejects += 1
             self._emit("on_would_reject", self.name, verdict.state, retry_after)
         return admission
 
@@ -606,6 +607,7 @@ class CircuitBreaker:
             state = self._state_of(claim.record)
             verdict = rules.verdict(claim.record, self._policy, now)
             if verdict.decision is not Decision.ALLOW:
+                self.stats.would_rejects += 1
                 self._emit("on_would_reject", self.name, state, verdict.retry_after_ms / 1000)
             return RecordResult(False, state, "shadow: probe slot taken; not counted")
         return self._settle(claim.token, success, self.clock())

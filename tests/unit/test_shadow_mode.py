@@ -114,6 +114,7 @@ def test_a_shadow_breaker_trips_but_runs_every_call(store, clock) -> None:
     assert dep.calls == 6
     assert breaker.snapshot().state is State.OPEN
     assert len(events.would_reject) == 4
+    assert breaker.stats.would_rejects == 4
     assert events.rejected == 0
     assert set(events.decisions) == {Decision.ALLOW}
     # AND the record holds exactly what an enforcing fleet's would: one trip, generation 1

@@ -91,6 +91,8 @@ class FallbackStats:
     store_errors: int = 0
     degradations: int = 0
     corrupt_records: int = 0
+    # Shadow mode: calls an enforcing breaker would have rejected (counted by the breaker).
+    would_rejects: int = 0
 
 
 class _Worker:
