@@ -63,9 +63,24 @@ def traces() -> Iterator[Traces]:
     traces.provider.shutdown()
 
 
-@pytest.fixture
-def otel(traces: Traces) -> OpenTelemetryListener:
-    return OpenTelemetryListener(tracer_provider=traces.provider)
+@pytest.fixture(params=["fast", "public"])
+def otel(traces: Traces, request: pytest.FixtureRequest) -> OpenTelemetryListener:
+    """The listener, with its fast span lookup or (as with another runtime context) the API's."""
+    listener = OpenTelemetryListener(tracer_provider=traces.provider)
+    if request.param == "public":
+        listener._context_get = None
+    return listener
+
+
+def test_the_fast_span_lookup_finds_what_the_api_finds(traces: Traces) -> None:
+    from opentelemetry import trace
+
+    listener = OpenTelemetryListener(tracer_provider=traces.provider)
+    assert listener._context_get is not None, "the default runtime context is contextvars"
+    assert listener._context_get().get(listener._span_key) is None
+    with traces.tracer.start_as_current_span("handler") as span:
+        assert listener._context_get().get(listener._span_key) is span
+        assert trace.get_current_span() is span
 
 
 def test_each_decision_is_an_event_on_the_callers_span(
