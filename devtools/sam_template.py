@@ -1,8 +1,10 @@
 """template.yaml per parameter set: SAM's translation, its conditions, a function's environment.
 
 Shared by the deploy rehearsal (tests/sam/test_rehearsal.py), the checkov gate (every
-parameter set is translated and scanned, ``python -m devtools.sam_template``) and the tests
-that run a function with exactly the environment its stack gives it.
+parameter set is translated and scanned: ``python -m devtools.sam_template translations DIR``),
+the tests that run a function with exactly the environment its stack gives it, and
+``events/env.json``, generated from the template (``python -m devtools.sam_template env-json``,
+``make env-json``) so that ``sam local invoke`` gets what a stack would set.
 """
 
 from __future__ import annotations
@@ -122,13 +124,16 @@ def function_environment(
     function: str,
     parameters: Mapping[str, str],
     resources: Mapping[str, str],
+    *,
+    unset: str | None = None,
 ) -> dict[str, str]:
     """The environment variables a function of ``template`` gets, as CloudFormation sets them.
 
     ``resources`` gives what the stack's resources resolve to: ``Ref`` by logical id, and
     ``Fn::GetAtt`` by ``"LogicalId.Attribute"``. Parameters not in ``parameters`` take their
     Default; ``Fn::If`` follows the conditions ``parameters`` give; a variable whose value is
-    ``AWS::NoValue`` is not set. A reference ``resources`` lacks is an error naming it.
+    ``AWS::NoValue`` is not set (or, with ``unset``, set to it: ``sam local`` needs every
+    declared variable). A reference ``resources`` lacks is an error naming it.
     """
     conditions = condition_values(template, parameters)
 
@@ -163,11 +168,47 @@ def function_environment(
         raise AssertionError(f"{function}: no resolution for {intrinsic} in its environment")
 
     resource = template["Resources"][function]
-    if not conditions.get(resource.get("Condition", ""), True):
+    if unset is None and not conditions.get(resource.get("Condition", ""), True):
         raise KeyError(f"{function} is not deployed with {dict(parameters)}")
     variables = resource["Properties"].get("Environment", {}).get("Variables", {})
     resolved = {name: resolve(value) for name, value in variables.items()}
+    if unset is not None:
+        return {name: unset if value is None else value for name, value in resolved.items()}
     return {name: value for name, value in resolved.items() if value is not None}
+
+
+# events/env.json: the default stack with its AWS resources on loopback services
+# (scripts/local_services.py starts them where these say).
+LOCAL_PARAMETERS = {
+    "LocalEndpointUrl": "http://127.0.0.1:5000",
+    "PaymentApiUrl": "http://127.0.0.1:8081/charges",
+}
+LOCAL_RESOURCES = {
+    "CircuitBreakersTable": "CircuitBreakers",
+    "DeferredPaymentsIdempotencyTable": "DeferredPaymentsIdempotency",
+}
+ENV_JSON = REPO_ROOT / "events" / "env.json"
+
+
+def local_env_vars() -> dict[str, dict[str, str]]:
+    """What events/env.json holds: every function's variables as the default stack sets them.
+
+    Every declared variable is present (``sam local`` passes a function only those the
+    template declares, and one left out would get the template's unresolved value); one the
+    stack leaves unset is "" (unset for the functions). A function deployed only in another
+    mode (the consumer) gets the variables its template declares, resolved the same way.
+    """
+    template = load_template()
+    return {
+        name: function_environment(template, name, LOCAL_PARAMETERS, LOCAL_RESOURCES, unset="")
+        for name, resource in template["Resources"].items()
+        if resource["Type"] == "AWS::Serverless::Function"
+        and "Environment" in resource["Properties"]
+    }
+
+
+def env_json_text() -> str:
+    return json.dumps(local_env_vars(), indent=2) + "\n"
 
 
 def write_translations(directory: Path) -> list[Path]:
@@ -181,6 +222,18 @@ def write_translations(directory: Path) -> list[Path]:
     return written
 
 
+def main(argv: list[str]) -> int:
+    if argv[:1] == ["translations"] and len(argv) == 2:
+        for written in write_translations(Path(argv[1])):
+            print(written)
+        return 0
+    if argv == ["env-json"]:
+        ENV_JSON.write_text(env_json_text())
+        print(ENV_JSON.relative_to(REPO_ROOT))
+        return 0
+    print("usage: python -m devtools.sam_template translations DIR | env-json", file=sys.stderr)
+    return 2
+
+
 if __name__ == "__main__":
-    for written in write_translations(Path(sys.argv[1])):
-        print(written)
+    sys.exit(main(sys.argv[1:]))
