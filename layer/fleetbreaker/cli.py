@@ -285,7 +285,7 @@ def render_status(view: BreakerView, colour: bool) -> str:
         ("open until", _dash(view.open_until)),
         ("retry after", _seconds(view.retry_after)),
         ("last change", _dash(view.last_change)),
-        ("mode", view.mode or "as deployed (BREAKER_MODE)"),
+        ("mode", view.mode or f"as deployed ({env_variable('mode')})"),
         ("tuned", tuned),
         ("last action", action_text),
     ]
