@@ -346,6 +346,10 @@ def test_breaker_mode_and_the_adot_layer_reach_the_function(
     assert {"Fn::If": ["TracesWithAdot", {"Ref": "AdotLayerArn"}, {"Ref": "AWS::NoValue"}]} in (
         properties["Layers"]
     )
+    if function == "PaymentFunction":  # its Powertools Tracer steps aside under ADOT
+        assert variables["POWERTOOLS_TRACE_DISABLED"] == {
+            "Fn::If": ["TracesWithAdot", "true", {"Ref": "AWS::NoValue"}]
+        }
 
 
 def test_outputs_export_the_table_and_the_api(template: dict[str, Any]) -> None:
