@@ -348,7 +348,7 @@ def test_breaker_mode_and_the_adot_layer_reach_the_function(
     )
     if function == "PaymentFunction":  # its Powertools Tracer steps aside under ADOT
         assert variables["POWERTOOLS_TRACE_DISABLED"] == {
-            "Fn::If": ["TracesWithAdot", "true", {"Ref": "AWS::NoValue"}]
+            "Fn::If": ["TracesWithAdot", "true", "false"]
         }
 
 

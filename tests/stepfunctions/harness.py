@@ -222,6 +222,7 @@ DEFAULT_CONDITIONS = {
     "RatePolicy": False,
     "SlowCallDetection": False,
     "PauseFromContainers": False,
+    "TracesWithAdot": False,
 }
 
 
