@@ -51,5 +51,5 @@ def run_block(block: Block) -> dict[str, Any]:
     """Run a block as written, as a module of its own; its globals afterwards."""
     module = ModuleType(f"doc_example_{block.path.stem.replace('-', '_')}_{block.line}")
     code = compile(block.code, block.where, "exec")
-    exec(code, module.__dict__)  # noqa: S102 - the docs' own examples
+    exec(code, module.__dict__)
     return module.__dict__

@@ -17,7 +17,8 @@ BEFORE, AFTER = blocks(GUIDE, "python")
 
 def test_the_guide_has_one_before_and_one_after_block() -> None:
     assert "aws_lambda_powertools" in BEFORE.code
-    assert "fleetbreaker" in AFTER.code and "aws_lambda_powertools" not in AFTER.code
+    assert "fleetbreaker" in AFTER.code
+    assert "aws_lambda_powertools" not in AFTER.code
 
 
 @pytest.mark.parametrize(("block", "open_body"), [(BEFORE, "OPEN"), (AFTER, "open")])

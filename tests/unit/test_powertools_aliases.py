@@ -44,7 +44,7 @@ def test_the_alias_is_not_kept_only_the_field() -> None:
 
 
 def test_both_names_with_different_values_is_an_error_naming_both() -> None:
-    with pytest.raises(ConfigError, match="success_threshold.*half_open_successes"):
+    with pytest.raises(ConfigError, match=r"success_threshold.*half_open_successes"):
         BreakerConfig(success_threshold=2, half_open_successes=3)
 
 
