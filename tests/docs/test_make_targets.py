@@ -10,7 +10,10 @@ so a test never reinstalls the venv under the suite that runs it):
 - printed with `make -n` (exit 0, the recipe runs the documented command): `deploy` and
   `deploy-guided` (need an AWS account), `build`, `validate` and `checkov` (their commands
   run in tests/sam), `bench` and `scale` (benchmarks: tests/bench runs scale.py's model),
-  `test` (this suite is its recipe; CI runs `make test` itself), `venv`.
+  `test` (this suite is its recipe; CI runs `make test` itself).
+
+`venv` (and `deps`) are not run here: they are the set-up every `make` target above depends
+on, which CI's `make test` runs on a fresh clone before this suite.
 """
 
 from __future__ import annotations
