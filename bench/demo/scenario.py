@@ -193,9 +193,10 @@ class Options:
 
 
 DEFAULT = Options()
-# For the test suite and a quick look: about 18 s for both runs. The outage (2.5 s) is shorter
-# than the first open window plus the jittered second (1 s + 1.6 to 2 s), so the shared breaker
-# sees exactly one failed probe, and the recovery one probe later. With --noise 0.02 the
+# For the test suite and a quick look: 32 s for both runs on an idle 2-core machine. The outage
+# (2.5 s) is shorter than the first open window plus the jittered second (1 s + 1.6 to 2 s), so
+# the shared breaker sees at most one failed probe (none when a busy machine trips it late),
+# and the recovery one probe later. With --noise 0.02 the
 # healthy 3 s (about 190 requests) must show the count breaker tripping on noise whatever pace
 # a busy machine keeps: seed 5 fails 3 of the provider's first 48 requests (0.75 s at 64
 # requests/s, a quarter of the healthy phase), and 5 of its first 67, which the rate breaker

@@ -18,6 +18,14 @@ from tests.demo.conftest import ShortDemo
 pytestmark = pytest.mark.slow
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+# Time a container needs to send the first call after an open window ends (8 per second
+# each, one period, with room for a loaded machine).
+PROBE_MARGIN_S = 0.5
+
+
+def first_opened(demo: ShortDemo) -> float:
+    """When the shared breaker first opened (run seconds), as its containers saw the record."""
+    return min(call.opened for call in demo.shared.record.calls if call.opened is not None)
 
 
 def test_shared_breaker_sends_at_most_threshold_plus_containers_failing_calls(
@@ -50,12 +58,19 @@ def test_each_half_open_window_admits_exactly_the_probe_budget(short_demo: Short
     shared = short_demo.shared.summary
     per_container = short_demo.per_container.summary
 
-    # THEN the shared breaker admitted exactly the budget in every window: one failed during
-    # the outage (see SHORT), one succeeded after the recovery
+    # THEN the shared breaker admitted exactly the budget in every window
     assert shared.probes_per_window == (options.probes,) * shared.windows
-    assert shared.windows == 2
-    assert shared.failed_probes == options.probes
     assert shared.probes_at_recovery == options.probes
+    # AND a probe met the outage exactly when its first open window ended inside the outage
+    # (see SHORT): when that window ended a clear margin before the recovery, one probe
+    # failed and a second window closed the breaker; when a busy machine tripped it so late
+    # that the window outlasted the outage, the first probe met the recovered provider.
+    opened = first_opened(short_demo)
+    back = short_demo.shared.record.outage[1]
+    if opened + options.recovery < back - PROBE_MARGIN_S:
+        assert (shared.windows, shared.failed_probes) == (2, options.probes)
+    elif opened + options.recovery > back:
+        assert (shared.windows, shared.failed_probes) == (1, 0)
     # AND each per-container breaker did too, in windows of its own
     assert set(per_container.probes_per_window) == {options.probes}
     assert per_container.windows == 2 * options.containers
