@@ -144,7 +144,8 @@ build: export PYTHON := $(CURDIR)/$(PY)
 build: venv ## sam build: the layer and the functions into .aws-sam/build (no Docker needed)
 	$(SAM) build
 
-# sam validate needs a region to lint; any will do when none is configured.
+# One fixed region when none is configured, so the lint does not depend on the shell's
+# (sam validate --lint also runs without one).
 validate: export SAM_CLI_TELEMETRY := 0
 validate: export AWS_DEFAULT_REGION ?= us-east-1
 validate: venv ## sam validate --lint, then cfn-lint with informational findings included
