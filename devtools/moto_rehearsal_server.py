@@ -12,6 +12,10 @@
 - moto matches every event put on a bus against a schedule rule that has no event pattern
   (AWS never does) and then fails on its Lambda target: PutEvents answers 500. Schedule-only
   rules here receive no put events.
+- moto's signature check signs a bodiless request (a REST GET such as Lambda's
+  GetEventSourceMapping) as if its body were the request's headers, form-encoded, so every such
+  call is refused with SignatureDoesNotMatch once IAM is enforced. It is checked here with the
+  empty body the client signed.
 
 Usage: python devtools/moto_rehearsal_server.py HOST PORT
 """
@@ -25,6 +29,7 @@ from typing import Any
 from moto.awslambda.models import LayerVersion
 from moto.dynamodb.models.table import Table
 from moto.events.models import Rule
+from moto.iam.access_control import IAMRequestBase
 from moto.sqs.models import Queue
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -48,6 +53,17 @@ def _send_to_pattern_targets(self: Rule, *args: Any, **kwargs: Any) -> None:
 
 
 Rule.send_to_targets = _send_to_pattern_targets  # type: ignore[method-assign]
+
+_create_aws_request = IAMRequestBase._create_aws_request
+
+
+def _create_signed_request(self: IAMRequestBase) -> Any:
+    if not self._body:
+        self._data = b""  # what was sent (and signed): nothing
+    return _create_aws_request(self)
+
+
+IAMRequestBase._create_aws_request = _create_signed_request  # type: ignore[method-assign]
 
 if __name__ == "__main__":
     main()

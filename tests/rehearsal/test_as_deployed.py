@@ -201,9 +201,8 @@ def test_the_schedule_reconciles_the_consumers(rehearsal: Rehearsal) -> None:
         assert answer == {"changed": {}}
 
 
-def test_the_consumer_charges_a_deferred_payment_once(rehearsal: Rehearsal) -> None:
-    if rehearsal.name not in DEFER_SETS:
-        pytest.skip("no consumer without OpenCircuitMode=defer")  # never skipped in CI sets
+def test_the_consumer_charges_a_deferred_payment_once(defer_rehearsal: Rehearsal) -> None:
+    rehearsal = defer_rehearsal
     # GIVEN a payment waiting in the stack's queue
     source = SqsEventSource(rehearsal.client("sqs"), rehearsal.resources["DeferredPaymentsQueue"])
     container = rehearsal.container("DeferredPaymentsFunction")
