@@ -12,8 +12,8 @@
 - moto matches every event put on a bus against a schedule rule that has no event pattern
   (AWS never does) and then fails on its Lambda target: PutEvents answers 500. Schedule-only
   rules here receive no put events.
-- moto's signature check signs a bodiless request (a REST GET such as Lambda's
-  GetEventSourceMapping) as if its body were the request's headers, form-encoded, so every such
+- moto's signature check signs a bodiless GET (such as Lambda's GetEventSourceMapping) as if
+  its body were the request's headers, form-encoded, so every such
   call is refused with SignatureDoesNotMatch once IAM is enforced. It is checked here with the
   empty body the client signed.
 
@@ -58,7 +58,7 @@ _create_aws_request = IAMRequestBase._create_aws_request
 
 
 def _create_signed_request(self: IAMRequestBase) -> Any:
-    if not self._body:
+    if self._method in ("GET", "HEAD", "DELETE") and not self._body:
         self._data = b""  # what was sent (and signed): nothing
     return _create_aws_request(self)
 

@@ -135,6 +135,73 @@ def enforce_iam(endpoint_url: str) -> None:
         assert answer.status == 200, answer.read()
 
 
+def _references(value: Any, conditions: Mapping[str, bool]) -> set[str]:
+    """The names a template value refers to (Ref, Fn::GetAtt, ${...} of Fn::Sub), in the
+    branches of Fn::If its conditions take."""
+    if isinstance(value, list):
+        return set().union(*(_references(item, conditions) for item in value))
+    if not isinstance(value, dict):
+        return set()
+    if set(value) == {"Fn::If"}:
+        condition, when_true, when_false = value["Fn::If"]
+        return _references(when_true if conditions[condition] else when_false, conditions)
+    if set(value) == {"Ref"} and isinstance(value["Ref"], str):
+        return {value["Ref"]}
+    if set(value) == {"Fn::GetAtt"}:
+        target = value["Fn::GetAtt"]
+        return {(target if isinstance(target, list) else target.split("."))[0]}
+    if set(value) == {"Fn::Sub"}:
+        argument = value["Fn::Sub"]
+        text, variables = (argument, {}) if isinstance(argument, str) else argument
+        names = {name.split(".")[0] for name in re.findall(r"\$\{([^}!]+)\}", text)}
+        return (names - set(variables)) | _references(variables, conditions)
+    return set().union(*(_references(item, conditions) for item in value.values()))
+
+
+def dependency_cycle(
+    template: Mapping[str, Any], conditions: Mapping[str, bool]
+) -> list[str] | None:
+    """A cycle of resources that depend on each other (CloudFormation refuses to create the
+    stack; moto's CloudFormation recurses until it fails), or None. ``conditions``: the
+    template's conditions evaluated for the stack's parameters."""
+    resources = {
+        name: resource
+        for name, resource in template["Resources"].items()
+        if conditions.get(resource.get("Condition", ""), True)
+    }
+    edges = {
+        name: sorted(
+            (_references(resource.get("Properties", {}), conditions) | set(_depends_on(resource)))
+            & set(resources)
+        )
+        for name, resource in resources.items()
+    }
+    done: set[str] = set()
+
+    def visit(name: str, path: list[str]) -> list[str] | None:
+        if name in path:
+            return [*path[path.index(name) :], name]
+        if name in done:
+            return None
+        for target in edges[name]:
+            cycle = visit(target, [*path, name])
+            if cycle:
+                return cycle
+        done.add(name)
+        return None
+
+    for name in resources:
+        cycle = visit(name, [])
+        if cycle:
+            return cycle
+    return None
+
+
+def _depends_on(resource: Mapping[str, Any]) -> list[str]:
+    depends = resource.get("DependsOn", [])
+    return [depends] if isinstance(depends, str) else list(depends)
+
+
 def create_stack(
     endpoint_url: str,
     admin: Credentials,
@@ -142,8 +209,15 @@ def create_stack(
     template: Mapping[str, Any],
     parameters: Mapping[str, str],
     code: Mapping[str, bytes],
+    conditions: Mapping[str, bool],
 ) -> None:
-    """Upload the code objects the template's S3 locations name, then create the stack."""
+    """Upload the code objects the template's S3 locations name, then create the stack.
+    ``conditions``: the template's conditions for ``parameters`` (for the cycle check)."""
+    cycle = dependency_cycle(template, conditions)
+    if cycle:
+        raise RehearsalError(
+            f"stack {stack}: circular dependency between resources: {' -> '.join(cycle)}"
+        )
     s3 = client(endpoint_url, "s3", admin)
     for location, body in code.items():
         bucket, _, key = location.removeprefix("s3://").partition("/")

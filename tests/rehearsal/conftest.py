@@ -25,6 +25,7 @@ from devtools.rehearsal import (
     DeployedFunction,
     ElastiCacheLikeRedis,
     LambdaContainer,
+    RehearsalError,
     RehearsalMotoServer,
     client,
     container_environment,
@@ -37,7 +38,7 @@ from devtools.rehearsal import (
 )
 from devtools.servers import REPO_ROOT, make_certificates
 from tests.conftest import _start
-from tests.sam.test_rehearsal import BUCKET, for_moto, translate
+from tests.sam.test_rehearsal import BUCKET, condition_values, for_moto, translate
 from tests.sam.test_template import load_template
 
 pytestmark = pytest.mark.rehearsal
@@ -91,6 +92,7 @@ class Rehearsal:
     principals: dict[str, Credentials]
     cache: ElastiCacheLikeRedis | None
     containers: list[LambdaContainer] = field(default_factory=list)
+    warm: dict[str, LambdaContainer] = field(default_factory=dict)
 
     @property
     def endpoint(self) -> str:
@@ -124,6 +126,14 @@ class Rehearsal:
         """Fresh containers of several functions, started in parallel (their inits overlap)."""
         with ThreadPoolExecutor(len(logical_ids)) as pool:
             return list(pool.map(self.container, logical_ids))
+
+    def fleet(self) -> dict[str, LambdaContainer]:
+        """One warm container per function, started together on first use and shared by the
+        set's tests, as Lambda reuses a warm container (every test resets the breaker)."""
+        if not self.warm:
+            names = sorted(self.functions)
+            self.warm = dict(zip(names, self.containers_of(*names), strict=True))
+        return self.warm
 
     # -- the breaker's record, read and reset as an operator would (admin credentials)
 
@@ -167,12 +177,31 @@ def rehearse(name: str, certificates: Path) -> Rehearsal:
     """Deploy one parameter set and prepare its functions' principals (IAM then enforced)."""
     moto = _start(RehearsalMotoServer())
     api = FakePaymentApi("ok", hold_timeout=5.0).start()
+    try:
+        return _deploy(name, certificates, moto, api)
+    except BaseException:
+        api.stop()
+        moto.stop()
+        raise
+
+
+def _deploy(
+    name: str, certificates: Path, moto: RehearsalMotoServer, api: FakePaymentApi
+) -> Rehearsal:
     parameters = {**PARAMETER_SETS[name], "PaymentApiUrl": api.url}
     translated = translate(parameters)
     admin = create_admin(moto.endpoint_url)
-    code = {f"s3://{BUCKET}/{resource}.zip": _code_zip() for resource in load_template()["Resources"]}
+    code = {
+        f"s3://{BUCKET}/{resource}.zip": _code_zip() for resource in load_template()["Resources"]
+    }
     create_stack(
-        moto.endpoint_url, admin, STACK, for_moto(translated, parameters), parameters, code
+        moto.endpoint_url,
+        admin,
+        STACK,
+        for_moto(translated, parameters),
+        parameters,
+        code,
+        condition_values(translated, parameters),
     )
     functions = read_functions(moto.endpoint_url, admin, STACK)
     principals = {
@@ -214,11 +243,21 @@ def rehearsals(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, R
         rehearsal.stop()
 
 
+_FAILED: dict[str, str] = {}
+
+
 def _rehearsal(
     name: str, rehearsals: dict[str, Rehearsal], tmp_path_factory: pytest.TempPathFactory
 ) -> Rehearsal:
+    # A set that failed to deploy fails its other tests at once, with the same message.
+    if name in _FAILED:
+        raise RehearsalError(_FAILED[name])
     if name not in rehearsals:
-        rehearsals[name] = rehearse(name, tmp_path_factory.mktemp(f"tls-{name}"))
+        try:
+            rehearsals[name] = rehearse(name, tmp_path_factory.mktemp(f"tls-{name}"))
+        except RehearsalError as exc:
+            _FAILED[name] = f"parameter set {name!r}: {exc}"
+            raise RehearsalError(_FAILED[name]) from None
     return rehearsals[name]
 
 

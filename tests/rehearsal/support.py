@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 from devtools.rehearsal import (
+    DeployedFunction,
     Invocation,
     LambdaContainer,
     RehearsalError,
@@ -20,8 +21,7 @@ def on_fleet_breaker(invocation: Invocation) -> Invocation:
     problems = breaker_problems(invocation.records())
     if problems:
         raise RehearsalError(
-            f"{invocation.function} ran on a local breaker, not the fleet's: "
-            + "; ".join(problems)
+            f"{invocation.function} ran on a local breaker, not the fleet's: " + "; ".join(problems)
         )
     return invocation
 
@@ -57,3 +57,31 @@ def scheduled_event(rule_arn: str) -> dict[str, Any]:
         "resources": [rule_arn],
         "detail": {},
     }
+
+
+def cache_login_problems(functions: dict[str, DeployedFunction]) -> list[str]:
+    """Functions the stack points at its cache that cannot log in as the cache's IAM user:
+    a missing variable, or no elasticache:Connect on the cache and its user (moto does not
+    model ElastiCache, so this is checked statically; the ARNs are placeholders)."""
+    problems = []
+    for logical_id, function in functions.items():
+        variables = function.environment
+        if "CIRCUIT_BREAKER_REDIS_URL" not in variables:
+            if any("elasticache:" in json.dumps(s) for s in function.statements):
+                problems.append(f"{logical_id} may connect to a cache it does not use")
+            continue
+        for name, value in (
+            ("CIRCUIT_BREAKER_REDIS_IAM_USER", "BreakerCacheUser.Ref"),
+            ("CIRCUIT_BREAKER_REDIS_IAM_CACHE", "BreakerCache.Ref"),
+        ):
+            if variables.get(name) != value:
+                problems.append(f"{logical_id} uses the cache without {name}={value}")
+        connects = [s for s in function.statements if s["Action"] == "elasticache:Connect"]
+        if [sorted(s["Resource"]) for s in connects] != [
+            ["BreakerCache.ARN", "BreakerCacheUser.Arn"]
+        ]:
+            problems.append(
+                f"{logical_id} uses the cache but its role may not elasticache:Connect "
+                "to the cache and its user"
+            )
+    return problems

@@ -21,7 +21,14 @@ import pytest
 from devtools.rehearsal import RehearsalError
 from devtools.sqs_event_source import SqsEventSource
 from tests.rehearsal.conftest import BREAKER, DEFER_SETS, PARAMETER_SETS, Rehearsal, unique_key
-from tests.rehearsal.support import http, on_fleet_breaker, payment, run, scheduled_event
+from tests.rehearsal.support import (
+    cache_login_problems,
+    http,
+    on_fleet_breaker,
+    payment,
+    run,
+    scheduled_event,
+)
 from tests.sam.conftest import EVENTS, load_event
 from tests.sam.test_payment_events import EXPECTED_STATUS
 from tests.sam.test_rehearsal import condition_values
@@ -83,23 +90,9 @@ def test_the_handlers_and_runtimes_are_the_templates(rehearsal: Rehearsal) -> No
 
 
 def test_functions_on_the_cache_may_log_in_as_its_user(rehearsal: Rehearsal) -> None:
-    # moto does not model ElastiCache: elasticache:Connect is checked here, on the cache and
-    # its user (placeholders for their ARNs), for every function the stack points at it.
-    for logical_id, function in rehearsal.functions.items():
-        if "CIRCUIT_BREAKER_REDIS_URL" not in function.environment:
-            assert not any("elasticache:" in json.dumps(s) for s in function.statements)
-            continue
-        variables = function.environment
-        assert variables.get("CIRCUIT_BREAKER_REDIS_IAM_USER") == "BreakerCacheUser.Ref", (
-            f"{logical_id} connects to the cache without its IAM user"
-        )
-        assert variables.get("CIRCUIT_BREAKER_REDIS_IAM_CACHE") == "BreakerCache.Ref", (
-            f"{logical_id} connects to the cache without naming it for IAM tokens"
-        )
-        connects = [s for s in function.statements if s["Action"] == "elasticache:Connect"]
-        assert [s["Resource"] for s in connects] == [
-            ["BreakerCache.ARN", "BreakerCacheUser.Arn"]
-        ], f"{logical_id} may not elasticache:Connect to the cache and its user"
+    # moto does not model ElastiCache: the login's variables and elasticache:Connect (on the
+    # cache and its user) are checked statically for every function the stack points at it
+    assert cache_login_problems(rehearsal.functions) == []
 
 
 def test_table_statements_are_scoped_to_the_functions_breakers(rehearsal: Rehearsal) -> None:
@@ -147,18 +140,19 @@ def test_the_core_alone_deploys_no_function(core_rehearsal: Rehearsal) -> None:
 
 def test_every_payment_event_gets_its_answer(rehearsal: Rehearsal) -> None:
     # GIVEN the payment function as deployed, on a fresh breaker
-    container = rehearsal.container("PaymentFunction")
+    container = rehearsal.fleet()["PaymentFunction"]
+    calls = rehearsal.api.calls
     for name, expected in EXPECTED_STATUS.items():
         # WHEN each sample is sent THEN it gets its status, on the fleet's breaker
         status, body = http(container, load_event(EVENTS / name))
         assert status == expected, (name, body)
-    # AND the answers were charged by the provider the stack names
-    assert rehearsal.api.calls == 2
+    # AND the two valid ones were charged by the provider the stack names
+    assert rehearsal.api.calls == calls + 2
 
 
 def test_every_gate_event_gets_its_answer(rehearsal: Rehearsal) -> None:
     # GIVEN the gate as deployed, on a fresh breaker
-    container = rehearsal.container("BreakerGateFunction")
+    container = rehearsal.fleet()["BreakerGateFunction"]
     for name, expected in GATE_EVENTS.items():
         event = load_event(EVENTS / name)
         # WHEN each sample is sent in turn
@@ -175,7 +169,7 @@ def test_every_gate_event_gets_its_answer(rehearsal: Rehearsal) -> None:
 
 def test_the_workflow_samples_run_through_gate_charge_and_gate(rehearsal: Rehearsal) -> None:
     # GIVEN the gate and the charge step as deployed (the workflow's two functions)
-    gate, charge = rehearsal.containers_of("BreakerGateFunction", "ChargeFunction")
+    gate, charge = (rehearsal.fleet()[name] for name in ("BreakerGateFunction", "ChargeFunction"))
     for name in WORKFLOW_EVENTS:
         # WHEN a sample goes through the workflow's steps
         check = run(gate, {"action": "check", "breaker": BREAKER, "max_wait_seconds": 60})
@@ -191,7 +185,7 @@ def test_the_workflow_samples_run_through_gate_charge_and_gate(rehearsal: Rehear
 
 def test_the_schedule_reconciles_the_consumers(rehearsal: Rehearsal) -> None:
     # GIVEN breaker-events as deployed and a closed breaker
-    container = rehearsal.container("BreakerEventsFunction")
+    container = rehearsal.fleet()["BreakerEventsFunction"]
     # WHEN its schedule fires
     answer = run(container, scheduled_event("arn:aws:events:us-east-1:123456789012:rule/x"))
     # THEN the registered consumers stay (or are brought) enabled
@@ -205,7 +199,7 @@ def test_the_consumer_charges_a_deferred_payment_once(defer_rehearsal: Rehearsal
     rehearsal = defer_rehearsal
     # GIVEN a payment waiting in the stack's queue
     source = SqsEventSource(rehearsal.client("sqs"), rehearsal.resources["DeferredPaymentsQueue"])
-    container = rehearsal.container("DeferredPaymentsFunction")
+    container = rehearsal.fleet()["DeferredPaymentsFunction"]
     key = unique_key()
     body = json.dumps({"amount": 990, "currency": "EUR", "idempotency_key": key})
     for _ in range(2):  # delivered twice, as a retried 202 may defer it twice
@@ -266,10 +260,7 @@ def count_rehearsal(request: pytest.FixtureRequest, rehearsals: Any, tmp_path_fa
 def test_a_trip_by_the_payment_function_is_the_fleets(count_rehearsal: Rehearsal) -> None:
     rehearsal = count_rehearsal
     defers = rehearsal.name in DEFER_SETS
-    names = ["PaymentFunction", "BreakerGateFunction", "BreakerEventsFunction"]
-    if defers:
-        names.append("DeferredPaymentsFunction")
-    containers = dict(zip(names, rehearsal.containers_of(*names), strict=True))
+    containers = rehearsal.fleet()
     threshold = int(rehearsal.functions["PaymentFunction"].environment["BREAKER_FAILURE_THRESHOLD"])
 
     # GIVEN a payment API that fails
