@@ -36,9 +36,10 @@ from devtools.rehearsal import (
     read_functions,
     stack_resources,
 )
+from devtools.sam_template import BUCKET, condition_values, translate
 from devtools.servers import REPO_ROOT, make_certificates
 from tests.conftest import _start
-from tests.sam.test_rehearsal import BUCKET, condition_values, for_moto, translate
+from tests.sam.test_rehearsal import for_moto
 from tests.sam.test_template import load_template
 
 pytestmark = pytest.mark.rehearsal
@@ -239,8 +240,9 @@ def _deploy(
 def rehearsals(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Rehearsal]]:
     made: dict[str, Rehearsal] = {}
     yield made
-    for rehearsal in made.values():
-        rehearsal.stop()
+    # In parallel: each stop waits for its processes to exit.
+    with ThreadPoolExecutor(max(1, len(made))) as pool:
+        list(pool.map(Rehearsal.stop, made.values()))
 
 
 _FAILED: dict[str, str] = {}

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from devtools.rehearsal import RehearsalError
+from devtools.sam_template import condition_values
 from devtools.sqs_event_source import SqsEventSource
 from tests.rehearsal.conftest import BREAKER, DEFER_SETS, PARAMETER_SETS, Rehearsal, unique_key
 from tests.rehearsal.support import (
@@ -31,7 +32,6 @@ from tests.rehearsal.support import (
 )
 from tests.sam.conftest import EVENTS, load_event
 from tests.sam.test_payment_events import EXPECTED_STATUS
-from tests.sam.test_rehearsal import condition_values
 
 pytestmark = pytest.mark.rehearsal
 

@@ -79,7 +79,8 @@ def test_a_missing_permission_fails_as_it_fails_in_aws(default_set: Rehearsal) -
     default_set.api.mode = "fail"
     # THEN moto refuses the write and the rehearsal names the function and the cause
     with pytest.raises(
-        RehearsalError, match=r"PaymentFunction ran on a local breaker.*AccessDenied"
+        RehearsalError,
+        match=r"(?s)PaymentFunction ran on a local breaker.*AccessDenied.*UpdateItem",
     ):
         http(container, payment(unique_key()))
 
