@@ -22,8 +22,6 @@ Usage: python devtools/moto_rehearsal_server.py HOST PORT
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 from typing import Any
 
 from moto.awslambda.models import LayerVersion
@@ -32,9 +30,7 @@ from moto.events.models import Rule
 from moto.iam.access_control import IAMRequestBase
 from moto.sqs.models import Queue
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from moto_atomic_server import main
+from devtools.moto_atomic_server import main
 
 LayerVersion.physical_resource_id = property(lambda self: self.arn)  # type: ignore[attr-defined]
 # A fresh dict on every read: what moto registers there is dropped, so no write invokes.
@@ -59,7 +55,7 @@ _create_aws_request = IAMRequestBase._create_aws_request
 
 def _create_signed_request(self: IAMRequestBase) -> Any:
     if self._method in ("GET", "HEAD", "DELETE") and not self._body:
-        self._data = b""  # what was sent (and signed): nothing
+        self._data = b""  # type: ignore[assignment]  # what was sent (and signed): nothing
     return _create_aws_request(self)
 
 

@@ -88,7 +88,8 @@ def client(endpoint_url: str, service: str, credentials: Credentials | None = No
     from botocore.config import Config
 
     keys = credentials or Credentials("testing", "testing")
-    return boto3.session.Session().client(
+    session: Any = boto3.session.Session()
+    return session.client(
         service,
         endpoint_url=endpoint_url,
         region_name=REGION,
