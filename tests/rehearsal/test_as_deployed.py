@@ -40,7 +40,7 @@ pytestmark = pytest.mark.rehearsal
 COUNT_SETS = [name for name in PARAMETER_SETS if name not in ("core", "rate")]
 # What each gate event answers, in this order, on a fresh breaker. A new events/gate-*.json
 # needs a line here (test_every_sample_event_is_rehearsed).
-GATE_EVENTS = {
+GATE_EVENTS: dict[str, dict[str, Any] | str] = {
     "gate-status.json": {"state": "closed", "generation": 0, "calls": 0, "open_until": None},
     "gate-check.json": {"decision": "allow", "state": "closed", "token": None, "degraded": False},
     "gate-record-success.json": {"applied": True, "stale_token": False, "state": "closed"},

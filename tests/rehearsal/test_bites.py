@@ -144,7 +144,7 @@ def test_a_role_without_elasticache_connect_is_named(default_set: Rehearsal) -> 
 
 def test_resources_that_depend_on_each_other_are_named() -> None:
     # GIVEN a consumer whose environment names its own mapping, which names the consumer
-    template = {
+    template: dict[str, Any] = {
         "Resources": {
             "Consumer": {
                 "Type": "AWS::Lambda::Function",
