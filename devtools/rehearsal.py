@@ -458,6 +458,9 @@ class Invocation:
     result: Any = None
     error: dict[str, str] | None = None
     log: list[str] = field(default_factory=list)
+    # Why the container's breaker still runs on local state after this invocation (it logs
+    # the switch once, then runs locally in silence until the store answers again).
+    still_local: str | None = None
 
     def records(self) -> list[dict[str, Any]]:
         """The JSON log lines (Powertools' structured logs, EMF)."""
@@ -477,6 +480,17 @@ class Invocation:
                 f"{self.error['traceback']}\nlog:\n" + "\n".join(self.log[-20:])
             )
         return self.result
+
+
+def local_since(records: Iterable[Mapping[str, Any]], before: str | None) -> str | None:
+    """The reason a breaker runs on local state after ``records`` (None once it recovered)."""
+    reason = before
+    for record in records:
+        if record.get("breaker_event") == "degraded":
+            reason = str(record.get("message"))
+        elif record.get("breaker_event") == "recovered":
+            reason = None
+    return reason
 
 
 def breaker_problems(records: Iterable[Mapping[str, Any]]) -> list[str]:
@@ -504,6 +518,7 @@ class LambdaContainer:
         self._log_offset = 0
         self._answers: queue.Queue[dict[str, Any] | None] = queue.Queue()
         self.proc: subprocess.Popen[bytes] | None = None
+        self._local: str | None = None
 
     @property
     def logical_id(self) -> str:
@@ -575,9 +590,11 @@ class LambdaContainer:
         self.proc.stdin.write(json.dumps({"event": event, "context": context}).encode() + b"\n")
         self.proc.stdin.flush()
         answer = self._next_answer(INVOKE_TIMEOUT, "an invocation")
-        return Invocation(
+        invocation = Invocation(
             self.logical_id, answer.get("result"), answer.get("error"), self._new_log_lines()
         )
+        self._local = invocation.still_local = local_since(invocation.records(), self._local)
+        return invocation
 
     def _new_log_lines(self) -> list[str]:
         with open(self._log.name, encoding="utf-8", errors="replace") as log:

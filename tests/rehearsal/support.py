@@ -19,6 +19,8 @@ def on_fleet_breaker(invocation: Invocation) -> Invocation:
     """``invocation``, after checking its log: a store error or a switch to the local
     breaker is a RehearsalError naming the function and the cause."""
     problems = breaker_problems(invocation.records())
+    if not problems and invocation.still_local:
+        problems = [f"still on local state since: {invocation.still_local}"]
     if problems:
         raise RehearsalError(
             f"{invocation.function} ran on a local breaker, not the fleet's: " + "; ".join(problems)

@@ -21,6 +21,7 @@ from devtools.rehearsal import (
     container_environment,
     create_user,
     dependency_cycle,
+    local_since,
 )
 from devtools.servers import REPO_ROOT, make_certificates
 from tests.conftest import _start
@@ -162,3 +163,13 @@ def test_resources_that_depend_on_each_other_are_named() -> None:
     variables = template["Resources"]["Consumer"]["Properties"]["Environment"]["Variables"]
     variables["M"] = {"Fn::If": ["Paused", {"Fn::Sub": "${Mapping}"}, {"Ref": "AWS::NoValue"}]}
     assert dependency_cycle(template, {"Paused": False}) is None
+
+
+def test_a_container_that_went_local_stays_flagged_until_it_recovers() -> None:
+    # GIVEN a container whose breaker logged its switch to local state once
+    switched = [{"breaker_event": "degraded", "message": "circuit payment-api: running on local"}]
+    reason = local_since(switched, None)
+    # WHEN later invocations log nothing about the store (it is left alone for a back-off)
+    # THEN they still count as run on the local breaker, until the store answers again
+    assert local_since([], reason) == "circuit payment-api: running on local"
+    assert local_since([{"breaker_event": "recovered"}], reason) is None
