@@ -524,6 +524,15 @@ class LambdaContainer:
     def logical_id(self) -> str:
         return self.function.logical_id
 
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    @property
+    def still_local(self) -> str | None:
+        """Why its breaker runs on local state now (see :attr:`Invocation.still_local`)."""
+        return self._local
+
     def start(self) -> LambdaContainer:
         """Start the process and wait for its init; an init failure is a RehearsalError."""
         read_fd, write_fd = os.pipe()

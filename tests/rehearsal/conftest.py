@@ -131,9 +131,14 @@ class Rehearsal:
     def fleet(self) -> dict[str, LambdaContainer]:
         """One warm container per function, started together on first use and shared by the
         set's tests, as Lambda reuses a warm container (every test resets the breaker)."""
-        if not self.warm:
-            names = sorted(self.functions)
-            self.warm = dict(zip(names, self.containers_of(*names), strict=True))
+        # A container a failed test left on its local breaker is replaced: one failure, one
+        # test failed.
+        stale = [name for name, c in self.warm.items() if c.still_local or not c.running]
+        for name in stale:
+            self.warm.pop(name).stop()
+        missing = sorted(set(self.functions) - set(self.warm))
+        if missing:
+            self.warm.update(zip(missing, self.containers_of(*missing), strict=True))
         return self.warm
 
     # -- the breaker's record, read and reset as an operator would (admin credentials)
