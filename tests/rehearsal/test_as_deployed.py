@@ -109,6 +109,45 @@ def test_table_statements_are_scoped_to_the_functions_breakers(rehearsal: Rehear
             assert keys == [BREAKER], logical_id
 
 
+def stack_arns(rehearsal: Rehearsal) -> set[str]:
+    """The ARNs of what the stack created that a function's role may name."""
+    dynamodb, sqs = rehearsal.client("dynamodb"), rehearsal.client("sqs")
+    arns = {
+        "arn:aws:events:us-east-1:123456789012:event-bus/default",
+        # moto does not model the cache: its ARNs are placeholders
+        "BreakerCache.ARN",
+        "BreakerCacheUser.Arn",
+    }
+    for logical_id, physical_id in rehearsal.resources.items():
+        kind = rehearsal.translated["Resources"][logical_id]["Type"]
+        if kind == "AWS::DynamoDB::Table":
+            table = dynamodb.describe_table(TableName=physical_id)["Table"]
+            arns |= {table["TableArn"], f"{table['TableArn']}/stream/*"}
+            arns |= {table["LatestStreamArn"]} if "LatestStreamArn" in table else set()
+        elif kind == "AWS::SQS::Queue":
+            arns.add(
+                sqs.get_queue_attributes(QueueUrl=physical_id, AttributeNames=["QueueArn"])[
+                    "Attributes"
+                ]["QueueArn"]
+            )
+        elif kind == "AWS::Lambda::EventSourceMapping":
+            arns.add(f"arn:aws:lambda:us-east-1:123456789012:event-source-mapping:{physical_id}")
+    return arns
+
+
+def test_every_statement_names_the_stacks_own_resources(rehearsal: Rehearsal) -> None:
+    # moto authorises against "*": which resource each statement grants is checked here
+    allowed = stack_arns(rehearsal)
+    for logical_id, function in rehearsal.functions.items():
+        for statement in function.statements:
+            resources = statement["Resource"]
+            for resource in [resources] if isinstance(resources, str) else resources:
+                assert resource in allowed, (
+                    f"{logical_id}: statement {statement.get('Sid')} grants {resource}, "
+                    "not a resource of the stack"
+                )
+
+
 def test_the_consumer_and_breaker_events_are_mapped_to_their_sources(
     rehearsal: Rehearsal,
 ) -> None:
