@@ -162,7 +162,7 @@ def parser() -> argparse.ArgumentParser:
     add(
         "--short",
         action="store_true",
-        help="a quick run (the test suite's): 8 containers, 3 s healthy, 2.5 s outage, "
+        help="a quick run (the test suite's): 8 containers, 3 s healthy, 2 s outage, "
         "threshold 3, recovery 1 s, rate window 1 s, seed 5; other options still apply",
     )
     return p

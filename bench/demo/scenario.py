@@ -154,9 +154,11 @@ class Options:
 
 
 DEFAULT = Options()
-# For the test suite and a quick look: about 18 s for both runs. The outage (2.5 s) is shorter
-# than the first open window plus the jittered second (1 s + 1.6 to 2 s), so the shared breaker
-# sees exactly one failed probe, and the recovery one probe later. With --noise 0.02 the
+# For the test suite and a quick look: about 17 s for both runs. The outage (3 s to 5 s) holds
+# the first probe (the breaker trips at about 3.05 s: probe at 4.05 to 4.3 s) and ends before
+# the second (the jittered reopen, 1.6 to 2 s later: 5.65 s at the earliest), both by at least
+# 0.65 s, so the shared breaker sees exactly one failed probe, and the recovery one probe
+# later, however the jitter falls. With --noise 0.02 the
 # healthy 3 s (about 190 requests) must show the count breaker tripping on noise whatever pace
 # a busy machine keeps: seed 5 fails 3 of the provider's first 48 requests (0.75 s at 64
 # requests/s, a quarter of the healthy phase), and 5 of its first 67, which the rate breaker
@@ -166,7 +168,7 @@ SHORT = replace(
     containers=8,
     rate=8.0,
     healthy=3.0,
-    outage=2.5,
+    outage=2.0,
     threshold=3,
     recovery=1.0,
     linger=1.0,

@@ -35,7 +35,7 @@ class ShortDemo:
 
 @pytest.fixture(scope="package")
 def short_demo(tmp_path_factory: pytest.TempPathFactory) -> ShortDemo:
-    """The demo's short mode (8 containers, 3 s healthy, 2.5 s outage), run once: about 18 s."""
+    """The demo's short mode (8 containers, 3 s healthy, 2 s outage), run once: about 17 s."""
     options = replace(SHORT, output=tmp_path_factory.mktemp("demo-output"))
     out = io.StringIO()
     result = run_demo(options, out=out)

@@ -23,6 +23,8 @@ from fleetbreaker.state import Policy, ProbeReport
 from tests.faults.garble import GarbleProxy
 from tests.support import FakeClock
 
+pytestmark = pytest.mark.realtime  # replies held past the store's read timeout
+
 POLICY = Policy.from_config(BreakerConfig(failure_threshold=2, recovery_timeout=10))
 POLICY3 = Policy.from_config(BreakerConfig(failure_threshold=3, recovery_timeout=10))
 NAME = "payment-api"

@@ -22,6 +22,8 @@ from fleetbreaker.events import BreakerListener
 from tests.faults.trickle import TrickleProxy
 from tests.support import Dependency, FakeClock
 
+pytestmark = pytest.mark.realtime  # servers killed and paused, deadlines, on the wall clock
+
 CONFIG = BreakerConfig(
     failure_threshold=3, recovery_timeout=10, recovery_jitter=0.0, store_backoff_seconds=5
 )
@@ -35,6 +37,10 @@ class Events(BreakerListener):
         self.degraded: list[str] = []
         self.recovered = 0
         self.store_errors: list[BaseException] = []
+        self.store_calls = 0
+
+    def on_store_call_start(self, name: str, operation: str) -> None:
+        self.store_calls += 1
 
     def on_degraded(self, name: str, reason: str) -> None:
         self.degraded.append(reason)
@@ -246,16 +252,18 @@ def test_a_server_that_never_answers_costs_one_timeout_then_nothing(
 
     # WHEN the first call meets the hung store
     first, first_s = timed(lambda: breaker.call(dep))
+    store_calls = events.store_calls
     # and more calls come during the store back-off
-    rest = [timed(lambda: breaker.call(dep)) for _ in range(50)]
+    rest = [breaker.call(dep) for _ in range(50)]
 
     # THEN the first waits one read timeout, no exception reaches the caller, and the store
     # is not asked again until the back-off ends
     assert first == "ok"
     assert first_s < BUDGET_S
     assert isinstance(events.store_errors[0].__cause__, redis.TimeoutError)
-    assert [result for result, _ in rest] == ["ok"] * 50
-    assert sum(seconds for _, seconds in rest) < 0.1
+    assert rest == ["ok"] * 50
+    assert store_calls >= 1
+    assert events.store_calls == store_calls
     assert len(events.store_errors) == 1
 
     # WHEN the back-off ends THEN the store is tried again, within the same budget

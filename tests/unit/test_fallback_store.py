@@ -239,10 +239,6 @@ def test_a_stores_one_off_setup_runs_once_on_the_callers_thread(clock: FakeClock
 # -- worker threads ------------------------------------------------------------------------
 
 
-def store_threads() -> set[threading.Thread]:
-    return {t for t in threading.enumerate() if t.name == "fleetbreaker-store"}
-
-
 def test_a_dropped_breaker_is_collected_though_its_worker_ran_its_calls() -> None:
     # GIVEN a breaker whose store calls ran on a worker thread, with a slow-call watcher
     # (a thread of its own that ends when the breaker is gone)
@@ -272,20 +268,29 @@ def test_a_dropped_breaker_is_collected_though_its_worker_ran_its_calls() -> Non
 def test_an_idle_worker_ends_its_thread_and_the_next_call_starts_one(
     clock: FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # GIVEN workers that end after 10 ms idle, and a call that ran on one
+    # GIVEN workers that end after 10 ms idle, and a call that ran on one (each worker is
+    # noted as it starts: its thread may be gone before the test could look for it)
     from fleetbreaker.stores import fallback
 
+    started: list[fallback._Worker] = []
+
+    class NotedWorker(fallback._Worker):
+        def __init__(self, pool: fallback._WorkerPool) -> None:
+            super().__init__(pool)
+            started.append(self)
+
+    monkeypatch.setattr(fallback, "_Worker", NotedWorker)
     monkeypatch.setattr(fallback, "WORKER_IDLE_SECONDS", 0.01)
-    before = store_threads()
     store = FallbackStore(FlakyStore(), clock=clock)
     store.record_failure(NAME, POLICY, clock(), None)
-    [worker] = store_threads() - before
+    [worker] = started
 
     # WHEN it has nothing to do, THEN its thread ends
-    worker.join(timeout=10)
-    assert not worker.is_alive()
+    worker._thread.join(timeout=10)
+    assert not worker._thread.is_alive()
 
     # AND the next store call is served by a new worker
     outcome = store.record_failure(NAME, POLICY, clock(), None)
     assert outcome.transition == (State.CLOSED, State.OPEN)
     assert not store.degraded
+    assert len(started) == 2
