@@ -31,6 +31,7 @@ from devtools.servers import (
     ServerProcess,
     ServerStartError,
 )
+from tests.support import FakeClock
 
 IN_CI = bool(os.environ.get("CI"))
 
@@ -159,6 +160,12 @@ def redis_factory() -> Iterator[Callable[[], RedisServer]]:
     finally:
         for server in started:
             server.stop()
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    """Epoch milliseconds that move only when the test advances them."""
+    return FakeClock()
 
 
 @pytest.fixture

@@ -6,6 +6,7 @@ tests also pin down the latency budget a Lambda pays when DynamoDB misbehaves.
 
 from __future__ import annotations
 
+import functools
 import http.server
 import json
 import logging
@@ -18,10 +19,11 @@ from typing import Any
 import pytest
 
 from devtools import servers
-from fleetbreaker import BreakerConfig, CircuitBreaker, CircuitOpenError, DynamoDBStore, State
+from fleetbreaker import BreakerConfig, CircuitOpenError, DynamoDBStore, State
 from fleetbreaker.errors import StoreDeadlineError
 from fleetbreaker.events import BreakerListener, LoggingListener
 from fleetbreaker.stores.dynamodb import TTL_ATTRIBUTE
+from tests import support
 from tests.faults.trickle import TrickleProxy
 from tests.support import Dependency, FakeClock
 
@@ -32,8 +34,7 @@ CONFIG = BreakerConfig(failure_threshold=3, recovery_timeout=10)
 BUDGET_S = 1.5
 
 
-def breaker_on(store: DynamoDBStore, clock: FakeClock, **kw: Any) -> CircuitBreaker:
-    return CircuitBreaker("payment-api", store=store, config=CONFIG, clock=clock, **kw)
+breaker_on = functools.partial(support.breaker_on, config=CONFIG)
 
 
 class StoreCalls(BreakerListener):

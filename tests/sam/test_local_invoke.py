@@ -23,7 +23,7 @@ import pytest
 
 from devtools.functions import load_function
 from devtools.servers import REPO_ROOT, free_port
-from tests.sam.test_template import load_template
+from devtools.template import load_template
 
 ENV_JSON = REPO_ROOT / "events" / "env.json"
 SCRIPT = REPO_ROOT / "scripts" / "local_services.py"

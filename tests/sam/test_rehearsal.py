@@ -54,8 +54,8 @@ from typing import Any
 import pytest
 
 from devtools.servers import REPO_ROOT
+from devtools.template import load_template
 from fleetbreaker.stores.dynamodb import KEY_ATTRIBUTE, TTL_ATTRIBUTE
-from tests.sam.test_template import load_template
 
 STACK = "fleetbreaker"
 REGION = "us-east-1"

@@ -15,7 +15,7 @@ import tomllib
 
 import fleetbreaker
 from devtools.servers import REPO_ROOT
-from tests.sam.test_template import load_template
+from devtools.template import load_template
 
 SAR = "AWS::ServerlessRepo::Application"
 # What the Serverless Application Repository requires to publish (name, description, author)

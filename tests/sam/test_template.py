@@ -21,6 +21,7 @@ import tomllib
 
 from devtools.payment_api import FakePaymentApi
 from devtools.servers import REPO_ROOT, make_table
+from devtools.template import load_template
 from fleetbreaker import BreakerConfig, CircuitBreaker, CircuitOpenError
 from fleetbreaker.stores.dynamodb import KEY_ATTRIBUTE, TTL_ATTRIBUTE, DynamoDBStore
 from tests.conftest import backend_unavailable
@@ -31,13 +32,6 @@ TEMPLATE = REPO_ROOT / "template.yaml"
 SAMCONFIG = REPO_ROOT / "samconfig.toml"
 BIN = Path(sys.executable).parent
 CHECKOV = REPO_ROOT / ".venv-tools" / "bin" / "checkov"
-
-
-def load_template() -> dict[str, Any]:
-    from samcli.yamlhelper import yaml_parse
-
-    template: dict[str, Any] = yaml_parse(TEMPLATE.read_text())
-    return template
 
 
 @pytest.fixture(scope="module")

@@ -15,19 +15,13 @@ from typing import Any
 import pytest
 
 from devtools.servers import REPO_ROOT
+from devtools.template import load_template
 from fleetbreaker import RedisStore
 
 TEMPLATE = REPO_ROOT / "template.yaml"
 CFN_LINT = Path(sys.executable).parent / "cfn-lint"
 SUBNETS = "subnet-0123456789abcdef0,subnet-0fedcba9876543210"
 SECURITY_GROUPS = "sg-0123456789abcdef0"
-
-
-def load_template() -> dict[str, Any]:
-    from samcli.yamlhelper import yaml_parse
-
-    template: dict[str, Any] = yaml_parse(TEMPLATE.read_text())
-    return template
 
 
 @pytest.fixture(scope="module")

@@ -15,13 +15,14 @@ import pytest
 
 from devtools.functions import load_function
 from devtools.servers import REPO_ROOT
+from devtools.template import load_template
 from tests.stepfunctions.conftest import (
     CHARGE_FUNCTION,
     GATE_FUNCTION,
     STATE_MACHINE,
     functions_named_by,
 )
-from tests.stepfunctions.harness import environment, load_template, resolve
+from tests.stepfunctions.harness import environment, resolve
 from tests.support import function_reads
 
 PLACEHOLDER = re.compile(r"\$\{([^}]*)\}")

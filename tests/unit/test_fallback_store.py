@@ -15,7 +15,7 @@ from fleetbreaker import BreakerConfig, StoreError
 from fleetbreaker.errors import CorruptRecordError
 from fleetbreaker.state import Policy, State
 from fleetbreaker.stores.fallback import FallbackStore
-from tests.support import FakeClock, FlakyStore
+from tests.support import FakeClock, FlakyStore, trip_store
 
 POLICY = Policy.from_config(BreakerConfig(failure_threshold=2, recovery_timeout=10))
 NAME = "payment-api"
@@ -36,11 +36,6 @@ class Events:
 
 
 @pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
-
-
-@pytest.fixture
 def shared() -> FlakyStore:
     return FlakyStore()
 
@@ -55,13 +50,8 @@ def store(shared: FlakyStore, clock: FakeClock, events: Events) -> FallbackStore
     return FallbackStore(shared, clock=clock, backoff_seconds=BACKOFF_S, emit=events)
 
 
-def trip(store: FallbackStore, clock: FakeClock) -> None:
-    for _ in range(POLICY.failure_threshold):
-        store.record_failure(NAME, POLICY, clock(), store.load(NAME, clock()))
-
-
 def test_a_healthy_shared_store_answers_everything(store: FallbackStore, clock: FakeClock) -> None:
-    trip(store, clock)
+    trip_store(store, NAME, POLICY, clock())
 
     assert store.load(NAME, clock()).state is State.OPEN
     assert store.shared.load(NAME, clock()).state is State.OPEN
@@ -97,7 +87,7 @@ def test_the_backoff_starts_when_the_failure_was_seen(clock: FakeClock, events: 
 def test_the_local_twin_starts_from_the_last_record_seen(
     store: FallbackStore, shared: FlakyStore, clock: FakeClock
 ) -> None:
-    trip(store, clock)
+    trip_store(store, NAME, POLICY, clock())
     shared.down = True
 
     seen = store.load(NAME, clock())
@@ -113,7 +103,7 @@ def test_recovery_drops_local_state_and_is_reported_once(
     store: FallbackStore, shared: FlakyStore, clock: FakeClock, events: Events
 ) -> None:
     shared.down = True
-    trip(store, clock)  # counted locally only
+    trip_store(store, NAME, POLICY, clock())  # counted locally only
     assert store.load(NAME, clock()).state is State.OPEN
     shared.down = False
     clock.advance(BACKOFF_S)
@@ -178,7 +168,7 @@ def test_shared_answers_reach_the_answer_hook_and_local_ones_do_not(
     store = FallbackStore(
         shared, clock=clock, on_answer=lambda name, record, now: answers.append(record)
     )
-    trip(store, clock)
+    trip_store(store, NAME, POLICY, clock())
     shared.down = True
     clock.advance(1)
 
