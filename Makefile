@@ -17,6 +17,10 @@ VENV_STAMP := $(VENV)/.stamp
 NODE_STAMP := node_modules/.stamp
 # Extra arguments: `make test PYTEST_ARGS='-k redis -x'`, `make demo ARGS='--help'`.
 PYTEST_ARGS ?=
+# Branch coverage of layer/fleetbreaker and functions/ (pyproject's [tool.coverage]): the
+# table, and a failure below its fail_under. A partial run (PYTEST_ARGS='-k ...') falls
+# below the floor: pass COVERAGE= to leave coverage out.
+COVERAGE ?= --cov --cov-report=term
 ARGS ?=
 # apt-get needs root; use sudo when not root (CI and the dev machines run as root).
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
@@ -70,7 +74,7 @@ test: export AWS_ACCESS_KEY_ID := testing
 test: export AWS_SECRET_ACCESS_KEY := testing
 test: deps lint ## lint, then every test except the deployed-stack suite
 	@# pytest exits 5 when no test ran; make treats any non-zero exit as a failure.
-	$(PYTEST) -m "not deployed" $(PYTEST_ARGS)
+	$(PYTEST) -m "not deployed" $(COVERAGE) $(PYTEST_ARGS)
 
 test-deployed: export SAM_CLI_TELEMETRY := 0
 test-deployed: venv ## opt-in: tests against a deployed stack (needs FLEETBREAKER_STACK + AWS creds)
