@@ -25,7 +25,7 @@ ARGS ?=
 # apt-get needs root; use sudo when not root (CI and the dev machines run as root).
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: help venv node redis deps lint test test-deployed demo bench scale constraints clean distclean
+.PHONY: help venv node redis deps lint test test-deployed mutate demo bench scale constraints clean distclean
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-14s %s\n", $$1, $$2}' \
@@ -80,6 +80,11 @@ test-deployed: export SAM_CLI_TELEMETRY := 0
 test-deployed: venv ## opt-in: tests against a deployed stack (needs FLEETBREAKER_STACK + AWS creds)
 	@[ -n "$${FLEETBREAKER_STACK:-}" ] || { echo "set FLEETBREAKER_STACK to the deployed stack's name" >&2; exit 2; }
 	$(PYTEST) -m deployed $(PYTEST_ARGS)
+
+# Not part of CI (tens of minutes): docs/testing.md#mutation-testing records the last run.
+mutate: venv ## mutation testing of layer/fleetbreaker with mutmut, module by module (ARGS='ramp cache')
+	$(PIP) install --quiet -c constraints.txt -e '.[dev,mutate]'
+	$(PY) scripts/mutate.py $(ARGS)
 
 demo: deps ## an outage seen by 16 containers, shared vs per-container breakers, or rate vs count (ARGS='--help')
 	$(PY) -m bench.demo $(ARGS)
