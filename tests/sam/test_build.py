@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 
 from devtools.payment_api import FakePaymentApi
+from devtools.sam_template import load_template
 from devtools.servers import REPO_ROOT, make_table
-from devtools.template import load_template
 from tests.conftest import backend_unavailable
 from tests.sam.conftest import EVENTS
 from tests.sam.test_template import pins

@@ -20,8 +20,8 @@ import pytest
 import tomllib
 
 from devtools.payment_api import FakePaymentApi
+from devtools.sam_template import load_template
 from devtools.servers import REPO_ROOT, make_table
-from devtools.template import load_template
 from fleetbreaker import BreakerConfig, CircuitBreaker, CircuitOpenError
 from fleetbreaker.stores.dynamodb import KEY_ATTRIBUTE, TTL_ATTRIBUTE, DynamoDBStore
 from tests.conftest import backend_unavailable

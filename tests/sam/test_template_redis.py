@@ -14,14 +14,23 @@ from typing import Any
 
 import pytest
 
+from devtools.sam_template import load_template
 from devtools.servers import REPO_ROOT
-from devtools.template import load_template
 from fleetbreaker import RedisStore
 
 TEMPLATE = REPO_ROOT / "template.yaml"
 CFN_LINT = Path(sys.executable).parent / "cfn-lint"
 SUBNETS = "subnet-0123456789abcdef0,subnet-0fedcba9876543210"
 SECURITY_GROUPS = "sg-0123456789abcdef0"
+
+
+# Every function that keeps or reads a breaker: each has a role of its own (see below).
+FUNCTION_ROLES = [
+    "PaymentFunctionRole",
+    "BreakerGateFunctionRole",
+    "DeferredPaymentsFunctionRole",
+    "BreakerEventsFunctionRole",
+]
 
 
 @pytest.fixture(scope="module")
@@ -147,7 +156,10 @@ def test_the_cache_admits_only_its_iam_user_group(template: dict[str, Any]) -> N
     assert "~*" not in access
 
 
-@pytest.mark.parametrize("function", ["PaymentFunction", "BreakerGateFunction"])
+@pytest.mark.parametrize(
+    "function",
+    ["PaymentFunction", "BreakerGateFunction", "DeferredPaymentsFunction", "BreakerEventsFunction"],
+)
 def test_the_functions_connect_as_the_iam_user_with_tls(
     template: dict[str, Any], function: str
 ) -> None:
@@ -161,7 +173,7 @@ def test_the_functions_connect_as_the_iam_user_with_tls(
     }
 
 
-@pytest.mark.parametrize("role", ["PaymentFunctionRole", "BreakerGateFunctionRole"])
+@pytest.mark.parametrize("role", FUNCTION_ROLES)
 def test_the_roles_may_connect_to_exactly_the_cache_and_user(
     template: dict[str, Any], role: str
 ) -> None:
@@ -178,7 +190,7 @@ def test_the_roles_may_connect_to_exactly_the_cache_and_user(
     ]
 
 
-@pytest.mark.parametrize("role", ["PaymentFunctionRole", "BreakerGateFunctionRole"])
+@pytest.mark.parametrize("role", FUNCTION_ROLES)
 def test_the_vpc_access_policy_comes_only_with_the_redis_store(
     template: dict[str, Any], role: str
 ) -> None:

@@ -26,8 +26,8 @@ import pytest
 from devtools import servers
 from devtools.functions import load_function
 from devtools.payment_api import FakePaymentApi
+from devtools.sam_template import load_template
 from devtools.servers import REPO_ROOT
-from devtools.template import load_template
 from fleetbreaker import DynamoDBStore
 from tests.stepfunctions.harness import (
     InProcessLambdas,

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from devtools.functions import load_function
+from devtools.sam_template import load_template
 from devtools.servers import REPO_ROOT
-from devtools.template import load_template
 from tests.stepfunctions.conftest import (
     CHARGE_FUNCTION,
     GATE_FUNCTION,
