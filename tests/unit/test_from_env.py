@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from fleetbreaker import BreakerConfig, ConfigError, DynamoDBStore, RedisStore
-from fleetbreaker.config import env_number
+from fleetbreaker.config import env_field, env_number, env_variable
 from fleetbreaker.stores import from_env
 
 TABLE = {"CIRCUIT_BREAKER_TABLE": "CircuitBreakers"}
@@ -103,3 +103,19 @@ def test_env_number_refuses_anything_else_naming_the_variable(
 def test_a_failure_rate_threshold_must_be_a_real_number(value: object) -> None:
     with pytest.raises(ConfigError, match="failure_rate_threshold must be a fraction"):
         BreakerConfig(failure_rate_threshold=value)  # type: ignore[arg-type]
+
+
+def test_env_number_refuses_zero_unless_told_to_allow_it() -> None:
+    with pytest.raises(ConfigError, match="SETTING must be > 0, got '0'"):
+        env_number({"SETTING": "0"}, "SETTING", 7.0)
+
+
+def test_env_field_is_none_when_its_variable_is_unset_or_empty() -> None:
+    assert env_field("window_seconds", {}) is None
+    assert env_field("window_seconds", {"BREAKER_WINDOW_SECONDS": " "}) is None
+
+
+def test_a_field_not_read_from_the_environment_is_refused_by_name() -> None:
+    with pytest.raises(ConfigError) as refused:
+        env_variable("fallback")
+    assert str(refused.value) == "'fallback' is not read from the environment"
