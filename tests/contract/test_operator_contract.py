@@ -109,6 +109,19 @@ def test_a_forced_state_records_the_operator_action(store: Any, name: str) -> No
     assert Action.decode(store.load(name, T0).last_action) == ACTION
 
 
+def test_a_second_operator_action_replaces_the_first(store: Any, name: str) -> None:
+    # GIVEN a breaker forced open by one operator
+    store.force_state(name, POLICY, T0, State.FORCED_OPEN, action=ACTION)
+
+    # WHEN another resets it
+    reset = Action("closed", "bob", "provider is back", T0 + 1)
+    outcome = store.force_state(name, POLICY, T0 + 1, State.CLOSED, action=reset)
+
+    # THEN the reset is the last action recorded
+    assert Action.decode(outcome.record.last_action) == reset
+    assert Action.decode(store.load(name, T0 + 1).last_action) == reset
+
+
 def test_the_last_action_survives_later_transitions(store: Any, name: str) -> None:
     # GIVEN an operator reset recorded on the breaker
     reset = Action("closed", "alice", "recovered", T0)
