@@ -3,8 +3,9 @@
 Run as ``fleetbreaker`` (the console script) or ``python -m fleetbreaker``. Nothing imports
 this module on the breaker's path: ``import fleetbreaker`` stays as light as it was.
 
-Exit codes: 0 ok, 1 breaker (or its record) not found, 2 usage or validation error, 3 store
-unreachable. Every error is one line on stderr, never a traceback.
+Exit codes: 0 ok, 1 breaker (or its record) not found, or (create-table) a table that differs,
+2 usage or validation error, 3 store unreachable. Every error is one line on stderr, never a
+traceback.
 """
 
 from __future__ import annotations
@@ -376,7 +377,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="fleetbreaker",
         description="See and steer fleet-wide circuit breakers.",
-        epilog="Exit codes: 0 ok, 1 not found, 2 usage or validation error, 3 store unreachable.",
+        epilog="Exit codes: 0 ok, 1 not found (create-table: the table differs), 2 usage or "
+        "validation error, 3 store unreachable.",
     )
     add_globals(parser, suppress=False)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
@@ -409,6 +411,17 @@ def build_parser() -> argparse.ArgumentParser:
         )
     tune.add_argument("--clear", action="store_true", help="remove every live setting")
     tune.add_argument("--reason", help="why (stored with the action)")
+    create = command(
+        "create-table",
+        "create a breaker table as template.yaml declares it: key name, on-demand, TTL on "
+        "expires_at, encrypted (exit 0 if it exists with that shape, 1 with the differences)",
+    )
+    create.add_argument("table_name", metavar="NAME", help="the table's name")
+    create.add_argument(
+        "--stream",
+        action="store_true",
+        help="with a stream of new and old images (the stack's BreakerEventsFunction reads it)",
+    )
     watch = command("watch", "show a breaker's status every second until Ctrl-C")
     watch.add_argument("name")
     watch.add_argument("--interval", type=_positive_seconds, default=1.0, help=argparse.SUPPRESS)
@@ -598,6 +611,8 @@ def run(
     sleep: Callable[[float], None] = time.sleep,
 ) -> int:
     """Run one parsed command; raises CliError, StoreError or ConfigError on failure."""
+    if args.command == "create-table":
+        return create_table(args, out)
     name = _checked_name(args.name) if hasattr(args, "name") else ""
     values = _tuning_from(args) if args.command == "tune" else {}
     reason = tuning.check_reason(getattr(args, "reason", None))
@@ -627,6 +642,42 @@ def run(
     if args.command == "watch":
         return _watch(args, out, store, name, where, clock, sleep)
     raise CliError(EXIT_USAGE, f"unknown command {args.command!r}")  # pragma: no cover
+
+
+def create_table(args: argparse.Namespace, out: TextIO) -> int:
+    """``create-table NAME``: create it, or compare the existing table with the shape."""
+    from fleetbreaker.stores import dynamodb_table
+
+    table = args.table_name
+    if not dynamodb_table.TABLE_NAME.fullmatch(table):
+        raise CliError(
+            EXIT_USAGE, f"table name must be 3 to 255 of A-Z a-z 0-9 _ . -, got {table!r}"
+        )
+    import boto3
+
+    session = boto3.session.Session(region_name=args.region)
+    if not session.region_name:  # a table lives in one region: never guess it
+        raise CliError(EXIT_USAGE, "no AWS region: pass --region or set AWS_REGION")
+    try:
+        client = session.client("dynamodb", endpoint_url=args.endpoint_url, config=_aws_config())
+        created, differences = dynamodb_table.ensure_table(client, table, stream=args.stream)
+    except StoreError:
+        raise
+    except Exception as exc:
+        raise _aws_error(exc, f"cannot create table {table!r}") from None
+    if args.json:
+        result = {"table": table, "created": created, "differences": differences}
+        out.write(json.dumps(result, sort_keys=True) + "\n")
+    elif not differences:
+        done = f"created table {table!r}" if created else f"table {table!r} exists with that shape"
+        out.write(f"{done}: {dynamodb_table.describe_shape(stream=args.stream)}\n")
+    if differences:
+        raise CliError(
+            EXIT_NOT_FOUND,
+            f"table {table!r} exists but is not a breaker table as template.yaml declares it: "
+            + "; ".join(differences),
+        )
+    return EXIT_OK
 
 
 def _watch(
