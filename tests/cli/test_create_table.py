@@ -10,6 +10,8 @@ line naming what the endpoint lacks.
 from __future__ import annotations
 
 import json
+import re
+import shlex
 import uuid
 from typing import Any
 
@@ -215,6 +217,17 @@ def test_region_option_is_used(moto_server: str, table: str) -> None:
     assert client.describe_table(TableName=table)["Table"]["TableStatus"] == "ACTIVE"
     elsewhere = servers.dynamodb_client(moto_server)  # us-east-1
     assert table not in elsewhere.list_tables()["TableNames"]
+
+
+def test_the_documented_command_prints_what_the_docs_show(moto_server: str) -> None:
+    # GIVEN the transcript docs/operations.md shows ("$ command" then its output)
+    text = (REPO_ROOT / "docs" / "operations.md").read_text()
+    command, shown = re.search(r"^\$ (fleetbreaker create-table .*)\n(.*)$", text, re.M).groups()
+    # WHEN the command runs as shown (its DynamoDB on moto, as AWS_ENDPOINT_URL_DYNAMODB says)
+    result = run_cli(shlex.split(command)[1:], {"AWS_ENDPOINT_URL_DYNAMODB": moto_server})
+    # THEN it exits 0 and prints that output
+    assert result.code == 0, result.err
+    assert result.out == shown + "\n"
 
 
 # -- dynalite: waits for ACTIVE, then names what it lacks ------------------------------------------
