@@ -117,7 +117,9 @@ def test_the_events_function_may_toggle_exactly_the_consumer_mapping(
     variables = function["Environment"]["Variables"]
     assert variables["BREAKER_MAPPINGS"] == {"Fn::If": ["DeferWhenOpen", REGISTRY, "{}"]}
     # THEN the only Lambda actions it is granted are on that one mapping
-    [policy] = function["Policies"]
+    assert function["Role"] == {"Fn::GetAtt": ["BreakerEventsFunctionRole", "Arn"]}
+    [inline] = resources["BreakerEventsFunctionRole"]["Properties"]["Policies"]
+    policy = inline["PolicyDocument"]
     granted = [s for s in statements(policy) if any("lambda:" in a for a in s["Action"])]
     assert granted == [
         {
@@ -170,3 +172,40 @@ def test_the_redis_pause_policy_exists_only_with_the_example() -> None:
     conditions = load_template()["Conditions"]
     assert {"Condition": "DeferWhenOpen"} in conditions["PauseFromContainers"]["Fn::And"]
     assert {"Condition": "ExampleEnabled"} in conditions["DeferWhenOpen"]["Fn::And"]
+
+
+def powertools_idempotency_actions() -> set[str]:
+    """The DynamoDB operations Powertools' DynamoDBPersistenceLayer sends, from its source."""
+    import ast
+    import inspect
+
+    from aws_lambda_powertools.utilities.idempotency.persistence import dynamodb
+
+    tree = ast.parse(inspect.getsource(dynamodb))
+    calls = {
+        node.func.attr
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and isinstance(node.func.value, ast.Attribute)
+        and node.func.value.attr == "client"
+    }
+    return {"dynamodb:" + "".join(part.title() for part in call.split("_")) for call in calls}
+
+
+def test_the_consumer_may_make_every_idempotency_call_powertools_makes(
+    resources: dict[str, Any],
+) -> None:
+    # GIVEN the calls the installed Powertools makes on the idempotency table
+    sent = powertools_idempotency_actions()
+    assert {"dynamodb:GetItem", "dynamodb:PutItem"} <= sent  # the scan found its client calls
+    # WHEN the consumer's role is read
+    function = resources["DeferredPaymentsFunction"]["Properties"]
+    assert function["Role"] == {"Fn::GetAtt": ["DeferredPaymentsFunctionRole", "Arn"]}
+    [inline] = resources["DeferredPaymentsFunctionRole"]["Properties"]["Policies"]
+    [granted] = [
+        s for s in statements(inline["PolicyDocument"]) if s.get("Sid") == "IdempotencyRecords"
+    ]
+    # THEN it grants exactly those calls, on the idempotency table only
+    assert set(granted["Action"]) == sent
+    assert granted["Resource"] == {"Fn::GetAtt": ["DeferredPaymentsIdempotencyTable", "Arn"]}
