@@ -122,11 +122,11 @@ def test_the_wheel_installs_outside_the_repository_and_runs_the_readme_example(
     # WHEN `python -m build` runs (the wheel is built from the sdist)
     dist = tmp_path / "dist"
     run([sys.executable, "-m", "build", "--outdir", dist, source], tmp_path, clean)
-    # THEN it made the two files the README names, each holding the whole package
+    # THEN it made the two files docs/deploying.md names, each holding the whole package
     (wheel,) = dist.glob("*.whl")
     (sdist,) = dist.glob("*.tar.gz")
-    readme = (REPO_ROOT / "README.md").read_text()
-    assert f"dist/{wheel.name}" in readme
+    install_docs = (REPO_ROOT / "docs" / "deploying.md").read_text()
+    assert f"dist/{wheel.name}" in install_docs
     assert wheel.name.removesuffix("-py3-none-any.whl") == sdist.name.removesuffix(".tar.gz")
     assert set(zipfile.ZipFile(wheel).namelist()) >= PACKAGED
     with tarfile.open(sdist) as archive:
