@@ -6,6 +6,7 @@ Powertools' defaults, so the template and the function cannot drift apart silent
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -134,12 +135,11 @@ def test_the_events_function_may_toggle_exactly_the_consumer_mapping(
 def test_with_redis_the_transitioning_functions_may_toggle_only_that_mapping(
     resources: dict[str, Any],
 ) -> None:
-    # GIVEN the policy the payment function and the consumer get with the Redis store
+    # GIVEN the policy the payment function and the gate get with the Redis store
     policy = resources["PauseFromContainersPolicy"]
     assert policy["Condition"] == "PauseFromContainers"
     assert policy["Properties"]["Roles"] == [
         {"Ref": "PaymentFunctionRole"},
-        {"Ref": "DeferredPaymentsFunctionRole"},
         {"Ref": "BreakerGateFunctionRole"},
     ]
     # THEN it names that one mapping, and both functions are told which it is
@@ -149,11 +149,24 @@ def test_with_redis_the_transitioning_functions_may_toggle_only_that_mapping(
         if s["Sid"] == "PauseConsumers"
     ]
     assert toggle["Resource"] == MAPPING_ARN
-    for name in ("PaymentFunction", "DeferredPaymentsFunction", "BreakerGateFunction"):
+    for name in ("PaymentFunction", "BreakerGateFunction"):
         variables = resources[name]["Properties"]["Environment"]["Variables"]
         assert variables["BREAKER_MAPPINGS"] == {
             "Fn::If": ["PauseFromContainers", REGISTRY, {"Ref": "AWS::NoValue"}]
         }
+
+
+def test_the_consumer_does_not_name_its_own_mapping(resources: dict[str, Any]) -> None:
+    # GIVEN the consumer's environment and the mapping that invokes it
+    variables = resources["DeferredPaymentsFunction"]["Properties"]["Environment"]["Variables"]
+    mapping = resources["DeferredPaymentsMapping"]["Properties"]
+    # THEN the mapping names the function, so the function cannot name the mapping: that
+    # would be a dependency cycle, which CloudFormation refuses
+    assert mapping["FunctionName"] == {"Ref": "DeferredPaymentsFunction"}
+    assert "DeferredPaymentsMapping" not in json.dumps(variables)
+    # AND the schedule that pauses it on its own trips is there
+    events = resources["BreakerEventsFunction"]["Properties"]["Events"]
+    assert any(e["Type"] == "Schedule" for e in events.values())
 
 
 def test_every_events_function_variable_is_read(resources: dict[str, Any]) -> None:
