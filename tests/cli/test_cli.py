@@ -283,7 +283,8 @@ def test_watch_refreshes_the_status(backend: Backend, name: str) -> None:
     assert result.code == 0, result.err
     lines = result.json_lines()
     assert [line["name"] for line in lines] == [name] * 3
-    assert all(set(line) == JSON_KEYS for line in lines)
+    # watch adds when each frame was read
+    assert all(set(line) == JSON_KEYS | {"at"} for line in lines)
 
 
 def test_watch_of_an_unknown_breaker_exits_1(moto_server_backend: Backend, name: str) -> None:
