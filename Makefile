@@ -88,7 +88,8 @@ test-deployed: venv ## opt-in: tests against a deployed stack (needs FLEETBREAKE
 demo: deps ## an outage seen by 16 containers, shared vs per-container breakers, or rate vs count (ARGS='--help')
 	$(PY) -m bench.demo $(ARGS)
 
-bench: venv ## fleetbreaker vs Powertools' circuit breaker on a local moto server (bench/README.md)
+bench: venv ## import cost next to boto3, then fleetbreaker vs Powertools' circuit breaker on moto (bench/README.md)
+	$(PY) bench/import_time.py
 	$(PY) bench/fleet_vs_powertools.py $(ARGS)
 
 scale: venv ## simulated fleet of 100-5,000 containers, count vs rate policy (bench/README.md)
