@@ -25,7 +25,7 @@ ARGS ?=
 # apt-get needs root; use sudo when not root (CI and the dev machines run as root).
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: help venv node redis deps lint test test-deployed mutate demo bench scale constraints clean distclean
+.PHONY: help venv node redis deps lint test rehearse test-deployed mutate demo bench scale constraints clean distclean
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-14s %s\n", $$1, $$2}' \
@@ -76,6 +76,14 @@ test: deps lint ## lint, then every test except the deployed-stack suite
 	@# pytest exits 5 when no test ran; make treats any non-zero exit as a failure.
 	$(PYTEST) -m "not deployed" $(COVERAGE) $(PYTEST_ARGS)
 
+# `make test` runs it too; this runs it alone (docs/testing.md, "The deploy rehearsal").
+rehearse: export SAM_CLI_TELEMETRY := 0
+rehearse: export AWS_DEFAULT_REGION := us-east-1
+rehearse: export AWS_ACCESS_KEY_ID := testing
+rehearse: export AWS_SECRET_ACCESS_KEY := testing
+rehearse: deps ## the deploy rehearsal: every function run as its stack configures it, IAM enforced
+	$(PYTEST) -m rehearsal tests/rehearsal $(PYTEST_ARGS)
+
 test-deployed: export SAM_CLI_TELEMETRY := 0
 test-deployed: venv ## opt-in: tests against a deployed stack (needs FLEETBREAKER_STACK + AWS creds)
 	@[ -n "$${FLEETBREAKER_STACK:-}" ] || { echo "set FLEETBREAKER_STACK to the deployed stack's name" >&2; exit 2; }
@@ -89,7 +97,8 @@ mutate: venv ## mutation testing of layer/fleetbreaker with mutmut, module by mo
 demo: deps ## an outage seen by 16 containers, shared vs per-container breakers, or rate vs count (ARGS='--help')
 	$(PY) -m bench.demo $(ARGS)
 
-bench: venv ## fleetbreaker vs Powertools' circuit breaker on a local moto server (bench/README.md)
+bench: venv ## import cost next to boto3, then fleetbreaker vs Powertools' circuit breaker on moto (bench/README.md)
+	$(PY) bench/import_time.py
 	$(PY) bench/fleet_vs_powertools.py $(ARGS)
 
 scale: venv ## simulated fleet of 100-5,000 containers, count vs rate policy (bench/README.md)
@@ -153,7 +162,8 @@ build: export PYTHON := $(CURDIR)/$(PY)
 build: venv ## sam build: the layer and the functions into .aws-sam/build (no Docker needed)
 	$(SAM) build
 
-# sam validate needs a region to lint; any will do when none is configured.
+# One fixed region when none is configured, so the lint does not depend on the shell's
+# (sam validate --lint also runs without one).
 validate: export SAM_CLI_TELEMETRY := 0
 validate: export AWS_DEFAULT_REGION ?= us-east-1
 validate: venv ## sam validate --lint, then cfn-lint with informational findings included
@@ -161,9 +171,18 @@ validate: venv ## sam validate --lint, then cfn-lint with informational findings
 	$(CFN_LINT) --include-checks I -- template.yaml
 
 # --skip-download and BC_SKIP_MAPPING keep checkov off the network (no platform calls).
+# checkov leaves out the resources whose condition is false, so the template alone never shows
+# it defer mode's queues, table, consumer and role: it also scans SAM's translation of every
+# parameter set (devtools/sam_template.py's PARAMETER_SETS), the set's values as defaults.
+CHECKOV_TRANSLATIONS := .aws-sam/checkov
 checkov: export BC_SKIP_MAPPING := TRUE
-checkov: tools ## checkov on template.yaml, offline
+checkov: export AWS_DEFAULT_REGION ?= us-east-1
+checkov: export SAM_CLI_TELEMETRY := 0
+checkov: tools venv ## checkov, offline, on template.yaml and on SAM's translation of every parameter set
 	$(CHECKOV) -f template.yaml --framework cloudformation --skip-download --quiet --compact
+	rm -rf $(CHECKOV_TRANSLATIONS)
+	$(PY) -m devtools.sam_template translations $(CHECKOV_TRANSLATIONS)
+	$(CHECKOV) -d $(CHECKOV_TRANSLATIONS) --framework cloudformation --skip-download --quiet --compact
 
 env-json: venv ## regenerate events/env.json from template.yaml (tests fail when it drifts)
 	$(PY) -m devtools.sam_template env-json

@@ -89,6 +89,13 @@ def parser() -> argparse.ArgumentParser:
         "local process",
     )
     add(
+        "--store-deadline",
+        type=float,
+        metavar="S",
+        help="store_deadline_seconds of the breaker (default: 10 s on moto's DynamoDB and the "
+        "shared MemoryStore, which answer one write at a time, the function's 1 s on Redis)",
+    )
+    add(
         "--fallback",
         choices=FALLBACKS,
         help=f"while open: defer the payment to SQS on moto (202), or reject it (503) "
@@ -162,7 +169,7 @@ def parser() -> argparse.ArgumentParser:
     add(
         "--short",
         action="store_true",
-        help="a quick run (the test suite's): 8 containers, 3 s healthy, 2 s outage, "
+        help="a quick run (the test suite's): 8 containers, 3 s healthy, 2.5 s outage, "
         "threshold 3, recovery 1 s, rate window 1 s, seed 5; other options still apply",
     )
     return p

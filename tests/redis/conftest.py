@@ -17,7 +17,11 @@ from typing import Any
 import pytest
 import redis
 
-from devtools.servers import LOOPBACK, RedisServer, ServerStartError
+from devtools.servers import (
+    LOOPBACK,
+    RedisServer,
+    ServerStartError,
+)
 from fleetbreaker import RedisStore
 
 # --------------------------------------------------------------------------- stores
