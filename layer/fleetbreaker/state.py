@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import field
 from enum import Enum
 from typing import Any, Protocol
+
+from fleetbreaker.frozen import frozen, replace
 
 # Probe slots a record can hold: BreakerConfig caps half_open_max_probes here, and the stores
 # (DynamoDB attributes, the Redis scripts) read this many.
@@ -52,7 +54,7 @@ class Decision(str, Enum):
         return self.value
 
 
-@dataclass(frozen=True)
+@frozen
 class Lease:
     """A probe slot held by one caller until ``until`` (epoch ms).
 
@@ -64,7 +66,7 @@ class Lease:
     since: int | None = None
 
 
-@dataclass(frozen=True)
+@frozen
 class Bucket:
     """One slice of the rate policy's sliding window: the calls reported in it.
 
@@ -107,7 +109,7 @@ def parse_window(
     return {"buckets": buckets, **{QUORUM_CODES[code]: dict(m) for code, m in quorum.items()}}
 
 
-@dataclass(frozen=True)
+@frozen
 class Report:
     """What one container reports in one write: its calls since its last report.
 
@@ -125,7 +127,7 @@ class Report:
         return bool(self.calls or self.failures or self.slow)
 
 
-@dataclass(frozen=True)
+@frozen
 class Record:
     """One breaker's shared state, as every store keeps it.
 
@@ -233,7 +235,7 @@ class PolicySource(Protocol):
 WINDOW_BUCKETS = 10
 
 
-@dataclass(frozen=True)
+@frozen
 class Policy:
     """The numbers the store operations need, in store units (ms, s).
 
@@ -285,7 +287,7 @@ class Policy:
         )
 
 
-@dataclass(frozen=True)
+@frozen
 class Outcome:
     """What a store operation did and the record it left behind.
 
@@ -303,7 +305,7 @@ class Outcome:
     retry_after_ms: int | None = None
 
 
-@dataclass(frozen=True)
+@frozen
 class ProbeReport:
     """A probe's result, as its caller reports it to ``settle_probe``.
 
@@ -316,7 +318,7 @@ class ProbeReport:
     jitter: float = 1.0
 
 
-@dataclass(frozen=True)
+@frozen
 class Verdict:
     """What the rules say about admitting a call, given a record and the time."""
 
@@ -538,7 +540,7 @@ def apply_force(record: Record | None, policy: Policy, now_ms: int, target: Stat
 # -- rate policy, slow calls and quorum ---------------------------------------------------
 
 
-@dataclass(frozen=True)
+@frozen
 class WindowCounts:
     """The fleet's calls in the sliding window, summed over its live buckets."""
 
@@ -733,7 +735,7 @@ def apply_report(record: Record | None, policy: Policy, now_ms: int, report: Rep
     return Outcome(_stamp(counted, policy, now_ms), changed=True)
 
 
-@dataclass(frozen=True)
+@frozen
 class Snapshot:
     """The fleet's view of one breaker at one moment (see ``CircuitBreaker.snapshot``).
 
