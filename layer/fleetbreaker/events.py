@@ -125,9 +125,10 @@ class LoggerLike(Protocol):
 class LoggingListener(BreakerListener):
     """Logs transitions, degradations and store trouble; nothing per healthy call.
 
-    Levels: a transition to open, forced_open or disabled, a store error, degraded mode and
-    a shadow breaker's would_reject line are WARNING (they show at the Lambda Python runtime's default level); a transition to
-    half_open or closed and the store's return are INFO; an unreadable record is ERROR.
+    Levels: a transition to open, forced_open or disabled, a store error, degraded mode and a
+    shadow breaker's would_reject line are WARNING (they show at the Lambda Python runtime's
+    default level); a transition to half_open or closed and the store's return are INFO; an
+    unreadable record is ERROR.
 
     Every record carries structured fields through ``extra``: ``breaker``, ``breaker_event``
     (``transition``, ``store_error``, ``degraded``, ``recovered``, ``corrupt_record``,

@@ -19,13 +19,13 @@ import pytest
 
 from devtools import servers
 from devtools.payment_api import FakePaymentApi
+from devtools.sam_template import load_template
 from fleetbreaker import DynamoDBStore, MemoryStore
 from fleetbreaker.breaker import system_clock
 from fleetbreaker.cli import _POLICY
 from fleetbreaker.metrics import flush_metrics
 from fleetbreaker.tuning import encode_tuned
 from tests.sam.conftest import invoke, payment_event
-from tests.sam.test_template import load_template
 from tests.support import FakeClock
 
 CLI = Path(sys.executable).with_name("fleetbreaker")
