@@ -9,9 +9,10 @@ import random
 import secrets
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
+from fleetbreaker import frozen
 from fleetbreaker import state as rules
 from fleetbreaker.cache import RecordCache
 from fleetbreaker.config import BreakerConfig
@@ -632,7 +633,7 @@ class CircuitBreaker:
         enforcing breaker would have rejected the call: it counts as a would-be rejection.
         """
         lease_ms = max(1, round(self.config.store_deadline_seconds * 2000))
-        policy = replace(self._policy, lease_ms=min(self._policy.lease_ms, lease_ms))
+        policy = frozen.replace(self._policy, lease_ms=min(self._policy.lease_ms, lease_ms))
         observed = self._cache.last_seen
         claim = self._store.claim_probe(self.name, policy, now, secrets.token_hex(8), observed)
         if claim.token is None:
