@@ -6,8 +6,9 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
+
+from fleetbreaker.frozen import frozen
 
 if TYPE_CHECKING:
     from fleetbreaker.state import Decision, State, TransitionReason
@@ -23,7 +24,7 @@ STORE_ERROR = "store_error"
 STORE_DEADLINE = "deadline"
 
 
-@dataclass(frozen=True)
+@frozen
 class StateChange:
     """One state change this container's write made: the new ``generation`` and why."""
 
