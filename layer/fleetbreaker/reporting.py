@@ -243,10 +243,11 @@ def wants_urgent_report(
     large fleet would trip that much later than a small one.
     """
     if tally.stretched and (calls := tally.pending_calls()):
-        rate, slow_rate = policy.failure_rate, policy.slow_rate
-        if rate is not None and tally.failures >= max(1, rate * calls):
+        ratio = policy.failure_ratio
+        if ratio is not None and tally.failures and rules.reaches(tally.failures, calls, ratio):
             return True
-        if policy.slow_ms is not None and tally.slow >= max(1, slow_rate * calls):
+        slow = tally.slow
+        if policy.slow_ms is not None and slow and rules.reaches(slow, calls, policy.slow_ratio):
             return True
     counts = rules.window_counts(record, policy, now_ms)
     noted = record is not None and container in record.failing

@@ -12,6 +12,7 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from enum import Enum
+from functools import cached_property
 from typing import Any, Protocol
 
 # Probe slots a record can hold: BreakerConfig caps half_open_max_probes here, and the stores
@@ -228,6 +229,28 @@ class PolicySource(Protocol):
     def reporting(self) -> bool: ...
 
 
+# A rate threshold is compared as a fraction whose denominator is at most this: exact for any
+# threshold written with up to six decimals, and small enough that the Redis scripts (doubles,
+# exact to 2^53) compare it exactly too (see reaches()).
+MAX_RATIO_DENOMINATOR = 1_000_000
+
+
+def exact_ratio(rate: float) -> tuple[int, int]:
+    """A rate threshold as the fraction its decimal text says: 0.55 is 11/20, not the double
+    0.55000000000000004441 (so 55 of 100 reaches it). Past six decimals, the nearest fraction
+    with a denominator up to MAX_RATIO_DENOMINATOR."""
+    from fractions import Fraction  # a policy is built once per breaker: keep it off import
+
+    exact = Fraction(repr(float(rate))).limit_denominator(MAX_RATIO_DENOMINATOR)
+    return exact.numerator, exact.denominator
+
+
+def reaches(part: int, whole: int, ratio: tuple[int, int]) -> bool:
+    """Whether ``part / whole`` reaches the threshold ``ratio``, in integers (no rounding)."""
+    numerator, denominator = ratio
+    return part * denominator >= whole * numerator
+
+
 # The rate policy's sliding window is a ring of this many buckets (each window_ms / 10 long):
 # the window slides in tenths, and the record stays a few hundred bytes at any fleet size.
 WINDOW_BUCKETS = 10
@@ -257,6 +280,16 @@ class Policy:
     slow_rate: float = 1.0
     min_containers: int = 1
     reporting: bool = False
+
+    @cached_property
+    def failure_ratio(self) -> tuple[int, int] | None:
+        """``failure_rate`` as an exact fraction (numerator, denominator); see exact_ratio."""
+        return None if self.failure_rate is None else exact_ratio(self.failure_rate)
+
+    @cached_property
+    def slow_ratio(self) -> tuple[int, int]:
+        """``slow_rate`` as an exact fraction (numerator, denominator); see exact_ratio."""
+        return exact_ratio(self.slow_rate)
 
     @property
     def bucket_ms(self) -> int:
@@ -592,18 +625,18 @@ def window_counts(record: Record | None, policy: Policy, now_ms: int) -> WindowC
 def should_trip(counts: WindowCounts, policy: Policy) -> bool:
     """Whether the window's counts open the breaker under the policy (with its quorum)."""
     quorum = policy.min_containers
-    if policy.failure_rate is None:
+    ratio = policy.failure_ratio
+    if ratio is None:
         failing = counts.failures >= policy.failure_threshold
     else:
-        failing = (
-            counts.calls >= policy.minimum_calls
-            and counts.failures >= policy.failure_rate * counts.calls
+        failing = counts.calls >= policy.minimum_calls and reaches(
+            counts.failures, counts.calls, ratio
         )
     if failing and (quorum <= 1 or counts.failing_containers >= quorum):
         return True
     if policy.slow_ms is None or counts.calls < policy.minimum_calls:
         return False
-    slow = counts.slow > 0 and counts.slow >= policy.slow_rate * counts.calls
+    slow = counts.slow > 0 and reaches(counts.slow, counts.calls, policy.slow_ratio)
     return slow and (quorum <= 1 or counts.slow_containers >= quorum)
 
 

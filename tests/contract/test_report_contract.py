@@ -8,6 +8,8 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+import pytest
+
 from fleetbreaker import BreakerConfig
 from fleetbreaker.state import Policy, Record, Report, State, window_counts
 
@@ -86,6 +88,70 @@ def test_reaching_the_rate_trips_once_and_clears_the_window(store: Any, name: st
     opened = store.load(name, T0)
     assert (opened.state, opened.gen, opened.open_until) == (State.OPEN, 1, T0 + RATE.base_open_ms)
     assert opened.buckets == {}
+
+
+# (failures, calls, threshold): in doubles, threshold * calls lands just above failures.
+EXACT_THRESHOLDS = [(55, 100, 0.55), (7, 25, 0.28), (7, 50, 0.14), (7, 100, 0.07)]
+
+
+@pytest.mark.parametrize(("failures", "calls", "threshold"), EXACT_THRESHOLDS)
+def test_a_failure_rate_exactly_at_the_threshold_trips(
+    store: Any, name: str, failures: int, calls: int, threshold: float
+) -> None:
+    # GIVEN a rate threshold whose double is a hair above the decimal it was written as
+    policy = Policy.from_config(
+        BreakerConfig(failure_rate_threshold=threshold, minimum_calls=20, record_ttl_seconds=3_600)
+    )
+
+    # WHEN the window reaches exactly that fraction of failures
+    outcome = send(store, name, Report("a", calls=calls, failures=failures), policy=policy)
+
+    # THEN it trips; one failure fewer does not
+    assert outcome.transition == (State.CLOSED, State.OPEN)
+    below = send(
+        store, name + "-below", Report("a", calls=calls, failures=failures - 1), policy=policy
+    )
+    assert below.transition is None
+
+
+@pytest.mark.parametrize(("slow", "calls", "threshold"), EXACT_THRESHOLDS)
+def test_a_slow_call_rate_exactly_at_the_threshold_trips(
+    store: Any, name: str, slow: int, calls: int, threshold: float
+) -> None:
+    policy = Policy.from_config(
+        BreakerConfig(
+            slow_call_duration=1.0,
+            slow_call_rate_threshold=threshold,
+            minimum_calls=20,
+            failure_threshold=1_000,
+            record_ttl_seconds=3_600,
+        )
+    )
+
+    outcome = send(store, name, Report("a", calls=calls, slow=slow), policy=policy)
+
+    assert outcome.transition == (State.CLOSED, State.OPEN)
+    below = send(store, name + "-below", Report("a", calls=calls, slow=slow - 1), policy=policy)
+    assert below.transition is None
+
+
+def test_an_exact_threshold_holds_for_counts_past_a_doubles_precision(
+    store: Any, name: str
+) -> None:
+    # GIVEN 0.55 and a window whose calls times 20 passes 2^53 (Lua computes in doubles)
+    policy = Policy.from_config(
+        BreakerConfig(failure_rate_threshold=0.55, minimum_calls=20, record_ttl_seconds=3_600)
+    )
+    calls = 10**13 + 20
+    failures = calls * 11 // 20
+
+    # WHEN one failure short of 55 %, then exactly 55 %
+    short = send(store, name, Report("a", calls=calls, failures=failures - 1), policy=policy)
+    exact = send(store, name + "-exact", Report("a", calls=calls, failures=failures), policy=policy)
+
+    # THEN only the exact one trips
+    assert short.transition is None
+    assert exact.transition == (State.CLOSED, State.OPEN)
 
 
 def test_a_report_while_open_is_dropped(store: Any, name: str) -> None:
