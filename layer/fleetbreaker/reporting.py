@@ -38,6 +38,8 @@ if TYPE_CHECKING:
 # out-of-turn reports it may add: together well under one DynamoDB item's 1,000 writes/s.
 TARGET_REPORTS_PER_S = 250.0
 URGENT_REPORTS_PER_S = 200.0
+# The slow-call watcher's longest sleep (s), whatever slow_call_duration says.
+SLOW_WATCH_MAX_PERIOD_S = 1.0
 
 _process_ids: dict[int, str] = {}
 
@@ -76,6 +78,9 @@ class CallTally:
         self.urgent_after_ms = 0  # an out-of-turn report is considered again from then
         self.running: dict[int, int] = {}  # call number -> start, epoch ms
         self.numbers = itertools.count()
+        # The generation the pending counts were taken under (None: not known yet). A store
+        # counts them only into that generation's window (state.Report.gen).
+        self.gen: int | None = None
         self._lock = threading.Lock()
 
     def _goods(self) -> int:
@@ -126,10 +131,33 @@ class CallTally:
             mark = next(self.good)
             goods = mark - self._good_base - self._peeks
             self._good_base, self._peeks = mark + 1, 0
-            report = Report(container, self.calls + goods, self.failures, self.slow)
+            report = Report(container, self.calls + goods, self.failures, self.slow, self.gen)
             self.calls = self.failures = self.slow = 0
             self._schedule(container, now_ms, interval_ms)
             return report
+
+    def observe(self, gen: int) -> None:
+        """The breaker saw its record at ``gen``: counts pending from another generation are
+        dropped (they describe the dependency before a trip, or before a reset)."""
+        if gen == self.gen:
+            return
+        with self._lock:
+            if self.gen is not None:
+                mark = next(self.good)
+                self._good_base, self._peeks = mark + 1, 0
+                self.calls = self.failures = self.slow = 0
+            self.gen = gen
+
+    def carry(self, report: Report) -> None:
+        """Put back the counts of a report the store could not apply (they go with the next
+        one), unless the generation moved on meanwhile."""
+        with self._lock:
+            if report.gen != self.gen:
+                return
+            # Goods carried as plain calls: ``calls`` counts every call, good or bad.
+            self.calls += report.calls
+            self.failures += report.failures
+            self.slow += report.slow
 
     def reschedule(self, container: str, now_ms: int, interval_ms: int) -> None:
         """Set the next report ``interval_ms`` after ``now_ms`` (the report's answer may

@@ -12,7 +12,7 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from enum import Enum
-from functools import cached_property
+from functools import cached_property, lru_cache
 from typing import Any, Protocol
 
 # Probe slots a record can hold: BreakerConfig caps half_open_max_probes here, and the stores
@@ -114,13 +114,16 @@ class Report:
 
     ``container`` is the id the quorum counts. A call still running past
     ``slow_call_duration`` is reported as a call and a slow call; when it ends it adds only
-    its failure, if any.
+    its failure, if any. ``gen`` is the generation the calls were admitted under: a store
+    counts them only into that generation's window (None: into whichever is current), so
+    failures held from before a trip never land in the window after the recovery.
     """
 
     container: str
     calls: int = 0
     failures: int = 0
     slow: int = 0
+    gen: int | None = None
 
     def __bool__(self) -> bool:
         return bool(self.calls or self.failures or self.slow)
@@ -316,6 +319,14 @@ class Policy:
             min_containers=config.min_containers,
             reporting=config.reporting,
         )
+
+
+@lru_cache(maxsize=32)
+def alone(policy: Policy) -> Policy:
+    """The policy a container applies on its own (store unreachable): the quorum counts as met
+    by the container itself, so its local breaker can open on its own failures. A quorum of
+    distinct containers is a fleet-wide rule; alone, a container only sees its own calls."""
+    return policy if policy.min_containers <= 1 else replace(policy, min_containers=1)
 
 
 @dataclass(frozen=True)
@@ -699,14 +710,20 @@ def add_report(record: Record, policy: Policy, now_ms: int, report: Report) -> R
     )
 
 
+def report_fits(record: Record, report: Report) -> bool:
+    """Whether ``report``'s counts belong to ``record``'s generation (an absent record: 0)."""
+    return report.gen is None or report.gen == record.gen
+
+
 def apply_report(record: Record | None, policy: Policy, now_ms: int, report: Report) -> Outcome:
     """Add one container's batch to the fleet's window; trip (once) when the policy says so.
 
     Only a closed breaker counts: while open or half-open the window is empty (probes decide
-    recovery) and a disabled breaker records nothing.
+    recovery) and a disabled breaker records nothing. Counts of an older generation are
+    dropped (see Report.gen).
     """
     current = record if record is not None else Record()
-    if current.state is not State.CLOSED or not report:
+    if current.state is not State.CLOSED or not report or not report_fits(current, report):
         return Outcome(record)
     counted = add_report(current, policy, now_ms, report)
     if should_trip(window_counts(counted, policy, now_ms), policy):

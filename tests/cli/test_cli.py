@@ -226,6 +226,11 @@ def test_tune_stores_the_settings_and_status_shows_them(backend: Backend, name: 
         (["--half-open-max-probes", "17"], "half_open_max_probes must be at most 16"),
         (["--recovery-timeout", "-1"], "recovery_timeout must be a positive number"),
         (["--window-seconds", "nan"], "window_seconds must be a finite number"),
+        # Past what a container can live with (the clock, thread waits, 14-digit records).
+        (["--window-seconds", "1e15"], "window_seconds must be a positive number of seconds up"),
+        (["--slow-call-duration", "1e11"], "slow_call_duration must be a positive number"),
+        (["--window-seconds", "1e400"], "window_seconds must be a finite number"),
+        (["--failure-threshold", "1" + "0" * 400], "failure_threshold must be a positive integer"),
         ([], "tune needs at least one of"),
         (["--clear", "--failure-threshold", "3"], "settings or --clear, not both"),
     ],

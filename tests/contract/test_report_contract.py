@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from fleetbreaker import BreakerConfig
-from fleetbreaker.state import Policy, Record, Report, State, window_counts
+from fleetbreaker.state import Policy, ProbeReport, Record, Report, State, window_counts
 
 T0 = 1_700_000_000_000
 RATE = Policy.from_config(
@@ -154,6 +154,42 @@ def test_an_exact_threshold_holds_for_counts_past_a_doubles_precision(
     assert exact.transition == (State.CLOSED, State.OPEN)
 
 
+def recover(store: Any, name: str, now: int) -> int:
+    """Trip, probe and close the breaker from closed gen 0: the closed generation after."""
+    send(store, name, Report("tripper", calls=10, failures=10), now=now)
+    later = now + RATE.base_open_ms
+    claim = store.claim_probe(name, RATE, later, "n1", store.load(name, later))
+    settled = store.settle_probe(
+        name, RATE, later, ProbeReport(claim.token, True), store.load(name, later)
+    )
+    assert settled.transition == (State.HALF_OPEN, State.CLOSED)
+    return int(settled.record.gen)
+
+
+def test_counts_of_an_older_generation_are_dropped(store: Any, name: str) -> None:
+    # GIVEN a breaker that tripped and recovered since a container took 15 failures
+    gen = recover(store, name, T0)
+    later = T0 + RATE.base_open_ms
+
+    # WHEN that container reports them under the generation it took them in
+    stale = send(store, name, Report("paused", calls=15, failures=15, gen=0), now=later)
+
+    # THEN they do not enter the new window; counts of the current generation do
+    assert not stale.changed
+    assert window_counts(store.load(name, later), RATE, later).calls == 0
+    fresh = send(store, name, Report("paused", calls=4, failures=1, gen=gen), now=later)
+    assert fresh.changed
+    assert window_counts(store.load(name, later), RATE, later).calls == 4
+
+
+def test_counts_of_another_generation_do_not_create_a_record(store: Any, name: str) -> None:
+    # An absent record is generation 0: counts of generation 5 were taken before it expired.
+    outcome = send(store, name, Report("a", calls=10, failures=10, gen=5))
+
+    assert not outcome.changed
+    assert store.load(name, T0) is None
+
+
 def test_a_report_while_open_is_dropped(store: Any, name: str) -> None:
     send(store, name, Report("a", calls=10, failures=10))
     opened = store.load(name, T0)
@@ -255,6 +291,44 @@ def test_racing_reports_below_the_rate_lose_no_count(atomic_store: Any, name: st
 
     counts = window_counts(store.load(name, T0), RATE, T0)
     assert (counts.calls, counts.reports) == (120, 40)
+
+
+def test_reports_racing_on_the_quorum_map_lose_no_count(atomic_store: Any, name: str) -> None:
+    # GIVEN 12 containers that all fail at once under a quorum of 10: every report rewrites
+    # the quorum map, and only one rewrite of a given map can win
+    store = atomic_store
+    policy = Policy.from_config(
+        BreakerConfig(
+            failure_rate_threshold=1.0,
+            minimum_calls=10,
+            min_containers=10,
+            record_ttl_seconds=3_600,
+        )
+    )
+    start = threading.Barrier(12)
+    outcomes: list[Any] = []
+    lock = threading.Lock()
+
+    def container(number: int) -> None:
+        start.wait()
+        for _ in range(5):
+            outcome = store.report(
+                name, policy, T0, Report(f"c{number}", calls=2, failures=1), store.load(name, T0)
+            )
+            with lock:
+                outcomes.append(outcome)
+
+    # WHEN they report together, five times each
+    threads = [threading.Thread(target=container, args=(n,)) for n in range(12)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    # THEN every report's counts are in the window
+    counts = window_counts(store.load(name, T0), policy, T0)
+    assert (counts.calls, counts.failures, counts.reports) == (120, 60, 60)
+    assert all(outcome.changed for outcome in outcomes)
 
 
 def test_count_policy_operations_clear_a_rate_window(shared_store: Any, name: str) -> None:

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from fleetbreaker import state as rules
 from fleetbreaker.errors import (
     ConfigError,
     CorruptRecordError,
@@ -293,7 +294,8 @@ class FallbackStore:
         self, name: str, policy: Policy, now_ms: int, observed: Record | None
     ) -> Outcome:
         def record_failure(store: Store) -> Outcome:
-            return store.record_failure(name, policy, now_ms, observed)
+            used = policy if store is self.shared else rules.alone(policy)
+            return store.record_failure(name, used, now_ms, observed)
 
         return self._operation("record_failure", name, now_ms, record_failure)
 
@@ -317,7 +319,9 @@ class FallbackStore:
         self, name: str, policy: Policy, now_ms: int, report: Report, observed: Record | None
     ) -> Outcome:
         def send(store: Store) -> Outcome:
-            return store.report(name, policy, now_ms, report, observed)
+            # Alone, the container is its own quorum (docs/architecture.md, "Store trouble").
+            used = policy if store is self.shared else rules.alone(policy)
+            return store.report(name, used, now_ms, report, observed)
 
         return self._operation("report", name, now_ms, send)
 

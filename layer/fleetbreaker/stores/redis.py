@@ -383,6 +383,7 @@ class RedisStore:
             str(report.calls),
             str(report.failures),
             str(report.slow),
+            "" if report.gen is None else str(report.gen),
         ]
         return self._operation("report", name, args)
 

@@ -2,7 +2,8 @@
 -- once when state.should_trip says so. ARGV[12..18] are the rate policy (failure rate as
 -- 'numerator/denominator' or '', minimum calls, slow ms or '', slow rate as
 -- 'numerator/denominator', min containers, bucket ms, window ms) and ARGV[19..22] the report
--- (container, calls, failures, slow).
+-- (container, calls, failures, slow). ARGV[23] is the generation the counts were taken under
+-- ('' for any): counts of another generation are dropped (state.report_fits).
 local now = clock(ARGV[1])
 local policy = policy_from(ARGV)
 
@@ -41,7 +42,9 @@ local key = KEYS[1]
 
 local rec, _, old = read(key, now)
 local current = rec or blank('closed', 0)
-if current.state ~= 'closed' or (calls == 0 and failures == 0 and slow == 0) then
+local report_gen = tonumber(ARGV[23])
+if current.state ~= 'closed' or (calls == 0 and failures == 0 and slow == 0)
+    or (report_gen ~= nil and report_gen ~= current.gen) then
   return reply(rec, now, false)
 end
 
