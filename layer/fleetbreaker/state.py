@@ -782,7 +782,10 @@ def iso_utc(epoch_ms: int | None) -> str | None:
         return None
     import datetime
 
-    moment = datetime.datetime.fromtimestamp(epoch_ms / 1000, tz=datetime.timezone.utc)
+    try:
+        moment = datetime.datetime.fromtimestamp(epoch_ms / 1000, tz=datetime.timezone.utc)
+    except (OverflowError, OSError, ValueError):  # past year 9999: a hand-edited record
+        return None
     return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
