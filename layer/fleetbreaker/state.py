@@ -545,7 +545,11 @@ def apply_settle(
             rest = {k: v for k, v in record.leases.items() if k != slot}
             kept = replace(record, successes=successes, leases=rest)
             return Outcome(_stamp(kept, policy, now_ms), changed=True)
-        closed = Record(state=State.CLOSED, gen=record.gen + 1)
+        # opened_at carried over: a closed record that has one closed a real outage (the
+        # recovery ramp starts only then; see ramp.closed_at).
+        closed = Record(
+            state=State.CLOSED, gen=record.gen + 1, opened_at=record.opened_at or now_ms
+        )
         return Outcome(
             _stamp(closed, policy, now_ms),
             changed=True,
@@ -567,6 +571,8 @@ def apply_settle(
 
 
 FORCEABLE = frozenset({State.CLOSED, State.FORCED_OPEN, State.DISABLED})
+# States a close recovers from (the calls were being turned away).
+RECOVERABLE = frozenset({State.OPEN, State.HALF_OPEN, State.FORCED_OPEN})
 
 
 def apply_force(record: Record | None, policy: Policy, now_ms: int, target: State) -> Outcome:
@@ -575,7 +581,12 @@ def apply_force(record: Record | None, policy: Policy, now_ms: int, target: Stat
         raise ValueError(f"cannot force a breaker to {target.value!r}")
     before = record.state if record is not None else State.CLOSED
     gen = record.gen + 1 if record is not None else 1
-    forced = _stamp(Record(state=target, gen=gen), policy, now_ms)
+    opened_at = 0
+    if record is not None and target is State.CLOSED and before in RECOVERABLE:
+        # A reset that ends an outage (open, probing, forced open) is a recovery: the ramp
+        # may start. A reset of a closed or disabled breaker is not.
+        opened_at = record.opened_at or record.updated_at or now_ms
+    forced = _stamp(Record(state=target, gen=gen, opened_at=opened_at), policy, now_ms)
     return Outcome(forced, changed=True, transition=(before, target))
 
 
@@ -811,7 +822,11 @@ def snapshot_of(name: str, record: Record | None, policy: Policy, now_ms: int) -
         calls=calls,
         failures=failures,
         slow_calls=counts.slow,
-        containers=max(counts.failing_containers, counts.slow_containers),
+        # The record keeps up to min_containers ids (none under min_containers=1): "capped as
+        # stored", and at least one container when the window holds failures or slow calls.
+        containers=max(
+            counts.failing_containers, counts.slow_containers, 1 if failures or counts.slow else 0
+        ),
         failure_rate=counts.failures / calls if calls else None,
         slow_call_rate=counts.slow / calls if calls else None,
         retry_after=decided.retry_after_ms / 1000 if decided.decision is Decision.REJECT else 0.0,

@@ -11,7 +11,15 @@ from typing import Any
 import pytest
 
 from fleetbreaker import BreakerConfig
-from fleetbreaker.state import Policy, ProbeReport, Record, Report, State, window_counts
+from fleetbreaker.state import (
+    Policy,
+    ProbeReport,
+    Record,
+    Report,
+    State,
+    snapshot_of,
+    window_counts,
+)
 
 T0 = 1_700_000_000_000
 RATE = Policy.from_config(
@@ -188,6 +196,18 @@ def test_counts_of_another_generation_do_not_create_a_record(store: Any, name: s
 
     assert not outcome.changed
     assert store.load(name, T0) is None
+
+
+def test_failing_containers_read_at_least_one_under_min_containers_1(store: Any, name: str) -> None:
+    # GIVEN min_containers=1: the record keeps no container ids
+    for container in "abc":
+        send(store, name, Report(container, calls=4, failures=1))
+
+    # WHEN the fleet's view is taken
+    snapshot = snapshot_of(name, store.load(name, T0), RATE, T0)
+
+    # THEN the failing containers read 1 ("capped as stored"), not 0
+    assert (snapshot.failures, snapshot.containers) == (3, 1)
 
 
 def test_a_report_while_open_is_dropped(store: Any, name: str) -> None:

@@ -82,7 +82,9 @@ def test_no_ramp_admits_everything() -> None:
 
 def test_only_the_fresh_record_written_on_closing_has_a_close_time() -> None:
     # GIVEN records as the stores write them, THEN only a fresh closed one says when it closed
-    assert closed_at(Record(State.CLOSED, gen=4, updated_at=123)) == 123
+    assert closed_at(Record(State.CLOSED, gen=4, opened_at=100, updated_at=123)) == 123
+    # a reset of a breaker that was closed or disabled keeps no outage: not a recovery
+    assert closed_at(Record(State.CLOSED, gen=4, updated_at=123)) is None
     assert closed_at(Record(State.CLOSED, gen=4, failures=1, window_start=9, updated_at=9)) is None
     assert closed_at(Record(State.CLOSED, gen=0, updated_at=123)) is None
     assert closed_at(Record(State.OPEN, gen=4, updated_at=123)) is None
