@@ -58,6 +58,9 @@ RATE = BreakerConfig(
     recovery_timeout=5,
     cache_ttl=1.0,
     report_interval=2,
+    # Generous: a store call missing the deadline on a loaded machine would be answered
+    # locally and the fleet would not see it (the deadline has its own tests).
+    store_deadline_seconds=30,
 )
 
 

@@ -228,7 +228,12 @@ def test_a_stale_observed_record_does_not_lose_counts(store: Any, name: str) -> 
     assert window_counts(store.load(name, T0), RATE, T0).calls == 5
 
 
-def test_quorum_counts_distinct_containers_and_trips_at_the_third(store: Any, name: str) -> None:
+# The quorum tests run on every backend but "degraded": a container on local state is its
+# own quorum (state.alone; tests/unit/test_rate_breaker.py covers it).
+def test_quorum_counts_distinct_containers_and_trips_at_the_third(
+    shared_store: Any, name: str
+) -> None:
+    store = shared_store
     for i in range(4):
         send(store, name, Report("sick", calls=10, failures=10), now=T0 + i, policy=QUORUM)
     send(store, name, Report("b", calls=1, failures=1), now=T0 + 5, policy=QUORUM)
@@ -239,7 +244,8 @@ def test_quorum_counts_distinct_containers_and_trips_at_the_third(store: Any, na
     assert third.transition == (State.CLOSED, State.OPEN)
 
 
-def test_quorum_map_keeps_the_newest_min_containers(store: Any, name: str) -> None:
+def test_quorum_map_keeps_the_newest_min_containers(shared_store: Any, name: str) -> None:
+    store = shared_store
     # GIVEN a 1.5 s window: "a" has left it when "c" reports, "b" has not
     policy = Policy.from_config(
         BreakerConfig(
