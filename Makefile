@@ -122,7 +122,7 @@ ENV_VARS ?= events/env.json
 FUNCTION ?= PaymentFunction
 LOCAL_ARCH ?= $(if $(filter aarch64 arm64,$(shell uname -m)),arm64,x86_64)
 
-.PHONY: tools constraints-tools build validate checkov deploy deploy-guided invoke invoke-local
+.PHONY: tools constraints-tools build validate checkov env-json deploy deploy-guided invoke invoke-local
 
 # checkov's pins clash with the dev tools' (boto3, networkx, packaging), so it lives apart.
 deps: tools
@@ -155,6 +155,9 @@ validate: venv ## sam validate --lint, then cfn-lint with informational findings
 checkov: export BC_SKIP_MAPPING := TRUE
 checkov: tools ## checkov on template.yaml, offline
 	$(CHECKOV) -f template.yaml --framework cloudformation --skip-download --quiet --compact
+
+env-json: venv ## regenerate events/env.json from template.yaml (tests fail when it drifts)
+	$(PY) -m devtools.sam_template env-json
 
 deploy: export SAM_CLI_TELEMETRY := 0
 deploy: build ## sam deploy with samconfig.toml's defaults (first time: make deploy-guided)

@@ -83,15 +83,20 @@ def function_reads(source: str, variable: str) -> bool:
     """Whether a function's source reads an environment variable: by name, through
     BreakerConfig.from_env (the BREAKER_* settings), through Powertools (POWERTOOLS_*), or
     through boto3 (AWS_ENDPOINT_URL, its endpoint override for every client), through
-    fleetbreaker.stores.from_env (the Redis store's IAM user and cache), or through the shared
+    the store factory (the CIRCUIT_BREAKER_* store variables), or through the shared
     breaker_events.transition_listeners (BREAKER_MAPPINGS)."""
     from fleetbreaker.config import ENV_FIELDS
-    from fleetbreaker.stores import IAM_CACHE_ENV, IAM_USER_ENV
+    from fleetbreaker.stores import STORE_VARIABLES
 
+    # The store factory: fleetbreaker.stores.from_env or StoreSettings.from_env (both read
+    # every store variable, the Redis store's IAM user and cache included).
+    reads_store = "from fleetbreaker.stores import from_env" in source or (
+        "StoreSettings.from_env(" in source
+    )
     if variable == "AWS_ENDPOINT_URL":
-        return "boto3" in source or "Store(" in source
-    if variable in (IAM_USER_ENV, IAM_CACHE_ENV):
-        return "from fleetbreaker.stores import from_env" in source
+        return "boto3" in source or "Store(" in source or reads_store
+    if variable in STORE_VARIABLES:
+        return reads_store
     if variable == "BREAKER_MAPPINGS":  # read by functions/shared/breaker_events.py
         return "transition_listeners(" in source
     if variable.startswith("POWERTOOLS_") or f'"{variable}"' in source:

@@ -15,9 +15,11 @@ Two triggers, one function:
 Environment
 -----------
 ``BREAKER_MAPPINGS`` (JSON ``{"breaker": ["mapping UUID", ...]}``, may be empty),
-``EVENT_BUS_NAME`` (default ``default``), and the store: ``CIRCUIT_BREAKER_TABLE``, or
-``CIRCUIT_BREAKER_REDIS_URL`` (the scheduled check then reads Redis; the stream stays silent,
-and the containers making transitions publish them through ``TransitionListener``).
+``EVENT_BUS_NAME`` (default ``default``), and the store, read by
+:func:`fleetbreaker.stores.from_env` as every function reads it: ``CIRCUIT_BREAKER_TABLE``, or
+``CIRCUIT_BREAKER_REDIS_URL`` with the cache's IAM login ``CIRCUIT_BREAKER_REDIS_IAM_USER`` and
+``CIRCUIT_BREAKER_REDIS_IAM_CACHE`` (the scheduled check then reads Redis; the stream stays
+silent, and the containers making transitions publish them through ``TransitionListener``).
 
 A stream batch whose toggle or publication fails raises, so Lambda retries it (at-least-once:
 a retried batch may publish an event twice; consumers of the event must tolerate that).
@@ -40,9 +42,8 @@ from breaker_events import (
     state_change,
     wanted_in,
 )
-from fleetbreaker.errors import CorruptRecordError
-from fleetbreaker.stores.dynamodb import DynamoDBStore
-from fleetbreaker.stores.redis import RedisStore
+from fleetbreaker.errors import ConfigError, CorruptRecordError
+from fleetbreaker.stores import from_env as stores_from_env
 
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.typing import LambdaContext
@@ -158,17 +159,10 @@ def create_handler(
         env.get("EVENT_BUS_NAME", "").strip() or "default",
     )
     if store is None and registry:
-        redis_url = env.get("CIRCUIT_BREAKER_REDIS_URL", "").strip()
-        table = env.get("CIRCUIT_BREAKER_TABLE", "").strip()
-        if redis_url:
-            store = RedisStore(url=redis_url)
-        elif table:
-            store = DynamoDBStore(table, endpoint_url=endpoint_url)
-        else:
-            raise ValueError(
-                "BREAKER_MAPPINGS needs the breakers' store: set CIRCUIT_BREAKER_TABLE "
-                "(or CIRCUIT_BREAKER_REDIS_URL)"
-            )
+        try:
+            store = stores_from_env(env, endpoint_url=endpoint_url)
+        except ConfigError as exc:
+            raise ConfigError(f"BREAKER_MAPPINGS needs the breakers' store: {exc}") from None
     return BreakerEvents(switch, publisher, store, clock)
 
 

@@ -35,7 +35,9 @@ Environment
 -----------
 ``CIRCUIT_BREAKER_TABLE`` (required unless Redis is used), ``CIRCUIT_BREAKER_REDIS_URL``
 (optional, ``redis://`` or ``rediss://``: keeps the breakers in Redis, as the payment function
-does with the same variable), ``BREAKER_FAILURE_THRESHOLD`` (5),
+does with the same variable) with ``CIRCUIT_BREAKER_REDIS_IAM_USER`` and
+``CIRCUIT_BREAKER_REDIS_IAM_CACHE`` (the cache's IAM login), all read by
+:class:`fleetbreaker.stores.StoreSettings`; ``BREAKER_FAILURE_THRESHOLD`` (5),
 ``BREAKER_WINDOW_SECONDS`` (60), ``BREAKER_RECOVERY_TIMEOUT`` (30),
 ``BREAKER_HALF_OPEN_MAX_PROBES`` (1), ``BREAKER_PROBE_LEASE_SECONDS`` (10; must outlast the
 protected step, retries included), ``BREAKER_CACHE_TTL`` (1; 0 disables), the rate policy's
@@ -68,7 +70,7 @@ from fleetbreaker.breaker import validate_name
 from fleetbreaker.config import env_number
 from fleetbreaker.errors import ConfigError
 from fleetbreaker.observability import default_listeners, log_metrics
-from fleetbreaker.stores import from_env as stores_from_env
+from fleetbreaker.stores import StoreSettings
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -113,25 +115,18 @@ class GateConfigError(ValueError):
 class GateSettings:
     """Everything the gate reads from its environment (see the module docstring)."""
 
-    table_name: str | None
+    # The store variables, read by the package's one reader (CIRCUIT_BREAKER_*).
+    store: StoreSettings
     breaker_config: BreakerConfig
     max_wait_seconds: int = 300
     allowed_breakers: frozenset[str] | None = None
-    redis_url: str | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> GateSettings:
-        table = env.get("CIRCUIT_BREAKER_TABLE", "").strip() or None
-        redis_url = env.get("CIRCUIT_BREAKER_REDIS_URL", "").strip() or None
-        if redis_url is not None and not redis_url.startswith(("redis://", "rediss://")):
-            raise GateConfigError(
-                f"CIRCUIT_BREAKER_REDIS_URL must be a redis:// or rediss:// URL, got {redis_url!r}"
-            )
-        if table is None and redis_url is None:
-            raise GateConfigError(
-                "environment variable CIRCUIT_BREAKER_TABLE (or CIRCUIT_BREAKER_REDIS_URL) "
-                "is required"
-            )
+        try:
+            store = StoreSettings.from_env(env)
+        except ConfigError as exc:
+            raise GateConfigError(str(exc)) from None
         try:
             config = BreakerConfig.from_env(env)
         except ConfigError as exc:
@@ -146,7 +141,7 @@ class GateSettings:
             )
         names = env.get("GATE_ALLOWED_BREAKERS", "")
         allowed = frozenset(n.strip() for n in names.split(",") if n.strip()) or None
-        return cls(table, config, max_wait, allowed, redis_url)
+        return cls(store, config, max_wait, allowed)
 
 
 # --------------------------------------------------------------------------- requests
@@ -342,7 +337,7 @@ def create_gate(
     environ = os.environ if env is None else env
     settings = GateSettings.from_env(environ)
     if store is None:
-        store = stores_from_env(environ, endpoint_url=endpoint_url)
+        store = settings.store.open(endpoint_url=endpoint_url)
     # With Redis (no stream on the table) the gate tells the fleet of its own transitions, as
     # the payment function and the consumer do: BREAKER_MAPPINGS names what to pause.
     extra = transition_listeners(environ, endpoint_url=endpoint_url)

@@ -21,8 +21,7 @@ import requests
 
 from fleetbreaker import BreakerConfig, CircuitBreaker, ConfigError
 from fleetbreaker.config import env_number
-from fleetbreaker.stores import TABLE_ENV, URL_ENV
-from fleetbreaker.stores import from_env as stores_from_env
+from fleetbreaker.stores import StoreSettings
 from payments import (
     PaymentProviderError,
     PaymentRequest,
@@ -66,7 +65,9 @@ def _breaker_config(env: Mapping[str, str]) -> BreakerConfig:
 class Settings:
     """Everything the function reads from its environment (see the README's reference)."""
 
-    table_name: str
+    # The store variables, read by the package's one reader (CIRCUIT_BREAKER_*: the table,
+    # or the cache's URL and the IAM user to log in as).
+    store: StoreSettings
     payment_api_url: str
     breaker_name: str = "payment-api"
     connect_timeout: float = 1.0
@@ -75,7 +76,11 @@ class Settings:
     breaker_config: BreakerConfig = field(default_factory=lambda: _breaker_config({}))
     open_circuit_mode: str = "reject"
     deferred_queue_url: str | None = None
-    redis_url: str | None = None
+
+    @property
+    def table_name(self) -> str | None:
+        """The breakers' table (the store the environment names, when it is not Redis)."""
+        return self.store.table_name
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Settings:
@@ -88,11 +93,10 @@ class Settings:
                 f"OPEN_CIRCUIT_MODE must be one of {OPEN_CIRCUIT_MODES}, got {mode!r}"
             )
         queue_url = env.get("DEFERRED_PAYMENTS_QUEUE_URL", "").strip() or None
-        redis_url = env.get("CIRCUIT_BREAKER_REDIS_URL", "").strip() or None
-        if redis_url is not None and not redis_url.startswith(("redis://", "rediss://")):
-            raise SettingsError(
-                f"CIRCUIT_BREAKER_REDIS_URL must be a redis:// or rediss:// URL, got {redis_url!r}"
-            )
+        try:
+            store = StoreSettings.from_env(env)
+        except ConfigError as exc:
+            raise SettingsError(str(exc)) from None
         if mode == "defer" and queue_url is None:
             raise SettingsError("OPEN_CIRCUIT_MODE=defer needs DEFERRED_PAYMENTS_QUEUE_URL")
         try:
@@ -101,7 +105,7 @@ class Settings:
         except ConfigError as exc:
             raise SettingsError(str(exc)) from None
         return cls(
-            table_name=_text(env, "CIRCUIT_BREAKER_TABLE"),
+            store=store,
             payment_api_url=url,
             breaker_name=_text(env, "BREAKER_NAME", "payment-api"),
             connect_timeout=connect_timeout,
@@ -109,8 +113,6 @@ class Settings:
             breaker_config=_breaker_config(env),
             open_circuit_mode=mode,
             deferred_queue_url=queue_url,
-            # Set (by the template's BreakerStore=redis): the breaker lives in that cache.
-            redis_url=redis_url,
         )
 
 
@@ -185,11 +187,8 @@ def make_breaker(
     ``endpoint_url`` is a local DynamoDB endpoint (moto) for tests and local runs.
     """
     if store is None:
-        # The package's one store factory, on the variables Settings read.
-        store = stores_from_env(
-            {TABLE_ENV: settings.table_name, URL_ENV: settings.redis_url or ""},
-            endpoint_url=endpoint_url,
-        )
+        # The package's one store factory, on everything it read: the cache's IAM login too.
+        store = settings.store.open(endpoint_url=endpoint_url)
     return CircuitBreaker(
         settings.breaker_name,
         store=store,

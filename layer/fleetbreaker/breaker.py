@@ -8,7 +8,7 @@ import logging
 import random
 import secrets
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
@@ -137,7 +137,10 @@ class CircuitBreaker:
         store operation gets ``store_deadline_seconds``, and a store that fails or misses
         it is left alone for ``store_backoff_seconds`` while local state answers.
     config:
-        A :class:`BreakerConfig`; defaults apply when omitted.
+        A :class:`BreakerConfig`. When omitted it is read from the ``BREAKER_*`` variables
+        (:meth:`BreakerConfig.from_env`), as the store is from ``CIRCUIT_BREAKER_*``; an
+        explicit ``config`` ignores them. Precedence: explicit argument, then environment,
+        then the documented defaults.
     fallback:
         Called instead of raising :class:`CircuitOpenError` when a call is rejected, as
         ``fallback(circuit, *args, **kwargs)`` where ``circuit`` is the rejecting
@@ -177,7 +180,7 @@ class CircuitBreaker:
     ) -> None:
         self.name = validate_name(name)
         if config is None:
-            config = BreakerConfig()
+            config = BreakerConfig.from_env()
         elif not isinstance(config, BreakerConfig):
             raise ConfigError(f"config must be a BreakerConfig, got {type(config).__name__}")
         self.config = config
@@ -246,6 +249,33 @@ class CircuitBreaker:
                 "calls and min_containers need one (every store of this package has it)"
             )
         self._adopt_reporting(config, self._policy)
+
+    @classmethod
+    def from_env(
+        cls, name: str, *, environ: Mapping[str, str] | None = None, **config_overrides: Any
+    ) -> CircuitBreaker:
+        """A breaker whose store and config both come from the environment.
+
+        The store from the ``CIRCUIT_BREAKER_*`` variables (:func:`fleetbreaker.stores.
+        from_env`), the config from ``BREAKER_*`` (:meth:`BreakerConfig.from_env`), with
+        ``config_overrides`` (classification predicates, for instance) taking precedence
+        over the variables. ``environ`` defaults to ``os.environ``.
+
+        Example
+        -------
+        >>> breaker = CircuitBreaker.from_env(
+        ...     "payment-api",
+        ...     environ={"CIRCUIT_BREAKER_TABLE": "CircuitBreakers",
+        ...              "BREAKER_FAILURE_THRESHOLD": "3"},
+        ...     failure_exceptions=(TimeoutError,),
+        ... )
+        >>> breaker.config.failure_threshold, breaker.config.failure_exceptions
+        (3, (<class 'TimeoutError'>,))
+        """
+        from fleetbreaker.stores import from_env as store_from_env
+
+        config = BreakerConfig.from_env(environ, **config_overrides)
+        return cls(name, store=store_from_env(environ), config=config)
 
     def __repr__(self) -> str:
         return f"CircuitBreaker({self.name!r}, store={type(self.store).__name__})"

@@ -15,17 +15,24 @@ import json
 import os
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, NoReturn, TextIO
+from typing import TYPE_CHECKING, Any, NoReturn, TextIO, cast
 
 from fleetbreaker import tuning
 from fleetbreaker.breaker import system_clock, validate_name
-from fleetbreaker.config import BreakerConfig
+from fleetbreaker.config import BreakerConfig, env_field, env_variable
 from fleetbreaker.errors import ConfigError, CorruptRecordError, StoreError
 from fleetbreaker.state import Policy, Record, State, snapshot_of
-from fleetbreaker.stores import IAM_CACHE_ENV, IAM_USER_ENV
+from fleetbreaker.stores import (
+    IAM_CACHE_ENV,
+    IAM_USER_ENV,
+    TABLE_ENV,
+    URL_ENV,
+    StoreNotNamedError,
+    StoreSettings,
+)
 
 if TYPE_CHECKING:
     from fleetbreaker.stores.base import AdminStore
@@ -35,8 +42,9 @@ EXIT_NOT_FOUND = 1
 EXIT_USAGE = 2
 EXIT_UNREACHABLE = 3
 
-TABLE_ENV = "CIRCUIT_BREAKER_TABLE"
-REDIS_URL_ENV = "CIRCUIT_BREAKER_REDIS_URL"
+# The CLI reads no store variable itself: it maps its options into an environment for the
+# functions' store factory (store_environ), which reads them.
+REDIS_URL_ENV = URL_ENV
 # The outputs of template.yaml the CLI reads with --stack.
 TABLE_OUTPUT = "CircuitBreakersTableName"
 CACHE_OUTPUT = "BreakerCacheEndpoint"
@@ -55,7 +63,7 @@ _DEFAULTS = BreakerConfig()
 _POLICY = Policy.from_config(_DEFAULTS)
 # The record does not store its window's length (each container has it in its config): the
 # figures are counted over --window, default the functions' BREAKER_WINDOW_SECONDS, else 60.
-WINDOW_ENV = "BREAKER_WINDOW_SECONDS"
+WINDOW_ENV = env_variable("window_seconds")
 
 _COLOURS = {
     State.CLOSED.value: "32",  # green
@@ -226,19 +234,11 @@ def window_of(args: argparse.Namespace, environ: Any = None) -> float:
     """Seconds of window the figures cover: --window, else BREAKER_WINDOW_SECONDS, else 60."""
     if getattr(args, "window", None) is not None:
         return float(args.window)
-    env = os.environ if environ is None else environ
-    raw = env.get(WINDOW_ENV, "").strip()
-    if not raw:
-        return _DEFAULTS.window_seconds
     try:
-        seconds = float(raw)
-    except ValueError:
-        seconds = -1.0
-    if not 0 < seconds < float("inf"):
-        raise CliError(
-            EXIT_USAGE, f"{WINDOW_ENV} must be a positive number of seconds, got {raw!r}"
-        )
-    return seconds
+        seconds = env_field("window_seconds", environ)
+    except ConfigError as exc:
+        raise CliError(EXIT_USAGE, str(exc)) from None
+    return _DEFAULTS.window_seconds if seconds is None else float(seconds)
 
 
 # --------------------------------------------------------------------------- output
@@ -491,56 +491,68 @@ def stack_outputs(stack: str, region: str | None) -> dict[str, str]:
     return {o["OutputKey"]: o["OutputValue"] for o in outputs if "OutputKey" in o}
 
 
-def open_store(args: argparse.Namespace) -> tuple[AdminStore, str]:
-    """The store the options name, and a description of it for messages.
+def store_environ(
+    args: argparse.Namespace, environ: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """The environment the store factory reads for these options.
 
-    Precedence: --redis-url, --table, the stack's outputs (cache before table, as the
-    functions choose), then the environment (Redis first, as the breaker does).
+    The process's environment, with the store the options name in place of its own:
+    --redis-url, --table, else the stack's outputs (cache before table, as the functions
+    choose). Without any of them the environment names the store (Redis first, as the
+    breaker does).
     """
-    table, redis_url = args.table, args.redis_url
-    iam_user = os.environ.get(IAM_USER_ENV) or None
-    iam_cache = os.environ.get(IAM_CACHE_ENV) or None
-    if redis_url is None and table is None and args.stack is not None:
+    env = dict(os.environ if environ is None else environ)
+    if args.redis_url is not None or args.table is not None:
+        env[URL_ENV] = args.redis_url or ""
+        env[TABLE_ENV] = args.table or ""
+    elif args.stack is not None:
         outputs = stack_outputs(args.stack, args.region)
         if outputs.get(CACHE_OUTPUT):
-            redis_url = f"rediss://{outputs[CACHE_OUTPUT]}"
+            env[URL_ENV] = f"rediss://{outputs[CACHE_OUTPUT]}"
             # The stack's cache admits its IAM user only: sign in as it, with the operator's
             # credentials (which need elasticache:Connect on the cache and the user).
-            iam_user = outputs.get(CACHE_USER_OUTPUT) or iam_user
-            iam_cache = outputs.get(CACHE_NAME_OUTPUT) or iam_cache
+            if outputs.get(CACHE_USER_OUTPUT) and outputs.get(CACHE_NAME_OUTPUT):
+                env[IAM_USER_ENV] = outputs[CACHE_USER_OUTPUT]
+                env[IAM_CACHE_ENV] = outputs[CACHE_NAME_OUTPUT]
         elif outputs.get(TABLE_OUTPUT):
-            table = outputs[TABLE_OUTPUT]
+            env[URL_ENV] = ""
+            env[TABLE_ENV] = outputs[TABLE_OUTPUT]
         else:
             raise CliError(
                 EXIT_USAGE, f"stack {args.stack!r} has neither {TABLE_OUTPUT} nor {CACHE_OUTPUT}"
             )
-    if redis_url is None and table is None:
-        redis_url = os.environ.get(REDIS_URL_ENV) or None
-        table = os.environ.get(TABLE_ENV) or None
-    if redis_url is not None:
-        from fleetbreaker.stores.redis import RedisStore
+    if args.region is not None:
+        # The region IAM auth tokens are signed for.
+        env["AWS_REGION"] = args.region
+    return env
 
-        provider = None
-        if iam_user is not None and iam_cache is not None:
-            from fleetbreaker.stores.elasticache_iam import ElastiCacheIAMAuth
 
-            provider = ElastiCacheIAMAuth(iam_user, iam_cache, args.region)
-        store: AdminStore = RedisStore(
-            url=redis_url,
-            socket_timeout=STORE_TIMEOUT_S,
-            socket_connect_timeout=STORE_TIMEOUT_S,
-            credential_provider=provider,
-        )
-        return store, "Redis" if provider is None else f"Redis (IAM user {iam_user!r})"
-    if table is not None:
-        from fleetbreaker.stores.dynamodb import DynamoDBStore
+def open_store(args: argparse.Namespace) -> tuple[AdminStore, str]:
+    """The store the options name, and a description of it for messages.
 
+    The functions' factory (:class:`~fleetbreaker.stores.StoreSettings`) on
+    :func:`store_environ`, with the CLI's longer timeouts and region.
+    """
+    try:
+        settings = StoreSettings.from_env(store_environ(args))
+    except StoreNotNamedError:
+        raise CliError(
+            EXIT_USAGE,
+            f"no store: pass --table, --redis-url or --stack, or set {TABLE_ENV} or {URL_ENV}",
+        ) from None
+    except ConfigError as exc:
+        raise CliError(EXIT_USAGE, str(exc)) from None
+    client = None
+    if settings.redis_url is None:
         client = _dynamodb_client(args)
-        return DynamoDBStore(table, boto3_client=client), f"table {table!r}"
-    raise CliError(
-        EXIT_USAGE,
-        f"no store: pass --table, --redis-url or --stack, or set {TABLE_ENV} or {REDIS_URL_ENV}",
+    store = settings.open(
+        boto3_client=client,
+        redis_options={
+            "socket_timeout": STORE_TIMEOUT_S,
+            "socket_connect_timeout": STORE_TIMEOUT_S,
+        },
     )
+    return cast("AdminStore", store), settings.description
 
 
 def _dynamodb_client(args: argparse.Namespace) -> Any:

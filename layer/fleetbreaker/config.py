@@ -75,6 +75,31 @@ def env_number(
     return value
 
 
+def env_variable(field_name: str) -> str:
+    """The variable :meth:`BreakerConfig.from_env` reads a field from: ``BREAKER_<FIELD>``."""
+    if field_name not in ENV_FIELDS:
+        raise ConfigError(f"{field_name!r} is not read from the environment")
+    return f"BREAKER_{field_name.upper()}"
+
+
+def env_field(field_name: str, environ: Mapping[str, str] | None = None) -> Any:
+    """One field's value from its ``BREAKER_*`` variable, checked as ``from_env`` checks it.
+
+    None when the variable is unset or empty. The CLI counts its figures over the
+    functions' window with it.
+
+    Example
+    -------
+    >>> env_field("window_seconds", {"BREAKER_WINDOW_SECONDS": "30"})
+    30.0
+    """
+    env = os.environ if environ is None else environ
+    variable = env_variable(field_name)
+    if not env.get(variable, "").strip():
+        return None
+    return getattr(BreakerConfig.from_env({variable: env[variable]}), field_name)
+
+
 def _shown(value: object) -> str:
     # repr() of a 400-digit int is long (and past 4,300 digits, an error): show its size.
     if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**20:
@@ -338,7 +363,7 @@ class BreakerConfig:
         env = os.environ if environ is None else environ
         values: dict[str, Any] = {}
         for field_name, kind in ENV_FIELDS.items():
-            variable = f"BREAKER_{field_name.upper()}"
+            variable = env_variable(field_name)
             raw = env.get(variable, "").strip()
             if not raw:
                 continue

@@ -751,7 +751,8 @@ class Snapshot:
     ``calls``, ``failures`` and ``slow_calls`` are the sliding window's, fleet-wide (under the
     plain count policy: ``failures`` in the current window and no calls). ``containers``
     counts the distinct containers whose failures or slow calls fall in the window, up to
-    ``min_containers`` (the record keeps no more), and at least 1 when the window holds any. Rates are None while no call is counted.
+    ``min_containers`` (the record keeps no more), and at least 1 when the window holds any.
+    Rates are None while no call is counted.
     ``retry_after`` is the seconds until a rejected call may be admitted (0 when admitting);
     ``open_until`` the epoch ms the open window ends (None unless open).
     """

@@ -68,6 +68,15 @@ def test_env_json_sets_every_variable_each_function_declares(
         assert all(isinstance(value, str) for value in variables.values())
 
 
+def test_env_json_is_what_the_template_gives_each_function() -> None:
+    # GIVEN the template's variables for every function, resolved for the default stack with
+    # its resources on loopback services WHEN compared with the committed env.json THEN they
+    # are the same, values and all: a variable added or changed in the template cannot drift
+    from devtools.sam_template import env_json_text
+
+    assert ENV_JSON.read_text() == env_json_text(), "events/env.json drifted: make env-json"
+
+
 def test_env_json_points_at_loopback_services(env_vars: dict[str, dict[str, str]]) -> None:
     moto_port, table, api_port = local_services.services(env_vars)
     assert table == "CircuitBreakers"

@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fleetbreaker import BreakerConfig
+from fleetbreaker.stores import StoreSettings
 from tests.sam.conftest import invoke, payment_event
 
 VALID = {"amount": 1250, "currency": "EUR", "idempotency_key": "order-1"}
@@ -228,7 +229,7 @@ def test_settings_read_every_variable(payment_module: ModuleType) -> None:
     }
     settings = payment_module.Settings.from_env(env)
     assert settings == payment_module.Settings(
-        table_name="CircuitBreakers",
+        store=StoreSettings(table_name="CircuitBreakers"),
         payment_api_url="https://pay.test/c",
         breaker_name="psp",
         connect_timeout=0.5,

@@ -53,13 +53,14 @@ from typing import Any
 
 import pytest
 
-from devtools.servers import REPO_ROOT
+# translate and condition_values live in devtools.sam_template (the checkov gate translates
+# every parameter set too); imported here under their old names.
+from devtools.sam_template import BUCKET, condition_values, translate
 from fleetbreaker.stores.dynamodb import KEY_ATTRIBUTE, TTL_ATTRIBUTE
 from tests.sam.test_template import load_template
 
 STACK = "fleetbreaker"
 REGION = "us-east-1"
-BUCKET = "artifacts"
 UNMODELLED = {
     "AWS::ApiGatewayV2::Api",
     "AWS::ApiGatewayV2::Stage",
@@ -96,29 +97,6 @@ DEFER_FUNCTIONS = ("DeferredPaymentsFunction",)
 # --------------------------------------------------------------------------- translation
 
 
-def translate(parameters: dict[str, str]) -> dict[str, Any]:
-    """SAM's translation of template.yaml, code pointing at S3 as `sam package` leaves it."""
-    from samtranslator.translator.transform import transform
-
-    template = load_template()
-    for name, resource in template["Resources"].items():
-        properties = resource.get("Properties", {})
-        for key in ("CodeUri", "ContentUri"):
-            if key in properties:
-                properties[key] = f"s3://{BUCKET}/{name}.zip"
-        if "DefinitionUri" in properties:
-            # Inline, so that the definition reaches moto (see the module docstring).
-            path = REPO_ROOT / properties.pop("DefinitionUri")
-            properties["Definition"] = json.loads(path.read_text())
-
-    class NoManagedPolicies:
-        def load(self) -> dict[str, str]:
-            return {}
-
-    translated: dict[str, Any] = transform(template, dict(parameters), NoManagedPolicies())
-    return translated
-
-
 def _replace_references(value: Any, removed: set[str]) -> Any:
     """``value`` with every Ref, GetAtt and ${...} of a removed resource as a placeholder."""
     if isinstance(value, list):
@@ -140,39 +118,6 @@ def _replace_references(value: Any, removed: set[str]) -> Any:
 
         return {"Fn::Sub": re.sub(r"\$\{([A-Za-z0-9.:]+)\}", placeholder, value["Fn::Sub"])}
     return {key: _replace_references(item, removed) for key, item in value.items()}
-
-
-def condition_values(template: dict[str, Any], parameters: dict[str, str]) -> dict[str, bool]:
-    """The template's conditions for ``parameters`` (the intrinsics its conditions use)."""
-    values = {
-        name: parameters.get(name, spec.get("Default", ""))
-        for name, spec in template["Parameters"].items()
-    }
-
-    def evaluate(node: Any) -> Any:
-        if not isinstance(node, dict):
-            return node
-        ((function, argument),) = node.items()
-        if function == "Ref":
-            return values[argument]
-        if function == "Condition":
-            return evaluate(template["Conditions"][argument])
-        if function == "Fn::Join":
-            separator, items = argument
-            joined = evaluate(items)
-            return separator.join(joined if isinstance(joined, list) else [joined])
-        arguments = [evaluate(item) for item in argument]
-        if function == "Fn::Equals":
-            return arguments[0] == arguments[1]
-        if function == "Fn::Not":
-            return not arguments[0]
-        if function == "Fn::And":
-            return all(arguments)
-        if function == "Fn::Or":
-            return any(arguments)
-        raise AssertionError(f"no evaluation for {function} in a condition")
-
-    return {name: bool(evaluate(body)) for name, body in template["Conditions"].items()}
 
 
 def for_moto(translated: dict[str, Any], parameters: dict[str, str]) -> dict[str, Any]:

@@ -23,6 +23,15 @@ SUBNETS = "subnet-0123456789abcdef0,subnet-0fedcba9876543210"
 SECURITY_GROUPS = "sg-0123456789abcdef0"
 
 
+# Every function that keeps or reads a breaker: each has a role of its own (see below).
+FUNCTION_ROLES = [
+    "PaymentFunctionRole",
+    "BreakerGateFunctionRole",
+    "DeferredPaymentsFunctionRole",
+    "BreakerEventsFunctionRole",
+]
+
+
 def load_template() -> dict[str, Any]:
     from samcli.yamlhelper import yaml_parse
 
@@ -153,7 +162,10 @@ def test_the_cache_admits_only_its_iam_user_group(template: dict[str, Any]) -> N
     assert "~*" not in access
 
 
-@pytest.mark.parametrize("function", ["PaymentFunction", "BreakerGateFunction"])
+@pytest.mark.parametrize(
+    "function",
+    ["PaymentFunction", "BreakerGateFunction", "DeferredPaymentsFunction", "BreakerEventsFunction"],
+)
 def test_the_functions_connect_as_the_iam_user_with_tls(
     template: dict[str, Any], function: str
 ) -> None:
@@ -167,7 +179,7 @@ def test_the_functions_connect_as_the_iam_user_with_tls(
     }
 
 
-@pytest.mark.parametrize("role", ["PaymentFunctionRole", "BreakerGateFunctionRole"])
+@pytest.mark.parametrize("role", FUNCTION_ROLES)
 def test_the_roles_may_connect_to_exactly_the_cache_and_user(
     template: dict[str, Any], role: str
 ) -> None:
@@ -184,7 +196,7 @@ def test_the_roles_may_connect_to_exactly_the_cache_and_user(
     ]
 
 
-@pytest.mark.parametrize("role", ["PaymentFunctionRole", "BreakerGateFunctionRole"])
+@pytest.mark.parametrize("role", FUNCTION_ROLES)
 def test_the_vpc_access_policy_comes_only_with_the_redis_store(
     template: dict[str, Any], role: str
 ) -> None:

@@ -6,6 +6,7 @@ Powertools' defaults, so the template and the function cannot drift apart silent
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -117,7 +118,9 @@ def test_the_events_function_may_toggle_exactly_the_consumer_mapping(
     variables = function["Environment"]["Variables"]
     assert variables["BREAKER_MAPPINGS"] == {"Fn::If": ["DeferWhenOpen", REGISTRY, "{}"]}
     # THEN the only Lambda actions it is granted are on that one mapping
-    [policy] = function["Policies"]
+    assert function["Role"] == {"Fn::GetAtt": ["BreakerEventsFunctionRole", "Arn"]}
+    [inline] = resources["BreakerEventsFunctionRole"]["Properties"]["Policies"]
+    policy = inline["PolicyDocument"]
     granted = [s for s in statements(policy) if any("lambda:" in a for a in s["Action"])]
     assert granted == [
         {
@@ -132,12 +135,11 @@ def test_the_events_function_may_toggle_exactly_the_consumer_mapping(
 def test_with_redis_the_transitioning_functions_may_toggle_only_that_mapping(
     resources: dict[str, Any],
 ) -> None:
-    # GIVEN the policy the payment function and the consumer get with the Redis store
+    # GIVEN the policy the payment function and the gate get with the Redis store
     policy = resources["PauseFromContainersPolicy"]
     assert policy["Condition"] == "PauseFromContainers"
     assert policy["Properties"]["Roles"] == [
         {"Ref": "PaymentFunctionRole"},
-        {"Ref": "DeferredPaymentsFunctionRole"},
         {"Ref": "BreakerGateFunctionRole"},
     ]
     # THEN it names that one mapping, and both functions are told which it is
@@ -147,11 +149,24 @@ def test_with_redis_the_transitioning_functions_may_toggle_only_that_mapping(
         if s["Sid"] == "PauseConsumers"
     ]
     assert toggle["Resource"] == MAPPING_ARN
-    for name in ("PaymentFunction", "DeferredPaymentsFunction", "BreakerGateFunction"):
+    for name in ("PaymentFunction", "BreakerGateFunction"):
         variables = resources[name]["Properties"]["Environment"]["Variables"]
         assert variables["BREAKER_MAPPINGS"] == {
             "Fn::If": ["PauseFromContainers", REGISTRY, {"Ref": "AWS::NoValue"}]
         }
+
+
+def test_the_consumer_does_not_name_its_own_mapping(resources: dict[str, Any]) -> None:
+    # GIVEN the consumer's environment and the mapping that invokes it
+    variables = resources["DeferredPaymentsFunction"]["Properties"]["Environment"]["Variables"]
+    mapping = resources["DeferredPaymentsMapping"]["Properties"]
+    # THEN the mapping names the function, so the function cannot name the mapping: that
+    # would be a dependency cycle, which CloudFormation refuses
+    assert mapping["FunctionName"] == {"Ref": "DeferredPaymentsFunction"}
+    assert "DeferredPaymentsMapping" not in json.dumps(variables)
+    # AND the schedule that pauses it on its own trips is there
+    events = resources["BreakerEventsFunction"]["Properties"]["Events"]
+    assert any(e["Type"] == "Schedule" for e in events.values())
 
 
 def test_every_events_function_variable_is_read(resources: dict[str, Any]) -> None:
@@ -170,3 +185,40 @@ def test_the_redis_pause_policy_exists_only_with_the_example() -> None:
     conditions = load_template()["Conditions"]
     assert {"Condition": "DeferWhenOpen"} in conditions["PauseFromContainers"]["Fn::And"]
     assert {"Condition": "ExampleEnabled"} in conditions["DeferWhenOpen"]["Fn::And"]
+
+
+def powertools_idempotency_actions() -> set[str]:
+    """The DynamoDB operations Powertools' DynamoDBPersistenceLayer sends, from its source."""
+    import ast
+    import inspect
+
+    from aws_lambda_powertools.utilities.idempotency.persistence import dynamodb
+
+    tree = ast.parse(inspect.getsource(dynamodb))
+    calls = {
+        node.func.attr
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and isinstance(node.func.value, ast.Attribute)
+        and node.func.value.attr == "client"
+    }
+    return {"dynamodb:" + "".join(part.title() for part in call.split("_")) for call in calls}
+
+
+def test_the_consumer_may_make_every_idempotency_call_powertools_makes(
+    resources: dict[str, Any],
+) -> None:
+    # GIVEN the calls the installed Powertools makes on the idempotency table
+    sent = powertools_idempotency_actions()
+    assert {"dynamodb:GetItem", "dynamodb:PutItem"} <= sent  # the scan found its client calls
+    # WHEN the consumer's role is read
+    function = resources["DeferredPaymentsFunction"]["Properties"]
+    assert function["Role"] == {"Fn::GetAtt": ["DeferredPaymentsFunctionRole", "Arn"]}
+    [inline] = resources["DeferredPaymentsFunctionRole"]["Properties"]["Policies"]
+    [granted] = [
+        s for s in statements(inline["PolicyDocument"]) if s.get("Sid") == "IdempotencyRecords"
+    ]
+    # THEN it grants exactly those calls, on the idempotency table only
+    assert set(granted["Action"]) == sent
+    assert granted["Resource"] == {"Fn::GetAtt": ["DeferredPaymentsIdempotencyTable", "Arn"]}

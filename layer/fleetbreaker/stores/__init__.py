@@ -1,22 +1,170 @@
-"""Shared stores: each keeps one record per breaker and applies the rules atomically."""
+"""Shared stores: each keeps one record per breaker and applies the rules atomically.
+
+This module is the one reader of the store variables (``CIRCUIT_BREAKER_TABLE``,
+``CIRCUIT_BREAKER_REDIS_URL``, ``CIRCUIT_BREAKER_REDIS_IAM_USER``,
+``CIRCUIT_BREAKER_REDIS_IAM_CACHE``): functions pass their environment to :func:`from_env`
+(or :meth:`StoreSettings.from_env`), the CLI maps its options into such an environment, and
+the stores' own defaults (``DynamoDBStore(table_name=None)``, ``RedisStore(url=None)``) come
+from here too.
+"""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from fleetbreaker.errors import ConfigError
 from fleetbreaker.stores.base import Store, StoreStats
 from fleetbreaker.stores.fallback import FallbackStore
 from fleetbreaker.stores.memory import MemoryStore
 
-__all__ = ["FallbackStore", "MemoryStore", "Store", "StoreStats", "from_env"]
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb.client import DynamoDBClient
+
+__all__ = [
+    "FallbackStore",
+    "MemoryStore",
+    "Store",
+    "StoreNotNamedError",
+    "StoreSettings",
+    "StoreStats",
+    "from_env",
+]
 
 TABLE_ENV = "CIRCUIT_BREAKER_TABLE"
 URL_ENV = "CIRCUIT_BREAKER_REDIS_URL"
 IAM_USER_ENV = "CIRCUIT_BREAKER_REDIS_IAM_USER"
 IAM_CACHE_ENV = "CIRCUIT_BREAKER_REDIS_IAM_CACHE"
+STORE_VARIABLES = (TABLE_ENV, URL_ENV, IAM_USER_ENV, IAM_CACHE_ENV)
 REDIS_SCHEMES = ("redis://", "rediss://")
+
+
+class StoreNotNamedError(ConfigError):
+    """The environment names no store: neither a Redis URL nor a table."""
+
+
+def _read(environ: Mapping[str, str] | None, variable: str) -> str:
+    env = os.environ if environ is None else environ
+    return env.get(variable, "").strip()
+
+
+def default_table_name() -> str:
+    """``CIRCUIT_BREAKER_TABLE`` ("" when unset): the table of ``DynamoDBStore()``."""
+    return _read(None, TABLE_ENV)
+
+
+def default_redis_url() -> str:
+    """``CIRCUIT_BREAKER_REDIS_URL`` ("" when unset): the URL of ``RedisStore()``."""
+    return _read(None, URL_ENV)
+
+
+@dataclass(frozen=True)
+class StoreSettings:
+    """The shared store an environment names, read and checked, not yet connected.
+
+    Parameters
+    ----------
+    table_name:
+        The DynamoDB table (``CIRCUIT_BREAKER_TABLE``).
+    redis_url:
+        The Redis URL (``CIRCUIT_BREAKER_REDIS_URL``); when set it wins over the table.
+    iam_user, iam_cache:
+        The ElastiCache user to log in as with IAM authentication, and the cache its tokens
+        are signed for (``CIRCUIT_BREAKER_REDIS_IAM_USER`` / ``_CACHE``): both or neither.
+    region:
+        The cache's region for IAM tokens (``AWS_REGION``, else ``AWS_DEFAULT_REGION``).
+
+    Example
+    -------
+    >>> settings = StoreSettings.from_env({"CIRCUIT_BREAKER_TABLE": "CircuitBreakers"})
+    >>> settings.table_name, settings.redis_url
+    ('CircuitBreakers', None)
+    """
+
+    table_name: str | None = None
+    redis_url: str | None = None
+    iam_user: str | None = None
+    iam_cache: str | None = None
+    region: str | None = None
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> StoreSettings:
+        """The store variables of ``environ`` (default ``os.environ``), checked.
+
+        A URL of another scheme than ``redis://``/``rediss://``, neither a URL nor a table,
+        or one IAM variable without the other raises :class:`ConfigError` naming the
+        variables.
+        """
+        env = os.environ if environ is None else environ
+        url = _read(env, URL_ENV)
+        table = _read(env, TABLE_ENV)
+        user = _read(env, IAM_USER_ENV)
+        cache = _read(env, IAM_CACHE_ENV)
+        if url and not url.startswith(REDIS_SCHEMES):
+            raise ConfigError(f"{URL_ENV} must be a redis:// or rediss:// URL, got {url!r}")
+        if not url and not table:
+            raise StoreNotNamedError(
+                f"{TABLE_ENV} is required: set {TABLE_ENV} (or {URL_ENV}) to name the "
+                "breakers' store, or pass store=DynamoDBStore(...), RedisStore(...) or "
+                "MemoryStore()"
+            )
+        if url and bool(user) != bool(cache):
+            raise ConfigError(
+                f"IAM authentication needs both {IAM_USER_ENV} and {IAM_CACHE_ENV} "
+                f"(got only {IAM_USER_ENV if user else IAM_CACHE_ENV})"
+            )
+        region = _read(env, "AWS_REGION") or _read(env, "AWS_DEFAULT_REGION")
+        return cls(
+            table_name=table or None,
+            redis_url=url or None,
+            iam_user=user or None,
+            iam_cache=cache or None,
+            region=region or None,
+        )
+
+    @property
+    def description(self) -> str:
+        """Where the breakers live, for messages: ``Redis (IAM user 'u')`` or ``table 'T'``."""
+        if self.redis_url is not None:
+            return "Redis" if self.iam_user is None else f"Redis (IAM user {self.iam_user!r})"
+        return f"table {self.table_name!r}"
+
+    def open(
+        self,
+        *,
+        endpoint_url: str | None = None,
+        boto3_client: DynamoDBClient | None = None,
+        redis_options: Mapping[str, Any] | None = None,
+    ) -> Store:
+        """The store itself (no connection until its first operation).
+
+        Parameters
+        ----------
+        endpoint_url:
+            A local DynamoDB endpoint (moto, dynalite). Without it boto3 resolves the
+            endpoint, which honours ``AWS_ENDPOINT_URL_DYNAMODB``.
+        boto3_client:
+            A ready DynamoDB client for a table store (the CLI's, with its region).
+        redis_options:
+            More keyword arguments for :class:`~fleetbreaker.stores.redis.RedisStore`
+            (the CLI's longer socket timeouts, for instance).
+        """
+        if self.redis_url is not None:
+            from fleetbreaker.stores.redis import RedisStore
+
+            options = dict(redis_options or {})
+            if self.iam_user is not None and self.iam_cache is not None:
+                from fleetbreaker.stores.elasticache_iam import ElastiCacheIAMAuth
+
+                options["credential_provider"] = ElastiCacheIAMAuth(
+                    self.iam_user, self.iam_cache, self.region
+                )
+            return RedisStore(url=self.redis_url, **options)
+        from fleetbreaker.stores.dynamodb import DynamoDBStore
+
+        return DynamoDBStore(self.table_name, boto3_client=boto3_client, endpoint_url=endpoint_url)
 
 
 def from_env(environ: Mapping[str, str] | None = None, *, endpoint_url: str | None = None) -> Store:
@@ -48,33 +196,4 @@ def from_env(environ: Mapping[str, str] | None = None, *, endpoint_url: str | No
     ...           "CIRCUIT_BREAKER_REDIS_URL": "redis://cache:6379"})
     RedisStore(key_prefix='fleetbreaker')
     """
-    env = os.environ if environ is None else environ
-    url = env.get(URL_ENV, "").strip()
-    if url:
-        if not url.startswith(REDIS_SCHEMES):
-            raise ConfigError(f"{URL_ENV} must be a redis:// or rediss:// URL, got {url!r}")
-        from fleetbreaker.stores.redis import RedisStore
-
-        user = env.get(IAM_USER_ENV, "").strip()
-        cache = env.get(IAM_CACHE_ENV, "").strip()
-        if not user and not cache:
-            return RedisStore(url=url)
-        if not (user and cache):
-            raise ConfigError(
-                f"IAM authentication needs both {IAM_USER_ENV} and {IAM_CACHE_ENV} "
-                f"(got only {IAM_USER_ENV if user else IAM_CACHE_ENV})"
-            )
-        from fleetbreaker.stores.elasticache_iam import ElastiCacheIAMAuth
-
-        region = env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION")
-        auth = ElastiCacheIAMAuth(user, cache, region)
-        return RedisStore(url=url, credential_provider=auth)
-    table = env.get(TABLE_ENV, "").strip()
-    if table:
-        from fleetbreaker.stores.dynamodb import DynamoDBStore
-
-        return DynamoDBStore(table, endpoint_url=endpoint_url)
-    raise ConfigError(
-        f"CircuitBreaker needs a store: pass store=DynamoDBStore(...), RedisStore(...) or "
-        f"MemoryStore(), or set {TABLE_ENV} to use DynamoDB ({URL_ENV} for Redis)"
-    )
+    return StoreSettings.from_env(environ).open(endpoint_url=endpoint_url)

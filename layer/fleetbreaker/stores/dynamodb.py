@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import secrets
 import threading
 from collections.abc import Callable, Mapping
@@ -30,7 +29,7 @@ from fleetbreaker.state import (
     Report,
     State,
 )
-from fleetbreaker.stores import TABLE_ENV
+from fleetbreaker.stores import TABLE_ENV, default_table_name
 from fleetbreaker.stores.base import Listing, StoreStats
 
 if TYPE_CHECKING:
@@ -484,7 +483,7 @@ class DynamoDBStore:
         endpoint_url: str | None = None,
         consistent_read: bool = True,
     ) -> None:
-        table = table_name if table_name is not None else os.environ.get(TABLE_ENV, "")
+        table = table_name if table_name is not None else default_table_name()
         if not isinstance(table, str) or not table.strip():
             raise ConfigError(
                 f"DynamoDBStore needs a table name: pass table_name= or set {TABLE_ENV}"

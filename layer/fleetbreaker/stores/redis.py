@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
 import re
 from dataclasses import replace
 from importlib import resources
@@ -34,7 +33,7 @@ from fleetbreaker.state import (
     Report,
     State,
 )
-from fleetbreaker.stores import URL_ENV
+from fleetbreaker.stores import URL_ENV, default_redis_url
 from fleetbreaker.stores.base import Listing, StoreStats
 
 if TYPE_CHECKING:
@@ -250,7 +249,7 @@ class RedisStore:
             _note_looser_client(client, float(socket_timeout), float(socket_connect_timeout))
         else:
             self.client = _make_client(
-                url if url is not None else os.environ.get(URL_ENV, ""),
+                url if url is not None else default_redis_url(),
                 socket_timeout=float(socket_timeout),
                 socket_connect_timeout=float(socket_connect_timeout),
                 ssl=ssl,
