@@ -200,6 +200,11 @@ def test_shared_answers_reach_the_answer_hook_and_local_ones_do_not(
         ({"deadline_seconds": 0}, "deadline_seconds must be a positive number or None"),
         ({"deadline_seconds": float("inf")}, "deadline_seconds must be a positive number"),
         ({"deadline_seconds": True}, "deadline_seconds must be a positive number"),
+        (
+            {"deadline_seconds": 1e10},
+            r"deadline_seconds must be a positive number or None \(at most 900\)",
+        ),
+        ({"backoff_seconds": 1e300}, "backoff_seconds must be >= 0 and at most"),
     ],
 )
 def test_bad_settings_are_refused_by_name(kwargs: dict[str, Any], message: str) -> None:

@@ -278,15 +278,22 @@ class FallbackStore:
     ) -> None:
         if isinstance(backoff_seconds, bool) or not isinstance(backoff_seconds, (int, float)):
             raise ConfigError(f"backoff_seconds must be a number, got {backoff_seconds!r}")
-        if not backoff_seconds >= 0:
-            raise ConfigError(f"backoff_seconds must be >= 0, got {backoff_seconds!r}")
+        from fleetbreaker.config import MAX_DEADLINE_SECONDS, MAX_SECONDS
+
+        if not 0 <= backoff_seconds <= MAX_SECONDS:
+            raise ConfigError(
+                f"backoff_seconds must be >= 0 and at most {MAX_SECONDS:,.0f}, "
+                f"got {backoff_seconds!r}"
+            )
         if deadline_seconds is not None and (
             isinstance(deadline_seconds, bool)
             or not isinstance(deadline_seconds, (int, float))
-            or not 0 < deadline_seconds < float("inf")
+            or not 0 < deadline_seconds <= MAX_DEADLINE_SECONDS
         ):
+            # Bounded: a wait past threading.TIMEOUT_MAX raises OverflowError on every call.
             raise ConfigError(
-                f"deadline_seconds must be a positive number or None, got {deadline_seconds!r}"
+                "deadline_seconds must be a positive number or None (at most "
+                f"{MAX_DEADLINE_SECONDS:g}), got {deadline_seconds!r}"
             )
         self.shared = shared
         self.local = local if local is not None else MemoryStore()
