@@ -10,6 +10,7 @@ the tests that run a function with exactly the environment its stack gives it, a
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 from collections.abc import Mapping
@@ -211,18 +212,33 @@ def env_json_text() -> str:
     return json.dumps(local_env_vars(), indent=2) + "\n"
 
 
+def translate_for_scan(parameters: Mapping[str, str]) -> dict[str, Any]:
+    """SAM's translation for ``parameters``, with them as the parameters' defaults.
+
+    A scanner (checkov) evaluates the conditions from the defaults and leaves out every
+    resource whose condition is false: with the set's values as defaults it scans what a
+    stack deployed with that set creates.
+    """
+    translated = translate(parameters)
+    for name, value in parameters.items():
+        translated["Parameters"][name]["Default"] = value
+    return translated
+
+
 def write_translations(directory: Path) -> list[Path]:
     """Each parameter set's translation as ``<directory>/<set>.json`` (what checkov scans)."""
     directory.mkdir(parents=True, exist_ok=True)
     written = []
     for name, parameters in PARAMETER_SETS.items():
         path = directory / f"{name}.json"
-        path.write_text(json.dumps(translate(parameters), indent=1))
+        path.write_text(json.dumps(translate_for_scan(parameters), indent=1))
         written.append(path)
     return written
 
 
 def main(argv: list[str]) -> int:
+    # SAM fills in pseudo parameters from a region: any will do for a translation.
+    os.environ.setdefault("AWS_DEFAULT_REGION", REGION)
     if argv[:1] == ["translations"] and len(argv) == 2:
         for written in write_translations(Path(argv[1])):
             print(written)

@@ -89,6 +89,13 @@ def parser() -> argparse.ArgumentParser:
         "local process",
     )
     add(
+        "--store-deadline",
+        type=float,
+        metavar="S",
+        help="store_deadline_seconds of the breaker (default: 10 s on moto's DynamoDB and the "
+        "shared MemoryStore, which answer one write at a time, the function's 1 s on Redis)",
+    )
+    add(
         "--fallback",
         choices=FALLBACKS,
         help=f"while open: defer the payment to SQS on moto (202), or reject it (503) "

@@ -224,9 +224,10 @@ def guarantees(options: Options, runs: list[Run]) -> list[tuple[bool | None, str
     checks += [
         (
             False,
-            f"{run.summary.degradations} containers lost the store and ran on local state "
-            f"({run.summary.store_errors} store errors) in the {run.record.title} run: "
-            f"the machine is too busy",
+            f"{sum(1 for r in run.record.reports if r.degradations)} containers lost the store "
+            f"and ran on local state ({run.summary.degradations} times, "
+            f"{run.summary.store_errors} store errors) in the {run.record.title} run, with a "
+            f"{options.deadline:g} s store deadline: the machine is too busy",
         )
         for run in runs
         if run.record.shared and run.summary.degradations

@@ -23,7 +23,7 @@ from bench.demo.drain import figures as drain_figures
 from bench.demo.fleet import CTX, Fleet, sigint_blocked
 from bench.demo.progress import Progress
 from bench.demo.provider import DRAIN_PATH, Outage, ScheduledPaymentApi
-from bench.demo.scenario import STORE_LABELS, STORE_NAMES
+from bench.demo.scenario import FUNCTION_STORE_DEADLINE, STORE_LABELS, STORE_NAMES
 from bench.demo.stores import PER_CONTAINER, SharedStoreManager, StoreSpec
 from bench.demo.summary import DEFERRED, RunRecord, fleet_closed_at, summarize
 
@@ -153,7 +153,12 @@ def backends(options: Options, out: TextIO) -> Iterator[Backends]:
             say(out, f"moto server (DynamoDB, SQS) at {endpoint}, pid {moto.pid}")
         if options.store == "dynamodb":
             assert endpoint is not None
-            shared = StoreSpec("dynamodb", endpoint, make_table(endpoint, TABLE))
+            shared = StoreSpec(
+                "dynamodb",
+                endpoint,
+                make_table(endpoint, TABLE),
+                deadline=options.deadline if options.deadline > FUNCTION_STORE_DEADLINE else None,
+            )
         elif options.store == "redis":
             redis = RedisServer()
             stack.enter_context(redis)

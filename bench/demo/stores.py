@@ -35,6 +35,10 @@ class StoreSpec:
     address: str = ""  # endpoint URL, redis URL, or host:port of the manager
     table: str = ""
     authkey: bytes = b""
+    # The breaker's store deadline (seconds) when the demo raises it for an emulated store:
+    # the DynamoDB client's read timeout then follows it (see build), or the SDK would give
+    # up on a queued write long before the deadline.
+    deadline: float | None = None
 
     @property
     def shared(self) -> bool:
@@ -46,9 +50,20 @@ class StoreSpec:
         if self.kind == "dynamodb":
             from fleetbreaker import DynamoDBStore
 
-            # The store's own client and defaults (0.2 s connect, 0.3 s read, one retry), as
-            # create_handler would build it: the demo does not tune the breaker's client.
-            return DynamoDBStore(self.table, endpoint_url=self.address)
+            if self.deadline is None:
+                # The store's own client and defaults (0.2 s connect, 0.3 s read, one retry),
+                # as create_handler builds it.
+                return DynamoDBStore(self.table, endpoint_url=self.address)
+            from botocore.config import Config
+
+            # moto's server applies one write at a time: under the fleet's load a write
+            # waits its turn for longer than the 0.3 s read timeout meant for DynamoDB.
+            # Both attempts fit in the deadline, as they do in the store's defaults.
+            return DynamoDBStore(
+                self.table,
+                endpoint_url=self.address,
+                boto_config=Config(read_timeout=self.deadline / 2),
+            )
         if self.kind == "redis":
             from fleetbreaker import RedisStore
 

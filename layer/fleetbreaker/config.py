@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 from typing import Any
 
 from fleetbreaker.errors import ConfigError
@@ -35,6 +35,13 @@ ENV_FIELDS: dict[str, type[int] | type[float]] = {
 }
 # The quorum's container ids are kept in the breaker's record, so their number is capped.
 MAX_MIN_CONTAINERS = 10
+# Powertools' CircuitBreakerConfig names accepted as keyword aliases (docs/migrating-from-
+# powertools.md): the same meaning under another name, so no DeprecationWarning.
+POWERTOOLS_ALIASES = {
+    "success_threshold": "half_open_successes",
+    "handled_exceptions": "failure_exceptions",
+    "local_cache_max_age": "cache_ttl",
+}
 # A container holds its counts at most this long before reporting them.
 MAX_REPORT_INTERVAL = 2.0
 _KIND_NAMES = {int: "a whole number", float: "a number"}
@@ -138,6 +145,15 @@ def _is_number(value: object) -> bool:
     return _as_float(value) is not None
 
 
+def _exception_tuple(value: object) -> object:
+    """Powertools' exception argument: one class, or an iterable of them, as a tuple."""
+    if isinstance(value, type):
+        return (value,)
+    if isinstance(value, (list, set, frozenset)):
+        return tuple(value)
+    return value
+
+
 def _exception_types(name: str, value: object) -> None:
     if not isinstance(value, tuple) or not all(
         isinstance(item, type) and issubclass(item, BaseException) for item in value
@@ -216,6 +232,10 @@ class BreakerConfig:
         Longest a container holds its calls, failures and slow calls before reporting them in
         one write (default: ``cache_ttl``, at most 2 s). Applies when the rate policy, slow
         calls or a quorum is on.
+    success_threshold, handled_exceptions, local_cache_max_age:
+        Powertools' names for ``half_open_successes``, ``failure_exceptions`` (a single
+        exception class is accepted too, as Powertools does) and ``cache_ttl``, accepted so a
+        Powertools config moves over unchanged. Giving both names of one field is an error.
 
     Example
     -------
@@ -248,8 +268,42 @@ class BreakerConfig:
     slow_call_rate_threshold: float = 1.0
     min_containers: int = 1
     report_interval: float | None = None
+    # Powertools' names (POWERTOOLS_ALIASES): init-only, never stored or compared.
+    success_threshold: InitVar[int | None] = None
+    handled_exceptions: InitVar[Any] = None
+    local_cache_max_age: InitVar[float | None] = None
 
-    def __post_init__(self) -> None:
+    def __post_init__(
+        self,
+        success_threshold: int | None,
+        handled_exceptions: Any,
+        local_cache_max_age: float | None,
+    ) -> None:
+        if handled_exceptions is not None:
+            handled_exceptions = _exception_tuple(handled_exceptions)
+        given = {
+            "success_threshold": success_threshold,
+            "handled_exceptions": handled_exceptions,
+            "local_cache_max_age": local_cache_max_age,
+        }
+        aliased = {}
+        for alias, value in given.items():
+            if value is not None:
+                self._take_alias(alias, value)
+                aliased[POWERTOOLS_ALIASES[alias]] = alias
+        try:
+            self._check()
+        except ConfigError as exc:
+            # Name the field as the caller spelled it.
+            target = str(exc).split(" ", 1)[0]
+            if target in aliased:
+                detail = str(exc).split(" ", 1)[1]
+                raise ConfigError(
+                    f"{aliased[target]} {detail} (Powertools' name for {target})"
+                ) from None
+            raise
+
+    def _check(self) -> None:
         _positive_int("failure_threshold", self.failure_threshold)
         _positive_int("half_open_successes", self.half_open_successes)
         _positive_int("half_open_max_probes", self.half_open_max_probes)
@@ -299,6 +353,16 @@ class BreakerConfig:
             if value is not None and not callable(value):
                 raise ConfigError(f"{name} must be callable or None, got {value!r}")
         self._check_rate_policy()
+
+    def _take_alias(self, alias: str, value: Any) -> None:
+        target = POWERTOOLS_ALIASES[alias]
+        current = getattr(self, target)
+        if current != _FIELD_DEFAULTS[target] and current != value:
+            raise ConfigError(
+                f"{alias} is Powertools' name for {target}: give one of them, got "
+                f"{alias}={value!r} and {target}={current!r}"
+            )
+        object.__setattr__(self, target, value)
 
     def _check_rate_policy(self) -> None:
         for name in ("failure_rate_threshold", "slow_call_rate_threshold"):
@@ -391,3 +455,10 @@ class BreakerConfig:
     def counts_result(self, result: object) -> bool:
         """Whether a returned value counts as a failure of the dependency."""
         return self.failure_result is not None and bool(self.failure_result(result))
+
+
+# What a field holds when not given: an alias may set only a field left at its default.
+_FIELD_DEFAULTS: dict[str, Any] = {
+    target: BreakerConfig.__dataclass_fields__[target].default
+    for target in POWERTOOLS_ALIASES.values()
+}

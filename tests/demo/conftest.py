@@ -35,7 +35,8 @@ class ShortDemo:
 
 @pytest.fixture(scope="package")
 def short_demo(tmp_path_factory: pytest.TempPathFactory) -> ShortDemo:
-    """The demo's short mode (8 containers, 3 s healthy, 2.5 s outage), run once: about 18 s."""
+    """The demo's short mode (8 containers, 3 s healthy, 2.5 s outage), run once: 32 s idle,
+    up to a few minutes on a loaded 2-core machine."""
     options = replace(SHORT, output=tmp_path_factory.mktemp("demo-output"))
     out = io.StringIO()
     result = run_demo(options, out=out)
@@ -44,7 +45,7 @@ def short_demo(tmp_path_factory: pytest.TempPathFactory) -> ShortDemo:
 
 @pytest.fixture(scope="package")
 def noisy_demo(tmp_path_factory: pytest.TempPathFactory) -> ShortDemo:
-    """`--short --policy rate --noise 0.02`, run once: about 20 s.
+    """`--short --policy rate --noise 0.02`, run once (about as long as the short demo).
 
     On the shared MemoryStore and rejecting while open: neither moto nor SQS to start, and no
     store timeout on a busy machine can put the fleet on local state (a container's local

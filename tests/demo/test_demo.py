@@ -50,15 +50,18 @@ def test_each_half_open_window_admits_exactly_the_probe_budget(short_demo: Short
     shared = short_demo.shared.summary
     per_container = short_demo.per_container.summary
 
-    # THEN the shared breaker admitted exactly the budget in every window: one failed during
-    # the outage (see SHORT), one succeeded after the recovery
+    # THEN the shared breaker admitted exactly the budget in every window
     assert shared.probes_per_window == (options.probes,) * shared.windows
-    assert shared.windows == 2
-    assert shared.failed_probes == options.probes
     assert shared.probes_at_recovery == options.probes
-    # AND each per-container breaker did too, in windows of its own
+    # AND each failed probe opened one more window, and the recovery's probe closed the last:
+    # the outage (see SHORT) is too short for a second probe to meet it. Whether the first
+    # probe meets it depends on the machine's pace (a busy machine trips the breaker late, and
+    # a probe's claim waits on moto), so the relation is asserted, not the count.
+    assert shared.windows == shared.failed_probes + 1
+    assert shared.failed_probes <= options.probes
+    # AND each per-container breaker did too, in windows of its own: one more per failed probe
     assert set(per_container.probes_per_window) == {options.probes}
-    assert per_container.windows == 2 * options.containers
+    assert per_container.windows == per_container.failed_probes + options.containers
 
 
 def test_every_container_closes_after_the_recovery(short_demo: ShortDemo) -> None:

@@ -152,3 +152,35 @@ def test_the_ramp_option_reaches_the_function() -> None:
     assert options_from(["--ramp", "3"]).function_env()["BREAKER_RECOVERY_RAMP_SECONDS"] == "3.0"
     assert options_from([]).function_env()["BREAKER_RECOVERY_RAMP_SECONDS"] == "0.0"
     assert main(["--ramp", "-1"]) == BAD_OPTIONS
+
+
+@pytest.mark.parametrize(
+    ("argv", "deadline", "why"),
+    [
+        ([], "10.0", "moto's server applies one write at a time"),
+        (["--store", "memory"], "10.0", "one manager process answers every container"),
+        (["--store", "redis"], "1.0", "the function's default"),
+        (["--store-deadline", "3"], "3.0", "--store-deadline"),
+    ],
+)
+def test_the_store_deadline_reaches_the_function_and_the_output(
+    argv: list[str], deadline: str, why: str
+) -> None:
+    # GIVEN a store on the command line (or a deadline), THEN the function gets that
+    # deadline, and the demo's opening line says what it is and why
+    options = options_from(argv)
+    assert options.function_env()["BREAKER_STORE_DEADLINE_SECONDS"] == deadline
+    assert f"store deadline {float(deadline):g} s" in options.describe()
+    assert why in options.describe()
+
+
+def test_the_emulated_dynamodb_client_waits_as_long_as_the_deadline() -> None:
+    # GIVEN the shared DynamoDB store of a demo with a raised deadline
+    from bench.demo.stores import StoreSpec
+
+    store = StoreSpec("dynamodb", "http://127.0.0.1:9", "CircuitBreakers", deadline=10.0).build()
+
+    # THEN its client's two attempts fit in the deadline, well past the 0.3 s default
+    client = store.client  # type: ignore[attr-defined]
+    assert client.meta.config.read_timeout == 5.0
+    assert main(["--store-deadline", "0"]) == BAD_OPTIONS

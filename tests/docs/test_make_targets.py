@@ -1,0 +1,132 @@
+"""Every `make` target the docs show exists, and runs with the outcome the docs give it.
+
+How each is run here (all from the repository root, `-o` marking the set-up targets as done
+so a test never reinstalls the venv under the suite that runs it):
+
+- run for real, exit 0: `help`, `demo ARGS='--help'` (the demo itself: tests/demo, and
+  `test_demo_busy.py` runs its short version), `invoke-local` with each documented form;
+- run for real, documented refusal (exit 2 with the message): `test-deployed` without
+  FLEETBREAKER_STACK, `invoke` without Docker;
+- printed with `make -n` (exit 0, the recipe runs the documented command): `deploy` and
+  `deploy-guided` (need an AWS account), `build`, `validate` and `checkov` (their commands
+  run in tests/sam), `bench` and `scale` (benchmarks: tests/bench runs scale.py's model),
+  `test` (this suite is its recipe; CI runs `make test` itself).
+
+`venv` (and `deps`) are not run here: they are the set-up every `make` target above depends
+on, which CI's `make test` runs on a fresh clone before this suite.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+
+import pytest
+
+from devtools.servers import REPO_ROOT
+from tests.docs.blocks import DOCS
+
+SET_UP = ["-o", "deps", "-o", "venv", "-o", "node", "-o", "redis", "-o", "tools"]
+# `make <target>` in inline code and at the start of a code block's line, with the
+# variables shown after it.
+SHOWN = re.compile(r"(?:^|`)make ((?:[a-z][a-z-]*)(?: [A-Z_]+=(?:'[^']*'|\S+))*)", re.M)
+# The targets that need what this machine lacks (an AWS account, Docker) or are the suite.
+PRINTED = {"deploy", "deploy-guided", "build", "validate", "checkov", "bench", "scale", "test"}
+
+
+def shown_commands() -> set[str]:
+    found = set()
+    for path in DOCS:
+        for match in SHOWN.finditer(path.read_text()):
+            found.add(match.group(1).rstrip("`.,;:)"))
+    return found
+
+
+def make(*args: str, timeout: float = 300, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["make", *SET_UP, *args],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **env},
+        check=False,
+    )
+
+
+def targets() -> set[str]:
+    listed = make("help").stdout
+    return set(re.findall(r"^  ([a-z][a-z-]*) ", listed, re.M))
+
+
+def test_every_target_the_docs_show_is_one_make_help_lists() -> None:
+    shown = {command.split()[0] for command in shown_commands()}
+    assert shown >= {"demo", "test", "help", "deploy", "invoke", "invoke-local"}
+    assert shown <= targets(), shown - targets()
+
+
+@pytest.mark.parametrize("target", sorted(PRINTED))
+def test_a_target_that_cannot_run_here_prints_its_documented_command(target: str) -> None:
+    command = {
+        "deploy": "sam deploy",
+        "deploy-guided": "sam deploy --guided",
+        "build": "sam build",
+        "validate": "sam validate --lint",
+        "checkov": "checkov -f template.yaml",
+        "bench": "bench/fleet_vs_powertools.py",
+        "scale": "bench/scale.py",
+        "test": 'pytest -m "not deployed"',
+    }[target]
+    done = make("-n", target)
+    assert done.returncode == 0, done.stderr
+    assert command in done.stdout
+
+
+def test_make_help_and_the_demos_help_exit_0() -> None:
+    assert make("help").returncode == 0
+    done = make("demo", "ARGS=--help")
+    assert done.returncode == 0, done.stderr
+    assert "--store-deadline" in done.stdout
+
+
+def test_make_test_deployed_refuses_without_a_stack() -> None:
+    env = {key: value for key, value in os.environ.items() if key != "FLEETBREAKER_STACK"}
+    done = subprocess.run(
+        ["make", *SET_UP, "test-deployed"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert "set FLEETBREAKER_STACK" in done.stderr
+
+
+def test_make_invoke_refuses_without_docker_and_names_invoke_local() -> None:
+    # GIVEN no Docker daemon (a socket nobody serves), WHEN `make invoke` runs
+    done = make("-o", "build", "invoke", DOCKER_HOST="unix:///nonexistent/docker.sock")
+
+    # THEN it refuses with exit 2 and points at invoke-local, before starting anything
+    assert done.returncode == 2
+    assert "Use: make invoke-local" in done.stderr
+
+
+@pytest.mark.slow
+def test_each_invoke_local_command_shown_exits_0() -> None:
+    shown = sorted(c for c in shown_commands() if c.startswith("invoke-local "))
+    assert len(shown) == 3, shown
+    for command in shown:
+        done = make(*shlex.split(command))
+        assert done.returncode == 0, (command, done.stdout[-2000:], done.stderr[-2000:])
+        responses = re.findall(r"^--- \S+ -> (\d+)$", done.stdout, re.M)
+        assert responses, command
+        if "--repeat 7" in command:
+            # The breaker sees the first five failures (threshold 5) and never lets the
+            # provider's 503 through as a 500. Whether calls six and seven are 503s depends
+            # on moto answering the trip within the store's 0.3 s read timeout.
+            assert len(responses) == 7
+            assert responses[:5] == ["502"] * 5
+            assert set(responses) <= {"502", "503"}
