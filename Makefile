@@ -21,7 +21,7 @@ ARGS ?=
 # apt-get needs root; use sudo when not root (CI and the dev machines run as root).
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: help venv node redis deps lint test test-deployed demo bench scale constraints clean distclean
+.PHONY: help venv node redis deps lint test rehearse test-deployed demo bench scale constraints clean distclean
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-14s %s\n", $$1, $$2}' \
@@ -72,6 +72,14 @@ test: deps lint ## lint, then every test except the deployed-stack suite
 	@# pytest exits 5 when no test ran; make treats any non-zero exit as a failure.
 	$(PYTEST) -m "not deployed" $(PYTEST_ARGS)
 
+# `make test` runs it too; this runs it alone (docs/testing.md, "The deploy rehearsal").
+rehearse: export SAM_CLI_TELEMETRY := 0
+rehearse: export AWS_DEFAULT_REGION := us-east-1
+rehearse: export AWS_ACCESS_KEY_ID := testing
+rehearse: export AWS_SECRET_ACCESS_KEY := testing
+rehearse: deps ## the deploy rehearsal: every function run as its stack configures it, IAM enforced
+	$(PYTEST) -m rehearsal tests/rehearsal $(PYTEST_ARGS)
+
 test-deployed: export SAM_CLI_TELEMETRY := 0
 test-deployed: venv ## opt-in: tests against a deployed stack (needs FLEETBREAKER_STACK + AWS creds)
 	@[ -n "$${FLEETBREAKER_STACK:-}" ] || { echo "set FLEETBREAKER_STACK to the deployed stack's name" >&2; exit 2; }
@@ -80,7 +88,8 @@ test-deployed: venv ## opt-in: tests against a deployed stack (needs FLEETBREAKE
 demo: deps ## an outage seen by 16 containers, shared vs per-container breakers, or rate vs count (ARGS='--help')
 	$(PY) -m bench.demo $(ARGS)
 
-bench: venv ## fleetbreaker vs Powertools' circuit breaker on a local moto server (bench/README.md)
+bench: venv ## import cost next to boto3, then fleetbreaker vs Powertools' circuit breaker on moto (bench/README.md)
+	$(PY) bench/import_time.py
 	$(PY) bench/fleet_vs_powertools.py $(ARGS)
 
 scale: venv ## simulated fleet of 100-5,000 containers, count vs rate policy (bench/README.md)

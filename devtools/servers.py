@@ -14,11 +14,14 @@ from __future__ import annotations
 import atexit
 import contextlib
 import ctypes
+import datetime
 import http.client
+import ipaddress
 import os
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -369,6 +372,95 @@ class RedisServer(ServerProcess):
     @property
     def url(self) -> str:
         return f"redis://{LOOPBACK}:{self.port}/0"
+
+
+def make_certificates(directory: Path) -> tuple[Path, Path, Path]:
+    """A throwaway CA and a server certificate for 127.0.0.1: (ca, cert, key) PEM files."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    now = datetime.datetime.now(datetime.timezone.utc)
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "fleetbreaker test CA")])
+    ca = (
+        x509.CertificateBuilder()
+        .subject_name(ca_name)
+        .issuer_name(ca_name)
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(ca_key, hashes.SHA256())
+    )
+    key = ec.generate_private_key(ec.SECP256R1())
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, LOOPBACK)]))
+        .issuer_name(ca_name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address(LOOPBACK))]),
+            critical=False,
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
+    paths = directory / "ca.pem", directory / "server.pem", directory / "server.key"
+    paths[0].write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    paths[1].write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    paths[2].write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    return paths
+
+
+class TlsRedisServer(RedisServer):
+    """redis-server accepting TLS connections only, on `port`."""
+
+    name = "redis-tls"
+
+    def __init__(self, ca: Path, cert: Path, key: Path) -> None:
+        super().__init__()
+        self.ca, self.cert, self.key = ca, cert, key
+
+    def command(self) -> Sequence[str]:
+        args = list(super().command())
+        args[args.index("--port") + 1] = "0"  # no plain-text listener at all
+        return [
+            *args,
+            "--tls-port",
+            str(self.port),
+            "--tls-cert-file",
+            str(self.cert),
+            "--tls-key-file",
+            str(self.key),
+            "--tls-ca-cert-file",
+            str(self.ca),
+            "--tls-auth-clients",
+            "no",
+        ]
+
+    def is_ready(self) -> bool:
+        context = ssl.create_default_context(cafile=str(self.ca))
+        with (
+            socket.create_connection((LOOPBACK, self.port), timeout=1.0) as plain,
+            context.wrap_socket(plain, server_hostname=LOOPBACK) as s,
+        ):
+            s.sendall(b"PING\r\n")
+            return s.recv(64).startswith(b"+PONG")
+
+    @property
+    def url(self) -> str:
+        return f"rediss://{LOOPBACK}:{self.port}/0"
 
 
 # --------------------------------------------------------------------------- fault helpers

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from fleetbreaker import state as rules
-from fleetbreaker import tuning
 from fleetbreaker.cache import RecordCache
 from fleetbreaker.config import BreakerConfig
 from fleetbreaker.errors import CircuitOpenError, ConfigError, InvalidTokenError
@@ -447,6 +446,9 @@ class CircuitBreaker:
         return self._force(State.CLOSED, reason, by)
 
     def _retune(self, text: str) -> None:
+        # Live tuning is rare: its module loads when a record first carries settings.
+        from fleetbreaker import tuning
+
         config = self.config
         try:
             values = tuning.decode_tuned(text)
@@ -735,6 +737,8 @@ class CircuitBreaker:
         if reason is None and by is None:
             outcome = self._store.force_state(self.name, self._policy, now, target)
         else:
+            from fleetbreaker import tuning
+
             if not isinstance(self.store, AdminStore):
                 raise ConfigError(
                     f"{type(self.store).__name__} cannot record who forced a breaker and why"

@@ -3,8 +3,9 @@
 Run as ``fleetbreaker`` (the console script) or ``python -m fleetbreaker``. Nothing imports
 this module on the breaker's path: ``import fleetbreaker`` stays as light as it was.
 
-Exit codes: 0 ok, 1 breaker (or its record) not found, 2 usage or validation error, 3 store
-unreachable. Every error is one line on stderr, never a traceback.
+Exit codes: 0 ok, 1 breaker (or its record) not found, or (create-table) a table that differs,
+2 usage or validation error, 3 store unreachable. Every error is one line on stderr, never a
+traceback.
 """
 
 from __future__ import annotations
@@ -327,7 +328,22 @@ class _Parser(argparse.ArgumentParser):
     """argparse with one-line errors (the usage line would make two) and exit code 2."""
 
     def error(self, message: str) -> NoReturn:
-        raise CliError(EXIT_USAGE, f"{message} (see {self.prog} --help)")
+        hint = self._nearest_choice(message)
+        raise CliError(EXIT_USAGE, f"{message}{hint} (see {self.prog} --help)")
+
+    def _nearest_choice(self, message: str) -> str:
+        """ "; did you mean 'status'?" for a mistyped command (or other choice), else ""."""
+        import difflib
+        import re
+
+        typed = re.search(r"invalid choice: '([^']*)'", message)
+        if typed is None:
+            return ""
+        choices = [
+            str(choice) for action in self._actions if action.choices for choice in action.choices
+        ]
+        nearest = difflib.get_close_matches(typed.group(1), choices, n=1)
+        return f"; did you mean {nearest[0]!r}?" if nearest else ""
 
 
 def _option_name(setting: str) -> str:
@@ -358,6 +374,25 @@ def _positive_count(raw: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be a positive whole number, got {raw!r}")
     return value
+
+
+# Every operator action may say why; none must (an incident is no time to be stopped by a
+# missing flag). Who and when are always stored; status shows "-" for no reason.
+REASON_HELP = "why, stored with the action and shown by status (optional)"
+# The help of each tune option: what the setting does on the running fleet.
+TUNE_HELP = {
+    "failure_threshold": "failures, counted fleet-wide within the window, that open the breaker",
+    "window_seconds": "seconds the failures (or the rate policy's calls) are counted over",
+    "recovery_timeout": "seconds the breaker stays open before its first probe",
+    "half_open_max_probes": "probes admitted at once while half-open, fleet-wide",
+    "half_open_successes": "successful probes that close the breaker",
+    "failure_rate_threshold": "switch to the rate policy: open at this failure fraction "
+    "(0 < x <= 1) of the window's calls; --clear returns to the deployed policy",
+    "minimum_calls": "calls the window must hold before a rate can open the breaker",
+    "slow_call_duration": "seconds after which a call counts as slow, even while still running",
+    "slow_call_rate_threshold": "open at this fraction (0 < x <= 1) of slow calls in the window",
+    "min_containers": "open only when the failures came from this many containers (quorum)",
+}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -401,7 +436,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="fleetbreaker",
         description="See and steer fleet-wide circuit breakers.",
-        epilog="Exit codes: 0 ok, 1 not found, 2 usage or validation error, 3 store unreachable.",
+        epilog="Exit codes: 0 ok, 1 not found (create-table: the table differs), 2 usage or "
+        "validation error, 3 store unreachable.",
     )
     add_globals(parser, suppress=False)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
@@ -421,7 +457,7 @@ def build_parser() -> argparse.ArgumentParser:
     ):
         sub = command(name, help_text)
         sub.add_argument("name")
-        sub.add_argument("--reason", required=True, help="why (stored with the action)")
+        sub.add_argument("--reason", help=REASON_HELP)
     tune = command(
         "tune",
         "set a breaker's live settings (they replace earlier ones); every container applies "
@@ -430,10 +466,25 @@ def build_parser() -> argparse.ArgumentParser:
     tune.add_argument("name")
     for setting, kind in tuning.TUNABLE.items():
         tune.add_argument(
-            _option_name(setting), dest=setting, type=_number(kind), metavar=kind.__name__.upper()
+            _option_name(setting),
+            dest=setting,
+            type=_number(kind),
+            metavar=kind.__name__.upper(),
+            help=TUNE_HELP[setting],
         )
     tune.add_argument("--clear", action="store_true", help="remove every live setting")
-    tune.add_argument("--reason", help="why (stored with the action)")
+    tune.add_argument("--reason", help=REASON_HELP)
+    create = command(
+        "create-table",
+        "create a breaker table as template.yaml declares it: key name, on-demand, TTL on "
+        "expires_at, encrypted (exit 0 if it exists with that shape, 1 with the differences)",
+    )
+    create.add_argument("table_name", metavar="NAME", help="the table's name")
+    create.add_argument(
+        "--stream",
+        action="store_true",
+        help="with a stream of new and old images (the stack's BreakerEventsFunction reads it)",
+    )
     watch = command("watch", "show a breaker's status every second until Ctrl-C")
     watch.add_argument("name")
     watch.add_argument("--interval", type=_positive_seconds, default=1.0, help=argparse.SUPPRESS)
@@ -667,6 +718,8 @@ def run(
     sleep: Callable[[float], None] = time.sleep,
 ) -> int:
     """Run one parsed command; raises CliError, StoreError or ConfigError on failure."""
+    if args.command == "create-table":
+        return create_table(args, out)
     name = _checked_name(args.name) if hasattr(args, "name") else ""
     values = _tuning_from(args) if args.command == "tune" else {}
     reason = tuning.check_reason(getattr(args, "reason", None))
@@ -674,7 +727,10 @@ def run(
     store, where = open_store(args)
     now = clock()
     if args.command == "list":
-        _print(args, out, gather_all(store, now, window))
+        views = gather_all(store, now, window)
+        if not views and not args.json:  # JSON Lines: no breaker, no line
+            out.write(f"no breakers in {where}\n")
+        _print(args, out, views)
         return EXIT_OK
     if args.command == "status":
         _print(args, out, [_require(store, name, where, now, window)])
@@ -698,6 +754,42 @@ def run(
     raise CliError(EXIT_USAGE, f"unknown command {args.command!r}")  # pragma: no cover
 
 
+def create_table(args: argparse.Namespace, out: TextIO) -> int:
+    """``create-table NAME``: create it, or compare the existing table with the shape."""
+    from fleetbreaker.stores import dynamodb_table
+
+    table = args.table_name
+    if not dynamodb_table.TABLE_NAME.fullmatch(table):
+        raise CliError(
+            EXIT_USAGE, f"table name must be 3 to 255 of A-Z a-z 0-9 _ . -, got {table!r}"
+        )
+    import boto3
+
+    session = boto3.session.Session(region_name=args.region)
+    if not session.region_name:  # a table lives in one region: never guess it
+        raise CliError(EXIT_USAGE, "no AWS region: pass --region or set AWS_REGION")
+    try:
+        client = session.client("dynamodb", endpoint_url=args.endpoint_url, config=_aws_config())
+        created, differences = dynamodb_table.ensure_table(client, table, stream=args.stream)
+    except StoreError:
+        raise
+    except Exception as exc:
+        raise _aws_error(exc, f"cannot create table {table!r}") from None
+    if args.json:
+        result = {"table": table, "created": created, "differences": differences}
+        out.write(json.dumps(result, sort_keys=True) + "\n")
+    elif not differences:
+        done = f"created table {table!r}" if created else f"table {table!r} exists with that shape"
+        out.write(f"{done}: {dynamodb_table.describe_shape(stream=args.stream)}\n")
+    if differences:
+        raise CliError(
+            EXIT_NOT_FOUND,
+            f"table {table!r} exists but is not a breaker table as template.yaml declares it: "
+            + "; ".join(differences),
+        )
+    return EXIT_OK
+
+
 def _watch(
     args: argparse.Namespace,
     out: TextIO,
@@ -713,23 +805,29 @@ def _watch(
     while args.count is None or shown < args.count:
         if shown:
             sleep(args.interval)
+        now = clock()
         try:
             window = window_of(args)
-            view = gather_one(store, name, clock(), window) or view_of(name, None, clock())
+            view = gather_one(store, name, now, window) or view_of(name, None, now)
         except StoreError as exc:
             # A blip mid-incident must not end the watch: say so and try again (with --json
             # as a JSON line too: a reader of the stream gets nothing else).
             if args.json:
-                problem = {"name": name, "error": f"store error: {exc}", "at": _iso(clock())}
+                problem = {"name": name, "error": f"store error: {exc}", "at": _iso(now)}
                 out.write(json.dumps(problem, sort_keys=True) + "\n")
             else:
-                out.write(f"{_iso(clock())}  store error: {printable(str(exc))}\n")
+                out.write(f"{_iso(now)}  store error: {printable(str(exc))}\n")
         else:
-            if clear:
-                out.write("\x1b[H\x1b[2J")
-            _print(args, out, [view])
-            if not clear and not args.json:
-                out.write("\n")
+            # Each frame says when it was read: piped into a log, frames are told apart.
+            if args.json:
+                out.write(json.dumps({**view.as_json(), "at": _iso(now)}, sort_keys=True) + "\n")
+            else:
+                if clear:
+                    out.write("\x1b[H\x1b[2J")
+                out.write(f"at {_iso(now)}\n")
+                _print(args, out, [view])
+                if not clear:
+                    out.write("\n")
         out.flush()
         shown += 1
     return EXIT_OK

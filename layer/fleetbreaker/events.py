@@ -11,6 +11,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("fleetbreaker")
 
+# Transitions into these states log at WARNING; the others (half_open, closed) at INFO.
+_WARNING_STATES = frozenset({"open", "forced_open", "disabled"})
+
 
 class BreakerListener:
     """Receives breaker events. Subclass and override what you need; every hook is a no-op.
@@ -82,6 +85,10 @@ class LoggerLike(Protocol):
 class LoggingListener(BreakerListener):
     """Logs transitions, degradations and store trouble; nothing per healthy call.
 
+    Levels: a transition to open, forced_open or disabled, a store error and degraded mode
+    are WARNING (they show at the Lambda Python runtime's default level); a transition to
+    half_open or closed and the store's return are INFO; an unreadable record is ERROR.
+
     Every record carries structured fields through ``extra``: ``breaker``, ``breaker_event``
     (``transition``, ``store_error``, ``degraded``, ``recovered``, ``corrupt_record``) and the
     event's own fields (``from_state``/``to_state``, ``operation``, ``error``, ``error_type``,
@@ -106,7 +113,11 @@ class LoggingListener(BreakerListener):
         self.log: LoggerLike = log if log is not None else logger
 
     def on_transition(self, name: str, before: State, after: State) -> None:
-        self.log.info(
+        # Lambda's Python runtime leaves the root logger at WARNING unless the function sets
+        # a log level: a breaker that starts turning calls away, or stops protecting them,
+        # must show there. Recovery (half_open, closed) is routine news.
+        log = self.log.warning if after.value in _WARNING_STATES else self.log.info
+        log(
             "circuit %s: %s -> %s",
             name,
             before.value,

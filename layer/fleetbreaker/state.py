@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import field
 from enum import Enum
 from functools import cached_property, lru_cache
 from typing import Any, Protocol
+
+from fleetbreaker.frozen import frozen, replace
 
 # Probe slots a record can hold: BreakerConfig caps half_open_max_probes here, and the stores
 # (DynamoDB attributes, the Redis scripts) read this many.
@@ -53,7 +55,7 @@ class Decision(str, Enum):
         return self.value
 
 
-@dataclass(frozen=True)
+@frozen
 class Lease:
     """A probe slot held by one caller until ``until`` (epoch ms).
 
@@ -65,7 +67,7 @@ class Lease:
     since: int | None = None
 
 
-@dataclass(frozen=True)
+@frozen
 class Bucket:
     """One slice of the rate policy's sliding window: the calls reported in it.
 
@@ -108,7 +110,7 @@ def parse_window(
     return {"buckets": buckets, **{QUORUM_CODES[code]: dict(m) for code, m in quorum.items()}}
 
 
-@dataclass(frozen=True)
+@frozen
 class Report:
     """What one container reports in one write: its calls since its last report.
 
@@ -129,7 +131,7 @@ class Report:
         return bool(self.calls or self.failures or self.slow)
 
 
-@dataclass(frozen=True)
+@frozen
 class Record:
     """One breaker's shared state, as every store keeps it.
 
@@ -259,7 +261,7 @@ def reaches(part: int, whole: int, ratio: tuple[int, int]) -> bool:
 WINDOW_BUCKETS = 10
 
 
-@dataclass(frozen=True)
+@frozen
 class Policy:
     """The numbers the store operations need, in store units (ms, s).
 
@@ -329,7 +331,7 @@ def alone(policy: Policy) -> Policy:
     return policy if policy.min_containers <= 1 else replace(policy, min_containers=1)
 
 
-@dataclass(frozen=True)
+@frozen
 class Outcome:
     """What a store operation did and the record it left behind.
 
@@ -347,7 +349,7 @@ class Outcome:
     retry_after_ms: int | None = None
 
 
-@dataclass(frozen=True)
+@frozen
 class ProbeReport:
     """A probe's result, as its caller reports it to ``settle_probe``.
 
@@ -360,7 +362,7 @@ class ProbeReport:
     jitter: float = 1.0
 
 
-@dataclass(frozen=True)
+@frozen
 class Verdict:
     """What the rules say about admitting a call, given a record and the time."""
 
@@ -593,7 +595,7 @@ def apply_force(record: Record | None, policy: Policy, now_ms: int, target: Stat
 # -- rate policy, slow calls and quorum ---------------------------------------------------
 
 
-@dataclass(frozen=True)
+@frozen
 class WindowCounts:
     """The fleet's calls in the sliding window, summed over its live buckets."""
 
@@ -744,7 +746,7 @@ def apply_report(record: Record | None, policy: Policy, now_ms: int, report: Rep
     return Outcome(_stamp(counted, policy, now_ms), changed=True)
 
 
-@dataclass(frozen=True)
+@frozen
 class Snapshot:
     """The fleet's view of one breaker at one moment (see ``CircuitBreaker.snapshot``).
 

@@ -219,11 +219,34 @@ def test_reset_of_an_unknown_breaker_exits_1_and_writes_nothing(
     assert load(backend, name) is None
 
 
-def test_an_override_needs_a_reason(moto_server_backend: Backend, name: str) -> None:
-    result = moto_server_backend.run("open", name)
+@pytest.mark.parametrize(
+    ("command", "options", "action"),
+    [
+        ("open", [], "forced_open"),
+        ("disable", [], "disabled"),
+        ("tune", ["--failure-threshold", "3"], "tune"),
+    ],
+)
+def test_an_action_without_a_reason_is_stored_without_one(
+    moto_server_backend: Backend, name: str, command: str, options: list[str], action: str
+) -> None:
+    # WHEN an operator acts without --reason (optional on every command that acts)
+    result = moto_server_backend.run(command, name, *options, "--json")
+    # THEN it is done and stored with who and when, and no reason
+    assert result.code == 0, result.err
+    shown = result.json_lines()[0]["last_action"]
+    assert (shown["action"], shown["by"], shown["reason"]) == (action, MOTO_ARN, None)
 
-    assert result.code == 2
-    assert "--reason" in one_line_error(result)
+
+def test_reset_without_a_reason_releases_the_override(
+    moto_server_backend: Backend, name: str
+) -> None:
+    assert moto_server_backend.run("open", name, "--reason", "drill").code == 0
+
+    result = moto_server_backend.run("reset", name)
+
+    assert result.code == 0, result.err
+    assert load(moto_server_backend, name).state is State.CLOSED
 
 
 # -- tuning ----------------------------------------------------------------------------------
@@ -314,7 +337,8 @@ def test_watch_refreshes_the_status(backend: Backend, name: str) -> None:
     assert result.code == 0, result.err
     lines = result.json_lines()
     assert [line["name"] for line in lines] == [name] * 3
-    assert all(set(line) == JSON_KEYS for line in lines)
+    # watch adds when each frame was read
+    assert all(set(line) == JSON_KEYS | {"at"} for line in lines)
 
 
 def test_watch_of_an_unknown_breaker_exits_1(moto_server_backend: Backend, name: str) -> None:

@@ -38,7 +38,7 @@ def test_transition_record_has_structured_fields(
         with pytest.raises(Boom):
             breaker.call(fail)
     (record,) = fleetbreaker_records(caplog)
-    assert record.levelno == logging.INFO
+    assert record.levelno == logging.WARNING
     assert record.getMessage() == "circuit payment-api: closed -> open"
     fields: dict[str, Any] = record.__dict__
     assert fields["breaker"] == "payment-api"
@@ -81,7 +81,7 @@ def test_powertools_logger_writes_the_fields_as_top_level_json(
     lines = [json.loads(line) for line in stream.getvalue().splitlines()]
     (transition,) = lines
     assert transition["service"] == service
-    assert transition["level"] == "INFO"
+    assert transition["level"] == "WARNING"
     assert transition["message"] == "circuit payment-api: closed -> open"
     assert transition["breaker"] == "payment-api"
     assert transition["breaker_event"] == "transition"

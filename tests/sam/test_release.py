@@ -72,7 +72,7 @@ def test_the_license_is_the_one_every_declaration_names(
     assert "without restriction" in text
     assert "subject to the following conditions" not in text, "that is MIT, not MIT-0"
     assert metadata["SpdxLicenseId"] == "MIT-0"
-    assert pyproject["project"]["license"] == {"text": "MIT-0"}
+    assert pyproject["project"]["license"] == "MIT-0"
     resources = load_template()["Resources"]
     for layer in ("FleetbreakerLayer", "FleetbreakerSlimLayer"):
         assert resources[layer]["Properties"]["LicenseInfo"] == "MIT-0"

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from fleetbreaker.errors import ConfigError
+from fleetbreaker.frozen import frozen
 from fleetbreaker.stores.base import Store, StoreStats
 from fleetbreaker.stores.fallback import FallbackStore
 from fleetbreaker.stores.memory import MemoryStore
@@ -60,7 +60,7 @@ def default_redis_url() -> str:
     return _read(None, URL_ENV)
 
 
-@dataclass(frozen=True)
+@frozen
 class StoreSettings:
     """The shared store an environment names, read and checked, not yet connected.
 

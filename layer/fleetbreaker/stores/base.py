@@ -6,6 +6,8 @@ import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
+from fleetbreaker.frozen import frozen
+
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
@@ -87,7 +89,7 @@ class Store(Protocol):
         ...
 
 
-@dataclass(frozen=True)
+@frozen
 class Listing:
     """One breaker found by :meth:`AdminStore.list_records`.
 

@@ -14,11 +14,11 @@ import logging
 import secrets
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any, cast
 
 from fleetbreaker import state as rules
 from fleetbreaker.errors import ConfigError, CorruptRecordError, StoreError, TableNotFoundError
+from fleetbreaker.frozen import replace
 from fleetbreaker.state import (
     MAX_PROBE_SLOTS,
     Lease,

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator
-from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from fleetbreaker import state as rules
+from fleetbreaker.frozen import replace
 from fleetbreaker.state import Outcome, Policy, ProbeReport, Record, Report, State
 from fleetbreaker.stores.base import Listing, StoreStats
 

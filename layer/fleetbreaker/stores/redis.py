@@ -16,12 +16,12 @@ from __future__ import annotations
 import hashlib
 import logging
 import re
-from dataclasses import replace
 from importlib import resources
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from fleetbreaker import state as rules
 from fleetbreaker.errors import ConfigError, CorruptRecordError, StoreError
+from fleetbreaker.frozen import replace
 from fleetbreaker.state import (
     MAX_PROBE_SLOTS,
     Decision,

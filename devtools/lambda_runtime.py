@@ -1,0 +1,74 @@
+"""One Lambda execution environment ("container") as a child process: init once, then invoke.
+
+Started by :class:`devtools.rehearsal.LambdaContainer` with exactly the environment the
+function's stack gives it (plus what Lambda's runtime adds: region, function name, the role's
+credentials). Like Lambda it imports the handler module named by ``_HANDLER`` from
+``LAMBDA_TASK_ROOT``'s stand-in (the function's code directory, plus functions/shared, which
+the functions' Makefiles copy beside ``app.py``), once; its module-level code runs then. Then it
+serves invocations one at a time, as a warm container does.
+
+Protocol: one JSON request per line on stdin (``{"event": ..., "context": {...}}``), one JSON
+answer per line on the file descriptor given as the second argument: ``{"result": ...}`` or
+``{"error": {"type", "message", "traceback"}}``; before the first request, ``{"ready": true}``
+or ``{"init_error": {...}}`` (then the process exits, as a failed init does in Lambda).
+Everything the function prints or logs goes to the process's stdout/stderr, which the parent
+keeps as the function's log.
+
+Usage: python -m devtools.lambda_runtime CODE_DIR ANSWER_FD
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import sys
+import traceback
+from typing import Any
+
+from devtools.lambda_context import FakeLambdaContext
+from devtools.servers import REPO_ROOT
+
+SHARED_DIR = REPO_ROOT / "functions" / "shared"
+
+
+def _error(exc: BaseException) -> dict[str, Any]:
+    return {
+        "type": type(exc).__name__,
+        "message": str(exc),
+        "traceback": "".join(traceback.format_exception(exc)),
+    }
+
+
+def _answer(channel: Any, payload: dict[str, Any]) -> None:
+    channel.write(json.dumps(payload, default=str) + "\n")
+    channel.flush()
+
+
+def main() -> None:
+    code_dir, answer_fd = sys.argv[1], int(sys.argv[2])
+    channel = os.fdopen(answer_fd, "w", encoding="utf-8")
+    sys.path[:0] = [code_dir, str(SHARED_DIR)]
+    module_name, _, function_name = os.environ["_HANDLER"].rpartition(".")
+    try:
+        handler = getattr(importlib.import_module(module_name), function_name)
+    except BaseException as exc:  # an init failure is the answer, as in Lambda
+        _answer(channel, {"init_error": _error(exc)})
+        return
+    _answer(channel, {"ready": True})
+    for line in sys.stdin:
+        request = json.loads(line)
+        context = FakeLambdaContext(**request.get("context", {}))
+        try:
+            result = handler(request["event"], context)
+        except Exception as exc:
+            _answer(channel, {"error": _error(exc)})
+            continue
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        _answer(channel, {"result": result})
+
+
+if __name__ == "__main__":
+    main()

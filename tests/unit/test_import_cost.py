@@ -1,0 +1,112 @@
+"""Guard on what a cold start imports: which modules, and how many dataclasses they build.
+
+The cost itself is a benchmark (bench/import_time.py: at most 6 ms and 1.04 × `import
+boto3`). These tests pin down what keeps it there, without timing anything: the modules that
+`import fleetbreaker` plus the DynamoDB store loads, and the dataclasses defined on that path
+(each one compiles six generated methods at import; see fleetbreaker/frozen.py). A change that
+adds to either list must add to it here too, and rerun the benchmark.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+LAYER = Path(__file__).resolve().parents[2] / "layer"
+
+# What a function's cold start needs: the breaker, its config and rules, the cache, the
+# fallback store (with its in-memory twin), the default logging listener and DynamoDB.
+COLD_START_MODULES = {
+    "fleetbreaker",
+    "fleetbreaker.breaker",
+    "fleetbreaker.cache",
+    "fleetbreaker.config",
+    "fleetbreaker.errors",
+    "fleetbreaker.events",
+    "fleetbreaker.frozen",
+    "fleetbreaker.ramp",
+    "fleetbreaker.reporting",
+    "fleetbreaker.state",
+    "fleetbreaker.stores",
+    "fleetbreaker.stores.base",
+    "fleetbreaker.stores.dynamodb",
+    "fleetbreaker.stores.fallback",
+    "fleetbreaker.stores.memory",
+}
+# Public value classes users may pass to dataclasses.replace / asdict: they stay dataclasses.
+COLD_START_DATACLASSES = {
+    "fleetbreaker.breaker.Admission",
+    "fleetbreaker.breaker.RecordResult",
+    "fleetbreaker.config.BreakerConfig",
+    "fleetbreaker.stores.base.StoreStats",
+    "fleetbreaker.stores.fallback.FallbackStats",
+}
+# Third-party packages a breaker on DynamoDB must not pull in at import.
+NEVER_AT_IMPORT = ("aws_xray_sdk", "aws_lambda_powertools", "redis", "opentelemetry")
+
+PROBE = """
+import dataclasses, json, sys
+{statement}
+modules = sorted(name for name in sys.modules if name.split(".")[0] == "fleetbreaker")
+classes = sorted(
+    f"{{module}}.{{name}}"
+    for module in modules
+    for name, value in vars(sys.modules[module]).items()
+    if isinstance(value, type) and dataclasses.is_dataclass(value) and value.__module__ == module
+)
+third = sorted({{name.split(".")[0] for name in sys.modules}} & set({never!r}))
+boto3 = ["boto3"] if "boto3" in sys.modules else []
+found = {{"modules": modules, "dataclasses": classes, "third_party": third, "boto3": boto3}}
+print(json.dumps(found))
+"""
+
+
+def imported_by(statement: str) -> dict[str, list[str]]:
+    """What a fresh interpreter has loaded after ``statement`` (only the layer on its path)."""
+    out = subprocess.run(
+        [sys.executable, "-c", PROBE.format(statement=statement, never=NEVER_AT_IMPORT)],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"PYTHONPATH": str(LAYER), "PATH": "/usr/bin:/bin"},
+        timeout=120,
+    ).stdout
+    result: dict[str, list[str]] = json.loads(out)
+    return result
+
+
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "import fleetbreaker; import fleetbreaker.stores.dynamodb",
+        # How a handler writes it: the lazy DynamoDBStore name loads the same modules.
+        "from fleetbreaker import BreakerConfig, CircuitBreaker, DynamoDBStore",
+    ],
+)
+def test_a_cold_start_loads_only_the_modules_the_healthy_path_needs(statement: str) -> None:
+    # GIVEN a fresh interpreter WHEN a function imports the package and its DynamoDB store
+    loaded = imported_by(statement)
+    # THEN exactly these modules are loaded: no CLI, tuning, metrics, tracing or Redis
+    assert set(loaded["modules"]) == COLD_START_MODULES
+    assert loaded["third_party"] == []
+
+
+def test_a_cold_start_builds_only_the_public_dataclasses() -> None:
+    # GIVEN a fresh interpreter WHEN the package and its DynamoDB store are imported
+    loaded = imported_by("import fleetbreaker; import fleetbreaker.stores.dynamodb")
+    # THEN the only dataclasses defined on the way are the public value classes
+    assert set(loaded["dataclasses"]) == COLD_START_DATACLASSES
+
+
+def test_plain_import_fleetbreaker_leaves_the_stores_with_dependencies_out() -> None:
+    # GIVEN a fresh interpreter WHEN only the package is imported
+    loaded = imported_by("import fleetbreaker")
+    # THEN neither the DynamoDB nor the Redis store module is loaded, nor boto3
+    assert not {"fleetbreaker.stores.dynamodb", "fleetbreaker.stores.redis"} & set(
+        loaded["modules"]
+    )
+    assert loaded["boto3"] == []
