@@ -17,11 +17,15 @@ VENV_STAMP := $(VENV)/.stamp
 NODE_STAMP := node_modules/.stamp
 # Extra arguments: `make test PYTEST_ARGS='-k redis -x'`, `make demo ARGS='--help'`.
 PYTEST_ARGS ?=
+# Branch coverage of layer/fleetbreaker and functions/ (pyproject's [tool.coverage]): the
+# table, and a failure below its fail_under. A partial run (PYTEST_ARGS='-k ...') falls
+# below the floor: pass COVERAGE= to leave coverage out.
+COVERAGE ?= --cov --cov-report=term
 ARGS ?=
 # apt-get needs root; use sudo when not root (CI and the dev machines run as root).
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: help venv node redis deps lint test rehearse test-deployed demo bench scale constraints clean distclean
+.PHONY: help venv node redis deps lint test rehearse test-deployed mutate demo bench scale constraints clean distclean
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-14s %s\n", $$1, $$2}' \
@@ -70,7 +74,7 @@ test: export AWS_ACCESS_KEY_ID := testing
 test: export AWS_SECRET_ACCESS_KEY := testing
 test: deps lint ## lint, then every test except the deployed-stack suite
 	@# pytest exits 5 when no test ran; make treats any non-zero exit as a failure.
-	$(PYTEST) -m "not deployed" $(PYTEST_ARGS)
+	$(PYTEST) -m "not deployed" $(COVERAGE) $(PYTEST_ARGS)
 
 # `make test` runs it too; this runs it alone (docs/testing.md, "The deploy rehearsal").
 rehearse: export SAM_CLI_TELEMETRY := 0
@@ -84,6 +88,11 @@ test-deployed: export SAM_CLI_TELEMETRY := 0
 test-deployed: venv ## opt-in: tests against a deployed stack (needs FLEETBREAKER_STACK + AWS creds)
 	@[ -n "$${FLEETBREAKER_STACK:-}" ] || { echo "set FLEETBREAKER_STACK to the deployed stack's name" >&2; exit 2; }
 	$(PYTEST) -m deployed $(PYTEST_ARGS)
+
+# Not part of CI (tens of minutes): docs/testing.md#mutation-testing records the last run.
+mutate: venv ## mutation testing of layer/fleetbreaker with mutmut, module by module (ARGS='ramp cache')
+	$(PIP) install --quiet -c constraints.txt -e '.[dev,mutate]'
+	$(PY) scripts/mutate.py $(ARGS)
 
 demo: deps ## an outage seen by 16 containers, shared vs per-container breakers, or rate vs count (ARGS='--help')
 	$(PY) -m bench.demo $(ARGS)

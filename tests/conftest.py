@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Callable, Iterator
-from typing import NoReturn, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import pytest
 
@@ -24,7 +24,10 @@ from devtools.servers import (
     RedisServer,
     ServerProcess,
     ServerStartError,
+    TlsRedisServer,
+    make_certificates,
 )
+from tests.support import FakeClock
 
 IN_CI = bool(os.environ.get("CI"))
 
@@ -156,6 +159,12 @@ def redis_factory() -> Iterator[Callable[[], RedisServer]]:
 
 
 @pytest.fixture
+def clock() -> FakeClock:
+    """Epoch milliseconds that move only when the test advances them."""
+    return FakeClock()
+
+
+@pytest.fixture
 def blackhole() -> Iterator[BlackholeServer]:
     """A TCP server on 127.0.0.1 that accepts connections and never answers."""
     with BlackholeServer() as server:
@@ -166,6 +175,20 @@ def blackhole() -> Iterator[BlackholeServer]:
 def refused_port() -> int:
     """A 127.0.0.1 port where connections are refused."""
     return servers.refused_port()
+
+
+# --------------------------------------------------------------------------- TLS
+
+
+@pytest.fixture(scope="session")
+def tls_redis(redis_server: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A TLS-only redis-server (depends on redis_server for the missing-backend rule)."""
+    server = TlsRedisServer(*make_certificates(tmp_path_factory.mktemp("tls")))
+    try:
+        server.start()
+        yield server
+    finally:
+        server.stop()
 
 
 # --------------------------------------------------------------------------- CI skip rule

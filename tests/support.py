@@ -1,11 +1,19 @@
-"""Small test doubles shared by the suites: a clock moved by hand, and stores that fail."""
+"""Small test doubles shared by the suites: a clock moved by hand, stores that fail, a
+dependency that counts its calls, and the helpers that build and trip breakers."""
 
 from __future__ import annotations
 
+import dataclasses
 import threading
+from collections.abc import Iterable
 from typing import Any
 
+import pytest
+
+from fleetbreaker import BreakerConfig, CircuitBreaker, State
 from fleetbreaker.errors import StoreError
+from fleetbreaker.events import BreakerListener
+from fleetbreaker.state import Policy, Record
 from fleetbreaker.stores.memory import MemoryStore
 
 T0 = 1_700_000_000_000
@@ -77,6 +85,45 @@ class Dependency:
         if self.failing:
             raise ConnectionError("dependency down (test)")
         return "ok"
+
+
+def breaker_on(
+    store: Any,
+    clock: FakeClock,
+    config: BreakerConfig | None = None,
+    *,
+    name: str = "payment-api",
+    listeners: Iterable[BreakerListener] | None = None,
+    **settings: Any,
+) -> CircuitBreaker:
+    """A breaker named ``name`` on ``store``, driven by ``clock``: ``config`` (default
+    BreakerConfig()) with ``settings`` replaced; ``listeners`` None keeps the default logger."""
+    config = dataclasses.replace(config or BreakerConfig(), **settings)
+    return CircuitBreaker(name, store=store, config=config, clock=clock, listeners=listeners)
+
+
+def trip(breaker: CircuitBreaker, dep: Dependency, times: int | None = None) -> None:
+    """Fail ``times`` calls (default: the breaker's threshold) through the breaker; the
+    dependency is left failing."""
+    dep.failing = True
+    for _ in range(breaker.config.failure_threshold if times is None else times):
+        with pytest.raises(ConnectionError):
+            breaker.call(dep)
+
+
+def trip_store(store: Any, name: str, policy: Policy, now: int) -> Record:
+    """Count failures on ``store`` (each against the record it holds) until the breaker opens;
+    the opened record."""
+    outcome = None
+    for _ in range(policy.failure_threshold):
+        outcome = store.record_failure(name, policy, now, store.load(name, now))
+        if outcome.transition is not None:
+            break
+    assert outcome is not None
+    assert outcome.transition == (State.CLOSED, State.OPEN)
+    assert outcome.record is not None
+    record: Record = outcome.record
+    return record
 
 
 def function_reads(source: str, variable: str) -> bool:

@@ -19,9 +19,10 @@ from typing import Any
 import pytest
 
 from devtools import servers
-from fleetbreaker import BreakerConfig, DynamoDBStore, RedisStore
+from fleetbreaker import BreakerConfig, CircuitBreaker, CircuitOpenError, DynamoDBStore, RedisStore
 from fleetbreaker.breaker import system_clock
 from fleetbreaker.state import Policy
+from tests.support import Dependency, FakeClock
 
 CLI = Path(sys.executable).with_name("fleetbreaker")
 MOTO_ARN = "arn:aws:sts::123456789012:user/moto"  # what moto's GetCallerIdentity answers
@@ -114,6 +115,46 @@ def fail(backend: Backend, name: str, times: int) -> None:
 
 def load(backend: Backend, name: str) -> Any:
     return backend.store.load(name, system_clock())
+
+
+@dataclass
+class Running:
+    """A CircuitBreaker at work on a backend's store, as a container runs it while the CLI acts.
+
+    Its clock moves only when a test says so (``wait_cache_ttl``), so what it sees is its
+    cached record until then, and the store's record after.
+    """
+
+    breaker: CircuitBreaker
+    clock: FakeClock
+    dependency: Dependency
+
+    def wait_cache_ttl(self) -> None:
+        self.clock.advance(self.breaker.config.cache_ttl)
+
+    def next_call_reaches_the_dependency(self) -> bool:
+        """Make one call through the breaker: did it run the dependency?"""
+        before = self.dependency.calls
+        try:
+            self.breaker.call(self.dependency)
+        except CircuitOpenError:
+            assert self.dependency.calls == before, "a rejected call ran the dependency"
+            return False
+        except ConnectionError:  # the dependency ran and failed (dependency.failing)
+            pass
+        return self.dependency.calls == before + 1
+
+
+@pytest.fixture
+def running(backend: Backend, name: str) -> Running:
+    """A breaker on ``backend``'s store with POLICY's threshold and a one-second cache."""
+    config = BreakerConfig(
+        failure_threshold=POLICY.failure_threshold, cache_ttl=1.0, store_deadline_seconds=30
+    )
+    clock = FakeClock(system_clock())
+    return Running(
+        CircuitBreaker(name, store=backend.store, config=config, clock=clock), clock, Dependency()
+    )
 
 
 def one_line_error(result: Any) -> str:

@@ -7,11 +7,19 @@ from __future__ import annotations
 
 import pytest
 
-from fleetbreaker import BreakerConfig, CircuitBreaker, State
+from fleetbreaker import BreakerConfig, CircuitBreaker, CircuitOpenError, State
 from fleetbreaker.breaker import system_clock
 from fleetbreaker.state import Policy, Report
 from fleetbreaker.tuning import Action, decode_tuned
-from tests.cli.conftest import MOTO_ARN, POLICY, Backend, fail, load, one_line_error
+from tests.cli.conftest import (
+    MOTO_ARN,
+    POLICY,
+    Backend,
+    Running,
+    fail,
+    load,
+    one_line_error,
+)
 from tests.support import Dependency, FakeClock
 
 JSON_KEYS = {
@@ -196,17 +204,89 @@ def test_open_forces_the_breaker_open_and_records_who_why_and_when(
     assert shown["last_action"]["reason"] == "provider incident 42"
 
 
-def test_disable_lets_everything_through_until_reset(backend: Backend, name: str) -> None:
+def test_disable_then_reset_shows_closed_and_records_both_actions(
+    backend: Backend, name: str
+) -> None:
     fail(backend, name, POLICY.failure_threshold)
 
-    disabled = backend.run("disable", name, "--reason", "load test")
+    disabled = backend.run("disable", name, "--reason", "load test", "--json")
     reset = backend.run("reset", name, "--reason", "done", "--json")
 
     assert (disabled.code, reset.code) == (0, 0), disabled.err + reset.err
+    assert disabled.json_lines()[0]["state"] == "disabled"
+    assert disabled.json_lines()[0]["last_action"]["action"] == "disabled"
     (shown,) = reset.json_lines()
     assert shown["state"] == "closed"
     assert shown["last_action"]["action"] == "closed"
     assert load(backend, name).state is State.CLOSED
+
+
+# Each action by its effect: what a breaker already running on the same store sees once its
+# cache_ttl has passed, and whether its next call reaches the dependency.
+
+
+def test_open_stops_a_running_breaker_s_calls(
+    backend: Backend, name: str, running: Running
+) -> None:
+    # GIVEN a running breaker, closed, whose calls reach the dependency
+    assert running.next_call_reaches_the_dependency()
+
+    # WHEN an operator forces it open and the breaker's cache_ttl passes
+    result = backend.run("open", name, "--reason", "provider incident")
+    assert result.code == 0, result.err
+    running.wait_cache_ttl()
+
+    # THEN the breaker sees it forced open and its next call does not reach the dependency
+    assert running.breaker.state is State.FORCED_OPEN
+    assert not running.next_call_reaches_the_dependency()
+
+
+def test_disable_lets_a_running_breaker_s_failing_calls_through_uncounted(
+    backend: Backend, name: str, running: Running
+) -> None:
+    # GIVEN a running breaker that sees its breaker open and rejects calls
+    fail(backend, name, POLICY.failure_threshold)
+    running.wait_cache_ttl()
+    assert running.breaker.state is State.OPEN
+    assert not running.next_call_reaches_the_dependency()
+
+    # WHEN an operator disables it and the breaker's cache_ttl passes
+    result = backend.run("disable", name, "--reason", "load test")
+    assert result.code == 0, result.err
+    running.wait_cache_ttl()
+
+    # THEN the breaker sees it disabled, and every call reaches the failing dependency,
+    # more failures than the threshold, none of them counted
+    assert running.breaker.state is State.DISABLED
+    running.dependency.failing = True
+    calls = POLICY.failure_threshold + 1
+    assert all(running.next_call_reaches_the_dependency() for _ in range(calls))
+    running.wait_cache_ttl()
+    assert running.breaker.state is State.DISABLED
+    assert running.next_call_reaches_the_dependency()
+
+
+@pytest.mark.parametrize("override", ["open", "disable"])
+def test_reset_gives_a_running_breaker_its_rules_back(
+    backend: Backend, name: str, running: Running, override: str
+) -> None:
+    # GIVEN a running breaker under an operator override
+    assert backend.run(override, name, "--reason", "incident").code == 0
+    running.wait_cache_ttl()
+    assert running.breaker.state is {"open": State.FORCED_OPEN, "disable": State.DISABLED}[override]
+
+    # WHEN an operator resets it and the breaker's cache_ttl passes
+    result = backend.run("reset", name, "--reason", "over")
+    assert result.code == 0, result.err
+    running.wait_cache_ttl()
+
+    # THEN the breaker is closed: its calls reach the dependency, and failures count again
+    # (the threshold's worth opens it, and the next call is rejected)
+    assert running.breaker.state is State.CLOSED
+    running.dependency.failing = True
+    assert all(running.next_call_reaches_the_dependency() for _ in range(POLICY.failure_threshold))
+    assert running.breaker.state is State.OPEN
+    assert not running.next_call_reaches_the_dependency()
 
 
 def test_reset_of_an_unknown_breaker_exits_1_and_writes_nothing(
@@ -267,12 +347,15 @@ def test_a_tuned_threshold_reaches_a_running_breaker_within_cache_ttl(
     assert result.code == 0, result.err
     clock.advance(config.cache_ttl)
 
-    # THEN two failures open the breaker
+    # THEN two failures open the breaker, and its next call does not reach the dependency
     dep.failing = True
     for _ in range(2):
         with pytest.raises(ConnectionError):
             breaker.call(dep)
     assert breaker.state is State.OPEN
+    with pytest.raises(CircuitOpenError):
+        breaker.call(dep)
+    assert dep.calls == 3
 
 
 def test_tune_stores_the_settings_and_status_shows_them(backend: Backend, name: str) -> None:

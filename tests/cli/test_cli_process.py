@@ -18,7 +18,8 @@ import boto3
 import pytest
 
 from devtools import servers
-from fleetbreaker import DynamoDBStore
+from devtools.servers import LOOPBACK
+from fleetbreaker import DynamoDBStore, RedisStore
 from fleetbreaker.breaker import system_clock
 from fleetbreaker.state import State
 from fleetbreaker.tuning import Action
@@ -179,19 +180,28 @@ def test_stack_names_the_table_through_its_outputs(moto_server: str, name: str) 
 
 
 def test_a_stack_with_a_cache_sends_the_cli_to_redis_over_tls(
-    moto_server: str, refused_port: int
+    moto_server: str, tls_redis: Any, name: str
 ) -> None:
-    # GIVEN a stack whose BreakerCacheEndpoint output names an address nothing listens on
+    # GIVEN a stack with a table and a cache, the cache a redis-server that speaks TLS only
+    # and holds a breaker (the table does not)
+    store = RedisStore(url=tls_redis.url, ssl_ca_certs=str(tls_redis.ca), socket_timeout=5.0)
+    fail(Backend("redis", [], store), name, 1)
+    store.close()
     table = f"fleetbreaker-stack-{uuid.uuid4().hex[:8]}"
-    stack = _stack_with_table(moto_server, table, cache_endpoint=f"127.0.0.1:{refused_port}")
+    stack = _stack_with_table(moto_server, table, cache_endpoint=f"{LOOPBACK}:{tls_redis.port}")
 
-    # WHEN the operator names the stack
-    env = {"AWS_ENDPOINT_URL_CLOUDFORMATION": moto_server, "AWS_ENDPOINT_URL_DYNAMODB": moto_server}
-    result = run_cli(["--stack", stack, "list"], env)
+    # WHEN the operator names the stack (the test CA stands in for the system's CAs)
+    env = {
+        "AWS_ENDPOINT_URL_CLOUDFORMATION": moto_server,
+        "AWS_ENDPOINT_URL_DYNAMODB": moto_server,
+        "SSL_CERT_FILE": str(tls_redis.ca),
+    }
+    result = run_cli(["--stack", stack, "status", name, "--json"], env)
 
-    # THEN the CLI went to the cache (as the functions do), not the table, and says so
-    assert result.code == 3
-    assert "Redis" in one_line_error(result)
+    # THEN the CLI went to the cache (as the functions do), over TLS (the server takes
+    # nothing else), and found the breaker there
+    assert result.code == 0, result.err
+    assert json.loads(result.out)["failures"] == 1
 
 
 def test_an_unknown_stack_exits_2(moto_server: str) -> None:

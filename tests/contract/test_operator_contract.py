@@ -58,6 +58,19 @@ def test_tuning_a_breaker_without_a_record_creates_a_closed_one_carrying_it(
     assert decode_tuned(store.load(name, T0).tuned) == {"failure_threshold": 2}
 
 
+def test_tuning_with_an_action_records_it_and_the_time(store: Any, name: str) -> None:
+    # GIVEN no record, WHEN an operator tunes the breaker
+    now = T0 + 1_234  # not a whole second: the expiry is in whole seconds all the same
+    tune = Action("tune", ACTION.by, "fail faster", now)
+    store.tune(name, POLICY, now, TUNED, tune)
+
+    # THEN the new record carries the action, and says when it was written
+    record = store.load(name, now)
+    assert Action.decode(record.last_action) == tune
+    assert record.updated_at == now
+    assert record.expires_at == now // 1000 + POLICY.ttl_s
+
+
 def test_tuning_leaves_the_state_and_generation_alone(store: Any, name: str) -> None:
     opened = open_breaker(store, name)
 
@@ -94,6 +107,19 @@ def test_a_forced_state_records_the_operator_action(store: Any, name: str) -> No
 
     assert Action.decode(outcome.record.last_action) == ACTION
     assert Action.decode(store.load(name, T0).last_action) == ACTION
+
+
+def test_a_second_operator_action_replaces_the_first(store: Any, name: str) -> None:
+    # GIVEN a breaker forced open by one operator
+    store.force_state(name, POLICY, T0, State.FORCED_OPEN, action=ACTION)
+
+    # WHEN another resets it
+    reset = Action("closed", "bob", "provider is back", T0 + 1)
+    outcome = store.force_state(name, POLICY, T0 + 1, State.CLOSED, action=reset)
+
+    # THEN the reset is the last action recorded
+    assert Action.decode(outcome.record.last_action) == reset
+    assert Action.decode(store.load(name, T0 + 1).last_action) == reset
 
 
 def test_the_last_action_survives_later_transitions(store: Any, name: str) -> None:

@@ -15,7 +15,7 @@ import pytest
 
 from tests.demo.conftest import ShortDemo
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.realtime]  # the demo runs on the wall clock
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 

@@ -8,7 +8,11 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 from tests.demo.conftest import ShortDemo
+
+pytestmark = pytest.mark.realtime  # the demo runs on the wall clock
 
 LINE = re.compile(
     r"deferred payments: (\d+) queued, (\d+) charged after recovery, (\d+) charged twice"

@@ -14,7 +14,7 @@ import pytest
 from bench.demo.report import rate_bound
 from tests.demo.conftest import COUNT, RATE, ShortDemo
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.realtime]  # the demo runs on the wall clock
 
 
 def test_noise_does_not_open_the_rate_breaker(noisy_demo: ShortDemo) -> None:

@@ -17,6 +17,8 @@ from bench.demo.__main__ import BAD_OPTIONS, INTERRUPTED, main, options_from
 from bench.demo.scenario import DEFAULT, SHORT
 from devtools.servers import REPO_ROOT
 
+pytestmark = pytest.mark.realtime  # the demo as a process: Ctrl-C, SIGKILL, real time
+
 
 def children_of(pid: int) -> set[int]:
     """Every living descendant of ``pid``, from /proc (Linux)."""

@@ -7,7 +7,8 @@ Each request is forwarded as it is, at once (so a write applies upstream), then:
   answers "200 OK" with something that is not DynamoDB's answer;
 - ``delay_first`` holds back the reply to the first request of one operation (UpdateItem)
   past the client's read timeout: the write has applied, the client does not know it;
-  ``while_delayed`` runs just before the hold (another container writing meanwhile).
+  ``while_delayed`` runs just before the hold (another container writing meanwhile), and
+  requests that come after the delayed one wait until it has run.
 """
 
 from __future__ import annotations
@@ -39,10 +40,28 @@ class GarbleProxy:
         self.seen: dict[str, int] = {}
         self._lock = threading.Lock()
         self._closed = threading.Event()
+        self._meanwhile_done = threading.Event()  # while_delayed has run (or is not due)
+        self._meanwhile_done.set()
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 request = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                operation = self.headers.get("X-Amz-Target", "").rpartition(".")[2]
+                with proxy._lock:
+                    count = proxy.seen.get(operation, 0)
+                    proxy.seen[operation] = count + 1
+                    delayed = (
+                        proxy.delay_first is not None
+                        and count == 0
+                        and operation == proxy.delay_first[0]
+                    )
+                    if delayed and proxy.while_delayed is not None:
+                        proxy._meanwhile_done.clear()
+                if not delayed:
+                    # A request sent after the delayed one (its re-send, a read-back) reaches
+                    # the endpoint only once the other container's write has landed, however
+                    # slowly that write goes: no race for the test to lose.
+                    proxy._meanwhile_done.wait(10)
                 connection = http.client.HTTPConnection(*upstream, timeout=10)
                 try:
                     headers = {k: v for k, v in self.headers.items() if k.lower() != "host"}
@@ -53,15 +72,13 @@ class GarbleProxy:
                     connection.close()
                 if answer.status == 200:
                     body = proxy.garble(body)
-                operation = self.headers.get("X-Amz-Target", "").rpartition(".")[2]
-                with proxy._lock:
-                    count = proxy.seen.get(operation, 0)
-                    proxy.seen[operation] = count + 1
-                if proxy.delay_first is not None and count == 0:
-                    delayed, seconds = proxy.delay_first
-                    if operation == delayed and proxy.while_delayed is not None:
-                        proxy.while_delayed()
-                    if operation == delayed and proxy._closed.wait(seconds):
+                if delayed and proxy.delay_first is not None:
+                    if proxy.while_delayed is not None:
+                        try:
+                            proxy.while_delayed()
+                        finally:
+                            proxy._meanwhile_done.set()
+                    if proxy._closed.wait(proxy.delay_first[1]):
                         return
                 try:
                     self.send_response(answer.status)

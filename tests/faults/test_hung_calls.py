@@ -24,6 +24,8 @@ from devtools import servers
 from fleetbreaker import BreakerConfig, DynamoDBStore, RedisStore, State
 from fleetbreaker.state import Policy, window_counts
 
+pytestmark = pytest.mark.realtime  # store deadlines and hung calls, on the wall clock
+
 CHILD = textwrap.dedent(
     """
     import sys, threading

@@ -52,11 +52,6 @@ def clean_observability_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 
 @pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
-
-
-@pytest.fixture
 def make_breaker(clock: FakeClock) -> BreakerFactory:
     """A breaker on a MemoryStore driven by the fake clock, with the given listeners."""
 

@@ -1,10 +1,8 @@
 """Fixtures for the RedisStore suites: stores on the session server, and special servers.
 
-Besides the plain redis-server of tests/conftest.py, two variants run here, both real
-redis-server processes started on free loopback ports:
+Besides the plain redis-server and the TLS-only one (`tls_redis`) of tests/conftest.py, one
+variant runs here, a real redis-server process started on a free loopback port:
 
-- TlsRedisServer: TLS only (as ElastiCache Serverless is), with a CA and a certificate for
-  127.0.0.1 made for the test session;
 - ClusterRedisServer: cluster mode, one node owning all 16384 slots, so Redis itself checks
   the keys each script declares (CROSSSLOT) and redis-py's cluster client routes by slot.
 """
@@ -23,8 +21,6 @@ from devtools.servers import (
     LOOPBACK,
     RedisServer,
     ServerStartError,
-    TlsRedisServer,
-    make_certificates,
 )
 from fleetbreaker import RedisStore
 
@@ -59,20 +55,6 @@ def make_store(redis_server: str) -> Iterator[Callable[..., RedisStore]]:
 def name() -> str:
     """A breaker name no other test uses (the session server is shared)."""
     return f"redis-{uuid.uuid4().hex[:12]}"
-
-
-# --------------------------------------------------------------------------- TLS
-
-
-@pytest.fixture(scope="session")
-def tls_redis(redis_server: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    """A TLS-only redis-server (depends on redis_server for the missing-backend rule)."""
-    server = TlsRedisServer(*make_certificates(tmp_path_factory.mktemp("tls")))
-    try:
-        server.start()
-        yield server
-    finally:
-        server.stop()
 
 
 # --------------------------------------------------------------------------- cluster

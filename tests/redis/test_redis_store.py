@@ -27,6 +27,7 @@ from fleetbreaker import (
     StoreError,
 )
 from fleetbreaker.state import OVERRIDE_TTL_S, Lease, Policy, ProbeReport, Record
+from tests.support import trip_store
 
 T0 = 1_700_000_000_000  # an arbitrary "now" (in 2023), in epoch ms
 
@@ -47,17 +48,6 @@ MakeStore = Callable[..., RedisStore]
 
 def wall_ms() -> int:
     return time.time_ns() // 1_000_000
-
-
-def trip(store: RedisStore, name: str, now: int = T0) -> Record:
-    """Count failures until the breaker opens; the opened record."""
-    for _ in range(POLICY.failure_threshold):
-        outcome = store.record_failure(name, POLICY, now, None)
-        if outcome.transition is not None:
-            break
-    assert outcome.transition == (State.CLOSED, State.OPEN)
-    assert outcome.record is not None
-    return outcome.record
 
 
 # -- clock ---------------------------------------------------------------------------------
@@ -83,7 +73,7 @@ def test_a_caller_clock_far_ahead_cannot_end_the_open_window(
 ) -> None:
     # GIVEN a breaker opened on the server's clock
     store = make_store(use_server_time=True)
-    opened = trip(store, name)
+    opened = trip_store(store, name, POLICY, T0)
 
     # WHEN a caller whose clock runs a day ahead tries to claim a probe
     claim = store.claim_probe(name, POLICY, wall_ms() + 86_400_000, "early", opened)
@@ -131,7 +121,7 @@ def test_leases_are_fields_of_the_same_hash(
     raw: redis.Redis, make_store: MakeStore, name: str
 ) -> None:
     store = make_store()
-    opened = trip(store, name)
+    opened = trip_store(store, name, POLICY, T0)
 
     store.claim_probe(name, POLICY, opened.open_until, "abc", opened)
 
@@ -156,7 +146,7 @@ def test_every_write_sets_an_expiry_that_matches_expires_at(
 
     # every kind of write once: count, trip, claim, failed probe, successful probe, override
     check(store.record_failure(name, POLICY, T0, None).record)
-    opened = trip(store, name)
+    opened = trip_store(store, name, POLICY, T0)
     check(opened)
     now = opened.open_until
     claim = store.claim_probe(name, POLICY, now, "a", opened)
@@ -180,7 +170,7 @@ def test_expiry_follows_the_server_clock_by_default(
 ) -> None:
     store = make_store(use_server_time=True)
 
-    opened = trip(store, name, now=T0)
+    opened = trip_store(store, name, POLICY, T0)
 
     assert_expiry_matches(raw, store.key(name), opened)
     assert opened.expires_at == opened.updated_at // 1000 + POLICY.ttl_s
@@ -265,7 +255,7 @@ def test_a_malformed_lease_counts_as_free(
     raw: redis.Redis, make_store: MakeStore, name: str
 ) -> None:
     store = make_store()
-    opened = trip(store, name)
+    opened = trip_store(store, name, POLICY, T0)
     now = opened.open_until
     store.claim_probe(name, POLICY, now, "held", opened)
     raw.hset(store.key(name), "probe0_until", "soon")
@@ -496,7 +486,7 @@ def test_an_rbac_user_with_only_the_breaker_commands(
     store = make_store(url=server.url, username="breaker", password="s3cret")
 
     # WHEN every operation runs, through every write path (leases dropped: HDEL)
-    opened = trip(store, name)
+    opened = trip_store(store, name, POLICY, T0)
     claim = store.claim_probe(name, POLICY, opened.open_until, "a", None)
     closed = store.settle_probe(
         name, POLICY, opened.open_until, ProbeReport(claim.token or "", True, 1.0), None

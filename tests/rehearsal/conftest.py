@@ -36,11 +36,10 @@ from devtools.rehearsal import (
     read_functions,
     stack_resources,
 )
-from devtools.sam_template import BUCKET, condition_values, translate
+from devtools.sam_template import BUCKET, condition_values, load_template, translate
 from devtools.servers import REPO_ROOT, make_certificates
 from tests.conftest import _start
 from tests.sam.test_rehearsal import for_moto
-from tests.sam.test_template import load_template
 
 pytestmark = pytest.mark.rehearsal
 

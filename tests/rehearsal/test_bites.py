@@ -23,11 +23,11 @@ from devtools.rehearsal import (
     dependency_cycle,
     local_since,
 )
+from devtools.sam_template import load_template
 from devtools.servers import REPO_ROOT, make_certificates
 from tests.conftest import _start
 from tests.rehearsal.conftest import Rehearsal, _rehearsal, unique_key
 from tests.rehearsal.support import cache_login_problems, http, payment
-from tests.sam.test_template import load_template
 
 pytestmark = pytest.mark.rehearsal
 

@@ -10,6 +10,7 @@ runs on a real redis-server. Time is a FakeClock shared by the breaker and the h
 
 from __future__ import annotations
 
+import functools
 import importlib
 import io
 import json
@@ -23,10 +24,11 @@ from typing import Any
 import pytest
 
 from devtools.functions import load_function
-from fleetbreaker import BreakerConfig, CircuitBreaker, State
+from fleetbreaker import BreakerConfig, State
 from fleetbreaker.state import Lease, Record
 from fleetbreaker.stores.dynamodb import DynamoDBStore
 from fleetbreaker.stores.redis import RedisStore
+from tests import support
 from tests.support import T0, FakeClock
 
 BREAKER = "payment-api"
@@ -156,22 +158,13 @@ def events_handler(events_module: ModuleType, aws: Aws, clock: FakeClock) -> Any
     return events_module.create_handler(env, clock=clock)
 
 
-def breaker_on(
-    store: Any, clock: FakeClock, name: str = BREAKER, listeners: Any = (), **config: Any
-) -> CircuitBreaker:
-    """A breaker whose writes all reach the store: these tests read them back.
-
-    The store deadline is generous: the deadline has its own tests (tests/faults), and a call
-    that misses it on a loaded machine would be answered locally, leaving nothing to stream.
-    """
-    settings = {"failure_threshold": 1, "recovery_timeout": 30, "cache_ttl": 0, **config}
-    return CircuitBreaker(
-        name,
-        store=store,
-        config=BreakerConfig(store_deadline_seconds=30, **settings),
-        clock=clock,
-        listeners=list(listeners),
-    )
+# A breaker whose writes all reach the store: these tests read them back. The store deadline
+# is generous: the deadline has its own tests (tests/faults), and a call that misses it on a
+# loaded machine would be answered locally, leaving nothing to stream.
+STREAMED = BreakerConfig(
+    failure_threshold=1, recovery_timeout=30, cache_ttl=0, store_deadline_seconds=30
+)
+breaker_on = functools.partial(support.breaker_on, config=STREAMED, name=BREAKER, listeners=())
 
 
 def test_opening_disables_and_closing_enables_the_consumer_mapping(

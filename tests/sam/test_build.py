@@ -22,10 +22,11 @@ from typing import Any
 import pytest
 
 from devtools.payment_api import FakePaymentApi
+from devtools.sam_template import load_template
 from devtools.servers import REPO_ROOT, make_table
 from tests.conftest import backend_unavailable
 from tests.sam.conftest import EVENTS
-from tests.sam.test_template import load_template, pins
+from tests.sam.test_template import pins
 
 # What the Lambda Python runtimes ship; the layer must not bring its own copy.
 RUNTIME_PACKAGES = ("boto3", "botocore", "s3transfer", "jmespath", "dateutil", "six", "urllib3")

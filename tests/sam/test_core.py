@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
+from devtools.sam_template import load_template
 from devtools.servers import REPO_ROOT
-from tests.sam.test_template import load_template
 
 CORE = {
     "CircuitBreakersTable",

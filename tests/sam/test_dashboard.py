@@ -6,7 +6,7 @@ import json
 import re
 from typing import Any
 
-from tests.sam.test_template import load_template
+from devtools.sam_template import load_template
 
 EMITTED = {
     "Transition",

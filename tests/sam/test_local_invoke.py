@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 
 from devtools.functions import load_function
+from devtools.sam_template import load_template
 from devtools.servers import REPO_ROOT, free_port
-from tests.sam.test_template import load_template
 
 ENV_JSON = REPO_ROOT / "events" / "env.json"
 SCRIPT = REPO_ROOT / "scripts" / "local_services.py"

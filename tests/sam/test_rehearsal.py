@@ -55,9 +55,8 @@ import pytest
 
 # translate and condition_values live in devtools.sam_template (the checkov gate translates
 # every parameter set too); imported here under their old names.
-from devtools.sam_template import BUCKET, condition_values, translate
+from devtools.sam_template import BUCKET, condition_values, load_template, translate
 from fleetbreaker.stores.dynamodb import KEY_ATTRIBUTE, TTL_ATTRIBUTE
-from tests.sam.test_template import load_template
 
 STACK = "fleetbreaker"
 REGION = "us-east-1"

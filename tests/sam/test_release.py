@@ -14,8 +14,8 @@ import pytest
 import tomllib
 
 import fleetbreaker
+from devtools.sam_template import load_template
 from devtools.servers import REPO_ROOT
-from tests.sam.test_template import load_template
 
 SAR = "AWS::ServerlessRepo::Application"
 # What the Serverless Application Repository requires to publish (name, description, author)

@@ -20,7 +20,7 @@ import pytest
 import tomllib
 
 from devtools.payment_api import FakePaymentApi
-from devtools.sam_template import PARAMETER_SETS, translate_for_scan
+from devtools.sam_template import PARAMETER_SETS, load_template, translate_for_scan
 from devtools.servers import REPO_ROOT, make_table
 from fleetbreaker import BreakerConfig, CircuitBreaker, CircuitOpenError
 from fleetbreaker.stores.dynamodb import KEY_ATTRIBUTE, TTL_ATTRIBUTE, DynamoDBStore
@@ -32,13 +32,6 @@ TEMPLATE = REPO_ROOT / "template.yaml"
 SAMCONFIG = REPO_ROOT / "samconfig.toml"
 BIN = Path(sys.executable).parent
 CHECKOV = REPO_ROOT / ".venv-tools" / "bin" / "checkov"
-
-
-def load_template() -> dict[str, Any]:
-    from samcli.yamlhelper import yaml_parse
-
-    template: dict[str, Any] = yaml_parse(TEMPLATE.read_text())
-    return template
 
 
 @pytest.fixture(scope="module")

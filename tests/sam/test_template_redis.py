@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from devtools.sam_template import load_template
 from devtools.servers import REPO_ROOT
 from fleetbreaker import RedisStore
 
@@ -30,13 +31,6 @@ FUNCTION_ROLES = [
     "DeferredPaymentsFunctionRole",
     "BreakerEventsFunctionRole",
 ]
-
-
-def load_template() -> dict[str, Any]:
-    from samcli.yamlhelper import yaml_parse
-
-    template: dict[str, Any] = yaml_parse(TEMPLATE.read_text())
-    return template
 
 
 @pytest.fixture(scope="module")

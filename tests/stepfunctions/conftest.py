@@ -26,13 +26,13 @@ import pytest
 from devtools import servers
 from devtools.functions import load_function
 from devtools.payment_api import FakePaymentApi
+from devtools.sam_template import load_template
 from devtools.servers import REPO_ROOT
 from fleetbreaker import DynamoDBStore
 from tests.stepfunctions.harness import (
     InProcessLambdas,
     Workflow,
     environment,
-    load_template,
     read_definition,
     resolve,
 )
@@ -61,11 +61,6 @@ def functions_named_by(machine: dict[str, Any]) -> list[str]:
         for value in machine["DefinitionSubstitutions"].values()
         if isinstance(value, dict) and "Fn::GetAtt" in value
     )
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
 
 
 @pytest.fixture

@@ -3,7 +3,8 @@
 - :class:`InProcessLambdas` makes moto's Lambda backend run registered Python handlers
   instead of Docker containers (see tests/stepfunctions/test_payment_workflow.py).
 - :class:`Workflow` starts executions of a state machine in moto and waits for them.
-- :func:`load_template` and :func:`resolve` read template.yaml the way the tests deploy it.
+- :func:`resolve` reads template.yaml (devtools.template.load_template) the way the tests
+  deploy it.
 """
 
 from __future__ import annotations
@@ -197,14 +198,6 @@ class Workflow:
     def run(self, payment: Any, name: str | None = None) -> Execution:
         started = time.perf_counter()
         return self.wait(self.start(payment, name), started)
-
-
-def load_template() -> dict[str, Any]:
-    """template.yaml with its short-form intrinsics (!Ref, !GetAtt) as their long forms."""
-    from samcli.yamlhelper import yaml_parse
-
-    template: dict[str, Any] = yaml_parse(TEMPLATE.read_text())
-    return template
 
 
 # CloudFormation's pseudo parameters as moto's default account and region give them.

@@ -40,11 +40,6 @@ def make_gate(clock: FakeClock, store: Any = None, **env: str) -> Any:
 
 
 @pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
-
-
-@pytest.fixture
 def gate(clock: FakeClock, monkeypatch: pytest.MonkeyPatch) -> Any:
     """The container's gate, as lambda_handler uses it."""
     built = make_gate(clock)

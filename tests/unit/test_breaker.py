@@ -20,14 +20,9 @@ from fleetbreaker import (
     MemoryStore,
     State,
 )
-from tests.support import Dependency, FakeClock, FlakyStore
+from tests.support import Dependency, FakeClock, FlakyStore, trip
 
 CONFIG = BreakerConfig(failure_threshold=3, recovery_timeout=10, recovery_jitter=0.0)
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
 
 
 @pytest.fixture
@@ -42,13 +37,6 @@ def dep() -> Dependency:
 
 def make(store: Any, clock: FakeClock, config: BreakerConfig = CONFIG, **kw: Any) -> CircuitBreaker:
     return CircuitBreaker("payment-api", store=store, config=config, clock=clock, **kw)
-
-
-def trip(breaker: CircuitBreaker, dep: Dependency, times: int = 3) -> None:
-    dep.failing = True
-    for _ in range(times):
-        with pytest.raises(ConnectionError):
-            breaker.call(dep)
 
 
 # -- closed ------------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from fleetbreaker import BreakerConfig, StoreError
 from fleetbreaker.errors import CorruptRecordError
 from fleetbreaker.state import Policy, State
 from fleetbreaker.stores.fallback import FallbackStore
-from tests.support import FakeClock, FlakyStore
+from tests.support import FakeClock, FlakyStore, trip_store
 
 POLICY = Policy.from_config(BreakerConfig(failure_threshold=2, recovery_timeout=10))
 NAME = "payment-api"
@@ -36,11 +36,6 @@ class Events:
 
 
 @pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
-
-
-@pytest.fixture
 def shared() -> FlakyStore:
     return FlakyStore()
 
@@ -55,13 +50,8 @@ def store(shared: FlakyStore, clock: FakeClock, events: Events) -> FallbackStore
     return FallbackStore(shared, clock=clock, backoff_seconds=BACKOFF_S, emit=events)
 
 
-def trip(store: FallbackStore, clock: FakeClock) -> None:
-    for _ in range(POLICY.failure_threshold):
-        store.record_failure(NAME, POLICY, clock(), store.load(NAME, clock()))
-
-
 def test_a_healthy_shared_store_answers_everything(store: FallbackStore, clock: FakeClock) -> None:
-    trip(store, clock)
+    trip_store(store, NAME, POLICY, clock())
 
     assert store.load(NAME, clock()).state is State.OPEN
     assert store.shared.load(NAME, clock()).state is State.OPEN
@@ -97,7 +87,7 @@ def test_the_backoff_starts_when_the_failure_was_seen(clock: FakeClock, events: 
 def test_the_local_twin_starts_from_the_last_record_seen(
     store: FallbackStore, shared: FlakyStore, clock: FakeClock
 ) -> None:
-    trip(store, clock)
+    trip_store(store, NAME, POLICY, clock())
     shared.down = True
 
     seen = store.load(NAME, clock())
@@ -113,7 +103,7 @@ def test_recovery_drops_local_state_and_is_reported_once(
     store: FallbackStore, shared: FlakyStore, clock: FakeClock, events: Events
 ) -> None:
     shared.down = True
-    trip(store, clock)  # counted locally only
+    trip_store(store, NAME, POLICY, clock())  # counted locally only
     assert store.load(NAME, clock()).state is State.OPEN
     shared.down = False
     clock.advance(BACKOFF_S)
@@ -178,7 +168,7 @@ def test_shared_answers_reach_the_answer_hook_and_local_ones_do_not(
     store = FallbackStore(
         shared, clock=clock, on_answer=lambda name, record, now: answers.append(record)
     )
-    trip(store, clock)
+    trip_store(store, NAME, POLICY, clock())
     shared.down = True
     clock.advance(1)
 
@@ -244,10 +234,6 @@ def test_a_stores_one_off_setup_runs_once_on_the_callers_thread(clock: FakeClock
 # -- worker threads ------------------------------------------------------------------------
 
 
-def store_threads() -> set[threading.Thread]:
-    return {t for t in threading.enumerate() if t.name == "fleetbreaker-store"}
-
-
 def test_a_dropped_breaker_is_collected_though_its_worker_ran_its_calls() -> None:
     # GIVEN a breaker whose store calls ran on a worker thread, with a slow-call watcher
     # (a thread of its own that ends when the breaker is gone)
@@ -277,24 +263,37 @@ def test_a_dropped_breaker_is_collected_though_its_worker_ran_its_calls() -> Non
 def test_an_idle_worker_ends_its_thread_and_the_next_call_starts_one(
     clock: FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # GIVEN workers that end after 10 ms idle, and a call that ran on one
+    # GIVEN workers that end after 10 ms idle, and a call that ran on one (each worker is
+    # noted as it starts: its thread may be gone before the test could look for it)
     from fleetbreaker.stores import fallback
 
+    started: list[fallback._Worker] = []
+
+    class NotedWorker(fallback._Worker):
+        def __init__(self, pool: fallback._WorkerPool) -> None:
+            super().__init__(pool)
+            started.append(self)
+
+    monkeypatch.setattr(fallback, "_Worker", NotedWorker)
     monkeypatch.setattr(fallback, "WORKER_IDLE_SECONDS", 0.01)
     monkeypatch.setattr(fallback, "_POOL", fallback._WorkerPool())  # no idle worker to reuse
-    before = store_threads()
     store = FallbackStore(FlakyStore(), clock=clock)
     store.record_failure(NAME, POLICY, clock(), None)
-    [worker] = store_threads() - before
+    [worker] = started
 
     # WHEN it has nothing to do, THEN its thread ends
-    worker.join(timeout=10)
-    assert not worker.is_alive()
+    worker._thread.join(timeout=10)
+    assert not worker._thread.is_alive()
 
     # AND the next store call is served by a new worker
     outcome = store.record_failure(NAME, POLICY, clock(), None)
     assert outcome.transition == (State.CLOSED, State.OPEN)
     assert not store.degraded
+    assert len(started) == 2
+
+
+def store_threads() -> set[threading.Thread]:
+    return {t for t in threading.enumerate() if t.name == "fleetbreaker-store"}
 
 
 class HungStore(FlakyStore):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from fleetbreaker import BreakerConfig, ConfigError, DynamoDBStore, RedisStore
+from fleetbreaker.config import env_field, env_number, env_variable
 from fleetbreaker.stores import from_env
 
 TABLE = {"CIRCUIT_BREAKER_TABLE": "CircuitBreakers"}
@@ -73,3 +74,65 @@ def test_a_variable_past_the_bounds_is_refused_naming_it(variable: str, raw: str
     # A value the breaker could not live with (the clock, thread waits, 14-digit records)
     with pytest.raises(ConfigError, match=f"{variable}: .* up to"):
         BreakerConfig.from_env({variable: raw})
+
+
+# -- env_number: the functions' own numeric settings ----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("raw", "kind", "allow_zero", "value"),
+    [
+        (None, float, False, 7.0),
+        ("  ", float, False, 7.0),
+        (" 2.5 ", float, False, 2.5),
+        ("3", int, False, 3),
+        ("0", float, True, 0.0),
+    ],
+)
+def test_env_number_reads_a_number_or_gives_the_default(
+    raw: str | None, kind: type[int] | type[float], allow_zero: bool, value: float
+) -> None:
+    env = {} if raw is None else {"SETTING": raw}
+    read = env_number(env, "SETTING", 7.0, kind, allow_zero=allow_zero)
+    assert (read, type(read)) == (value, type(value))
+
+
+@pytest.mark.parametrize(
+    ("raw", "kind", "allow_zero", "message"),
+    [
+        ("ten", float, False, "SETTING must be a number, got 'ten'"),
+        ("2.5", int, False, "SETTING must be a whole number, got '2.5'"),
+        ("0", float, False, "SETTING must be > 0, got '0'"),
+        ("-1", float, True, "SETTING must be >= 0, got '-1'"),
+        ("inf", float, False, "SETTING must be > 0, got 'inf'"),
+        ("nan", float, True, "SETTING must be >= 0, got 'nan'"),
+    ],
+)
+def test_env_number_refuses_anything_else_naming_the_variable(
+    raw: str, kind: type[int] | type[float], allow_zero: bool, message: str
+) -> None:
+    with pytest.raises(ConfigError) as refused:
+        env_number({"SETTING": raw}, "SETTING", 7.0, kind, allow_zero=allow_zero)
+    assert str(refused.value) == message
+
+
+@pytest.mark.parametrize("value", [True, "0.5", float("nan")])
+def test_a_failure_rate_threshold_must_be_a_real_number(value: object) -> None:
+    with pytest.raises(ConfigError, match="failure_rate_threshold must be a fraction"):
+        BreakerConfig(failure_rate_threshold=value)  # type: ignore[arg-type]
+
+
+def test_env_number_refuses_zero_unless_told_to_allow_it() -> None:
+    with pytest.raises(ConfigError, match="SETTING must be > 0, got '0'"):
+        env_number({"SETTING": "0"}, "SETTING", 7.0)
+
+
+def test_env_field_is_none_when_its_variable_is_unset_or_empty() -> None:
+    assert env_field("window_seconds", {}) is None
+    assert env_field("window_seconds", {"BREAKER_WINDOW_SECONDS": " "}) is None
+
+
+def test_a_field_not_read_from_the_environment_is_refused_by_name() -> None:
+    with pytest.raises(ConfigError) as refused:
+        env_variable("fallback")
+    assert str(refused.value) == "'fallback' is not read from the environment"

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from fleetbreaker import BreakerConfig, CircuitBreaker, CircuitOpenError, ConfigError, MemoryStore
-from fleetbreaker.ramp import MIN_SHARE, admitted_share, closed_at
-from fleetbreaker.state import Record, State
+from fleetbreaker.ramp import MIN_SHARE, RETRY_AFTER_MS, RecoveryRamp, admitted_share, closed_at
+from fleetbreaker.state import Bucket, Record, State
 from tests.support import Dependency, FakeClock
 
 RAMP = BreakerConfig(
@@ -78,6 +78,61 @@ def test_the_share_grows_linearly_from_the_minimum_to_all(elapsed_ms: int, share
 
 def test_no_ramp_admits_everything() -> None:
     assert admitted_share(0, 0) == 1.0
+    assert admitted_share(-5, 0) == 1.0  # a clock behind the close, no ramp: still all
+
+
+def test_a_one_millisecond_ramp_starts_at_the_minimum() -> None:
+    assert admitted_share(0, 1) == MIN_SHARE
+
+
+@pytest.mark.parametrize(
+    "since_close",
+    [
+        {"window_start": 9},
+        {"buckets": {0: Bucket(0, calls=1, failures=0, slow=0, reports=1)}},
+        {"failing": {"c1": 1}},
+        {"slowing": {"c1": 1}},
+    ],
+)
+def test_any_count_written_since_the_close_hides_the_close_time(
+    since_close: dict[str, Any],
+) -> None:
+    assert closed_at(Record(State.CLOSED, gen=4, updated_at=123, **since_close)) is None
+
+
+def test_the_ramp_counts_its_length_in_milliseconds() -> None:
+    assert RecoveryRamp(2.5).ramp_ms == 2500
+
+
+def test_the_first_generation_a_container_sees_ramps_too() -> None:
+    # GIVEN a container whose first sight of the breaker is its first close (generation 1)
+    ramp = RecoveryRamp(10)
+    fresh = Record(State.CLOSED, gen=1, updated_at=1_000)
+
+    # THEN a call drawing above the minimum share at the close is turned away
+    assert ramp.rejects(fresh, 1_000, 0.5) > 0
+
+
+def test_a_call_is_admitted_only_below_the_share() -> None:
+    # GIVEN a ramp at its close, THEN a draw equal to the share is turned away (draws are
+    # uniform in [0, 1): P(draw < share) is the share), one just below it runs
+    ramp = RecoveryRamp(10)
+    fresh = Record(State.CLOSED, gen=3, updated_at=1_000)
+    assert ramp.rejects(fresh, 1_000, MIN_SHARE) > 0
+    assert ramp.rejects(fresh, 1_000, MIN_SHARE - 1e-9) == 0
+
+
+@pytest.mark.parametrize(
+    ("elapsed_ms", "retry_after_ms"),
+    [(0, RETRY_AFTER_MS), (9_500, 500), (9_999, 1)],
+)
+def test_a_turned_away_call_retries_at_most_when_the_ramp_ends(
+    elapsed_ms: int, retry_after_ms: int
+) -> None:
+    # GIVEN a 10 s ramp, THEN a call turned away waits a second at most, never past its end
+    ramp = RecoveryRamp(10)
+    fresh = Record(State.CLOSED, gen=3, updated_at=1_000)
+    assert ramp.rejects(fresh, 1_000 + elapsed_ms, 0.999999) == retry_after_ms
 
 
 def test_only_the_fresh_record_written_on_closing_has_a_close_time() -> None:
@@ -87,6 +142,7 @@ def test_only_the_fresh_record_written_on_closing_has_a_close_time() -> None:
     assert closed_at(Record(State.CLOSED, gen=4, updated_at=123)) is None
     assert closed_at(Record(State.CLOSED, gen=4, failures=1, window_start=9, updated_at=9)) is None
     assert closed_at(Record(State.CLOSED, gen=0, updated_at=123)) is None
+    assert closed_at(Record(State.CLOSED, gen=1, updated_at=123)) == 123
     assert closed_at(Record(State.OPEN, gen=4, updated_at=123)) is None
     assert closed_at(None) is None
 

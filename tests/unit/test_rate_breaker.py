@@ -24,11 +24,6 @@ RATE = BreakerConfig(
 
 
 @pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
-
-
-@pytest.fixture
 def store() -> MemoryStore:
     return MemoryStore()
 

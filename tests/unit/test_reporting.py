@@ -105,8 +105,13 @@ def _busy_record(now_ms: int, reports: int) -> Record:
     return Record(buckets={idx % WINDOW_BUCKETS: bucket}, expires_at=now_ms // 1000 + 3600)
 
 
-def _breaker_on(record: Record, clock: FakeClock) -> tuple[CircuitBreaker, MemoryStore]:
-    """A rate-policy breaker (10 s window, 1 s cache) whose store already holds ``record``."""
+def _breaker_on(
+    record: Record, clock: FakeClock, container_id: str | None = None
+) -> tuple[CircuitBreaker, MemoryStore]:
+    """A rate-policy breaker (10 s window, 1 s cache) whose store already holds ``record``.
+
+    ``container_id`` fixes the stretched interval's jitter (seeded by the container).
+    """
     store = MemoryStore()
     store.seed("payment-api", record)
     breaker = CircuitBreaker(
@@ -114,6 +119,7 @@ def _breaker_on(record: Record, clock: FakeClock) -> tuple[CircuitBreaker, Memor
         store=store,
         config=BreakerConfig(failure_rate_threshold=0.5, window_seconds=10, cache_ttl=1.0),
         clock=clock,
+        container_id=container_id,
     )
     return breaker, store
 
@@ -146,7 +152,8 @@ def test_a_newcomer_joins_at_the_interval_the_fleet_already_uses_before_writing(
     reports = round(TARGET_REPORTS_PER_S * RATE.window_ms / 1000)
     busy = Bucket(idx, calls=reports * 40, failures=0, slow=0, reports=reports)
     record = Record(buckets={idx % WINDOW_BUCKETS: busy}, expires_at=clock() // 1000 + 3600)
-    breaker, store = _breaker_on(record, clock)
+    # (container "newcomer": its jitter makes the joined 10 s interval 7.815 s)
+    breaker, store = _breaker_on(record, clock, container_id="newcomer")
     dependency = Dependency()
 
     # WHEN a new container makes 2 calls a second, past its base interval (1 s)
@@ -162,6 +169,18 @@ def test_a_newcomer_joins_at_the_interval_the_fleet_already_uses_before_writing(
         breaker.call(dependency)
         clock.advance(0.5)
     assert store.stats.writes == 0
+
+    # AND its counts go out in one report at its first call past that interval (joined at
+    # 1 s, due at 8.815 s), carrying every call made before it: none lost
+    for _ in range(3):  # calls at 7.5, 8 and 8.5 s
+        breaker.call(dependency)
+        clock.advance(0.5)
+    assert store.stats.writes == 0
+    breaker.call(dependency)  # at 9 s
+    assert store.stats.writes == 1
+    fleet = store.load("payment-api", clock())
+    assert fleet is not None
+    assert sum(b.calls for b in fleet.buckets.values()) == reports * 40 + 18  # 0 to 8.5 s
 
 
 def test_a_newcomer_to_a_quiet_record_reports_at_its_own_interval() -> None:

@@ -8,7 +8,17 @@ import pytest
 
 from fleetbreaker import BreakerConfig, CircuitBreaker, ConfigError, MemoryStore, State
 from fleetbreaker.state import Policy
-from fleetbreaker.tuning import TUNABLE, Action, apply_tuning, decode_tuned, encode_tuned
+from fleetbreaker.tuning import (
+    MAX_REASON_CHARS,
+    TUNABLE,
+    Action,
+    apply_tuning,
+    check_reason,
+    decode_tuned,
+    encode_tuned,
+    local_user,
+    tuned_config,
+)
 from tests.support import Dependency, FakeClock, FlakyStore
 
 CONFIG = BreakerConfig(failure_threshold=5, recovery_timeout=10, cache_ttl=1.0)
@@ -162,3 +172,65 @@ def test_a_reason_on_a_store_that_cannot_keep_it_is_refused() -> None:
 def test_a_stored_action_that_is_not_one_reads_as_none() -> None:
     assert Action.decode('{"by": 3}') is None
     assert Action.decode("garbage") is None
+
+
+# -- the text stored, the reasons, the errors by name --------------------------------------------
+
+
+def test_settings_are_stored_as_compact_sorted_json() -> None:
+    assert encode_tuned({"recovery_timeout": 2.5, "failure_threshold": 3}) == (
+        '{"failure_threshold":3,"recovery_timeout":2.5}'
+    )
+    assert encode_tuned({}) == ""
+
+
+def test_stored_text_that_is_not_a_json_object_is_refused_quoting_its_start() -> None:
+    garbage = "x" * 100
+    with pytest.raises(ConfigError) as not_json:
+        decode_tuned(garbage)
+    assert str(not_json.value) == f"tuned settings are not JSON: {'x' * 80!r}"
+
+    a_list = "[" + "1," * 50 + "1]"
+    with pytest.raises(ConfigError) as not_object:
+        decode_tuned(a_list)
+    assert str(not_object.value) == f"tuned settings are not a JSON object: {a_list[:80]!r}"
+
+
+def test_a_setting_that_is_not_tunable_is_refused_naming_the_tunable_ones() -> None:
+    with pytest.raises(ConfigError) as refused:
+        apply_tuning(BreakerConfig(), {"store_deadline_seconds": 1})
+    assert str(refused.value) == (
+        f"store_deadline_seconds is not tunable (tunable: {', '.join(TUNABLE)})"
+    )
+
+
+def test_an_infinite_setting_is_refused_by_name() -> None:
+    with pytest.raises(ConfigError) as refused:
+        apply_tuning(BreakerConfig(), {"recovery_timeout": float("inf")})
+    assert str(refused.value) == "recovery_timeout must be a finite number, got inf"
+
+
+def test_a_reason_is_text_of_at_most_500_characters() -> None:
+    assert check_reason(None) is None
+    assert check_reason("r" * MAX_REASON_CHARS) == "r" * MAX_REASON_CHARS
+    with pytest.raises(ConfigError) as too_long:
+        check_reason("r" * (MAX_REASON_CHARS + 1))
+    assert str(too_long.value) == "reason is 501 characters; the limit is 500"
+    with pytest.raises(ConfigError) as not_text:
+        check_reason(42)  # type: ignore[arg-type]
+    assert str(not_text.value) == "reason must be text, got int"
+
+
+def test_tuned_config_applies_the_stored_text() -> None:
+    tuned = tuned_config(BreakerConfig(), '{"failure_threshold":2}')
+    assert tuned.failure_threshold == 2
+
+
+def test_the_local_user_is_unknown_when_the_system_has_none(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def no_user() -> str:
+        raise OSError("no login name")
+
+    monkeypatch.setattr("getpass.getuser", no_user)
+    assert local_user() == "unknown"

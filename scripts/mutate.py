@@ -1,0 +1,195 @@
+"""`make mutate`: mutation testing of layer/fleetbreaker with mutmut, module by module.
+
+Each module is mutated in a scratch copy of the repository (build/mutate/<module>/) against
+the fast tests that cover it (unit, the store contract on MemoryStore, the breaker on it):
+mutmut records which of those tests reach each function and runs only them per mutant.
+
+mutmut names a mutant after its file's path, minus a leading ``src/``; the package lives in
+``layer/``, so the scratch copy reaches it as ``src`` (a symlink) and the names match the
+modules the tests import. Not part of CI: a whole run takes tens of minutes.
+
+    .venv/bin/python scripts/mutate.py [MODULE ...] [--children N]
+
+prints, per module, the mutants killed, survived, timed out and untested, and the score
+(killed and timed out over all), and lists the survivors (`mutmut show NAME` in the module's
+scratch directory shows one). Results go to build/mutate/summary.json too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRATCH = ROOT / "build" / "mutate"
+MUTMUT = Path(sys.executable).with_name("mutmut")
+
+# The store contract and the breaker on MemoryStore only: the servers are too slow to run
+# once per mutant, and the in-process stores reach the same rules.
+CONTRACT_ON_MEMORY = ["tests/contract", "-k", "memory and not degraded"]
+# The rules: the contract on MemoryStore and on moto in-process (DynamoDB's parsing of the
+# window goes through the shared rules too), the rules' and the report control's own tests.
+# (-k filters every selected test: it leaves the other backends out by name.)
+# The breaker-on-store tests keep their store's 1 s deadline, which a loaded machine misses
+# with moto in-process: the breaker's own tests on MemoryStore cover that path.
+CONTRACT_IN_PROCESS = [
+    "tests/contract",
+    "--ignore=tests/contract/test_breaker_on_stores.py",
+    "-k",
+    "not moto_server and not dynalite and not redis and not fallback and not degraded",
+]
+BREAKER = ["tests/unit/test_breaker.py", "tests/unit/test_rate_breaker.py"]
+
+# Module (under layer/fleetbreaker) -> the tests that cover it.
+MODULES: dict[str, list[str]] = {
+    "ramp": ["tests/unit/test_ramp.py", *BREAKER],
+    "cache": [
+        "tests/unit/test_cache.py",
+        *BREAKER,
+        "tests/unit/test_clock_skew.py",
+        "tests/unit/test_reporting.py",
+    ],
+    "tuning": ["tests/unit/test_tuning.py", *BREAKER],
+    "stores/memory": [*CONTRACT_ON_MEMORY],
+    "config": [
+        "tests/unit/test_from_env.py",
+        "tests/unit/test_docstrings.py",
+        "tests/unit/test_tuning.py",
+        *BREAKER,
+    ],
+    "state": [
+        *CONTRACT_IN_PROCESS,
+        "tests/unit/test_reporting.py",
+        "tests/unit/test_rules.py",
+        "tests/unit/test_rate_rules.py",
+        "tests/unit/test_ramp.py",
+        "tests/unit/test_clock_skew.py",
+        *BREAKER,
+    ],
+    "cli": ["tests/cli/test_cli_process.py", "-k", "not terminal and not ctrl_c"],
+}
+
+# mutmut 3.7 reads a test's id from Node._nodeid, which pytest 9 no longer has.
+PYTEST_SHIM = """
+
+import _pytest.nodes
+
+if not hasattr(_pytest.nodes.Node, "_nodeid"):
+    _pytest.nodes.Node._nodeid = property(lambda node: node.nodeid)
+"""
+
+STATUSES = ("killed", "survived", "timeout", "no tests", "suspicious", "skipped", "segfault")
+
+
+def scratch_copy(module: str) -> Path:
+    """The tracked files of the working tree, in build/mutate/<module>/, with src -> layer."""
+    target = SCRATCH / module.replace("/", "-")
+    shutil.rmtree(target, ignore_errors=True)
+    files = subprocess.run(
+        ["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True
+    ).stdout.split(b"\0")
+    for name in filter(None, files):
+        source = ROOT / os.fsdecode(name)
+        if source.is_file():
+            (target / os.fsdecode(name)).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, target / os.fsdecode(name))
+    (target / "src").symlink_to("layer")
+    with (target / "tests" / "conftest.py").open("a") as conftest:
+        conftest.write(PYTEST_SHIM)
+    return target
+
+
+def configure(target: Path, module: str) -> None:
+    tests = MODULES[module]
+    options = ["-p", "no:cacheprovider", "-p", "no:cov", "-x", "-q"]
+    config = (
+        "\n[tool.mutmut]\n"
+        'source_paths = ["src"]\n'
+        f'only_mutate = ["src/fleetbreaker/{module}.py"]\n'
+        f"pytest_add_cli_args = {json.dumps(options)}\n"
+        f"pytest_add_cli_args_test_selection = {json.dumps(tests)}\n"
+    )
+    with (target / "pyproject.toml").open("a") as file:
+        file.write(config)
+
+
+def results(target: Path) -> dict[str, str]:
+    shown = subprocess.run(
+        [str(MUTMUT), "results", "--all", "true"],
+        cwd=target,
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout
+    found = {}
+    for line in shown.splitlines():
+        name, _, status = line.strip().rpartition(": ")
+        if name and status in STATUSES:
+            found[name] = status
+    return found
+
+
+def run(module: str, children: int) -> dict[str, object]:
+    target = scratch_copy(module)
+    configure(target, module)
+    began = time.monotonic()
+    log = target / "mutmut.log"
+    with log.open("w") as out:
+        subprocess.run(
+            [str(MUTMUT), "run", "--max-children", str(children)],
+            cwd=target,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            check=False,
+        )
+    seconds = time.monotonic() - began
+    statuses = results(target)
+    counts = {status: sum(1 for s in statuses.values() if s == status) for status in STATUSES}
+    total = len(statuses)
+    score = (counts["killed"] + counts["timeout"]) / total if total else 0.0
+    return {
+        "module": module,
+        "mutants": total,
+        **counts,
+        "score": round(score, 3),
+        "seconds": round(seconds),
+        "survivors": {n: s for n, s in sorted(statuses.items()) if s not in ("killed", "timeout")},
+        "scratch": str(target.relative_to(ROOT)),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("modules", nargs="*", help=f"default: all of {', '.join(MODULES)}")
+    parser.add_argument("--children", type=int, default=2, help="mutants run in parallel")
+    args = parser.parse_args(argv)
+    unknown = [m for m in args.modules if m not in MODULES]
+    if unknown:
+        parser.error(f"unknown modules {unknown}: choose from {', '.join(MODULES)}")
+    SCRATCH.mkdir(parents=True, exist_ok=True)
+    summary_path = SCRATCH / "summary.json"
+    summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
+    for module in args.modules or list(MODULES):
+        outcome = run(module, args.children)
+        summary[module] = outcome
+        summary_path.write_text(json.dumps(summary, indent=2) + "\n")
+        print(
+            f"{module:14} {outcome['mutants']:4} mutants  killed {outcome['killed']:4}  "
+            f"survived {outcome['survived']:3}  timeout {outcome['timeout']:3}  "
+            f"untested {outcome['no tests']:3}  score {outcome['score']:.1%}  "
+            f"({outcome['seconds']} s)",
+            flush=True,
+        )
+        for name, status in outcome["survivors"].items():  # type: ignore[attr-defined]
+            print(f"    {status:9} {name}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
