@@ -68,6 +68,10 @@ class FlakyStore(MemoryStore):
         self._check()
         return super().force_state(*args, **kwargs)
 
+    def report(self, *args: Any, **kwargs: Any) -> Any:
+        self._check()
+        return super().report(*args, **kwargs)
+
 
 class Dependency:
     """A protected function whose behaviour a test sets, counting the calls that reach it."""

@@ -98,16 +98,42 @@ class BreakerEvents:
         return {"records": len(records), "state_changes": changes}
 
     def reconcile(self) -> dict[str, Any]:
-        """Bring every registered breaker's mappings to what its record wants now."""
+        """Bring every registered breaker's mappings to what its record wants now.
+
+        One breaker's trouble never stops the others: a corrupt record reads as closed (as
+        every breaker reads it, until the next write replaces it), and a breaker whose read
+        or toggle fails is logged and retried by the next run; the run then raises, after
+        every other breaker was handled, so the failure shows.
+        """
         now = self.clock()
         changed: dict[str, list[str]] = {}
         if self.store is None:
             return {"changed": changed}  # nothing registered: create_handler built no store
+        corrupt: list[str] = []
+        failed: dict[str, str] = {}
         for breaker in self.switch.registry:
-            wanted = consumers_wanted(self.store.load(breaker, now), now)
-            if wanted is not None:
-                changed[breaker] = self.switch.set(breaker, wanted)
-        return {"changed": changed}
+            try:
+                try:
+                    record = self.store.load(breaker, now)
+                except CorruptRecordError as exc:
+                    logger.warning(
+                        "unreadable breaker record: read as closed",
+                        extra={"breaker": breaker, "error": str(exc)},
+                    )
+                    corrupt.append(breaker)
+                    record = None
+                wanted = consumers_wanted(record, now)
+                if wanted is not None:
+                    changed[breaker] = self.switch.set(breaker, wanted)
+            except Exception as exc:
+                logger.exception("scheduled check failed", extra={"breaker": breaker})
+                failed[breaker] = f"{type(exc).__name__}: {exc}"
+        if failed:
+            raise RuntimeError(
+                f"scheduled check failed for {len(failed)} breaker(s) (the others were "
+                f"handled: {sorted(changed)}): {failed}"
+            )
+        return {"changed": changed, "corrupt": corrupt}
 
 
 def create_handler(

@@ -20,6 +20,7 @@ from fleetbreaker.errors import CircuitOpenError, ConfigError, InvalidTokenError
 from fleetbreaker.events import BreakerListener, LoggingListener, StateChange
 from fleetbreaker.ramp import RecoveryRamp
 from fleetbreaker.reporting import (
+    SLOW_WATCH_MAX_PERIOD_S,
     CallTally,
     SlowCallWatcher,
     fleet_interval_ms,
@@ -378,6 +379,7 @@ class CircuitBreaker:
         if verdict.try_probe:
             nonce = secrets.token_hex(8)
             outcome = self._store.claim_probe(self.name, self._policy, now, nonce, record)
+            self._observe(outcome.record)
             if outcome.token is not None:
                 admission = Admission(
                     self.name, Decision.PROBE, State.HALF_OPEN, 0.0, outcome.token, self.degraded
@@ -526,7 +528,9 @@ class CircuitBreaker:
             tally.due_ms = self.clock() + self._base_interval_ms
         tally.slow_ms = policy.slow_ms
         if config.slow_call_duration is not None:
-            period = max(0.005, config.slow_call_duration / 4)
+            # At most 1 s: the watcher waits one period before it reads a new one, so a long
+            # tuned duration must not keep it asleep after the operator tunes back.
+            period = min(max(0.005, config.slow_call_duration / 4), SLOW_WATCH_MAX_PERIOD_S)
             if self._watcher is None:
                 self._watcher = SlowCallWatcher(self.report_hung_calls, period)
             self._watcher.period_s = period
@@ -726,8 +730,13 @@ class CircuitBreaker:
 
     def _maybe_flush_urgently(self, tally: CallTally, now: int) -> None:
         record = self._cache.last_seen
+        degraded = self._store.degraded
+        if degraded:
+            # On local state: the local breaker's record, and its own quorum (alone()).
+            record = self._store.local.load(self.name, now)
+        policy = rules.alone(self._policy) if degraded else self._policy
         if now < tally.urgent_after_ms or not wants_urgent_report(
-            record, tally, self._policy, self._container_key, now
+            record, tally, policy, self._container_key, now
         ):
             return
         # One out-of-turn decision per cache_ttl per container, thinned across a large fleet.
@@ -748,6 +757,16 @@ class CircuitBreaker:
             return self._store.load(self.name, now) if load_if_empty else self._cache.last_seen
         observed = self._cache.last_seen
         outcome = self._store.report(self.name, self._policy, now, report, observed)
+        after = outcome.record
+        if (
+            not outcome.changed
+            and after is not None
+            and after.state is State.CLOSED
+            and rules.report_fits(after, report)
+        ):
+            # Closed, this generation, yet not counted: it lost every race. Not lost.
+            tally.carry(report)
+        tally.observe(after.gen if after is not None else 0)
         # Stretch the interval while the record takes more writes than one item should.
         counts = rules.window_counts(outcome.record, self._policy, now)
         interval = next_interval_ms(self._interval_ms, self._base_interval_ms, counts, self._policy)
@@ -811,6 +830,7 @@ class CircuitBreaker:
         jitter = 1.0 - self.rng.random() * self.config.recovery_jitter
         report = ProbeReport(token, success, jitter)
         outcome = self._store.settle_probe(self.name, self._policy, now, report, observed)
+        self._observe(outcome.record)
         state = self._state_of(outcome.record)
         self._emit("on_probe", self.name, success, outcome.changed)
         if outcome.changed:
@@ -840,6 +860,12 @@ class CircuitBreaker:
             change = StateChange(*outcome.transition, gen, rules.TransitionReason.OPERATOR)
             self._emit("on_state_change", self.name, change)
         return self._state_of(outcome.record)
+
+    def _observe(self, record: Record | None) -> None:
+        """Tell the tally the generation the store holds (its older counts are stale)."""
+        tally = self._tally
+        if tally is not None:
+            tally.observe(record.gen if record is not None else 0)
 
     @staticmethod
     def _state_of(record: Record | None) -> State:
@@ -872,6 +898,7 @@ class CircuitBreaker:
     def _answered(self, name: str, record: Record | None, now: int) -> None:
         # Every shared-store answer refreshes the cache; local answers never do.
         self._cache.put(record, now)
+        self._observe(record)
         # Live tuning travels with the record: a container applies it with the answer that
         # brings it, within cache_ttl, and the hot path reads a plain attribute.
         seen = self._cache.last_seen

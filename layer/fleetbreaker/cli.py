@@ -90,8 +90,23 @@ class CliError(Exception):
 def _iso(epoch_ms: int) -> str | None:
     if epoch_ms <= 0:
         return None
-    moment = datetime.fromtimestamp(epoch_ms / 1000, tz=timezone.utc)
+    try:
+        moment = datetime.fromtimestamp(epoch_ms / 1000, tz=timezone.utc)
+    except (OverflowError, OSError, ValueError):
+        # A hand-edited record (an action "at" 1e17 ms): show the number, never fail on it.
+        return f"{epoch_ms} ms (not a date)"
     return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def printable(text: str) -> str:
+    """``text`` with control characters (ESC, BEL, ...) escaped: a name or reason read from
+    the store must not drive the operator's terminal."""
+    if text.isprintable():
+        return text
+    return "".join(
+        c if c.isprintable() else (f"\\x{ord(c):02x}" if ord(c) < 256 else f"\\u{ord(c):04x}")
+        for c in text
+    )
 
 
 @dataclass(frozen=True)
@@ -197,15 +212,25 @@ def gather_one(
         record = store.load(name, now_ms)
     except CorruptRecordError as exc:
         return view_of(name, None, now_ms, str(exc))
-    return None if record is None else view_of(name, record, now_ms, None, window_seconds)
+    return None if record is None else _safe_view(name, record, now_ms, None, window_seconds)
+
+
+def _safe_view(
+    name: str, record: Record | None, now_ms: int, error: str | None, window_seconds: float
+) -> BreakerView:
+    """view_of, or a "corrupt" view saying why a record could not be shown (never a crash)."""
+    try:
+        return view_of(name, record, now_ms, error, window_seconds)
+    except Exception as exc:
+        return BreakerView(name, "corrupt", error=f"cannot show it: {type(exc).__name__}: {exc}")
 
 
 def gather_all(
     store: AdminStore, now_ms: int, window_seconds: float = _DEFAULTS.window_seconds
 ) -> list[BreakerView]:
-    """Every breaker in the store, sorted by name."""
+    """Every breaker in the store, sorted by name; one bad record never ends the walk."""
     views = [
-        view_of(e.name, e.record, now_ms, e.error, window_seconds)
+        _safe_view(e.name, e.record, now_ms, e.error, window_seconds)
         for e in store.list_records(now_ms)
     ]
     return sorted(views, key=lambda view: view.name)
@@ -248,7 +273,7 @@ def render_table(views: Sequence[BreakerView], colour: bool) -> str:
     header = ("NAME", "STATE", "FAILURES", "CALLS", "OPEN UNTIL", "LAST CHANGE")
     rows = [
         (
-            v.name,
+            printable(v.name),
             v.state,
             _dash(v.failures),
             _dash(v.calls),
@@ -276,7 +301,7 @@ def render_status(view: BreakerView, colour: bool) -> str:
         action_text = f"{action['action']} by {action['by']} at {action['at']}{reason}"
     tuned = ", ".join(f"{k}={v}" for k, v in sorted((view.tuned or {}).items())) or "-"
     fields = [
-        ("name", view.name),
+        ("name", printable(view.name)),
         ("state", _colour(view.state, view.state, colour)),
         ("generation", _dash(view.generation)),
         ("failures", _dash(view.failures)),
@@ -287,11 +312,11 @@ def render_status(view: BreakerView, colour: bool) -> str:
         ("retry after", _seconds(view.retry_after)),
         ("last change", _dash(view.last_change)),
         ("mode", view.mode or f"as deployed ({env_variable('mode')})"),
-        ("tuned", tuned),
-        ("last action", action_text),
+        ("tuned", printable(tuned)),
+        ("last action", printable(action_text)),
     ]
     if view.error:
-        fields.append(("error", view.error))
+        fields.append(("error", printable(view.error)))
     width = max(len(label) for label, _ in fields)
     return "\n".join(f"{label.ljust(width)}  {value}" for label, value in fields)
 
@@ -519,6 +544,12 @@ def stack_outputs(stack: str, region: str | None) -> dict[str, str]:
             raise CliError(EXIT_USAGE, f"stack {stack!r} not found") from None
         raise _aws_error(exc, f"cannot describe stack {stack!r}") from None
     except Exception as exc:
+        from botocore.exceptions import NoRegionError
+
+        if isinstance(exc, NoRegionError):
+            raise CliError(
+                EXIT_USAGE, "no AWS region: pass --region or set AWS_REGION (or AWS_DEFAULT_REGION)"
+            ) from None
         raise _aws_error(exc, f"cannot describe stack {stack!r}") from None
     outputs = stacks[0].get("Outputs", []) if stacks else []
     return {o["OutputKey"]: o["OutputValue"] for o in outputs if "OutputKey" in o}
@@ -577,11 +608,7 @@ def open_store(args: argparse.Namespace) -> tuple[AdminStore, str]:
         raise CliError(EXIT_USAGE, str(exc)) from None
     client = None
     if settings.redis_url is None:
-        import boto3
-
-        client = boto3.session.Session(region_name=args.region).client(
-            "dynamodb", endpoint_url=args.endpoint_url, config=_aws_config()
-        )
+        client = _dynamodb_client(args)
     store = settings.open(
         boto3_client=client,
         redis_options={
@@ -590,6 +617,36 @@ def open_store(args: argparse.Namespace) -> tuple[AdminStore, str]:
         },
     )
     return cast("AdminStore", store), settings.description
+
+
+def _dynamodb_client(args: argparse.Namespace) -> Any:
+    """The CLI's DynamoDB client; a set-up mistake is a usage error (exit 2) with a hint."""
+    import boto3
+    from botocore.exceptions import NoRegionError
+
+    endpoint = args.endpoint_url
+    if endpoint is not None:
+        from urllib.parse import urlsplit
+
+        parts = urlsplit(endpoint)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise CliError(
+                EXIT_USAGE,
+                f"--endpoint-url {printable(endpoint)!r} is not an http(s) URL: include the "
+                "scheme, e.g. http://localhost:8000",
+            )
+    no_region = CliError(
+        EXIT_USAGE, "no AWS region: pass --region or set AWS_REGION (or AWS_DEFAULT_REGION)"
+    )
+    session = boto3.session.Session(region_name=args.region or None)
+    if not session.region_name:  # unset, or set empty
+        raise no_region
+    try:
+        return session.client("dynamodb", endpoint_url=endpoint, config=_aws_config())
+    except NoRegionError:
+        raise no_region from None
+    except ValueError as exc:  # botocore's "Invalid endpoint" and the like
+        raise CliError(EXIT_USAGE, f"cannot set up the DynamoDB client: {exc}") from None
 
 
 def caller_identity(args: argparse.Namespace) -> str:
@@ -766,8 +823,13 @@ def _watch(
             window = window_of(args)
             view = gather_one(store, name, now, window) or view_of(name, None, now)
         except StoreError as exc:
-            # A blip mid-incident must not end the watch: say so and try again.
-            out.write(f"{_iso(now)}  store error: {exc}\n")
+            # A blip mid-incident must not end the watch: say so and try again (with --json
+            # as a JSON line too: a reader of the stream gets nothing else).
+            if args.json:
+                problem = {"name": name, "error": f"store error: {exc}", "at": _iso(now)}
+                out.write(json.dumps(problem, sort_keys=True) + "\n")
+            else:
+                out.write(f"{_iso(now)}  store error: {printable(str(exc))}\n")
         else:
             # Each frame says when it was read: piped into a log, frames are told apart.
             if args.json:

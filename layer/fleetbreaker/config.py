@@ -50,6 +50,16 @@ POWERTOOLS_ALIASES = {
 MAX_REPORT_INTERVAL = 2.0
 _KIND_NAMES = {int: "a whole number", float: "a number", str: "text"}
 
+# Bounds every accepted number must respect, so the breaker can live with it: epoch ms plus a
+# duration in ms stays within the record's 14 digits (state.MAX_RECORD_DIGITS) for centuries,
+# a TTL in ms fits Redis' PEXPIRE, and any wait stays far inside threading.TIMEOUT_MAX.
+MAX_SECONDS = 1_000_000_000.0  # about 31 years: durations and record_ttl_seconds
+MAX_COUNT = 1_000_000_000  # failure_threshold, minimum_calls, half_open_successes
+# A store operation's deadline: a Lambda invocation runs at most 15 minutes.
+MAX_DEADLINE_SECONDS = 900.0
+# recovery_backoff ** 64 (state.open_duration_ms) must stay a finite double.
+MAX_RECOVERY_BACKOFF = 100.0
+
 
 def env_number(
     env: Mapping[str, str],
@@ -101,27 +111,42 @@ def env_field(field_name: str, environ: Mapping[str, str] | None = None) -> Any:
     return getattr(BreakerConfig.from_env({variable: env[variable]}), field_name)
 
 
-def _positive_int(name: str, value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+def _shown(value: object) -> str:
+    # repr() of a 400-digit int is long (and past 4,300 digits, an error): show its size.
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**20:
+        return f"an integer of {len(str(abs(value)))} digits"
+    return repr(value)
 
 
-def _positive_number(name: str, value: object, *, allow_zero: bool = False) -> None:
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-    if ok:
-        number = float(value)  # type: ignore[arg-type]
-        ok = math.isfinite(number) and (number >= 0 if allow_zero else number > 0)
-    if not ok:
+def _positive_int(name: str, value: object, *, most: int = MAX_COUNT) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= most:
+        raise ConfigError(f"{name} must be a positive integer up to {most:,}, got {_shown(value)}")
+
+
+def _as_float(value: object) -> float | None:
+    """``value`` as a finite float, or None (a bool, a non-number, inf, nan, 10**400)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
+
+
+def _positive_number(
+    name: str, value: object, *, allow_zero: bool = False, most: float = MAX_SECONDS
+) -> None:
+    number = _as_float(value)
+    if number is None or not (number >= 0 if allow_zero else number > 0) or number > most:
         kind = "a non-negative" if allow_zero else "a positive"
-        raise ConfigError(f"{name} must be {kind} number of seconds, got {value!r}")
+        raise ConfigError(
+            f"{name} must be {kind} number of seconds up to {most:,.0f}, got {_shown(value)}"
+        )
 
 
 def _is_number(value: object) -> bool:
-    return (
-        isinstance(value, (int, float))
-        and not isinstance(value, bool)
-        and math.isfinite(float(value))
-    )
+    return _as_float(value) is not None
 
 
 def check_mode(name: str, value: object) -> None:
@@ -305,21 +330,24 @@ class BreakerConfig:
                 f"half_open_max_probes must be at most {MAX_PROBE_SLOTS}, "
                 f"got {self.half_open_max_probes}"
             )
-        _positive_int("record_ttl_seconds", self.record_ttl_seconds)
+        _positive_int("record_ttl_seconds", self.record_ttl_seconds, most=int(MAX_SECONDS))
         for name in (
             "window_seconds",
             "recovery_timeout",
             "max_recovery_timeout",
             "probe_lease_seconds",
-            "store_deadline_seconds",
         ):
             _positive_number(name, getattr(self, name))
+        _positive_number(
+            "store_deadline_seconds", self.store_deadline_seconds, most=MAX_DEADLINE_SECONDS
+        )
         for name in ("cache_ttl", "store_backoff_seconds", "recovery_ramp_seconds"):
             _positive_number(name, getattr(self, name), allow_zero=True)
-        _positive_number("recovery_backoff", self.recovery_backoff)
-        if self.recovery_backoff < 1:
+        backoff = _as_float(self.recovery_backoff)
+        if backoff is None or not 1 <= backoff <= MAX_RECOVERY_BACKOFF:
             raise ConfigError(
-                f"recovery_backoff must be at least 1 (no shrinking), got {self.recovery_backoff!r}"
+                f"recovery_backoff must be at least 1 (no shrinking) and at most "
+                f"{MAX_RECOVERY_BACKOFF:g}, got {_shown(self.recovery_backoff)}"
             )
         if self.max_recovery_timeout < self.recovery_timeout:
             raise ConfigError(

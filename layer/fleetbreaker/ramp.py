@@ -10,9 +10,12 @@ across N containers the dependency sees about ``share * load``.
 
 When did it close? A record this package writes on closing (a successful probe, or an
 operator's reset) is a fresh one: ``gen`` > 0, no failures, no failure window; its
-``updated_at`` is the close time. A failure counted later rewrites ``updated_at`` but not
-``gen``, so the close time is remembered per generation: a failure during the ramp counts as
-usual and does not restart or end the ramp. A container that first sees the generation after
+``updated_at`` is the close time. Only a close that ends an outage ramps: such a record keeps
+the ``opened_at`` of the outage (a probe's close, or a reset of an open, half-open or forced
+open breaker); a reset of a breaker that was closed or disabled has none, and admits everything
+at once (nothing was being turned away). A failure counted later rewrites ``updated_at`` but
+not ``gen``, so the close time is remembered per generation: a failure during the ramp counts
+as usual and does not restart or end the ramp. A container that first sees the generation after
 such a write has no close time and does not ramp: a cold start during a ramp under the count
 policy (rare); under the rate policy, whose containers report every ``report_interval``, any
 container that missed the fresh record, so there the ramp is partial.
@@ -45,6 +48,8 @@ def closed_at(record: Record | None) -> int | None:
     """When ``record`` closed, if it is the fresh record written on closing; else None."""
     if record is None or record.state is not State.CLOSED or record.gen <= 0:
         return None
+    if record.opened_at <= 0:
+        return None  # not a recovery: a reset of a breaker that was closed or disabled
     if record.failures or record.window_start or record.buckets or record.failing or record.slowing:
         return None  # counts written since the close moved updated_at
     return record.updated_at

@@ -38,6 +38,8 @@ if TYPE_CHECKING:
 # out-of-turn reports it may add: together well under one DynamoDB item's 1,000 writes/s.
 TARGET_REPORTS_PER_S = 250.0
 URGENT_REPORTS_PER_S = 200.0
+# The slow-call watcher's longest sleep (s), whatever slow_call_duration says.
+SLOW_WATCH_MAX_PERIOD_S = 1.0
 
 _process_ids: dict[int, str] = {}
 
@@ -76,6 +78,9 @@ class CallTally:
         self.urgent_after_ms = 0  # an out-of-turn report is considered again from then
         self.running: dict[int, int] = {}  # call number -> start, epoch ms
         self.numbers = itertools.count()
+        # The generation the pending counts were taken under (None: not known yet). A store
+        # counts them only into that generation's window (state.Report.gen).
+        self.gen: int | None = None
         self._lock = threading.Lock()
 
     def _goods(self) -> int:
@@ -126,10 +131,33 @@ class CallTally:
             mark = next(self.good)
             goods = mark - self._good_base - self._peeks
             self._good_base, self._peeks = mark + 1, 0
-            report = Report(container, self.calls + goods, self.failures, self.slow)
+            report = Report(container, self.calls + goods, self.failures, self.slow, self.gen)
             self.calls = self.failures = self.slow = 0
             self._schedule(container, now_ms, interval_ms)
             return report
+
+    def observe(self, gen: int) -> None:
+        """The breaker saw its record at ``gen``: counts pending from another generation are
+        dropped (they describe the dependency before a trip, or before a reset)."""
+        if gen == self.gen:
+            return
+        with self._lock:
+            if self.gen is not None:
+                mark = next(self.good)
+                self._good_base, self._peeks = mark + 1, 0
+                self.calls = self.failures = self.slow = 0
+            self.gen = gen
+
+    def carry(self, report: Report) -> None:
+        """Put back the counts of a report the store could not apply (they go with the next
+        one), unless the generation moved on meanwhile."""
+        with self._lock:
+            if report.gen != self.gen:
+                return
+            # Goods carried as plain calls: ``calls`` counts every call, good or bad.
+            self.calls += report.calls
+            self.failures += report.failures
+            self.slow += report.slow
 
     def reschedule(self, container: str, now_ms: int, interval_ms: int) -> None:
         """Set the next report ``interval_ms`` after ``now_ms`` (the report's answer may
@@ -243,10 +271,11 @@ def wants_urgent_report(
     large fleet would trip that much later than a small one.
     """
     if tally.stretched and (calls := tally.pending_calls()):
-        rate, slow_rate = policy.failure_rate, policy.slow_rate
-        if rate is not None and tally.failures >= max(1, rate * calls):
+        ratio = policy.failure_ratio
+        if ratio is not None and tally.failures and rules.reaches(tally.failures, calls, ratio):
             return True
-        if policy.slow_ms is not None and tally.slow >= max(1, slow_rate * calls):
+        slow = tally.slow
+        if policy.slow_ms is not None and slow and rules.reaches(slow, calls, policy.slow_ratio):
             return True
     counts = rules.window_counts(record, policy, now_ms)
     noted = record is not None and container in record.failing
@@ -254,40 +283,97 @@ def wants_urgent_report(
 
 
 class SlowCallWatcher:
-    """One daemon thread per breaker that reports calls hung past ``slow_call_duration``.
+    """A breaker's entry with the process's slow-call watcher, which reports calls hung past
+    ``slow_call_duration``.
 
-    It wakes every quarter of that duration while calls run (a timer per call would cost far
-    more on the hot path), so a hung call is reported within 1.25 × the duration.
+    One daemon thread per process sweeps every watching breaker, each every quarter of its
+    duration (a timer per call would cost far more on the hot path), so a hung call is
+    reported within 1.25 × the duration; the thread ends when no breaker is left. One thread
+    whatever the number of breakers: a thousand breakers built and dropped do not leave a
+    thousand threads behind. A sweep that reports waits for its store (at most its deadline),
+    and the other breakers' sweeps wait with it.
     """
 
     def __init__(self, sweep: Callable[[], object], period_s: float) -> None:
-        # A weak reference: the thread must not keep a discarded breaker alive.
+        # A weak reference: the watcher must not keep a discarded breaker alive.
         self._sweep = weakref.WeakMethod(sweep)
         self.period_s = period_s
+        self.due = 0.0  # monotonic seconds of the next sweep
         self._started = False
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
 
     def ensure_running(self) -> None:
-        if self._started:
-            return
-        with self._lock:
-            if self._started:
-                return
+        if not self._started:
             self._started = True
-            threading.Thread(target=self._run, name="fleetbreaker-slow-calls", daemon=True).start()
+            _WATCH.add(self)
 
     def stop(self) -> None:
-        self._stop.set()
+        _WATCH.discard(self)
+
+    def sweep(self) -> bool:
+        """Sweep once; False when the breaker is gone."""
+        sweep = self._sweep()
+        if sweep is None:
+            return False
+        try:
+            sweep()
+        except Exception:  # never let the watcher die: log and keep watching
+            import logging
+
+            logging.getLogger("fleetbreaker").exception("slow-call watcher failed")
+        return True
+
+
+class _ProcessWatch:
+    """The process's one slow-call watcher thread and the breakers it sweeps."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._watchers: set[SlowCallWatcher] = set()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def add(self, watcher: SlowCallWatcher) -> None:
+        import time
+
+        with self._lock:
+            watcher.due = time.monotonic() + watcher.period_s
+            self._watchers.add(watcher)
+            # Not alive in a forked child, or ended when its last breaker went: start one.
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(
+                    target=self._run, name="fleetbreaker-slow-calls", daemon=True
+                )
+                self._thread.start()
+        self._wake.set()  # a shorter period than the current sleep
+
+    def discard(self, watcher: SlowCallWatcher) -> None:
+        with self._lock:
+            self._watchers.discard(watcher)
 
     def _run(self) -> None:
-        while not self._stop.wait(self.period_s):
-            sweep = self._sweep()
-            if sweep is None:  # the breaker is gone
-                return
-            try:
-                sweep()
-            except Exception:  # never let the watcher die: log and keep watching
-                import logging
+        import time
 
-                logging.getLogger("fleetbreaker").exception("slow-call watcher failed")
+        while True:
+            with self._lock:
+                if not self._watchers:
+                    self._thread = None
+                    return
+                watchers = list(self._watchers)
+            now = time.monotonic()
+            for watcher in watchers:
+                if watcher.due <= now:
+                    if not watcher.sweep():  # the breaker is gone
+                        self.discard(watcher)
+                        continue
+                    watcher.due = time.monotonic() + watcher.period_s
+            soonest = min((w.due for w in watchers), default=now) - time.monotonic()
+            self._wake.wait(min(max(soonest, 0.001), SLOW_WATCH_MAX_PERIOD_S))
+            self._wake.clear()
+
+    def threads(self) -> int:
+        """Live watcher threads (0 or 1)."""
+        thread = self._thread
+        return int(thread is not None and thread.is_alive())
+
+
+_WATCH = _ProcessWatch()

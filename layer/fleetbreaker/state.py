@@ -12,6 +12,7 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import field
 from enum import Enum
+from functools import cached_property, lru_cache
 from typing import Any, Protocol
 
 from fleetbreaker.frozen import frozen, replace
@@ -115,13 +116,16 @@ class Report:
 
     ``container`` is the id the quorum counts. A call still running past
     ``slow_call_duration`` is reported as a call and a slow call; when it ends it adds only
-    its failure, if any.
+    its failure, if any. ``gen`` is the generation the calls were admitted under: a store
+    counts them only into that generation's window (None: into whichever is current), so
+    failures held from before a trip never land in the window after the recovery.
     """
 
     container: str
     calls: int = 0
     failures: int = 0
     slow: int = 0
+    gen: int | None = None
 
     def __bool__(self) -> bool:
         return bool(self.calls or self.failures or self.slow)
@@ -230,6 +234,28 @@ class PolicySource(Protocol):
     def reporting(self) -> bool: ...
 
 
+# A rate threshold is compared as a fraction whose denominator is at most this: exact for any
+# threshold written with up to six decimals, and small enough that the Redis scripts (doubles,
+# exact to 2^53) compare it exactly too (see reaches()).
+MAX_RATIO_DENOMINATOR = 1_000_000
+
+
+def exact_ratio(rate: float) -> tuple[int, int]:
+    """A rate threshold as the fraction its decimal text says: 0.55 is 11/20, not the double
+    0.55000000000000004441 (so 55 of 100 reaches it). Past six decimals, the nearest fraction
+    with a denominator up to MAX_RATIO_DENOMINATOR."""
+    from fractions import Fraction  # a policy is built once per breaker: keep it off import
+
+    exact = Fraction(repr(float(rate))).limit_denominator(MAX_RATIO_DENOMINATOR)
+    return exact.numerator, exact.denominator
+
+
+def reaches(part: int, whole: int, ratio: tuple[int, int]) -> bool:
+    """Whether ``part / whole`` reaches the threshold ``ratio``, in integers (no rounding)."""
+    numerator, denominator = ratio
+    return part * denominator >= whole * numerator
+
+
 # The rate policy's sliding window is a ring of this many buckets (each window_ms / 10 long):
 # the window slides in tenths, and the record stays a few hundred bytes at any fleet size.
 WINDOW_BUCKETS = 10
@@ -260,6 +286,16 @@ class Policy:
     min_containers: int = 1
     reporting: bool = False
 
+    @cached_property
+    def failure_ratio(self) -> tuple[int, int] | None:
+        """``failure_rate`` as an exact fraction (numerator, denominator); see exact_ratio."""
+        return None if self.failure_rate is None else exact_ratio(self.failure_rate)
+
+    @cached_property
+    def slow_ratio(self) -> tuple[int, int]:
+        """``slow_rate`` as an exact fraction (numerator, denominator); see exact_ratio."""
+        return exact_ratio(self.slow_rate)
+
     @property
     def bucket_ms(self) -> int:
         """Length of one of the window's WINDOW_BUCKETS slices."""
@@ -285,6 +321,14 @@ class Policy:
             min_containers=config.min_containers,
             reporting=config.reporting,
         )
+
+
+@lru_cache(maxsize=32)
+def alone(policy: Policy) -> Policy:
+    """The policy a container applies on its own (store unreachable): the quorum counts as met
+    by the container itself, so its local breaker can open on its own failures. A quorum of
+    distinct containers is a fleet-wide rule; alone, a container only sees its own calls."""
+    return policy if policy.min_containers <= 1 else replace(policy, min_containers=1)
 
 
 @frozen
@@ -503,7 +547,11 @@ def apply_settle(
             rest = {k: v for k, v in record.leases.items() if k != slot}
             kept = replace(record, successes=successes, leases=rest)
             return Outcome(_stamp(kept, policy, now_ms), changed=True)
-        closed = Record(state=State.CLOSED, gen=record.gen + 1)
+        # opened_at carried over: a closed record that has one closed a real outage (the
+        # recovery ramp starts only then; see ramp.closed_at).
+        closed = Record(
+            state=State.CLOSED, gen=record.gen + 1, opened_at=record.opened_at or now_ms
+        )
         return Outcome(
             _stamp(closed, policy, now_ms),
             changed=True,
@@ -525,6 +573,8 @@ def apply_settle(
 
 
 FORCEABLE = frozenset({State.CLOSED, State.FORCED_OPEN, State.DISABLED})
+# States a close recovers from (the calls were being turned away).
+RECOVERABLE = frozenset({State.OPEN, State.HALF_OPEN, State.FORCED_OPEN})
 
 
 def apply_force(record: Record | None, policy: Policy, now_ms: int, target: State) -> Outcome:
@@ -533,7 +583,12 @@ def apply_force(record: Record | None, policy: Policy, now_ms: int, target: Stat
         raise ValueError(f"cannot force a breaker to {target.value!r}")
     before = record.state if record is not None else State.CLOSED
     gen = record.gen + 1 if record is not None else 1
-    forced = _stamp(Record(state=target, gen=gen), policy, now_ms)
+    opened_at = 0
+    if record is not None and target is State.CLOSED and before in RECOVERABLE:
+        # A reset that ends an outage (open, probing, forced open) is a recovery: the ramp
+        # may start. A reset of a closed or disabled breaker is not.
+        opened_at = record.opened_at or record.updated_at or now_ms
+    forced = _stamp(Record(state=target, gen=gen, opened_at=opened_at), policy, now_ms)
     return Outcome(forced, changed=True, transition=(before, target))
 
 
@@ -644,18 +699,18 @@ def _failing(counts: WindowCounts, policy: Policy) -> bool:
 def should_trip(counts: WindowCounts, policy: Policy) -> bool:
     """Whether the window's counts open the breaker under the policy (with its quorum)."""
     quorum = policy.min_containers
-    if policy.failure_rate is None:
+    ratio = policy.failure_ratio
+    if ratio is None:
         failing = counts.failures >= policy.failure_threshold
     else:
-        failing = (
-            counts.calls >= policy.minimum_calls
-            and counts.failures >= policy.failure_rate * counts.calls
+        failing = counts.calls >= policy.minimum_calls and reaches(
+            counts.failures, counts.calls, ratio
         )
     if failing and (quorum <= 1 or counts.failing_containers >= quorum):
         return True
     if policy.slow_ms is None or counts.calls < policy.minimum_calls:
         return False
-    slow = counts.slow > 0 and counts.slow >= policy.slow_rate * counts.calls
+    slow = counts.slow > 0 and reaches(counts.slow, counts.calls, policy.slow_ratio)
     return slow and (quorum <= 1 or counts.slow_containers >= quorum)
 
 
@@ -718,14 +773,20 @@ def add_report(record: Record, policy: Policy, now_ms: int, report: Report) -> R
     )
 
 
+def report_fits(record: Record, report: Report) -> bool:
+    """Whether ``report``'s counts belong to ``record``'s generation (an absent record: 0)."""
+    return report.gen is None or report.gen == record.gen
+
+
 def apply_report(record: Record | None, policy: Policy, now_ms: int, report: Report) -> Outcome:
     """Add one container's batch to the fleet's window; trip (once) when the policy says so.
 
     Only a closed breaker counts: while open or half-open the window is empty (probes decide
-    recovery) and a disabled breaker records nothing.
+    recovery) and a disabled breaker records nothing. Counts of an older generation are
+    dropped (see Report.gen).
     """
     current = record if record is not None else Record()
-    if current.state is not State.CLOSED or not report:
+    if current.state is not State.CLOSED or not report or not report_fits(current, report):
         return Outcome(record)
     counted = add_report(current, policy, now_ms, report)
     if should_trip(window_counts(counted, policy, now_ms), policy):
@@ -742,7 +803,8 @@ class Snapshot:
     ``calls``, ``failures`` and ``slow_calls`` are the sliding window's, fleet-wide (under the
     plain count policy: ``failures`` in the current window and no calls). ``containers``
     counts the distinct containers whose failures or slow calls fall in the window, up to
-    ``min_containers`` (the record keeps no more). Rates are None while no call is counted.
+    ``min_containers`` (the record keeps no more), and at least 1 when the window holds any.
+    Rates are None while no call is counted.
     ``retry_after`` is the seconds until a rejected call may be admitted (0 when admitting);
     ``open_until`` the epoch ms the open window ends (None unless open).
     """
@@ -787,7 +849,10 @@ def iso_utc(epoch_ms: int | None) -> str | None:
         return None
     import datetime
 
-    moment = datetime.datetime.fromtimestamp(epoch_ms / 1000, tz=datetime.timezone.utc)
+    try:
+        moment = datetime.datetime.fromtimestamp(epoch_ms / 1000, tz=datetime.timezone.utc)
+    except (OverflowError, OSError, ValueError):  # past year 9999: a hand-edited record
+        return None
     return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
@@ -815,7 +880,11 @@ def snapshot_of(
         calls=calls,
         failures=failures,
         slow_calls=counts.slow,
-        containers=max(counts.failing_containers, counts.slow_containers),
+        # The record keeps up to min_containers ids (none under min_containers=1): "capped as
+        # stored", and at least one container when the window holds failures or slow calls.
+        containers=max(
+            counts.failing_containers, counts.slow_containers, 1 if failures or counts.slow else 0
+        ),
         failure_rate=counts.failures / calls if calls else None,
         slow_call_rate=counts.slow / calls if calls else None,
         retry_after=decided.retry_after_ms / 1000 if decided.decision is Decision.REJECT else 0.0,

@@ -128,9 +128,13 @@ def _typed(name: str, value: object) -> int | float | str:
         if isinstance(value, float) and not value.is_integer():
             raise ConfigError(f"{name} must be a whole number, got {value!r}")
         return int(value)
-    if not math.isfinite(value):
-        raise ConfigError(f"{name} must be a finite number, got {value!r}")
-    return float(value)
+    try:
+        number = float(value)
+    except OverflowError:  # an integer past any double (10**400)
+        number = math.inf
+    if not math.isfinite(number):
+        raise ConfigError(f"{name} must be a finite number, got {str(value)[:40]}")
+    return number
 
 
 def apply_tuning(config: BreakerConfig, values: Mapping[str, object]) -> BreakerConfig:

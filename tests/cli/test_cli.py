@@ -132,6 +132,55 @@ def test_a_corrupt_record_is_listed_as_corrupt(backend: Backend, name: str) -> N
     assert listed[f"{name}-good"]["state"] == "closed"
 
 
+def test_an_action_time_past_any_date_is_shown_and_the_list_goes_on(
+    backend: Backend, name: str
+) -> None:
+    # GIVEN a record whose last action is stamped 1e17 ms (year 3 million), next to a good one
+    from fleetbreaker.tuning import Action
+
+    backend.store.tune(name, POLICY, system_clock(), "", Action("tune", "ops", None, 10**17))
+    fail(backend, f"{name}-good", 1)
+
+    # WHEN the operator asks for its status and for the list
+    status = backend.run("status", name, "--json")
+    listed = backend.run("list", "--json")
+
+    # THEN both answer: the time is shown as the number it is, and the list goes on past it
+    assert status.code == 0, status.err
+    assert status.json_lines()[0]["last_action"]["at"] == f"{10**17} ms (not a date)"
+    assert listed.code == 0, listed.err
+    names = {entry["name"] for entry in listed.json_lines()}
+    assert {name, f"{name}-good"} <= names
+
+
+def test_control_characters_from_the_store_are_printed_escaped(backend: Backend, name: str) -> None:
+    # GIVEN a breaker whose name and operator reason carry ESC and BEL (written by anyone)
+    from fleetbreaker import State
+    from fleetbreaker.tuning import Action
+
+    hostile = f"{name}-\x1b[2J\x07"
+    action = Action("forced_open", "ops\x1b]0;x\x07", "\x1b[31mred\x07", system_clock())
+    for breaker in (hostile, name):
+        backend.store.force_state(breaker, POLICY, system_clock(), State.FORCED_OPEN, action=action)
+
+    # WHEN the operator lists the breakers and asks for a status, as text
+    listed = backend.run("list")
+    status = backend.run("status", name)
+    shown = backend.run("list", "--json")
+
+    # THEN no control character reaches the terminal: each is printed as an escape
+    for result in (listed, status):
+        assert result.code == 0, result.err
+        assert "\x1b" not in result.out
+        assert "\x07" not in result.out
+    assert f"{name}-\\x1b[2J\\x07" in listed.out
+    assert "\\x1b[31mred\\x07" in status.out
+    # AND JSON output keeps the exact text (json escapes it)
+    [entry] = [e for e in shown.json_lines() if e["name"] == hostile]
+    assert entry["last_action"]["reason"] == "\x1b[31mred\x07"
+    assert "\x1b" not in shown.out
+
+
 # -- overrides -------------------------------------------------------------------------------
 
 
@@ -335,6 +384,11 @@ def test_tune_stores_the_settings_and_status_shows_them(backend: Backend, name: 
         (["--half-open-max-probes", "17"], "half_open_max_probes must be at most 16"),
         (["--recovery-timeout", "-1"], "recovery_timeout must be a positive number"),
         (["--window-seconds", "nan"], "window_seconds must be a finite number"),
+        # Past what a container can live with (the clock, thread waits, 14-digit records).
+        (["--window-seconds", "1e15"], "window_seconds must be a positive number of seconds up"),
+        (["--slow-call-duration", "1e11"], "slow_call_duration must be a positive number"),
+        (["--window-seconds", "1e400"], "window_seconds must be a finite number"),
+        (["--failure-threshold", "1" + "0" * 400], "failure_threshold must be a positive integer"),
         ([], "tune needs at least one of"),
         (["--clear", "--failure-threshold", "3"], "settings or --clear, not both"),
     ],

@@ -71,10 +71,23 @@ def test_a_missing_table_exits_3_naming_it(moto_server: str) -> None:
         (["--table", "CircuitBreakers", "status", "bad\x07name"], "control characters"),
         (["--redis-url", "http://nowhere", "list"], "redis:// or rediss://"),
         (["list"], "no store: pass --table, --redis-url or --stack"),
+        (
+            ["--table", "T", "--endpoint-url", "localhost:8000", "list"],
+            "include the scheme, e.g. http://localhost:8000",
+        ),
+        (["--table", "T", "list"], "no AWS region: pass --region"),
+        (["--table", "T", "--region", "", "list"], "no AWS region: pass --region"),
     ],
 )
 def test_usage_errors_exit_2_with_one_line(args: list[str], problem: str) -> None:
-    env = {"CIRCUIT_BREAKER_TABLE": "", "CIRCUIT_BREAKER_REDIS_URL": ""}
+    # No region anywhere: AWS_REGION and AWS_DEFAULT_REGION empty, no config file.
+    env = {
+        "CIRCUIT_BREAKER_TABLE": "",
+        "CIRCUIT_BREAKER_REDIS_URL": "",
+        "AWS_REGION": "",
+        "AWS_DEFAULT_REGION": "",
+        "AWS_CONFIG_FILE": "/nonexistent",
+    }
 
     result = run_cli(args, env)
 
@@ -264,6 +277,50 @@ def test_watch_ends_cleanly_on_ctrl_c(moto_server_backend: Backend, name: str) -
     assert json.loads(first)["name"] == name
     assert process.returncode == 0
     assert "Traceback" not in err
+
+
+def test_watch_json_reports_a_store_error_as_a_json_line(
+    moto_server_backend: Backend, name: str
+) -> None:
+    # GIVEN a watch, with --json, that has shown the status once
+    fail(moto_server_backend, name, 1)
+    process = subprocess.Popen(
+        [
+            str(CLI),
+            *moto_server_backend.options,
+            "watch",
+            name,
+            "--json",
+            "--count",
+            "2",
+            "--interval",
+            "0.5",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **moto_server_backend.env},
+    )
+    try:
+        assert process.stdout is not None
+        first = process.stdout.readline()
+
+        # WHEN the store fails before the next refresh (its table is gone)
+        moto_server_backend.store.client.delete_table(
+            TableName=moto_server_backend.store.table_name
+        )
+        rest, err = process.communicate(timeout=CLI_TIMEOUT_S)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+    # THEN every line of the output is JSON, the error one naming the breaker and the problem
+    assert json.loads(first)["name"] == name
+    [problem] = [json.loads(line) for line in rest.splitlines()]
+    assert problem["name"] == name
+    assert problem["error"].startswith("store error:")
+    assert process.returncode == 0, err
 
 
 # -- colour ----------------------------------------------------------------------------------

@@ -49,3 +49,83 @@ def test_a_container_that_loses_a_race_learns_the_trip_at_once(store: Any, name:
     with pytest.raises(CircuitOpenError):
         late.call(dep)
     assert dep.calls == 4
+
+
+RATE = BreakerConfig(
+    failure_rate_threshold=0.5,
+    minimum_calls=20,
+    window_seconds=60,
+    recovery_timeout=5,
+    cache_ttl=1.0,
+    report_interval=2,
+    # Generous: a store call missing the deadline on a loaded machine would be answered
+    # locally and the fleet would not see it (the deadline has its own tests).
+    store_deadline_seconds=30,
+)
+
+
+def fail(breaker: CircuitBreaker, dep: Dependency, times: int) -> None:
+    dep.failing = True
+    for _ in range(times):
+        with pytest.raises((ConnectionError, CircuitOpenError)):
+            breaker.call(dep)
+    dep.failing = False
+
+
+def test_failures_held_from_before_a_trip_do_not_reopen_a_recovered_breaker(
+    store: Any, name: str
+) -> None:
+    # GIVEN a container holding 15 unreported failures (below minimum_calls, so not urgent)
+    clock = FakeClock()
+    paused = CircuitBreaker(name, store=store, config=RATE, clock=clock, container_id="paused")
+    other = CircuitBreaker(name, store=store, config=RATE, clock=clock, container_id="other")
+    dep = Dependency()
+    fail(paused, dep, 15)
+    # AND the fleet trips without it, then recovers through a probe
+    fail(other, dep, 20)
+    assert other.snapshot().state is State.OPEN
+    clock.advance(RATE.recovery_timeout)
+    other.call(dep)
+    assert other.snapshot().state is State.CLOSED
+
+    # WHEN the held container calls again (healthy calls only) and reports
+    clock.advance(RATE.cache_ttl)
+    for _ in range(10):
+        paused.call(dep)
+    clock.advance(RATE.report_interval)
+    paused.call(dep)
+
+    # THEN its old failures never reach the new window, and the breaker stays closed
+    clock.advance(RATE.cache_ttl)
+    seen = paused.snapshot()
+    assert (seen.state, seen.failures) == (State.CLOSED, 0)
+
+
+def test_the_longest_accepted_durations_round_trip_through_the_store(store: Any, name: str) -> None:
+    # GIVEN every duration at (or near) the largest the config accepts
+    from fleetbreaker.config import MAX_DEADLINE_SECONDS, MAX_SECONDS
+
+    half = MAX_SECONDS / 2
+    config = BreakerConfig(
+        failure_threshold=1,
+        window_seconds=MAX_SECONDS,
+        recovery_timeout=half,
+        max_recovery_timeout=half,
+        probe_lease_seconds=half,
+        record_ttl_seconds=int(MAX_SECONDS),
+        store_deadline_seconds=MAX_DEADLINE_SECONDS,
+        store_backoff_seconds=MAX_SECONDS,
+        slow_call_duration=MAX_SECONDS,
+    )
+    clock = FakeClock()
+    breaker = CircuitBreaker(name, store=store, config=config, clock=clock)
+    dep = Dependency()
+
+    # WHEN a failure trips it
+    fail(breaker, dep, 1)
+
+    # THEN a fresh container reads it back open for the whole window, not as corrupt
+    fresh = CircuitBreaker(name, store=store, config=config, clock=clock)
+    seen = fresh.snapshot()
+    assert (seen.state, seen.retry_after) == (State.OPEN, half)
+    assert fresh.stats.corrupt_records == 0

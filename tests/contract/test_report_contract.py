@@ -8,8 +8,18 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+import pytest
+
 from fleetbreaker import BreakerConfig
-from fleetbreaker.state import Policy, Record, Report, State, window_counts
+from fleetbreaker.state import (
+    Policy,
+    ProbeReport,
+    Record,
+    Report,
+    State,
+    snapshot_of,
+    window_counts,
+)
 
 T0 = 1_700_000_000_000
 RATE = Policy.from_config(
@@ -88,6 +98,118 @@ def test_reaching_the_rate_trips_once_and_clears_the_window(store: Any, name: st
     assert opened.buckets == {}
 
 
+# (failures, calls, threshold): in doubles, threshold * calls lands just above failures.
+EXACT_THRESHOLDS = [(55, 100, 0.55), (7, 25, 0.28), (7, 50, 0.14), (7, 100, 0.07)]
+
+
+@pytest.mark.parametrize(("failures", "calls", "threshold"), EXACT_THRESHOLDS)
+def test_a_failure_rate_exactly_at_the_threshold_trips(
+    store: Any, name: str, failures: int, calls: int, threshold: float
+) -> None:
+    # GIVEN a rate threshold whose double is a hair above the decimal it was written as
+    policy = Policy.from_config(
+        BreakerConfig(failure_rate_threshold=threshold, minimum_calls=20, record_ttl_seconds=3_600)
+    )
+
+    # WHEN the window reaches exactly that fraction of failures
+    outcome = send(store, name, Report("a", calls=calls, failures=failures), policy=policy)
+
+    # THEN it trips; one failure fewer does not
+    assert outcome.transition == (State.CLOSED, State.OPEN)
+    below = send(
+        store, name + "-below", Report("a", calls=calls, failures=failures - 1), policy=policy
+    )
+    assert below.transition is None
+
+
+@pytest.mark.parametrize(("slow", "calls", "threshold"), EXACT_THRESHOLDS)
+def test_a_slow_call_rate_exactly_at_the_threshold_trips(
+    store: Any, name: str, slow: int, calls: int, threshold: float
+) -> None:
+    policy = Policy.from_config(
+        BreakerConfig(
+            slow_call_duration=1.0,
+            slow_call_rate_threshold=threshold,
+            minimum_calls=20,
+            failure_threshold=1_000,
+            record_ttl_seconds=3_600,
+        )
+    )
+
+    outcome = send(store, name, Report("a", calls=calls, slow=slow), policy=policy)
+
+    assert outcome.transition == (State.CLOSED, State.OPEN)
+    below = send(store, name + "-below", Report("a", calls=calls, slow=slow - 1), policy=policy)
+    assert below.transition is None
+
+
+def test_an_exact_threshold_holds_for_counts_past_a_doubles_precision(
+    store: Any, name: str
+) -> None:
+    # GIVEN 0.55 and a window whose calls times 20 passes 2^53 (Lua computes in doubles)
+    policy = Policy.from_config(
+        BreakerConfig(failure_rate_threshold=0.55, minimum_calls=20, record_ttl_seconds=3_600)
+    )
+    calls = 10**13 + 20
+    failures = calls * 11 // 20
+
+    # WHEN one failure short of 55 %, then exactly 55 %
+    short = send(store, name, Report("a", calls=calls, failures=failures - 1), policy=policy)
+    exact = send(store, name + "-exact", Report("a", calls=calls, failures=failures), policy=policy)
+
+    # THEN only the exact one trips
+    assert short.transition is None
+    assert exact.transition == (State.CLOSED, State.OPEN)
+
+
+def recover(store: Any, name: str, now: int) -> int:
+    """Trip, probe and close the breaker from closed gen 0: the closed generation after."""
+    send(store, name, Report("tripper", calls=10, failures=10), now=now)
+    later = now + RATE.base_open_ms
+    claim = store.claim_probe(name, RATE, later, "n1", store.load(name, later))
+    settled = store.settle_probe(
+        name, RATE, later, ProbeReport(claim.token, True), store.load(name, later)
+    )
+    assert settled.transition == (State.HALF_OPEN, State.CLOSED)
+    return int(settled.record.gen)
+
+
+def test_counts_of_an_older_generation_are_dropped(store: Any, name: str) -> None:
+    # GIVEN a breaker that tripped and recovered since a container took 15 failures
+    gen = recover(store, name, T0)
+    later = T0 + RATE.base_open_ms
+
+    # WHEN that container reports them under the generation it took them in
+    stale = send(store, name, Report("paused", calls=15, failures=15, gen=0), now=later)
+
+    # THEN they do not enter the new window; counts of the current generation do
+    assert not stale.changed
+    assert window_counts(store.load(name, later), RATE, later).calls == 0
+    fresh = send(store, name, Report("paused", calls=4, failures=1, gen=gen), now=later)
+    assert fresh.changed
+    assert window_counts(store.load(name, later), RATE, later).calls == 4
+
+
+def test_counts_of_another_generation_do_not_create_a_record(store: Any, name: str) -> None:
+    # An absent record is generation 0: counts of generation 5 were taken before it expired.
+    outcome = send(store, name, Report("a", calls=10, failures=10, gen=5))
+
+    assert not outcome.changed
+    assert store.load(name, T0) is None
+
+
+def test_failing_containers_read_at_least_one_under_min_containers_1(store: Any, name: str) -> None:
+    # GIVEN min_containers=1: the record keeps no container ids
+    for container in "abc":
+        send(store, name, Report(container, calls=4, failures=1))
+
+    # WHEN the fleet's view is taken
+    snapshot = snapshot_of(name, store.load(name, T0), RATE, T0)
+
+    # THEN the failing containers read 1 ("capped as stored"), not 0
+    assert (snapshot.failures, snapshot.containers) == (3, 1)
+
+
 def test_a_report_while_open_is_dropped(store: Any, name: str) -> None:
     send(store, name, Report("a", calls=10, failures=10))
     opened = store.load(name, T0)
@@ -106,7 +228,12 @@ def test_a_stale_observed_record_does_not_lose_counts(store: Any, name: str) -> 
     assert window_counts(store.load(name, T0), RATE, T0).calls == 5
 
 
-def test_quorum_counts_distinct_containers_and_trips_at_the_third(store: Any, name: str) -> None:
+# The quorum tests run on every backend but "degraded": a container on local state is its
+# own quorum (state.alone; tests/unit/test_rate_breaker.py covers it).
+def test_quorum_counts_distinct_containers_and_trips_at_the_third(
+    shared_store: Any, name: str
+) -> None:
+    store = shared_store
     for i in range(4):
         send(store, name, Report("sick", calls=10, failures=10), now=T0 + i, policy=QUORUM)
     send(store, name, Report("b", calls=1, failures=1), now=T0 + 5, policy=QUORUM)
@@ -117,7 +244,8 @@ def test_quorum_counts_distinct_containers_and_trips_at_the_third(store: Any, na
     assert third.transition == (State.CLOSED, State.OPEN)
 
 
-def test_quorum_map_keeps_the_newest_min_containers(store: Any, name: str) -> None:
+def test_quorum_map_keeps_the_newest_min_containers(shared_store: Any, name: str) -> None:
+    store = shared_store
     # GIVEN a 1.5 s window: "a" has left it when "c" reports, "b" has not
     policy = Policy.from_config(
         BreakerConfig(
@@ -189,6 +317,44 @@ def test_racing_reports_below_the_rate_lose_no_count(atomic_store: Any, name: st
 
     counts = window_counts(store.load(name, T0), RATE, T0)
     assert (counts.calls, counts.reports) == (120, 40)
+
+
+def test_reports_racing_on_the_quorum_map_lose_no_count(atomic_store: Any, name: str) -> None:
+    # GIVEN 12 containers that all fail at once under a quorum of 10: every report rewrites
+    # the quorum map, and only one rewrite of a given map can win
+    store = atomic_store
+    policy = Policy.from_config(
+        BreakerConfig(
+            failure_rate_threshold=1.0,
+            minimum_calls=10,
+            min_containers=10,
+            record_ttl_seconds=3_600,
+        )
+    )
+    start = threading.Barrier(12)
+    outcomes: list[Any] = []
+    lock = threading.Lock()
+
+    def container(number: int) -> None:
+        start.wait()
+        for _ in range(5):
+            outcome = store.report(
+                name, policy, T0, Report(f"c{number}", calls=2, failures=1), store.load(name, T0)
+            )
+            with lock:
+                outcomes.append(outcome)
+
+    # WHEN they report together, five times each
+    threads = [threading.Thread(target=container, args=(n,)) for n in range(12)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    # THEN every report's counts are in the window
+    counts = window_counts(store.load(name, T0), policy, T0)
+    assert (counts.calls, counts.failures, counts.reports) == (120, 60, 60)
+    assert all(outcome.changed for outcome in outcomes)
 
 
 def test_count_policy_operations_clear_a_rate_window(shared_store: Any, name: str) -> None:

@@ -254,6 +254,53 @@ def test_the_schedule_resumes_consumers_when_nobody_else_calls_the_breaker(
     assert breaker.state is State.OPEN
 
 
+def test_the_schedule_goes_on_past_a_corrupt_record(events_module: ModuleType, aws: Aws) -> None:
+    # GIVEN a corrupt record registered before an open breaker whose window has ended
+    clock = FakeClock()
+    breaker = breaker_on(DynamoDBStore(aws.table), clock)
+    registry: dict[str, list[str]] = {"mangled": [], BREAKER: [aws.mapping]}
+    handler = events_module.create_handler(
+        {"CIRCUIT_BREAKER_TABLE": aws.table, "BREAKER_MAPPINGS": json.dumps(registry)},
+        clock=clock,
+    )
+    aws.clients["dynamodb"].put_item(
+        TableName=aws.table, Item={"name": {"S": "mangled"}, "state": {"S": "sideways"}}
+    )
+    breaker.record(success=False)
+    handler.switch.set(BREAKER, False)
+    clock.advance(31)
+
+    # WHEN the scheduled check runs
+    result = handler(SCHEDULED, None)
+
+    # THEN it read the corrupt one as closed and went on to resume the later breaker's consumers
+    assert result["corrupt"] == ["mangled"]
+    assert result["changed"][BREAKER] == [aws.mapping]
+    assert aws.mapping_state() == "Enabled"
+
+
+def test_a_breaker_whose_check_fails_does_not_stop_the_others(
+    events_module: ModuleType, aws: Aws
+) -> None:
+    # GIVEN a registered breaker whose mapping cannot be toggled (it does not exist)
+    clock = FakeClock()
+    breaker = breaker_on(DynamoDBStore(aws.table), clock)
+    registry = {"gone": ["00000000-0000-0000-0000-000000000000"], BREAKER: [aws.mapping]}
+    handler = events_module.create_handler(
+        {"CIRCUIT_BREAKER_TABLE": aws.table, "BREAKER_MAPPINGS": json.dumps(registry)},
+        clock=clock,
+    )
+    breaker.record(success=False)
+    handler.switch.set(BREAKER, False)
+    clock.advance(31)
+
+    # WHEN the scheduled check runs, THEN the run fails naming the broken breaker only
+    with pytest.raises(RuntimeError, match="'gone'"):
+        handler(SCHEDULED, None)
+    # AND the later breaker's consumers were resumed all the same
+    assert aws.mapping_state() == "Enabled"
+
+
 def test_with_redis_the_container_that_trips_the_breaker_pauses_the_consumers(
     events_module: ModuleType, shared: ModuleType, aws: Aws, redis_server: str
 ) -> None:

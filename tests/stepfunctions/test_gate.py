@@ -459,7 +459,7 @@ def test_status_shows_the_fleet_window_without_deciding(clock: FakeClock) -> Non
         "calls": 4,
         "failures": 1,
         "slow_calls": 0,
-        "containers": 0,
+        "containers": 1,  # min_containers=1 keeps no ids: at least the one that failed
         "failure_rate": 0.25,
         "slow_call_rate": 0.0,
         "retry_after": 0.0,

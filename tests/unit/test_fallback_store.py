@@ -190,6 +190,11 @@ def test_shared_answers_reach_the_answer_hook_and_local_ones_do_not(
         ({"deadline_seconds": 0}, "deadline_seconds must be a positive number or None"),
         ({"deadline_seconds": float("inf")}, "deadline_seconds must be a positive number"),
         ({"deadline_seconds": True}, "deadline_seconds must be a positive number"),
+        (
+            {"deadline_seconds": 1e10},
+            r"deadline_seconds must be a positive number or None \(at most 900\)",
+        ),
+        ({"backoff_seconds": 1e300}, "backoff_seconds must be >= 0 and at most"),
     ],
 )
 def test_bad_settings_are_refused_by_name(kwargs: dict[str, Any], message: str) -> None:
@@ -271,6 +276,7 @@ def test_an_idle_worker_ends_its_thread_and_the_next_call_starts_one(
 
     monkeypatch.setattr(fallback, "_Worker", NotedWorker)
     monkeypatch.setattr(fallback, "WORKER_IDLE_SECONDS", 0.01)
+    monkeypatch.setattr(fallback, "_POOL", fallback._WorkerPool())  # no idle worker to reuse
     store = FallbackStore(FlakyStore(), clock=clock)
     store.record_failure(NAME, POLICY, clock(), None)
     [worker] = started
@@ -284,3 +290,75 @@ def test_an_idle_worker_ends_its_thread_and_the_next_call_starts_one(
     assert outcome.transition == (State.CLOSED, State.OPEN)
     assert not store.degraded
     assert len(started) == 2
+
+
+def store_threads() -> set[threading.Thread]:
+    return {t for t in threading.enumerate() if t.name == "fleetbreaker-store"}
+
+
+class HungStore(FlakyStore):
+    """A store whose loads hang until the test lets them go."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = threading.Event()
+
+    def load(self, name: str, now_ms: int) -> Any:
+        self.release.wait()
+        return super().load(name, now_ms)
+
+
+def test_callers_arriving_together_on_a_hung_store_hold_at_most_the_cap_of_threads(
+    clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN a store that hangs, and 64 callers that reach it at the same moment
+    from fleetbreaker.stores import fallback
+
+    monkeypatch.setattr(fallback, "_POOL", fallback._WorkerPool())
+    hung = HungStore()
+    store = FallbackStore(hung, clock=clock, deadline_seconds=1.0)
+    before = store_threads()
+    start = threading.Barrier(64)
+    peak: list[int] = []
+
+    def caller() -> None:
+        start.wait()
+        store.load(NAME, clock())  # answered locally once the deadline passes
+        peak.append(len(store_threads() - before))
+
+    callers = [threading.Thread(target=caller) for _ in range(64)]
+    try:
+        # WHEN they all call
+        for thread in callers:
+            thread.start()
+        for thread in callers:
+            thread.join()
+
+        # THEN at most MAX_STUCK_WORKERS store threads were ever started for them
+        assert len(store_threads() - before) <= fallback.MAX_STUCK_WORKERS
+        assert max(peak) <= fallback.MAX_STUCK_WORKERS
+        assert store.degraded
+    finally:
+        hung.release.set()
+
+
+def test_a_thousand_breakers_built_and_dropped_keep_the_threads_bounded() -> None:
+    # GIVEN breakers that each run store calls on a worker and watch for slow calls
+    from fleetbreaker import CircuitBreaker
+    from fleetbreaker.stores import fallback
+
+    config = BreakerConfig(failure_threshold=2, cache_ttl=0, slow_call_duration=5.0)
+    baseline = threading.active_count()
+    peak = baseline
+
+    # WHEN a thousand are built, used and dropped, one after another
+    for number in range(1_000):
+        breaker = CircuitBreaker(f"b{number}", store=FlakyStore(), config=config, listeners=[])
+        breaker.call(lambda: "ok")
+        breaker.record(success=False)
+        peak = max(peak, threading.active_count())
+        del breaker
+
+    # THEN the process never held more than the shared pool's idle workers, a call's
+    # worker and the one slow-call watcher on top of what it had
+    assert peak - baseline <= fallback.MAX_IDLE_WORKERS + 2

@@ -59,6 +59,23 @@ def test_a_bad_store_deadline_variable_is_refused_by_name() -> None:
         BreakerConfig.from_env({"BREAKER_STORE_DEADLINE_SECONDS": "0"})
 
 
+@pytest.mark.parametrize(
+    ("variable", "raw"),
+    [
+        ("BREAKER_WINDOW_SECONDS", "1e308"),
+        ("BREAKER_STORE_DEADLINE_SECONDS", "1e10"),
+        ("BREAKER_RECOVERY_TIMEOUT", "1e12"),
+        ("BREAKER_SLOW_CALL_DURATION", "1e11"),
+        ("BREAKER_FAILURE_THRESHOLD", "1" + "0" * 400),
+        ("BREAKER_MINIMUM_CALLS", "100000000000000"),
+    ],
+)
+def test_a_variable_past_the_bounds_is_refused_naming_it(variable: str, raw: str) -> None:
+    # A value the breaker could not live with (the clock, thread waits, 14-digit records)
+    with pytest.raises(ConfigError, match=f"{variable}: .* up to"):
+        BreakerConfig.from_env({variable: raw})
+
+
 # -- env_number: the functions' own numeric settings ----------------------------------------------
 
 

@@ -97,7 +97,9 @@ def test_a_one_millisecond_ramp_starts_at_the_minimum() -> None:
 def test_any_count_written_since_the_close_hides_the_close_time(
     since_close: dict[str, Any],
 ) -> None:
-    assert closed_at(Record(State.CLOSED, gen=4, updated_at=123, **since_close)) is None
+    assert (
+        closed_at(Record(State.CLOSED, gen=4, opened_at=100, updated_at=123, **since_close)) is None
+    )
 
 
 def test_the_ramp_counts_its_length_in_milliseconds() -> None:
@@ -107,7 +109,7 @@ def test_the_ramp_counts_its_length_in_milliseconds() -> None:
 def test_the_first_generation_a_container_sees_ramps_too() -> None:
     # GIVEN a container whose first sight of the breaker is its first close (generation 1)
     ramp = RecoveryRamp(10)
-    fresh = Record(State.CLOSED, gen=1, updated_at=1_000)
+    fresh = Record(State.CLOSED, gen=1, opened_at=500, updated_at=1_000)  # closed an outage
 
     # THEN a call drawing above the minimum share at the close is turned away
     assert ramp.rejects(fresh, 1_000, 0.5) > 0
@@ -117,7 +119,7 @@ def test_a_call_is_admitted_only_below_the_share() -> None:
     # GIVEN a ramp at its close, THEN a draw equal to the share is turned away (draws are
     # uniform in [0, 1): P(draw < share) is the share), one just below it runs
     ramp = RecoveryRamp(10)
-    fresh = Record(State.CLOSED, gen=3, updated_at=1_000)
+    fresh = Record(State.CLOSED, gen=3, opened_at=500, updated_at=1_000)  # closed an outage
     assert ramp.rejects(fresh, 1_000, MIN_SHARE) > 0
     assert ramp.rejects(fresh, 1_000, MIN_SHARE - 1e-9) == 0
 
@@ -131,16 +133,18 @@ def test_a_turned_away_call_retries_at_most_when_the_ramp_ends(
 ) -> None:
     # GIVEN a 10 s ramp, THEN a call turned away waits a second at most, never past its end
     ramp = RecoveryRamp(10)
-    fresh = Record(State.CLOSED, gen=3, updated_at=1_000)
+    fresh = Record(State.CLOSED, gen=3, opened_at=500, updated_at=1_000)  # closed an outage
     assert ramp.rejects(fresh, 1_000 + elapsed_ms, 0.999999) == retry_after_ms
 
 
 def test_only_the_fresh_record_written_on_closing_has_a_close_time() -> None:
     # GIVEN records as the stores write them, THEN only a fresh closed one says when it closed
-    assert closed_at(Record(State.CLOSED, gen=4, updated_at=123)) == 123
+    assert closed_at(Record(State.CLOSED, gen=4, opened_at=100, updated_at=123)) == 123
+    # a reset of a breaker that was closed or disabled keeps no outage: not a recovery
+    assert closed_at(Record(State.CLOSED, gen=4, updated_at=123)) is None
     assert closed_at(Record(State.CLOSED, gen=4, failures=1, window_start=9, updated_at=9)) is None
     assert closed_at(Record(State.CLOSED, gen=0, updated_at=123)) is None
-    assert closed_at(Record(State.CLOSED, gen=1, updated_at=123)) == 123
+    assert closed_at(Record(State.CLOSED, gen=1, opened_at=100, updated_at=123)) == 123
     assert closed_at(Record(State.OPEN, gen=4, updated_at=123)) is None
     assert closed_at(None) is None
 

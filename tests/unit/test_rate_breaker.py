@@ -231,3 +231,62 @@ def test_threads_calling_while_reports_are_taken_count_every_call_once(store, cl
 
     # THEN the fleet's window holds every call exactly once
     assert breaker.snapshot().calls == 16_000
+
+
+@pytest.mark.parametrize("policy", ["rate", "count"])
+def test_a_degraded_container_opens_on_its_own_failures_under_a_quorum(
+    clock: FakeClock, policy: str
+) -> None:
+    # GIVEN min_containers=2 and a store that is down: this container is alone
+    from tests.support import FlakyStore
+
+    down = FlakyStore()
+    down.down = True
+    rules = (
+        {"failure_rate_threshold": 0.5, "minimum_calls": 20}
+        if policy == "rate"
+        else {"failure_threshold": 20}
+    )
+    config = BreakerConfig(min_containers=2, window_seconds=10, cache_ttl=1.0, **rules)
+    breaker = make(down, clock, config)
+    dep = Dependency()
+    dep.failing = True
+
+    # WHEN 60 calls fail
+    for _ in range(60):
+        with contextlib.suppress(ConnectionError, CircuitOpenError):
+            breaker.call(dep)
+
+    # THEN its local breaker opened at its 20th failure: the quorum counts itself as met
+    assert breaker.degraded
+    assert dep.calls == 20
+    assert breaker.state is State.OPEN
+
+
+def test_the_watcher_reports_hung_calls_again_after_tuning_back_from_a_long_duration(
+    store: MemoryStore, clock: FakeClock
+) -> None:
+    # GIVEN a breaker whose slow_call_duration an operator tuned to the longest accepted
+    from fleetbreaker.state import Policy
+
+    config = BreakerConfig(slow_call_duration=2.0, minimum_calls=1, cache_ttl=1.0)
+    policy = Policy.from_config(config)
+    breaker = make(store, clock, config, container_id="a")
+    store.tune("payment-api", policy, clock(), '{"slow_call_duration": 1000000000}', None)
+    clock.advance(config.cache_ttl)
+    breaker.call(Dependency())  # picks the tuning up and starts the watcher
+    with hung_call(breaker):
+        # WHEN the operator tunes back, and the call hangs past the old duration
+        store.tune("payment-api", policy, clock(), "", None)
+        clock.advance(config.cache_ttl)
+        breaker.call(Dependency())
+        clock.advance(2.5)
+
+        # THEN the watcher (awake at least every second) reports it, without being asked
+        reported = threading.Event()
+        for _ in range(100):
+            if breaker.snapshot().slow_calls:
+                reported.set()
+                break
+            reported.wait(0.1)
+        assert reported.is_set()

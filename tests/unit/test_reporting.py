@@ -196,3 +196,45 @@ def test_a_newcomer_to_a_quiet_record_reports_at_its_own_interval() -> None:
 
     # THEN it reports then, as always
     assert store.stats.writes == 1
+
+
+def test_a_tally_drops_its_counts_when_the_generation_moves_on() -> None:
+    # GIVEN counts taken under generation 4
+    tally = CallTally(RATE, 1000)
+    tally.observe(4)
+    next(tally.good)
+    tally.bad(None, 0, True)
+
+    # WHEN the breaker sees generation 5 (a trip, a reset)
+    tally.observe(5)
+
+    # THEN nothing is pending, and the next report is tagged with generation 5
+    report = tally.take("c", 0, 1000)
+    assert (report.calls, report.failures, report.gen) == (0, 0, 5)
+
+
+def test_a_report_the_store_could_not_apply_goes_with_the_next_one() -> None:
+    tally = CallTally(RATE, 1000)
+    tally.observe(2)
+    for _ in range(3):
+        next(tally.good)
+    tally.bad(None, 0, True)
+    lost = tally.take("c", 0, 1000)
+
+    tally.carry(lost)
+    next(tally.good)
+
+    report = tally.take("c", 0, 1000)
+    assert (report.calls, report.failures, report.gen) == (5, 1, 2)
+
+
+def test_a_report_of_an_older_generation_is_not_carried() -> None:
+    tally = CallTally(RATE, 1000)
+    tally.observe(2)
+    tally.bad(None, 0, True)
+    lost = tally.take("c", 0, 1000)
+    tally.observe(3)
+
+    tally.carry(lost)
+
+    assert tally.take("c", 0, 1000).calls == 0

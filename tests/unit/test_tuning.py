@@ -66,6 +66,37 @@ def test_an_unusable_tuned_value_is_ignored_with_one_log_line(
     assert breaker.state is State.CLOSED
 
 
+@pytest.mark.parametrize(
+    "stored",
+    [
+        '{"slow_call_duration": 1e11}',
+        '{"window_seconds": 1e308}',
+        '{"window_seconds": 1e999}',
+        '{"failure_threshold": 1' + "0" * 400 + "}",
+        '{"minimum_calls": 100000000000000000}',
+    ],
+)
+def test_a_stored_tuning_past_the_bounds_is_ignored_with_one_warning(
+    caplog: pytest.LogCaptureFixture, stored: str
+) -> None:
+    # GIVEN a stored setting no container can live with (another package version wrote it)
+    clock, store, dep = FakeClock(), MemoryStore(), Dependency()
+    store.tune("api", POLICY, clock(), stored, None)
+    breaker = CircuitBreaker("api", store=store, config=CONFIG, clock=clock)
+
+    # WHEN calls run across several cache refreshes
+    with caplog.at_level(logging.WARNING, logger="fleetbreaker"):
+        for _ in range(3):
+            breaker.call(dep)
+            clock.advance(CONFIG.cache_ttl)
+
+    # THEN every call ran, the breaker kept its own config, and one warning said why
+    assert dep.calls == 3
+    assert breaker._policy == POLICY
+    lines = [r.getMessage() for r in caplog.records if "ignoring tuned" in r.getMessage()]
+    assert len(lines) == 1
+
+
 def test_tuned_text_that_is_not_json_is_ignored() -> None:
     clock, store = FakeClock(), MemoryStore()
     store.tune("api", POLICY, clock(), "not json", None)

@@ -293,6 +293,10 @@ def _is_integer(raw: object) -> bool:
     return digits.isdigit() and len(digits) <= rules.MAX_RECORD_DIGITS
 
 
+# A report that also rewrites the quorum map tries that many times; later attempts send its
+# counts alone (see DynamoDBStore.report).
+_MAP_ATTEMPTS = 3
+
 # Everything the rate policy keeps in an item: the buckets, the quorum maps and their rev.
 _WINDOW_ATTRIBUTES = (
     *(
@@ -803,14 +807,16 @@ class DynamoDBStore:
         # and the closed state: concurrent reports commute, so 5,000 containers never make
         # each other retry. Starting a bucket, noting a container for the quorum, or
         # replacing an absent or corrupt item re-plans through the rules and is fenced on
-        # what it replaces.
+        # what it replaces. Counts commute but a quorum map rewrite does not: after
+        # _MAP_ATTEMPTS lost races the counts go without the container's note (a later
+        # report notes it), so contention on the map never drops them.
         seen = _alive(observed, now_ms)
         if not report:
             return Outcome(seen)
         idx = rules.bucket_index(policy, now_ms)
         slot = idx % rules.WINDOW_BUCKETS
         corrupt: dict[str, Any] | None = None
-        for _ in range(6):
+        for attempt in range(6):
             planned = rules.apply_report(seen, policy, now_ms, report)
             if not planned.changed or planned.record is None:
                 return Outcome(seen)
@@ -823,6 +829,8 @@ class DynamoDBStore:
                 write.remove_leases(range(MAX_PROBE_SLOTS)).require(write.replaceable(corrupt))
             else:
                 write.require(write.usable()).require(write.is_("state", State.CLOSED.value))
+                if report.gen is not None:
+                    write.require(write.is_("gen", seen.gen))
                 counted = rules.add_report(seen, policy, now_ms, report)
                 bucket = counted.buckets[slot]
                 names = {code: rules.bucket_field(slot, code) for code in rules.BUCKET_CODES}
@@ -845,7 +853,8 @@ class DynamoDBStore:
                         write.require(write.is_(names["i"], held.idx))
                     for code, attr in rules.BUCKET_CODES.items():
                         write.set(names[code], getattr(bucket, attr))
-                if counted.failing != seen.failing or counted.slowing != seen.slowing:
+                noting = counted.failing != seen.failing or counted.slowing != seen.slowing
+                if noting and attempt < _MAP_ATTEMPTS:
                     write.set("fq", counted.failing).set("sq", counted.slowing)
                     write.set("rev", seen.rev + 1)
                     rev = write.name("rev")

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from fleetbreaker import state as rules
 from fleetbreaker.errors import (
     ConfigError,
     CorruptRecordError,
@@ -50,13 +51,22 @@ Emit = Callable[..., None]
 AnswerHook = Callable[[str, "Record | None", int], None]
 Reason = Callable[["Outcome"], TransitionReason]
 
-# Workers still stuck in a call past its deadline. Past this many, an operation fails at
-# once instead of starting yet another thread: a hung store must not pile up threads.
+# Store calls one FallbackStore (one breaker) may have running at once, stuck ones included.
+# A caller past it waits for one to end, within its own deadline; when this many are stuck past
+# their deadlines it fails at once. Callers arriving together cannot exceed it either.
 MAX_STUCK_WORKERS = 4
 
+# Store calls running at once in the whole process, over every breaker: the worker threads
+# are shared (one pool per process), so a thousand breakers built and dropped, or many hung
+# stores, never hold more threads than this (Lambda allows 1,024 per container).
+MAX_PROCESS_WORKERS = 64
+
+# Idle workers kept for reuse; a worker finishing a call past this many ends its thread.
+MAX_IDLE_WORKERS = 4
+
 # A worker idle this long (seconds) ends its thread; the next store call starts another. A
-# breaker in use calls its store about once per cache_ttl, so its worker stays; one that is
-# dropped, or built per invocation against the advice, does not leave a thread behind.
+# breaker in use calls its store about once per cache_ttl, so a worker stays; a process whose
+# breakers are all dropped does not keep threads behind.
 WORKER_IDLE_SECONDS = 30.0
 
 
@@ -120,59 +130,102 @@ class _Worker:
                 result.value = job()
             except BaseException as exc:  # handed to the waiting caller, never lost
                 result.error = exc
-            result.done.set()
+            result.finish()
             # Hold nothing of the caller's while idle: the job's closure reaches the store and
             # its breaker, which would then outlive every reference its owner dropped.
             job = result = None  # type: ignore[assignment]
-            self._pool.release(self)
+            if not self._pool.release(self):
+                return
 
 
 class _Result:
-    __slots__ = ("done", "error", "value")
+    __slots__ = ("done", "error", "on_done", "value")
 
-    def __init__(self) -> None:
+    def __init__(self, on_done: Callable[[], None]) -> None:
         self.done = threading.Event()
         self.value: Any = None
         self.error: BaseException | None = None
+        self.on_done: Callable[[], None] | None = on_done
+
+    def finish(self) -> None:
+        on_done, self.on_done = self.on_done, None
+        if on_done is not None:
+            on_done()  # frees the call's slots before the caller can start another
+        self.done.set()
+
+
+class _Slots:
+    """One FallbackStore's share of the pool: its calls running now, and how many are stuck."""
+
+    def __init__(self) -> None:
+        self.free = threading.BoundedSemaphore(MAX_STUCK_WORKERS)
+        self.stuck = 0  # running past the deadline their caller gave up at
+        self.lock = threading.Lock()
 
 
 class _WorkerPool:
-    """Reusable workers: a call waits at most its deadline, a stuck worker is not reused."""
+    """The process's store workers: a call waits at most its deadline, a stuck worker is not
+    reused, and the threads are bounded per store (MAX_STUCK_WORKERS) and per process
+    (MAX_PROCESS_WORKERS), however many callers arrive at once."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._idle: list[_Worker] = []
-        self._abandoned: set[_Worker] = set()  # still running a call its caller gave up on
+        self._running = threading.BoundedSemaphore(MAX_PROCESS_WORKERS)
 
-    def run(self, job: Callable[[], T], deadline_s: float, what: str) -> T:
+    def run(self, job: Callable[[], T], deadline_s: float, what: str, slots: _Slots) -> T:
+        if slots.stuck >= MAX_STUCK_WORKERS:
+            raise StoreDeadlineError(
+                f"{what}: {slots.stuck} earlier store calls are still running past their deadline"
+            )
+        give_up = time.monotonic() + deadline_s
+        if not slots.free.acquire(timeout=deadline_s):
+            raise StoreDeadlineError(
+                f"{what}: {MAX_STUCK_WORKERS} store calls of this breaker still running after "
+                f"its {deadline_s:g} s deadline"
+            )
+        if not self._running.acquire(timeout=max(0.0, give_up - time.monotonic())):
+            slots.free.release()
+            raise StoreDeadlineError(
+                f"{what}: {MAX_PROCESS_WORKERS} store calls of this process still running "
+                f"after its {deadline_s:g} s deadline"
+            )
+
+        def finished() -> None:
+            with slots.lock:
+                if late[0]:
+                    slots.stuck -= 1
+            self._running.release()
+            slots.free.release()
+
+        late = [False]
+        result = _Result(finished)
         with self._lock:
-            if len(self._abandoned) >= MAX_STUCK_WORKERS:
-                raise StoreDeadlineError(
-                    f"{what}: {len(self._abandoned)} earlier store calls are still running "
-                    "past their deadline"
-                )
             worker = self._idle.pop() if self._idle else None
         if worker is None:
             worker = _Worker(self)
-        result = _Result()
         context = contextvars.copy_context()  # tracing and logging context travel along
         worker.submit(lambda: context.run(_in_caller_context, job), result)
-        if not result.done.wait(deadline_s):
-            with self._lock:
-                late = not result.done.is_set()  # it may have finished just now
-                if late:
-                    self._abandoned.add(worker)
-            if late:
+        if not result.done.wait(max(0.0, give_up - time.monotonic())):
+            with slots.lock:
+                late[0] = result.on_done is not None  # it may have finished just now
+                if late[0]:
+                    slots.stuck += 1
+            if late[0]:
                 raise StoreDeadlineError(f"{what} took longer than its {deadline_s:g} s deadline")
+            result.done.wait()  # finishing now: its answer is a moment away
         if result.error is not None:
             raise result.error
         value: T = result.value
         return value
 
-    def release(self, worker: _Worker) -> None:
+    def release(self, worker: _Worker) -> bool:
+        """A worker finished its call: True when it stays for reuse, False to end its thread."""
         with self._lock:
-            self._abandoned.discard(worker)
+            if len(self._idle) >= MAX_IDLE_WORKERS:
+                return False
             self._idle.append(worker)
+            return True
 
     def retire(self, worker: _Worker) -> bool:
         """An idle worker's thread may end: True unless it was just handed a job."""
@@ -181,6 +234,10 @@ class _WorkerPool:
                 self._idle.remove(worker)
                 return True
             return False
+
+
+# One pool per process: every FallbackStore (every breaker) shares its threads.
+_POOL = _WorkerPool()
 
 
 class FallbackStore:
@@ -233,15 +290,22 @@ class FallbackStore:
     ) -> None:
         if isinstance(backoff_seconds, bool) or not isinstance(backoff_seconds, (int, float)):
             raise ConfigError(f"backoff_seconds must be a number, got {backoff_seconds!r}")
-        if not backoff_seconds >= 0:
-            raise ConfigError(f"backoff_seconds must be >= 0, got {backoff_seconds!r}")
+        from fleetbreaker.config import MAX_DEADLINE_SECONDS, MAX_SECONDS
+
+        if not 0 <= backoff_seconds <= MAX_SECONDS:
+            raise ConfigError(
+                f"backoff_seconds must be >= 0 and at most {MAX_SECONDS:,.0f}, "
+                f"got {backoff_seconds!r}"
+            )
         if deadline_seconds is not None and (
             isinstance(deadline_seconds, bool)
             or not isinstance(deadline_seconds, (int, float))
-            or not 0 < deadline_seconds < float("inf")
+            or not 0 < deadline_seconds <= MAX_DEADLINE_SECONDS
         ):
+            # Bounded: a wait past threading.TIMEOUT_MAX raises OverflowError on every call.
             raise ConfigError(
-                f"deadline_seconds must be a positive number or None, got {deadline_seconds!r}"
+                "deadline_seconds must be a positive number or None (at most "
+                f"{MAX_DEADLINE_SECONDS:g}), got {deadline_seconds!r}"
             )
         self.shared = shared
         self.kind = store_kind(shared)
@@ -255,7 +319,7 @@ class FallbackStore:
         self.fallback_stats = FallbackStats()
         self._emit: Emit = emit or _ignore
         self._on_answer: AnswerHook = on_answer or _ignore
-        self._workers = _WorkerPool()
+        self._slots = _Slots()
         self._lock = threading.Lock()
         self._degraded = False
         self._paused_until = 0
@@ -306,7 +370,8 @@ class FallbackStore:
         self, name: str, policy: Policy, now_ms: int, observed: Record | None
     ) -> Outcome:
         def record_failure(store: Store) -> Outcome:
-            return store.record_failure(name, policy, now_ms, observed)
+            used = policy if store is self.shared else rules.alone(policy)
+            return store.record_failure(name, used, now_ms, observed)
 
         return self._operation(
             "record_failure", name, now_ms, record_failure, _reason_by_states(policy)
@@ -335,7 +400,9 @@ class FallbackStore:
         self, name: str, policy: Policy, now_ms: int, report: Report, observed: Record | None
     ) -> Outcome:
         def send(store: Store) -> Outcome:
-            return store.report(name, policy, now_ms, report, observed)
+            # Alone, the container is its own quorum (docs/architecture.md, "Store trouble").
+            used = policy if store is self.shared else rules.alone(policy)
+            return store.report(name, used, now_ms, report, observed)
 
         def reason(outcome: Outcome) -> TransitionReason:
             # The tripping write saw the window with this report in it: failures or slow calls.
@@ -380,8 +447,8 @@ class FallbackStore:
             self._prepared = True
         if self.deadline_seconds is None:
             return job()
-        return self._workers.run(
-            job, self.deadline_seconds, f"store {operation} for breaker {name!r}"
+        return _POOL.run(
+            job, self.deadline_seconds, f"store {operation} for breaker {name!r}", self._slots
         )
 
     def _operation(

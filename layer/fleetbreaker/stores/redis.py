@@ -367,14 +367,14 @@ class RedisStore:
     def report(
         self, name: str, policy: Policy, now_ms: int, report: Report, observed: Record | None
     ) -> Outcome:
-        rate = policy.failure_rate
+        rate = policy.failure_ratio
         args = [
             self._now_arg(now_ms),
             *_policy_args(policy),
-            "" if rate is None else repr(float(rate)),
+            "" if rate is None else f"{rate[0]}/{rate[1]}",
             str(policy.minimum_calls),
             "" if policy.slow_ms is None else str(policy.slow_ms),
-            repr(float(policy.slow_rate)),
+            "{}/{}".format(*policy.slow_ratio),
             str(policy.min_containers),
             str(policy.bucket_ms),
             str(policy.window_ms),
@@ -382,6 +382,7 @@ class RedisStore:
             str(report.calls),
             str(report.failures),
             str(report.slow),
+            "" if report.gen is None else str(report.gen),
         ]
         return self._operation("report", name, args)
 

@@ -16,5 +16,13 @@ if rec ~= nil then
   gen = rec.gen + 1
 end
 local forced = blank(target, gen)
+-- As state.apply_force: a reset that ends an outage keeps when it began (a recovery, so the
+-- ramp may start); a reset of a closed or disabled breaker is not one.
+if target == 'closed' and rec ~= nil
+    and (before == 'open' or before == 'half_open' or before == 'forced_open') then
+  if rec.opened_at > 0 then forced.opened_at = rec.opened_at
+  elseif rec.updated_at > 0 then forced.opened_at = rec.updated_at
+  else forced.opened_at = now end
+end
 if ARGV[13] ~= nil and ARGV[13] ~= '' then forced.last_action = ARGV[13] end
 return reply(save(key, forced, policy, now, old), now, true, before, target)

@@ -1,13 +1,38 @@
 -- report: add one container's batch to the window (rate policy, slow calls, quorum) and trip
--- once when state.should_trip says so. ARGV[12..18] are the rate policy (failure rate or '',
--- minimum calls, slow ms or '', slow rate, min containers, bucket ms, window ms) and
--- ARGV[19..22] the report (container, calls, failures, slow).
+-- once when state.should_trip says so. ARGV[12..18] are the rate policy (failure rate as
+-- 'numerator/denominator' or '', minimum calls, slow ms or '', slow rate as
+-- 'numerator/denominator', min containers, bucket ms, window ms) and ARGV[19..22] the report
+-- (container, calls, failures, slow). ARGV[23] is the generation the counts were taken under
+-- ('' for any): counts of another generation are dropped (state.report_fits).
 local now = clock(ARGV[1])
 local policy = policy_from(ARGV)
-local failure_rate = tonumber(ARGV[12])
+
+-- A threshold as an exact fraction (state.exact_ratio), or nil for ''.
+local function ratio(arg)
+  local num, den = string.match(arg, '^(%d+)/(%d+)$')
+  if num == nil then return nil end
+  return {tonumber(num), tonumber(den)}
+end
+
+-- state.reaches: part / whole >= num / den, exactly. whole * num could pass 2^53, where
+-- doubles stop being exact, so split whole = q * den + r: the test becomes
+-- part - q * num >= r * num / den, whose right side is below num (den <= 10^6).
+local function reaches(part, whole, frac)
+  local num, den = frac[1], frac[2]
+  local q = math.floor(whole / den)
+  local r = whole - q * den
+  -- whole / den is rounded: move q by one if that put r outside [0, den).
+  if r < 0 then q, r = q - 1, r + den elseif r >= den then q, r = q + 1, r - den end
+  local diff = part - q * num
+  if diff >= num then return true end
+  if diff < 0 then return false end
+  return diff * den >= r * num
+end
+
+local failure_rate = ratio(ARGV[12])
 local minimum_calls = tonumber(ARGV[13])
 local slow_ms = tonumber(ARGV[14])
-local slow_rate = tonumber(ARGV[15])
+local slow_rate = ratio(ARGV[15])
 local min_containers = tonumber(ARGV[16])
 local bucket_ms = tonumber(ARGV[17])
 local window_ms = tonumber(ARGV[18])
@@ -17,7 +42,9 @@ local key = KEYS[1]
 
 local rec, _, old = read(key, now)
 local current = rec or blank('closed', 0)
-if current.state ~= 'closed' or (calls == 0 and failures == 0 and slow == 0) then
+local report_gen = tonumber(ARGV[23])
+if current.state ~= 'closed' or (calls == 0 and failures == 0 and slow == 0)
+    or (report_gen ~= nil and report_gen ~= current.gen) then
   return reply(rec, now, false)
 end
 
@@ -87,12 +114,12 @@ local failing
 if failure_rate == nil then
   failing = total.failures >= policy.failure_threshold
 else
-  failing = total.calls >= minimum_calls and total.failures >= failure_rate * total.calls
+  failing = total.calls >= minimum_calls and reaches(total.failures, total.calls, failure_rate)
 end
 if failing and (min_containers <= 1 or live(counted.failing) >= min_containers) then
   trips = true
 elseif slow_ms ~= nil and total.calls >= minimum_calls and total.slow > 0
-    and total.slow >= slow_rate * total.calls
+    and reaches(total.slow, total.calls, slow_rate)
     and (min_containers <= 1 or live(counted.slowing) >= min_containers) then
   trips = true
 end

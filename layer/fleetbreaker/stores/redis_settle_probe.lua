@@ -19,6 +19,8 @@ if success then
     return reply(save(key, kept, policy, now, old), now, true)
   end
   local closed = blank('closed', rec.gen + 1)
+  -- As state.apply_settle: a close keeps when the outage began (the ramp starts only then).
+  closed.opened_at = rec.opened_at > 0 and rec.opened_at or now
   return reply(save(key, closed, policy, now, old), now, true, 'half_open', 'closed')
 end
 
