@@ -52,6 +52,7 @@ HEALTHY_EXTRA_THREADS = 4  # (d+), informational: the same calls shared by 4 thr
 HEALTHY_CALLS = 1000  # (d): calls per container
 HEALTHY_SECONDS = 3.0  # (d): ...spread evenly over this long
 FLEET_RATE = "fleetbreaker (rate + slow calls)"
+FLEET_OTEL = "fleetbreaker (OpenTelemetry listener)"
 OVERHEAD_RATE_TARGET = 0.4
 OVERHEAD_BLOCKS = 30  # (a): interleaved blocks per contender
 OVERHEAD_BLOCK_CALLS = 4000  # (a): individually timed calls per block
@@ -98,9 +99,18 @@ def measure_overhead(container: Any, thresholds: Any) -> dict[str, Any]:
     rate = dataclasses.replace(
         thresholds.fleetbreaker(), failure_rate_threshold=0.5, slow_call_duration=1.0
     )
+    from fleetbreaker.events import LoggingListener
+    from fleetbreaker.tracing import OpenTelemetryListener
+
+    # The OpenTelemetry listener attached (as default_listeners() attaches it under the ADOT
+    # layer) with no span recording: what a function pays outside sampled traces.
+    otel = [LoggingListener(), OpenTelemetryListener()]
     guards = {
         "bare": w.noop,
         w.FLEET: container.guard(w.FLEET, _unique("overhead"), thresholds, w.noop).call,
+        FLEET_OTEL: container.guard(
+            w.FLEET, _unique("overhead-otel"), thresholds, w.noop, listeners=otel
+        ).call,
         FLEET_RATE: container.guard(
             w.FLEET, _unique("overhead-rate"), thresholds, w.noop, config=rate
         ).call,
@@ -125,7 +135,10 @@ def measure_overhead(container: Any, thresholds: Any) -> dict[str, Any]:
     elapsed = time.perf_counter() - started
     median = {name: statistics.median(values) for name, values in samples.items()}
     p90 = {name: _percentile(values, 0.9) for name, values in samples.items()}
-    overhead = {name: median[name] - median["bare"] for name in (w.FLEET, FLEET_RATE, w.POWERTOOLS)}
+    overhead = {
+        name: median[name] - median["bare"]
+        for name in (w.FLEET, FLEET_RATE, FLEET_OTEL, w.POWERTOOLS)
+    }
     return {
         "calls_per_contender": OVERHEAD_BLOCKS * OVERHEAD_BLOCK_CALLS,
         "seconds": round(elapsed, 2),
@@ -134,6 +147,7 @@ def measure_overhead(container: Any, thresholds: Any) -> dict[str, Any]:
         "overhead_ns": overhead,
         "ratio": overhead[w.FLEET] / overhead[w.POWERTOOLS],
         "ratio_rate": overhead[FLEET_RATE] / overhead[w.POWERTOOLS],
+        "ratio_otel": overhead[FLEET_OTEL] / overhead[w.POWERTOOLS],
     }
 
 
@@ -301,6 +315,17 @@ def build_rows(results: dict[str, Any], thresholds: dict[str, Any]) -> list[dict
             "ratio": a["ratio_rate"],
             "target": f"≤ {OVERHEAD_RATE_TARGET} × Powertools",
             "met": a["ratio_rate"] <= OVERHEAD_RATE_TARGET,
+        }
+    )
+    rows.append(
+        {
+            "id": "a_otel",
+            "metric": "(a) same, count policy, OpenTelemetry listener attached, no span recording",
+            "fleetbreaker": round(a["overhead_ns"][FLEET_OTEL]),
+            "powertools": round(a["overhead_ns"]["powertools"]),
+            "ratio": a["ratio_otel"],
+            "target": f"≤ {OVERHEAD_TARGET} × Powertools",
+            "met": a["ratio_otel"] <= OVERHEAD_TARGET,
         }
     )
     for b in results["b_trip"]:

@@ -222,21 +222,30 @@ class Container:
         thresholds: Thresholds,
         fn: Callable[[], Any],
         config: Any = None,
+        listeners: Any = None,
     ) -> Guard:
-        """A contender's breaker around ``fn``; ``config`` overrides fleetbreaker's config."""
+        """A contender's breaker around ``fn``; ``config`` overrides fleetbreaker's config,
+        ``listeners`` its listeners (default: its LoggingListener)."""
         if kind == FLEET:
-            return self._fleet_guard(name, thresholds, fn, config)
+            return self._fleet_guard(name, thresholds, fn, config, listeners)
         if kind == POWERTOOLS:
             return self._powertools_guard(name, thresholds, fn)
         raise ValueError(kind)
 
     def _fleet_guard(
-        self, name: str, thresholds: Thresholds, fn: Callable[[], Any], config: Any = None
+        self,
+        name: str,
+        thresholds: Thresholds,
+        fn: Callable[[], Any],
+        config: Any = None,
+        listeners: Any = None,
     ) -> Guard:
         from fleetbreaker import CircuitBreaker, CircuitOpenError, DynamoDBStore
 
         store = DynamoDBStore(self.endpoint.fleet_table, boto3_client=self.fleet_client)
-        breaker = CircuitBreaker(name, store=store, config=config or thresholds.fleetbreaker())
+        breaker = CircuitBreaker(
+            name, store=store, config=config or thresholds.fleetbreaker(), listeners=listeners
+        )
 
         def warm() -> None:
             breaker.state  # noqa: B018  one load, then cached for cache_ttl

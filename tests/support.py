@@ -131,10 +131,14 @@ def function_reads(source: str, variable: str) -> bool:
     BreakerConfig.from_env (the BREAKER_* settings), through Powertools (POWERTOOLS_*), or
     through boto3 (AWS_ENDPOINT_URL, its endpoint override for every client), through
     the store factory (the CIRCUIT_BREAKER_* store variables), or through the shared
-    breaker_events.transition_listeners (BREAKER_MAPPINGS)."""
+    breaker_events.transition_listeners (BREAKER_MAPPINGS). AWS_LAMBDA_EXEC_WRAPPER is the
+    Lambda runtime's (it starts the ADOT layer's wrapper): it counts when the function picks
+    its tracer with default_listeners(), which then finds the provider the wrapper set."""
     from fleetbreaker.config import ENV_FIELDS
     from fleetbreaker.stores import STORE_VARIABLES
 
+    if variable == "AWS_LAMBDA_EXEC_WRAPPER":
+        return "default_listeners(" in source
     # The store factory: fleetbreaker.stores.from_env or StoreSettings.from_env (both read
     # every store variable, the Redis store's IAM user and cache included).
     reads_store = "from fleetbreaker.stores import from_env" in source or (

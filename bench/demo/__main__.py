@@ -23,6 +23,7 @@ from bench.demo.runner import run_demo
 from bench.demo.scenario import (
     DEFAULT,
     FALLBACKS,
+    MODES,
     POLICIES,
     SHORT,
     STORES,
@@ -115,6 +116,14 @@ def parser() -> argparse.ArgumentParser:
         "with per-container ones; rate gives the function BREAKER_FAILURE_RATE_THRESHOLD "
         "and BREAKER_MINIMUM_CALLS and compares the shared rate breaker with the shared "
         "count breaker",
+    )
+    add(
+        "--mode",
+        choices=MODES,
+        help=f"enforce (default {d.mode}) compares the shared breaker with per-container ones "
+        "(or, with --policy rate, with the count breaker); shadow runs a shadow fleet beside "
+        "the outage instead: the shared breaker in BREAKER_MODE=shadow, which lets every call "
+        "through and prints how many it would have rejected",
     )
     add(
         "--failure-rate",

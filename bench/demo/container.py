@@ -72,6 +72,7 @@ class ContainerReport:
     store_requests: int
     store_errors: int
     degradations: int
+    would_rejects: int = 0  # shadow mode: calls the breaker let through but would have rejected
 
 
 def payment_event(template: dict[str, Any], key: str, now: float) -> dict[str, Any]:
@@ -187,6 +188,7 @@ def serve(
         store.requests - warm_requests if spec.store.shared else 0,
         stats.store_errors,
         stats.degradations,
+        stats.would_rejects,
     )
 
 

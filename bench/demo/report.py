@@ -223,6 +223,17 @@ def guarantees(options: Options, runs: list[Run]) -> list[tuple[bool | None, str
         checks.append((shared.summary.recovery_to_closed is not None, closed))
     checks += [
         (
+            None,
+            f"the {run.record.title} let every call through: {run.summary.rejected} turned "
+            f"away, {run.summary.failing_calls} failing calls reached the payment API, and it "
+            f"would have rejected {run.summary.would_rejects} calls "
+            f"(the enforcing breaker turned away {shared.summary.turned_away})",
+        )
+        for run in runs[1:]
+        if run.record.label == "shadow"
+    ]
+    checks += [
+        (
             False,
             f"{sum(1 for r in run.record.reports if r.degradations)} containers lost the store "
             f"and ran on local state ({run.summary.degradations} times, "

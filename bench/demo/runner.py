@@ -38,7 +38,8 @@ BREAKER = "payment-api"
 REGION = "us-east-1"
 SHARED = "shared"
 SHARED_COUNT = "shared-count"
-RUNS = (SHARED, PER_CONTAINER, SHARED_COUNT)
+SHADOW = "shadow"
+RUNS = (SHARED, PER_CONTAINER, SHARED_COUNT, SHADOW)
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,7 @@ class Plan:
     label: str
     shared: bool
     policy: str
+    mode: str = "enforce"
 
     @property
     def breaker(self) -> str:
@@ -60,8 +62,12 @@ def plans(options: Options) -> list[Plan]:
 
     Under the count policy: the shared breaker against per-container breakers (what sharing
     the state buys). Under the rate policy: the shared rate breaker against the shared count
-    breaker on the same traffic and noise (what the rate buys; both share their state).
+    breaker on the same traffic and noise (what the rate buys; both share their state). With
+    ``--mode shadow``: the shared breaker against the same shared breaker in shadow mode,
+    which lets every call through and counts the ones it would have rejected.
     """
+    if options.mode == "shadow":
+        return [Plan(SHARED, True, options.policy), Plan(SHADOW, True, options.policy, "shadow")]
     if options.policy == "rate":
         return [Plan(SHARED, True, "rate"), Plan(SHARED_COUNT, True, "count")]
     return [Plan(SHARED, True, "count"), Plan(PER_CONTAINER, False, "count")]
@@ -195,6 +201,7 @@ def function_env(options: Options, found: Backends, plan: Plan | None = None) ->
         "PAYMENT_API_URL": found.api.url,
         "BREAKER_NAME": plan.breaker,
         **options.function_env(plan.policy),
+        "BREAKER_MODE": plan.mode,
     }
     if found.queues is not None:
         env["DEFERRED_PAYMENTS_QUEUE_URL"] = found.queues.urls[plan.label]
@@ -233,6 +240,8 @@ def run_once(
         if shared
         else f"per-container {named}breakers"
     )
+    if plan.mode == "shadow":
+        title = f"shadow {named}breaker ({STORE_NAMES[options.store]})"
     down, back = options.healthy, options.healthy + options.outage
     where = STORE_LABELS[options.store] if shared else "a MemoryStore in each container"
     where += f", {options.policy_words(plan.policy)}"

@@ -24,6 +24,7 @@ STORE_LABELS = {
 }
 FALLBACKS = ("reject", "defer")
 POLICIES = ("count", "rate")
+MODES = ("enforce", "shadow")
 COUNT_WINDOW = 60.0  # BreakerConfig's window_seconds, which the payment function keeps
 # The store deadline the demo gives the breaker on an emulated store (BREAKER_STORE_DEADLINE_
 # SECONDS). moto's server applies one write at a time, and the shared MemoryStore's manager
@@ -66,6 +67,9 @@ class Options:
     # BREAKER_FAILURE_RATE_THRESHOLD and BREAKER_MINIMUM_CALLS, and the demo compares the
     # shared rate breaker with the shared count breaker on the same traffic.
     policy: str = "count"
+    # "shadow": the second run is a shared breaker in shadow mode (BREAKER_MODE) beside the
+    # enforcing one: it lets every call through and counts what it would have rejected.
+    mode: str = "enforce"
     failure_rate: float = 0.5  # BREAKER_FAILURE_RATE_THRESHOLD (rate policy)
     # BREAKER_MINIMUM_CALLS (rate policy): the default fleet makes 80 calls/s, so the window
     # holds this many within the first second.
@@ -111,6 +115,8 @@ class Options:
             raise OptionsError(f"--store must be one of {STORES}, got {self.store!r}")
         if self.store == "redis" and shutil.which("redis-server") is None:
             raise OptionsError("--store redis needs redis-server on PATH (run `make redis`)")
+        if self.mode not in MODES:
+            raise OptionsError(f"--mode must be one of {MODES}, got {self.mode!r}")
         if self.policy not in POLICIES:
             raise OptionsError(f"--policy must be one of {POLICIES}, got {self.policy!r}")
         if not 0 < self.failure_rate <= 1:

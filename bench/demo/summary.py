@@ -62,6 +62,7 @@ class RunSummary:
     store_requests: int
     store_errors: int
     degradations: int
+    would_rejects: int = 0  # shadow mode: calls it let through that enforce would have rejected
 
     @property
     def windows(self) -> int:
@@ -106,6 +107,7 @@ def summarize(record: RunRecord) -> RunSummary:
         store_requests=sum(report.store_requests for report in record.reports),
         store_errors=sum(report.store_errors for report in record.reports),
         degradations=sum(report.degradations for report in record.reports),
+        would_rejects=sum(report.would_rejects for report in record.reports),
     )
 
 

@@ -12,7 +12,13 @@ Requests and answers
     record step must pass back. ``wait_seconds`` is ``retry_after`` as the whole number of
     seconds a Wait state's ``SecondsPath`` accepts: rounded up, at least 1 when rejected, 0
     otherwise, and capped at the request's ``max_wait_seconds`` (optional) and at
-    ``GATE_MAX_WAIT_SECONDS``, whichever is lower.
+    ``GATE_MAX_WAIT_SECONDS``, whichever is lower. ``mode`` is ``enforce`` or ``shadow``.
+    In shadow mode (``BREAKER_MODE=shadow``, or tuned live) the gate answers as if closed
+    (``allow``, ``closed``, no wait, no token) whatever the breaker says, and adds ``would``:
+    ``{"decision", "state", "retry_after", "wait_seconds"}``, what it would have answered
+    in enforce mode. Its record step then counts the outcome as an enforcing gate's would
+    (and settles a due probe once the step has run), so the fleet's breaker trips and
+    recovers as usual.
 
 ``{"action": "record", "breaker": "payment-api", "outcome": "success" | "failure", "token": ...}``
     → ``{"breaker", "outcome", "applied", "stale_token", "state", "detail"}``. With the probe's
@@ -23,7 +29,7 @@ Requests and answers
 
 ``{"action": "status", "breaker": "payment-api"}``
     → ``{"breaker", "state", "generation", "calls", "failures", "slow_calls", "containers",
-    "failure_rate", "slow_call_rate", "retry_after", "open_until", "updated_at"}``: the
+    "failure_rate", "slow_call_rate", "retry_after", "open_until", "updated_at", "mode"}``: the
     fleet's view of the breaker (its sliding window under the rate policy), for a Choice state
     that branches on more than the state. It admits nothing and records nothing.
 
@@ -43,7 +49,8 @@ does with the same variable) with ``CIRCUIT_BREAKER_REDIS_IAM_USER`` and
 protected step, retries included), ``BREAKER_CACHE_TTL`` (1; 0 disables), the rate policy's
 ``BREAKER_FAILURE_RATE_THRESHOLD``, ``BREAKER_MINIMUM_CALLS``, ``BREAKER_SLOW_CALL_DURATION``,
 ``BREAKER_SLOW_CALL_RATE_THRESHOLD``, ``BREAKER_MIN_CONTAINERS`` and
-``BREAKER_REPORT_INTERVAL`` (unset: the count policy),
+``BREAKER_REPORT_INTERVAL`` (unset: the count policy), ``BREAKER_MODE`` (``enforce`` or
+``shadow``),
 ``GATE_MAX_WAIT_SECONDS`` (300), ``GATE_ALLOWED_BREAKERS`` (optional, comma-separated: the
 only names this gate serves, so a typo in a workflow fails instead of creating a new breaker).
 Every breaker of one gate uses the same config.
@@ -70,6 +77,7 @@ from fleetbreaker.breaker import validate_name
 from fleetbreaker.config import env_number
 from fleetbreaker.errors import ConfigError
 from fleetbreaker.observability import default_listeners, log_metrics
+from fleetbreaker.state import Decision, State
 from fleetbreaker.stores import StoreSettings
 
 if TYPE_CHECKING:
@@ -250,11 +258,12 @@ class BreakerGate:
         return {"breaker": name, **view}
 
     def check(self, name: str, max_wait_seconds: int) -> dict[str, Any]:
-        admission = self.breaker(name).check()
+        breaker = self.breaker(name)
+        admission = breaker.check()
         wait = 0
         if not admission.allowed:
             wait = min(max_wait_seconds, max(1, math.ceil(admission.retry_after)))
-        return {
+        answer = {
             "breaker": name,
             "state": admission.state.value,
             "decision": admission.decision.value,
@@ -262,7 +271,26 @@ class BreakerGate:
             "wait_seconds": wait,
             "token": admission.token,
             "degraded": admission.degraded,
+            "mode": breaker.mode,
         }
+        if breaker.mode == "shadow":
+            # As if closed, whatever the breaker says; what enforce would have said beside it.
+            would = admission.shadow or admission.decision
+            retry_after = 0.0
+            if would is Decision.REJECT:
+                retry_after = breaker.snapshot().retry_after
+            answer["state"] = State.CLOSED.value
+            answer["would"] = {
+                "decision": would.value,
+                "state": admission.state.value,
+                "retry_after": round(retry_after, 3),
+                "wait_seconds": (
+                    min(max_wait_seconds, max(1, math.ceil(retry_after)))
+                    if would is Decision.REJECT
+                    else 0
+                ),
+            }
+        return answer
 
     def record(self, name: str, event: Mapping[str, Any]) -> dict[str, Any]:
         outcome = _field(event, "outcome")

@@ -12,11 +12,12 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
+from fleetbreaker import frozen
 from fleetbreaker import state as rules
 from fleetbreaker.cache import RecordCache
 from fleetbreaker.config import BreakerConfig
 from fleetbreaker.errors import CircuitOpenError, ConfigError, InvalidTokenError
-from fleetbreaker.events import BreakerListener, LoggingListener
+from fleetbreaker.events import BreakerListener, LoggingListener, StateChange
 from fleetbreaker.ramp import RecoveryRamp
 from fleetbreaker.reporting import (
     SLOW_WATCH_MAX_PERIOD_S,
@@ -91,6 +92,10 @@ class Admission:
 
     ``token`` is set for a probe: pass it back to :meth:`CircuitBreaker.record` (it is what a
     Step Functions workflow carries between the gate's check and record steps).
+
+    ``shadow`` is set in shadow mode when an enforcing breaker would not simply have allowed
+    the call: ``reject`` (the call runs anyway) or ``probe`` (it runs without a lease, and
+    its outcome settles a probe only after it finished). ``decision`` is then ``allow``.
     """
 
     name: str
@@ -99,6 +104,12 @@ class Admission:
     retry_after: float = 0.0
     token: str | None = None
     degraded: bool = False
+    shadow: Decision | None = None
+
+    @property
+    def would_reject(self) -> bool:
+        """Shadow mode: an enforcing breaker would have rejected this call."""
+        return self.shadow is Decision.REJECT
 
     @property
     def allowed(self) -> bool:
@@ -195,6 +206,8 @@ class CircuitBreaker:
         # The policy follows the live-tuned settings stored with the record (see _policy).
         self._tuned_text = ""
         self._policy = Policy.from_config(config)
+        # Shadow mode (config.mode, live-tunable): read only off the hot path.
+        self._shadow = config.shadow
         self._cache = RecordCache(round(config.cache_ttl * 1000))
         # A store that decides on its own clock refused a probe claim of this generation
         # until this time (on our clock): (gen, until_ms). See _admit.
@@ -299,7 +312,12 @@ class CircuitBreaker:
         containers (up to ``min_containers``), the rates, ``retry_after`` and ``open_until``.
         """
         now = self.clock()
-        return rules.snapshot_of(self.name, self._read(now), self._policy, now)
+        return rules.snapshot_of(self.name, self._read(now), self._policy, now, self.mode)
+
+    @property
+    def mode(self) -> str:
+        """``"enforce"`` or ``"shadow"``: the config's mode, or the fleet's live-tuned one."""
+        return "shadow" if self._shadow else "enforce"
 
     def report_hung_calls(self) -> int:
         """Report the calls running past ``slow_call_duration`` as slow calls, now.
@@ -355,6 +373,9 @@ class CircuitBreaker:
         verdict = rules.verdict(record, self._policy, now)
         if verdict.try_probe and self._claim_barred is not None:
             verdict = self._keep_refusal(record, verdict, now)
+        if verdict.try_probe and self._shadow:
+            # No lease while the call runs: an enforcing container must be able to probe.
+            return self._shadow_admission(verdict, Decision.PROBE)
         if verdict.try_probe:
             nonce = secrets.token_hex(8)
             outcome = self._store.claim_probe(self.name, self._policy, now, nonce, record)
@@ -380,6 +401,8 @@ class CircuitBreaker:
         degraded = self._store.degraded
         if verdict.decision is Decision.ALLOW and not degraded:
             admission = self._allow[verdict.state]  # the hot path: no allocation
+        elif verdict.decision is Decision.REJECT and self._shadow:
+            return self._shadow_admission(verdict, Decision.REJECT)
         else:
             admission = Admission(
                 self.name,
@@ -390,6 +413,24 @@ class CircuitBreaker:
                 degraded,
             )
         self._emit("on_decision", self.name, admission.decision, admission.state)
+        return admission
+
+    def _shadow_admission(self, verdict: rules.Verdict, would: Decision) -> Admission:
+        """Shadow mode: allow the call, saying what an enforcing breaker would have decided."""
+        retry_after = verdict.retry_after_ms / 1000
+        admission = Admission(
+            self.name,
+            Decision.ALLOW,
+            verdict.state,
+            0.0,
+            None,
+            self._store.degraded,
+            would,
+        )
+        self._emit("on_decision", self.name, Decision.ALLOW, verdict.state)
+        if would is Decision.REJECT:
+            self.stats.would_rejects += 1
+            self._emit("on_would_reject", self.name, verdict.state, retry_after)
         return admission
 
     def _keep_refusal(
@@ -416,6 +457,10 @@ class CircuitBreaker:
             if not isinstance(token, str) or rules.lease_slot(token) is None:
                 raise InvalidTokenError(f"not a probe token of this package: {token!r}")
             return self._settle(token, success, now)
+        if self._shadow:
+            shadowed = self._shadow_outcome(success, now)
+            if shadowed is not None:
+                return shadowed
         tally = self._tally
         if tally is not None:
             if now >= tally.due_ms:
@@ -465,6 +510,7 @@ class CircuitBreaker:
         policy = Policy.from_config(config)
         self._adopt_reporting(config, policy)
         self._policy = policy
+        self._shadow = config.shadow
         self._tuned_text = text
 
     def _adopt_reporting(self, config: BreakerConfig, policy: Policy) -> None:
@@ -518,6 +564,8 @@ class CircuitBreaker:
             self._emit("on_fallback", self.name, admission.state)
             result: R = fallback(admission, *args, **kwargs)
             return result
+        if admission.shadow is not None:
+            return self._shadow_call(admission, fn, args, kwargs)
         tally = self._tally
         if tally is not None and admission.decision is Decision.ALLOW:
             if admission.state is State.DISABLED:
@@ -541,6 +589,65 @@ class CircuitBreaker:
             failed = True
         self._finish(admission, success=not failed)
         return result
+
+    def _shadow_call(
+        self,
+        admission: Admission,
+        fn: Callable[..., R],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> R:
+        """Shadow mode: run a call an enforcing breaker would have rejected or probed.
+
+        A would-be rejected call counts nowhere (an enforcing fleet would not have made it).
+        A would-be probe settles a probe after it finished: see :meth:`_shadow_probe`.
+        """
+        if admission.shadow is Decision.REJECT:
+            return fn(*args, **kwargs)
+        try:
+            result = fn(*args, **kwargs)
+        except Exception as exc:
+            self._shadow_probe(not self.config.counts_exception(exc), self.clock())
+            raise
+        self._shadow_probe(not self._judge(result), self.clock())
+        return result
+
+    def _shadow_outcome(self, success: bool, now: int) -> RecordResult | None:
+        """Shadow mode, :meth:`record` without a token: None when it counts as usual.
+
+        While the breaker would reject, the outcome counts nowhere; when a probe is due, it
+        settles one (see :meth:`_shadow_probe`).
+        """
+        record = self._read(now)
+        verdict = rules.verdict(record, self._policy, now)
+        if verdict.try_probe:
+            return self._shadow_probe(success, now)
+        if verdict.decision is Decision.REJECT:
+            state = self._state_of(record)
+            return RecordResult(False, state, f"shadow: breaker is {state.value}; not counted")
+        return None
+
+    def _shadow_probe(self, success: bool, now: int) -> RecordResult:
+        """Settle a probe with the outcome of a call that already ran (shadow mode).
+
+        The lease is claimed only now, with the outcome known, and settled at once: it lives
+        for the two round trips in between (and at most two store deadlines, should this
+        container die between them), never for the call's duration, so an enforcing
+        container is never kept from probing by a shadow call. Losing the claim means an
+        enforcing breaker would have rejected the call: it counts as a would-be rejection.
+        """
+        lease_ms = max(1, round(self.config.store_deadline_seconds * 2000))
+        policy = frozen.replace(self._policy, lease_ms=min(self._policy.lease_ms, lease_ms))
+        observed = self._cache.last_seen
+        claim = self._store.claim_probe(self.name, policy, now, secrets.token_hex(8), observed)
+        if claim.token is None:
+            state = self._state_of(claim.record)
+            verdict = rules.verdict(claim.record, self._policy, now)
+            if verdict.decision is not Decision.ALLOW:
+                self.stats.would_rejects += 1
+                self._emit("on_would_reject", self.name, state, verdict.retry_after_ms / 1000)
+            return RecordResult(False, state, "shadow: probe slot taken; not counted")
+        return self._settle(claim.token, success, self.clock())
 
     def _tallied(
         self,
@@ -749,6 +856,9 @@ class CircuitBreaker:
             outcome = self._store.force_state(self.name, self._policy, now, target, action=action)
         if outcome.transition is not None:
             self._emit("on_transition", self.name, *outcome.transition)
+            gen = outcome.record.gen if outcome.record is not None else 0
+            change = StateChange(*outcome.transition, gen, rules.TransitionReason.OPERATOR)
+            self._emit("on_state_change", self.name, change)
         return self._state_of(outcome.record)
 
     def _observe(self, record: Record | None) -> None:

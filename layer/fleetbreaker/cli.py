@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TextIO, cast
 
 from fleetbreaker import tuning
 from fleetbreaker.breaker import system_clock, validate_name
-from fleetbreaker.config import BreakerConfig, env_field, env_variable
+from fleetbreaker.config import MODES, BreakerConfig, env_field, env_variable
 from fleetbreaker.errors import ConfigError, CorruptRecordError, StoreError
 from fleetbreaker.state import Policy, Record, State, snapshot_of
 from fleetbreaker.stores import (
@@ -130,6 +130,9 @@ class BreakerView:
     last_action: dict[str, Any] | None = None
     last_change: str | None = None
     error: str | None = None
+    # "enforce" or "shadow" when tuned live; None: each container runs its deployed
+    # BREAKER_MODE (default enforce), which the record does not hold.
+    mode: str | None = None
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -146,6 +149,7 @@ class BreakerView:
             "last_action": self.last_action,
             "last_change": self.last_change,
             "error": self.error,
+            "mode": self.mode,
         }
 
 
@@ -196,6 +200,7 @@ def view_of(
         last_action=last_action,
         last_change=_iso(record.updated_at),
         error=error,
+        mode=tuned.get("mode") if isinstance(tuned.get("mode"), str) else None,
     )
 
 
@@ -306,6 +311,7 @@ def render_status(view: BreakerView, colour: bool) -> str:
         ("open until", _dash(view.open_until)),
         ("retry after", _seconds(view.retry_after)),
         ("last change", _dash(view.last_change)),
+        ("mode", view.mode or f"as deployed ({env_variable('mode')})"),
         ("tuned", printable(tuned)),
         ("last action", printable(action_text)),
     ]
@@ -392,6 +398,8 @@ TUNE_HELP = {
     "slow_call_duration": "seconds after which a call counts as slow, even while still running",
     "slow_call_rate_threshold": "open at this fraction (0 < x <= 1) of slow calls in the window",
     "min_containers": "open only when the failures came from this many containers (quorum)",
+    "mode": "enforce, or shadow: never reject, count what would have been rejected "
+    "(WouldReject); --clear returns to the deployed mode",
 }
 
 
@@ -465,13 +473,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     tune.add_argument("name")
     for setting, kind in tuning.TUNABLE.items():
-        tune.add_argument(
-            _option_name(setting),
-            dest=setting,
-            type=_number(kind),
-            metavar=kind.__name__.upper(),
-            help=TUNE_HELP[setting],
-        )
+        if kind is str:  # mode: enforce or shadow
+            tune.add_argument(
+                _option_name(setting), dest=setting, choices=MODES, help=TUNE_HELP[setting]
+            )
+        elif kind is int or kind is float:
+            tune.add_argument(
+                _option_name(setting),
+                dest=setting,
+                type=_number(kind),
+                metavar=kind.__name__.upper(),
+                help=TUNE_HELP[setting],
+            )
     tune.add_argument("--clear", action="store_true", help="remove every live setting")
     tune.add_argument("--reason", help=REASON_HELP)
     create = command(
@@ -684,7 +697,7 @@ def _require(
     return view
 
 
-def _tuning_from(args: argparse.Namespace) -> dict[str, int | float]:
+def _tuning_from(args: argparse.Namespace) -> dict[str, int | float | str]:
     values = {s: getattr(args, s) for s in tuning.TUNABLE if getattr(args, s) is not None}
     options = ", ".join(_option_name(s) for s in tuning.TUNABLE)
     if args.clear and values:

@@ -14,7 +14,7 @@ from fleetbreaker.state import MAX_PROBE_SLOTS
 ExceptionTypes = tuple[type[BaseException], ...]
 
 # Fields BreakerConfig.from_env reads, each from BREAKER_<FIELD NAME IN CAPITALS>.
-ENV_FIELDS: dict[str, type[int] | type[float]] = {
+ENV_FIELDS: dict[str, type[int] | type[float] | type[str]] = {
     "failure_threshold": int,
     "window_seconds": float,
     "recovery_timeout": float,
@@ -32,7 +32,11 @@ ENV_FIELDS: dict[str, type[int] | type[float]] = {
     "report_interval": float,
     "store_deadline_seconds": float,
     "recovery_ramp_seconds": float,
+    "mode": str,
 }
+# What a breaker does with a call it would reject: "enforce" rejects it, "shadow" runs it and
+# counts it (WouldReject) while the breaker keeps counting, tripping and recovering as usual.
+MODES = ("enforce", "shadow")
 # The quorum's container ids are kept in the breaker's record, so their number is capped.
 MAX_MIN_CONTAINERS = 10
 # Powertools' CircuitBreakerConfig names accepted as keyword aliases (docs/migrating-from-
@@ -44,7 +48,7 @@ POWERTOOLS_ALIASES = {
 }
 # A container holds its counts at most this long before reporting them.
 MAX_REPORT_INTERVAL = 2.0
-_KIND_NAMES = {int: "a whole number", float: "a number"}
+_KIND_NAMES = {int: "a whole number", float: "a number", str: "text"}
 
 # Bounds every accepted number must respect, so the breaker can live with it: epoch ms plus a
 # duration in ms stays within the record's 14 digits (state.MAX_RECORD_DIGITS) for centuries,
@@ -145,6 +149,12 @@ def _is_number(value: object) -> bool:
     return _as_float(value) is not None
 
 
+def check_mode(name: str, value: object) -> None:
+    """ConfigError naming ``name`` unless ``value`` is one of :data:`MODES`."""
+    if not isinstance(value, str) or value not in MODES:
+        raise ConfigError(f"{name} must be one of {', '.join(MODES)}, got {value!r}")
+
+
 def _exception_tuple(value: object) -> object:
     """Powertools' exception argument: one class, or an iterable of them, as a tuple."""
     if isinstance(value, type):
@@ -232,6 +242,12 @@ class BreakerConfig:
         Longest a container holds its calls, failures and slow calls before reporting them in
         one write (default: ``cache_ttl``, at most 2 s). Applies when the rate policy, slow
         calls or a quorum is on.
+    mode:
+        ``"enforce"`` (default) rejects calls while the breaker is open; ``"shadow"`` counts,
+        trips, half-opens and closes the same shared breaker but never rejects a call, never
+        uses the fallback and never holds a probe lease while its call runs. It counts the
+        calls it would have rejected (``WouldReject``). Switch a live fleet with
+        ``fleetbreaker tune NAME --mode enforce``.
     success_threshold, handled_exceptions, local_cache_max_age:
         Powertools' names for ``half_open_successes``, ``failure_exceptions`` (a single
         exception class is accepted too, as Powertools does) and ``cache_ttl``, accepted so a
@@ -268,6 +284,7 @@ class BreakerConfig:
     slow_call_rate_threshold: float = 1.0
     min_containers: int = 1
     report_interval: float | None = None
+    mode: str = "enforce"
     # Powertools' names (POWERTOOLS_ALIASES): init-only, never stored or compared.
     success_threshold: InitVar[int | None] = None
     handled_exceptions: InitVar[Any] = None
@@ -304,6 +321,7 @@ class BreakerConfig:
             raise
 
     def _check(self) -> None:
+        check_mode("mode", self.mode)
         _positive_int("failure_threshold", self.failure_threshold)
         _positive_int("half_open_successes", self.half_open_successes)
         _positive_int("half_open_max_probes", self.half_open_max_probes)
@@ -388,6 +406,11 @@ class BreakerConfig:
                 )
 
     @property
+    def shadow(self) -> bool:
+        """Whether the breaker only observes (``mode="shadow"``)."""
+        return self.mode == "shadow"
+
+    @property
     def reporting(self) -> bool:
         """Whether containers batch and report their calls (rate policy, slow calls, quorum)."""
         return (
@@ -415,7 +438,8 @@ class BreakerConfig:
         ``BREAKER_RECOVERY_RAMP_SECONDS`` and the rate
         policy's ``BREAKER_FAILURE_RATE_THRESHOLD``, ``BREAKER_MINIMUM_CALLS``,
         ``BREAKER_SLOW_CALL_DURATION``, ``BREAKER_SLOW_CALL_RATE_THRESHOLD``,
-        ``BREAKER_MIN_CONTAINERS`` and ``BREAKER_REPORT_INTERVAL``; keyword arguments
+        ``BREAKER_MIN_CONTAINERS`` and ``BREAKER_REPORT_INTERVAL``, and ``BREAKER_MODE``
+        (``enforce`` or ``shadow``); keyword arguments
         (classification predicates, for instance) are passed through. A bad value raises
         :class:`ConfigError` naming the variable.
 

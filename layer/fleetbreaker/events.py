@@ -3,13 +3,36 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+import threading
+import time
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Protocol
 
+from fleetbreaker.frozen import frozen
+
 if TYPE_CHECKING:
-    from fleetbreaker.state import Decision, State
+    from fleetbreaker.state import Decision, State, TransitionReason
 
 logger = logging.getLogger("fleetbreaker")
+
+# A shadow breaker logs the calls it would have rejected at most once per this many ms.
+WOULD_REJECT_LOG_INTERVAL_MS = 1_000
+
+# How a store round trip ended (``on_store_result``).
+STORE_ANSWERED = "answered"
+STORE_ERROR = "store_error"
+STORE_DEADLINE = "deadline"
+
+
+@frozen
+class StateChange:
+    """One state change this container's write made: the new ``generation`` and why."""
+
+    before: State
+    after: State
+    generation: int
+    reason: TransitionReason
+
 
 # Transitions into these states log at WARNING; the others (half_open, closed) at INFO.
 _WARNING_STATES = frozenset({"open", "forced_open", "disabled"})
@@ -28,8 +51,17 @@ class BreakerListener:
     def on_transition(self, name: str, before: State, after: State) -> None:
         """This container's write moved the shared breaker from one state to another."""
 
+    def on_state_change(self, name: str, change: StateChange) -> None:
+        """The same change as :meth:`on_transition`, with its generation and reason."""
+
     def on_rejected(self, name: str, state: State, retry_after: float) -> None:
         """A call was rejected without running."""
+
+    def on_would_reject(self, name: str, state: State, retry_after: float) -> None:
+        """Shadow mode: a call an enforcing breaker would have rejected ran anyway.
+
+        Follows the call's :meth:`on_decision` (``allow``) on the calling thread.
+        """
 
     def on_fallback(self, name: str, state: State) -> None:
         """A rejected call was answered by the fallback."""
@@ -51,6 +83,15 @@ class BreakerListener:
 
         It exists so a tracer can open a span that encloses the round trip (and the AWS SDK's
         own spans inside it).
+        """
+
+    def on_store_result(
+        self, name: str, operation: str, store: str, outcome: str, error: BaseException | None
+    ) -> None:
+        """How a store round trip ended, just before its :meth:`on_store_call`.
+
+        ``store`` is the store's kind (``dynamodb``, ``redis``, ``memory``...), ``outcome``
+        one of ``answered``, ``store_error`` and ``deadline`` (its total deadline passed).
         """
 
     def on_store_call(self, name: str, operation: str, elapsed_ms: float, ok: bool) -> None:
@@ -85,14 +126,17 @@ class LoggerLike(Protocol):
 class LoggingListener(BreakerListener):
     """Logs transitions, degradations and store trouble; nothing per healthy call.
 
-    Levels: a transition to open, forced_open or disabled, a store error and degraded mode
-    are WARNING (they show at the Lambda Python runtime's default level); a transition to
-    half_open or closed and the store's return are INFO; an unreadable record is ERROR.
+    Levels: a transition to open, forced_open or disabled, a store error, degraded mode and a
+    shadow breaker's would_reject line are WARNING (they show at the Lambda Python runtime's
+    default level); a transition to half_open or closed and the store's return are INFO; an
+    unreadable record is ERROR.
 
     Every record carries structured fields through ``extra``: ``breaker``, ``breaker_event``
-    (``transition``, ``store_error``, ``degraded``, ``recovered``, ``corrupt_record``) and the
-    event's own fields (``from_state``/``to_state``, ``operation``, ``error``, ``error_type``,
-    ``reason``, ``detail``). A Powertools ``Logger`` renders them as top-level JSON keys next to
+    (``transition``, ``store_error``, ``degraded``, ``recovered``, ``corrupt_record``,
+    ``would_reject``) and the event's own fields (``from_state``/``to_state``, ``operation``,
+    ``error``, ``error_type``, ``reason``, ``detail``, ``state``/``count``). A shadow breaker's
+    ``would_reject`` line comes at most once per second per breaker and counts the calls since
+    the last one. A Powertools ``Logger`` renders them as top-level JSON keys next to
     its own (service, cold start, request id); so does any JSON formatter that renders extras.
 
     Parameters
@@ -100,6 +144,8 @@ class LoggingListener(BreakerListener):
     log:
         A ``logging.Logger`` or an ``aws_lambda_powertools.Logger``; defaults to the stdlib
         logger ``"fleetbreaker"``.
+    clock:
+        Millisecond clock pacing the ``would_reject`` lines (default: a monotonic clock).
 
     Example
     -------
@@ -109,8 +155,37 @@ class LoggingListener(BreakerListener):
     ... )
     """
 
-    def __init__(self, log: LoggerLike | None = None) -> None:
+    def __init__(
+        self, log: LoggerLike | None = None, *, clock: Callable[[], int] | None = None
+    ) -> None:
         self.log: LoggerLike = log if log is not None else logger
+        # Epoch ms (injectable: tests move time by hand); paces the would_reject lines.
+        self._clock: Callable[[], int] = clock or _monotonic_ms
+        self._would_reject: dict[str, tuple[int, int]] = {}  # name -> (next log at, pending)
+        self._would_reject_lock = threading.Lock()
+
+    def on_would_reject(self, name: str, state: State, retry_after: float) -> None:
+        now = self._clock()
+        with self._would_reject_lock:
+            due, pending = self._would_reject.get(name, (now, 0))
+            pending += 1
+            if now < due:
+                self._would_reject[name] = (due, pending)
+                return
+            self._would_reject[name] = (now + WOULD_REJECT_LOG_INTERVAL_MS, 0)
+        # WARNING: it shows at the Lambda Python runtime's default level, as a trip does.
+        self.log.warning(
+            "circuit %s (shadow): would have rejected %d call(s); breaker is %s",
+            name,
+            pending,
+            state.value,
+            extra={
+                "breaker": name,
+                "breaker_event": "would_reject",
+                "state": state.value,
+                "count": pending,
+            },
+        )
 
     def on_transition(self, name: str, before: State, after: State) -> None:
         # Lambda's Python runtime leaves the root logger at WARNING unless the function sets
@@ -167,3 +242,7 @@ class LoggingListener(BreakerListener):
             detail,
             extra={"breaker": name, "breaker_event": "corrupt_record", "detail": detail},
         )
+
+
+def _monotonic_ms() -> int:
+    return time.monotonic_ns() // 1_000_000

@@ -11,6 +11,7 @@ Metrics (namespace ``POWERTOOLS_METRICS_NAMESPACE``, default ``FleetBreaker``; d
 
 - ``Transition`` (Count): state changes written by this container; extra dimension ``To``
 - ``Rejected`` (Count): calls rejected without running
+- ``WouldReject`` (Count): shadow mode: calls an enforcing breaker would have rejected (they ran)
 - ``Fallback`` (Count): rejected calls answered by the fallback
 - ``FailureRecorded`` (Count): failed calls counted toward the threshold
 - ``ProbeSucceeded``, ``ProbeFailed`` (Count): half-open probes and how they ended
@@ -70,6 +71,7 @@ MAX_VALUES_PER_DOCUMENT = 100
 
 TRANSITION = "Transition"
 REJECTED = "Rejected"
+WOULD_REJECT = "WouldReject"
 FALLBACK = "Fallback"
 FAILURE_RECORDED = "FailureRecorded"
 PROBE_SUCCEEDED = "ProbeSucceeded"
@@ -148,6 +150,9 @@ class MetricsListener(BreakerListener):
 
     def on_rejected(self, name: str, state: State, retry_after: float) -> None:
         self._count((("Breaker", name),), REJECTED)
+
+    def on_would_reject(self, name: str, state: State, retry_after: float) -> None:
+        self._count((("Breaker", name),), WOULD_REJECT)
 
     def on_fallback(self, name: str, state: State) -> None:
         self._count((("Breaker", name),), FALLBACK)

@@ -1,4 +1,4 @@
-"""One call for logs, CloudWatch metrics and X-Ray tracing of every breaker in a function.
+"""One call for logs, CloudWatch metrics and tracing (X-Ray or OpenTelemetry) of every breaker.
 
 Example
 -------
@@ -23,22 +23,30 @@ from typing import TYPE_CHECKING
 
 from fleetbreaker.events import BreakerListener, LoggerLike, LoggingListener
 from fleetbreaker.metrics import MetricsListener, default_metrics, flush_metrics, log_metrics
-from fleetbreaker.tracing import TracingListener, tracing_active
+from fleetbreaker.tracing import (
+    OpenTelemetryListener,
+    TracingListener,
+    opentelemetry_configured,
+    tracing_active,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
 __all__ = [
     "MetricsListener",
+    "OpenTelemetryListener",
     "TracingListener",
     "default_listeners",
     "default_metrics",
     "flush_metrics",
     "log_metrics",
+    "opentelemetry_configured",
     "tracing_active",
 ]
 
 _tracing: TracingListener | None = None
+_otel: OpenTelemetryListener | None = None
 
 
 def default_listeners(
@@ -48,7 +56,7 @@ def default_listeners(
     tracing: bool = True,
     extra: Sequence[BreakerListener] = (),
 ) -> list[BreakerListener]:
-    """Listeners for structured logs, EMF metrics and X-Ray, ready for ``CircuitBreaker``.
+    """Listeners for structured logs, EMF metrics and tracing, ready for ``CircuitBreaker``.
 
     Parameters
     ----------
@@ -58,15 +66,24 @@ def default_listeners(
     metrics:
         Add the process-wide :class:`MetricsListener`; flush it with :func:`log_metrics`.
     tracing:
-        Add a :class:`TracingListener`; it stays inert unless the process is traced.
+        Add one tracing listener, chosen now: an :class:`OpenTelemetryListener` when
+        :func:`opentelemetry_configured` (the ADOT layer, or your own SDK setup, has set a
+        tracer provider), else a :class:`TracingListener` for the X-Ray SDK, which stays
+        inert unless the process is traced. Never both: one decision is traced once. Set
+        your tracer provider before calling this (the ADOT layer does it before your
+        module is imported).
     extra:
         More listeners to append.
     """
-    global _tracing
+    global _tracing, _otel
     listeners: list[BreakerListener] = [LoggingListener(logger)]
     if metrics:
         listeners.append(default_metrics())
-    if tracing:
+    if tracing and opentelemetry_configured():
+        if _otel is None:
+            _otel = OpenTelemetryListener()
+        listeners.append(_otel)
+    elif tracing:
         if _tracing is None:
             _tracing = TracingListener()
         listeners.append(_tracing)

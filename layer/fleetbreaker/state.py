@@ -646,6 +646,56 @@ def window_counts(record: Record | None, policy: Policy, now_ms: int) -> WindowC
     )
 
 
+class TransitionReason(str, Enum):
+    """Why the breaker changed state (what a tracer or a log shows next to a transition)."""
+
+    FAILURE_THRESHOLD = "failure_threshold"  # count policy: failures reached the threshold
+    FAILURE_RATE = "failure_rate"  # rate policy: failures / calls reached the threshold
+    SLOW_CALL_RATE = "slow_call_rate"  # slow calls / calls reached the threshold
+    OPEN_WINDOW_ELAPSED = "open_window_elapsed"  # open -> half_open: the first probe claimed
+    PROBE_SUCCEEDED = "probe_succeeded"  # half_open -> closed
+    PROBE_FAILED = "probe_failed"  # half_open -> open, with a longer open window
+    OPERATOR = "operator"  # forced open, disabled or reset
+
+    def __str__(self) -> str:
+        return self.value
+
+
+def transition_reason(
+    before: State, after: State, policy: Policy, counts: WindowCounts | None = None
+) -> TransitionReason:
+    """Why a store operation moved a breaker from ``before`` to ``after``.
+
+    ``counts``: for a trip by a report (rate policy, slow calls, quorum), the window as the
+    tripping write saw it, which tells a failure trip from a slow-call trip.
+    """
+    if before is State.OPEN and after is State.HALF_OPEN:
+        return TransitionReason.OPEN_WINDOW_ELAPSED
+    if before is State.HALF_OPEN:
+        if after is State.CLOSED:
+            return TransitionReason.PROBE_SUCCEEDED
+        if after is State.OPEN:
+            return TransitionReason.PROBE_FAILED
+    if before is State.CLOSED and after is State.OPEN:
+        failure = (
+            TransitionReason.FAILURE_THRESHOLD
+            if policy.failure_rate is None
+            else TransitionReason.FAILURE_RATE
+        )
+        if policy.slow_ms is None or counts is None or _failing(counts, policy):
+            return failure
+        return TransitionReason.SLOW_CALL_RATE
+    return TransitionReason.OPERATOR
+
+
+def _failing(counts: WindowCounts, policy: Policy) -> bool:
+    if policy.failure_rate is None:
+        return counts.failures >= policy.failure_threshold
+    return counts.calls >= policy.minimum_calls and counts.failures >= (
+        policy.failure_rate * counts.calls
+    )
+
+
 def should_trip(counts: WindowCounts, policy: Policy) -> bool:
     """Whether the window's counts open the breaker under the policy (with its quorum)."""
     quorum = policy.min_containers
@@ -771,6 +821,8 @@ class Snapshot:
     retry_after: float
     open_until: int | None
     updated_at: int | None
+    # "enforce" or "shadow": what this container does with a call the state would reject.
+    mode: str = "enforce"
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready: times as ISO 8601 UTC strings (or None), rates as fractions."""
@@ -787,6 +839,7 @@ class Snapshot:
             "retry_after": round(self.retry_after, 3),
             "open_until": iso_utc(self.open_until),
             "updated_at": iso_utc(self.updated_at),
+            "mode": self.mode,
         }
 
 
@@ -803,7 +856,9 @@ def iso_utc(epoch_ms: int | None) -> str | None:
     return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def snapshot_of(name: str, record: Record | None, policy: Policy, now_ms: int) -> Snapshot:
+def snapshot_of(
+    name: str, record: Record | None, policy: Policy, now_ms: int, mode: str = "enforce"
+) -> Snapshot:
     """What a record says about a breaker at ``now_ms`` (pure: the CLI and gate reuse it)."""
     counts = window_counts(record, policy, now_ms)
     failures, calls = counts.failures, counts.calls
@@ -835,4 +890,5 @@ def snapshot_of(name: str, record: Record | None, policy: Policy, now_ms: int) -
         retry_after=decided.retry_after_ms / 1000 if decided.decision is Decision.REJECT else 0.0,
         open_until=record.open_until if record is not None and state is State.OPEN else None,
         updated_at=record.updated_at if record is not None else None,
+        mode=mode,
     )

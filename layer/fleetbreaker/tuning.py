@@ -15,13 +15,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from fleetbreaker.config import BreakerConfig
+from fleetbreaker.config import BreakerConfig, check_mode
 from fleetbreaker.errors import ConfigError
 
 # The settings an operator may change on a running fleet, with their type; the CLI's options
 # are generated from it. Setting failure_rate_threshold switches a running fleet to the rate
-# policy (and --clear back to the count policy it was deployed with).
-TUNABLE: dict[str, type[int] | type[float]] = {
+# policy (and --clear back to the count policy it was deployed with). Setting mode switches a
+# running fleet between shadow and enforce (and --clear back to the mode it was deployed with).
+TUNABLE: dict[str, type[int] | type[float] | type[str]] = {
     "failure_threshold": int,
     "window_seconds": float,
     "recovery_timeout": float,
@@ -32,6 +33,7 @@ TUNABLE: dict[str, type[int] | type[float]] = {
     "slow_call_duration": float,
     "slow_call_rate_threshold": float,
     "min_containers": int,
+    "mode": str,
 }
 
 # Bounded so a record stays small (DynamoDB items are at most 400 KB; Redis hashes stay cheap).
@@ -106,17 +108,20 @@ def decode_tuned(text: str) -> dict[str, Any]:
     return raw
 
 
-def encode_tuned(values: Mapping[str, int | float]) -> str:
+def encode_tuned(values: Mapping[str, int | float | str]) -> str:
     """The text stored for ``values`` ("" when there is nothing to store)."""
     if not values:
         return ""
     return json.dumps(dict(sorted(values.items())), separators=(",", ":"))
 
 
-def _typed(name: str, value: object) -> int | float:
+def _typed(name: str, value: object) -> int | float | str:
     kind = TUNABLE.get(name)
     if kind is None:
         raise ConfigError(f"{name} is not tunable (tunable: {', '.join(TUNABLE)})")
+    if kind is str:
+        check_mode(name, value)
+        return str(value)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ConfigError(f"{name} must be a number, got {value!r}")
     if kind is int:

@@ -5,6 +5,8 @@ running breaker within cache_ttl.
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from fleetbreaker import BreakerConfig, CircuitBreaker, CircuitOpenError, State
@@ -36,6 +38,7 @@ JSON_KEYS = {
     "last_action",
     "last_change",
     "error",
+    "mode",
 }
 
 
@@ -398,6 +401,30 @@ def test_a_bad_tuning_is_refused_with_exit_2_and_nothing_stored(
     assert result.code == 2
     assert problem in one_line_error(result)
     assert load(moto_server_backend, name) is None
+
+
+def test_tune_mode_switches_the_fleet_and_status_shows_it(backend: Backend, name: str) -> None:
+    # GIVEN a breaker nobody tuned: its containers run their deployed BREAKER_MODE
+    fail(backend, name, 1)
+    before = backend.run("status", name, "--json").json_lines()[0]
+    assert before["mode"] is None
+    assert re.search(r"^mode +as deployed \(BREAKER_MODE\)$", backend.run("status", name).out, re.M)
+
+    # WHEN an operator switches it to shadow
+    result = backend.run("tune", name, "--mode", "shadow", "--reason", "rollout")
+
+    # THEN the record carries the mode every container applies, and status shows it
+    assert result.code == 0, result.err
+    assert decode_tuned(load(backend, name).tuned) == {"mode": "shadow"}
+    assert re.search(r"^mode +shadow$", result.out, re.M)
+    assert backend.run("status", name, "--json").json_lines()[0]["mode"] == "shadow"
+
+
+def test_tune_refuses_an_unknown_mode(backend: Backend, name: str) -> None:
+    result = backend.run("tune", name, "--mode", "observe")
+    assert result.code == 2
+    assert "argument --mode: invalid choice: 'observe'" in result.err
+    assert load(backend, name) is None
 
 
 def test_tune_clear_removes_every_live_setting(backend: Backend, name: str) -> None:

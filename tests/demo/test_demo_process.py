@@ -10,6 +10,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -154,6 +156,30 @@ def test_the_ramp_option_reaches_the_function() -> None:
     assert options_from(["--ramp", "3"]).function_env()["BREAKER_RECOVERY_RAMP_SECONDS"] == "3.0"
     assert options_from([]).function_env()["BREAKER_RECOVERY_RAMP_SECONDS"] == "0.0"
     assert main(["--ramp", "-1"]) == BAD_OPTIONS
+
+
+def test_mode_shadow_runs_a_shadow_fleet_beside_the_enforcing_one() -> None:
+    from bench.demo.runner import SHADOW, SHARED, Backends, function_env, plans
+    from bench.demo.stores import StoreSpec
+
+    # GIVEN --mode shadow on the command line
+    options = options_from(["--short", "--mode", "shadow"])
+    # THEN the demo runs the shared breaker, then the same shared breaker in shadow mode
+    runs = plans(options)
+    assert [(p.label, p.shared, p.mode) for p in runs] == [
+        (SHARED, True, "enforce"),
+        (SHADOW, True, "shadow"),
+    ]
+    # AND the shadow run's function gets BREAKER_MODE=shadow, on a record of its own
+    api: Any = SimpleNamespace(url="http://127.0.0.1:9/charges")
+    found = Backends(api=api, shared_store=StoreSpec("dynamodb"), endpoint_url=None, queues=None)
+    envs = [function_env(options, found, plan) for plan in runs]
+    assert [env["BREAKER_MODE"] for env in envs] == ["enforce", "shadow"]
+    assert envs[0]["BREAKER_NAME"] != envs[1]["BREAKER_NAME"]
+    # AND an unknown mode is refused (a usage error, exit 2) before anything starts
+    with pytest.raises(SystemExit) as refused:
+        main(["--mode", "observe"])
+    assert refused.value.code == BAD_OPTIONS
 
 
 @pytest.mark.parametrize(

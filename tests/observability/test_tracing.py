@@ -242,3 +242,22 @@ def test_disabled_listener_never_touches_the_recorder(make_breaker: BreakerFacto
 )
 def test_tracing_active_reads_the_environment(env: dict[str, str], active: bool) -> None:
     assert tracing_active(env) is active
+
+
+def test_a_shadow_would_reject_is_annotated(make_breaker: BreakerFactory, xray: Recorder) -> None:
+    # GIVEN an open shadow breaker on a traced function
+    recorder, _ = xray
+    breaker = make_breaker(
+        listeners=[TracingListener(enabled=True, recorder=recorder)], mode="shadow"
+    )
+    for _ in range(3):
+        traced_call(xray, lambda: breaker.call(fail))
+    # WHEN a call runs that enforce mode would have rejected
+    segment = traced_call(xray, lambda: breaker.call(succeed))
+    # THEN the call was allowed and the trace says it would have been rejected
+    assert annotations(segment) == {
+        "circuit_breaker": "payment-api",
+        "circuit_state": "open",
+        "circuit_decision": "allow",
+        "circuit_would_reject": True,
+    }

@@ -297,7 +297,10 @@ def test_function_wiring(template: dict[str, Any], payment_module: ModuleType) -
     assert properties["Runtime"] == {"Ref": "Runtime"}
     assert properties["Architectures"] == [{"Ref": "Architecture"}]
     assert properties["Tracing"] == "Active"
-    assert properties["Layers"] == [{"Ref": "FleetbreakerLayer"}]
+    assert properties["Layers"] == [
+        {"Ref": "FleetbreakerLayer"},
+        {"Fn::If": ["TracesWithAdot", {"Ref": "AdotLayerArn"}, {"Ref": "AWS::NoValue"}]},
+    ]
     assert properties["Events"]["CreatePayment"] == {
         "Type": "HttpApi",
         "Properties": {"ApiId": {"Ref": "PaymentsApi"}, "Method": "POST", "Path": "/payments"},
@@ -317,6 +320,30 @@ def test_function_wiring(template: dict[str, Any], payment_module: ModuleType) -
     read = template["Parameters"]["PaymentReadTimeout"]["MaxValue"]
     connect = template["Parameters"]["PaymentConnectTimeout"]["MaxValue"]
     assert connect + read < properties["Timeout"] < 30
+
+
+@pytest.mark.parametrize("function", ["PaymentFunction", "BreakerGateFunction"])
+def test_breaker_mode_and_the_adot_layer_reach_the_function(
+    template: dict[str, Any], function: str
+) -> None:
+    # The parameter BreakerMode (default enforce) is each function's BREAKER_MODE, and the
+    # optional ADOT layer comes with the wrapper that sets up OpenTelemetry.
+    mode = template["Parameters"]["BreakerMode"]
+    assert (mode["Default"], mode["AllowedValues"]) == ("enforce", ["enforce", "shadow"])
+    assert template["Parameters"]["AdotLayerArn"]["Default"] == ""
+    properties = template["Resources"][function]["Properties"]
+    variables = properties["Environment"]["Variables"]
+    assert variables["BREAKER_MODE"] == {"Ref": "BreakerMode"}
+    assert variables["AWS_LAMBDA_EXEC_WRAPPER"] == {
+        "Fn::If": ["TracesWithAdot", "/opt/otel-instrument", {"Ref": "AWS::NoValue"}]
+    }
+    assert {"Fn::If": ["TracesWithAdot", {"Ref": "AdotLayerArn"}, {"Ref": "AWS::NoValue"}]} in (
+        properties["Layers"]
+    )
+    if function == "PaymentFunction":  # its Powertools Tracer steps aside under ADOT
+        assert variables["POWERTOOLS_TRACE_DISABLED"] == {
+            "Fn::If": ["TracesWithAdot", "true", "false"]
+        }
 
 
 def test_outputs_export_the_table_and_the_api(template: dict[str, Any]) -> None:

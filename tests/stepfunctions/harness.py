@@ -215,6 +215,7 @@ DEFAULT_CONDITIONS = {
     "RatePolicy": False,
     "SlowCallDetection": False,
     "PauseFromContainers": False,
+    "TracesWithAdot": False,
 }
 
 

@@ -108,6 +108,7 @@ def test_check_on_a_closed_breaker_allows(gate: Any) -> None:
         "wait_seconds": 0,
         "token": None,
         "degraded": False,
+        "mode": "enforce",
     }
 
 
@@ -464,6 +465,7 @@ def test_status_shows_the_fleet_window_without_deciding(clock: FakeClock) -> Non
         "retry_after": 0.0,
         "open_until": None,
         "updated_at": "2023-11-14T22:13:21.000Z",
+        "mode": "enforce",
     }
 
 

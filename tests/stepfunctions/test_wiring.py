@@ -216,7 +216,15 @@ def test_function_is_built_and_traced_like_the_others(
     assert f"build-{logical_id}:" in makefile
     assert properties["Runtime"] == {"Ref": "Runtime"}
     assert properties["Architectures"] == [{"Ref": "Architecture"}]
-    assert properties["Layers"] == [{"Ref": "FleetbreakerLayer"}]
+    # The fleetbreaker layer, and the ADOT layer only when AdotLayerArn is set.
+    assert [layer for layer in properties["Layers"] if "Fn::If" not in layer] == [
+        {"Ref": "FleetbreakerLayer"}
+    ]
+    assert all(
+        layer["Fn::If"][0] == "TracesWithAdot"
+        for layer in properties["Layers"]
+        if "Fn::If" in layer
+    )
     assert properties["Tracing"] == "Active"
 
 

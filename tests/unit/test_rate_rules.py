@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 
 from fleetbreaker import BreakerConfig, ConfigError, State
@@ -221,7 +219,14 @@ def test_rate_settings_come_from_the_environment() -> None:
         }
     )
 
-    assert dataclasses.astuple(config)[-6:] == (0.25, 50, 1.5, 0.8, 3, 0.5)
+    assert (
+        config.failure_rate_threshold,
+        config.minimum_calls,
+        config.slow_call_duration,
+        config.slow_call_rate_threshold,
+        config.min_containers,
+        config.report_interval,
+    ) == (0.25, 50, 1.5, 0.8, 3, 0.5)
     with pytest.raises(ConfigError, match="BREAKER_FAILURE_RATE_THRESHOLD"):
         BreakerConfig.from_env({"BREAKER_FAILURE_RATE_THRESHOLD": "2"})
 

@@ -28,11 +28,20 @@ from fleetbreaker.errors import (
     StoreDeadlineError,
     TableNotFoundError,
 )
+from fleetbreaker.events import STORE_ANSWERED, STORE_DEADLINE, STORE_ERROR, StateChange
+from fleetbreaker.state import (
+    Record,
+    State,
+    TransitionReason,
+    add_report,
+    transition_reason,
+    window_counts,
+)
 from fleetbreaker.stores.base import StoreStats
 from fleetbreaker.stores.memory import MemoryStore
 
 if TYPE_CHECKING:
-    from fleetbreaker.state import Outcome, Policy, ProbeReport, Record, Report, State
+    from fleetbreaker.state import Outcome, Policy, ProbeReport, Report
     from fleetbreaker.stores.base import Store
     from fleetbreaker.tuning import Action
 
@@ -40,6 +49,7 @@ T = TypeVar("T")
 Clock = Callable[[], int]
 Emit = Callable[..., None]
 AnswerHook = Callable[[str, "Record | None", int], None]
+Reason = Callable[["Outcome"], TransitionReason]
 
 # Store calls one FallbackStore (one breaker) may have running at once, stuck ones included.
 # A caller past it waits for one to end, within its own deadline; when this many are stuck past
@@ -91,6 +101,8 @@ class FallbackStats:
     store_errors: int = 0
     degradations: int = 0
     corrupt_records: int = 0
+    # Shadow mode: calls an enforcing breaker would have rejected (counted by the breaker).
+    would_rejects: int = 0
 
 
 class _Worker:
@@ -248,8 +260,8 @@ class FallbackStore:
         call runs on the caller's thread, as it always does for a plain MemoryStore).
     emit:
         ``emit(hook, name, *args)`` receives the listener events (``on_store_call_start``,
-        ``on_store_call``, ``on_store_error``, ``on_degraded``, ``on_recovered``,
-        ``on_corrupt_record``, ``on_transition``).
+        ``on_store_result``, ``on_store_call``, ``on_store_error``, ``on_degraded``,
+        ``on_recovered``, ``on_corrupt_record``, ``on_transition``, ``on_state_change``).
     on_answer:
         ``on_answer(name, record, now_ms)`` receives every record the shared store returned
         (the breaker's cache).
@@ -296,6 +308,7 @@ class FallbackStore:
                 f"{MAX_DEADLINE_SECONDS:g}), got {deadline_seconds!r}"
             )
         self.shared = shared
+        self.kind = store_kind(shared)
         self.local = local if local is not None else MemoryStore()
         self.clock: Clock = clock or _system_clock
         self.backoff_ms = round(backoff_seconds * 1000)
@@ -340,16 +353,16 @@ class FallbackStore:
         except CorruptRecordError as exc:
             # The store answered; its record is unusable and counts as closed until the next
             # write replaces it.
-            self._call_done(name, "load", started, ok=True)
+            self._call_done(name, "load", started, None)
             self.fallback_stats.corrupt_records += 1
             self._emit("on_corrupt_record", name, str(exc))
             record = None
         except Exception as exc:
-            self._call_done(name, "load", started, ok=False)
+            self._call_done(name, "load", started, exc)
             self._degrade(name, "load", exc)
             return self._local_load(name, now_ms)
         else:
-            self._call_done(name, "load", started, ok=True)
+            self._call_done(name, "load", started, None)
         self._answered(name, record, now_ms)
         return record
 
@@ -360,7 +373,9 @@ class FallbackStore:
             used = policy if store is self.shared else rules.alone(policy)
             return store.record_failure(name, used, now_ms, observed)
 
-        return self._operation("record_failure", name, now_ms, record_failure)
+        return self._operation(
+            "record_failure", name, now_ms, record_failure, _reason_by_states(policy)
+        )
 
     def claim_probe(
         self, name: str, policy: Policy, now_ms: int, nonce: str, observed: Record | None
@@ -368,7 +383,8 @@ class FallbackStore:
         def claim_probe(store: Store) -> Outcome:
             return store.claim_probe(name, policy, now_ms, nonce, observed)
 
-        return self._operation("claim_probe", name, now_ms, claim_probe)
+        reason = _reason_by_states(policy)
+        return self._operation("claim_probe", name, now_ms, claim_probe, reason)
 
     def settle_probe(
         self, name: str, policy: Policy, now_ms: int, report: ProbeReport, observed: Record | None
@@ -376,7 +392,9 @@ class FallbackStore:
         def settle_probe(store: Store) -> Outcome:
             return store.settle_probe(name, policy, now_ms, report, observed)
 
-        return self._operation("settle_probe", name, now_ms, settle_probe)
+        return self._operation(
+            "settle_probe", name, now_ms, settle_probe, _reason_by_states(policy)
+        )
 
     def report(
         self, name: str, policy: Policy, now_ms: int, report: Report, observed: Record | None
@@ -386,7 +404,15 @@ class FallbackStore:
             used = policy if store is self.shared else rules.alone(policy)
             return store.report(name, used, now_ms, report, observed)
 
-        return self._operation("report", name, now_ms, send)
+        def reason(outcome: Outcome) -> TransitionReason:
+            # The tripping write saw the window with this report in it: failures or slow calls.
+            counts = window_counts(
+                add_report(observed or Record(), policy, now_ms, report), policy, now_ms
+            )
+            before, after = outcome.transition or (State.CLOSED, State.OPEN)
+            return transition_reason(before, after, policy, counts)
+
+        return self._operation("report", name, now_ms, send, reason)
 
     def force_state(
         self, name: str, policy: Policy, now_ms: int, target: State, *, action: Action | None = None
@@ -426,7 +452,12 @@ class FallbackStore:
         )
 
     def _operation(
-        self, operation: str, name: str, now_ms: int, op: Callable[[Store], Outcome]
+        self,
+        operation: str,
+        name: str,
+        now_ms: int,
+        op: Callable[[Store], Outcome],
+        reason: Reason,
     ) -> Outcome:
         self.stats.count_write()
         if self.paused(now_ms):
@@ -436,13 +467,16 @@ class FallbackStore:
         try:
             outcome = self._call(operation, name, lambda: op(self.shared))
         except Exception as exc:
-            self._call_done(name, operation, started, ok=False)
+            self._call_done(name, operation, started, exc)
             self._degrade(name, operation, exc)
             return self._local_op(name, op)
-        self._call_done(name, operation, started, ok=True)
+        self._call_done(name, operation, started, None)
         self._answered(name, outcome.record, now_ms)
         if outcome.transition is not None:
             self._emit("on_transition", name, *outcome.transition)
+            gen = outcome.record.gen if outcome.record is not None else 0
+            change = StateChange(*outcome.transition, gen, reason(outcome))
+            self._emit("on_state_change", name, change)
         return outcome
 
     def _local_load(self, name: str, now_ms: int) -> Record | None:
@@ -457,8 +491,18 @@ class FallbackStore:
         self._last_seen[name] = record
         self._on_answer(name, record, now_ms)
 
-    def _call_done(self, name: str, operation: str, started: float, ok: bool) -> None:
+    def _call_done(
+        self, name: str, operation: str, started: float, error: BaseException | None
+    ) -> None:
         elapsed_ms = (time.perf_counter() - started) * 1000
+        ok = error is None
+        if ok:
+            outcome = STORE_ANSWERED
+        elif isinstance(error, StoreDeadlineError):
+            outcome = STORE_DEADLINE
+        else:
+            outcome = STORE_ERROR
+        self._emit("on_store_result", name, operation, self.kind, outcome, error)
         self._emit("on_store_call", name, operation, elapsed_ms, ok)
         if ok and self._degraded:
             with self._lock:
@@ -497,3 +541,20 @@ class FallbackStore:
         if first:
             # The error itself was just reported; the reason stays short and generic.
             self._emit("on_degraded", name, f"store {operation} failed")
+
+
+def store_kind(store: object) -> str:
+    """A store's kind as tracing shows it: ``DynamoDBStore`` is ``dynamodb``."""
+    kind = getattr(store, "kind", None)
+    if isinstance(kind, str) and kind:
+        return kind
+    name = type(store).__name__
+    return (name[: -len("Store")] if name.endswith("Store") and name != "Store" else name).lower()
+
+
+def _reason_by_states(policy: Policy) -> Reason:
+    def reason(outcome: Outcome) -> TransitionReason:
+        before, after = outcome.transition or (State.CLOSED, State.CLOSED)
+        return transition_reason(before, after, policy)
+
+    return reason
