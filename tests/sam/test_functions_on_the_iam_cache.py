@@ -335,7 +335,7 @@ def test_breaker_events_reads_the_trip_from_the_cache(
     answer = handler({"source": "aws.events"}, FakeLambdaContext())
 
     # THEN it read the open record from the cache and paused the consumer again
-    assert answer == {"changed": {stack.breaker: [stack.mapping]}}
+    assert answer == {"changed": {stack.breaker: [stack.mapping]}, "corrupt": []}
     assert lambdas.get_event_source_mapping(UUID=stack.mapping)["State"] == "Disabled"
 
 
