@@ -73,9 +73,9 @@ from aws_lambda_powertools import Logger
 
 from breaker_events import transition_listeners
 from fleetbreaker import BreakerConfig, CircuitBreaker, InvalidTokenError
-from fleetbreaker.breaker import validate_name
 from fleetbreaker.config import env_number
 from fleetbreaker.errors import ConfigError
+from fleetbreaker.naming import validate_name
 from fleetbreaker.observability import default_listeners, log_metrics
 from fleetbreaker.state import Decision, State
 from fleetbreaker.stores import StoreSettings

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import hashlib
 import logging
 import random
 import secrets
@@ -18,16 +17,11 @@ from fleetbreaker.cache import RecordCache
 from fleetbreaker.config import BreakerConfig
 from fleetbreaker.errors import CircuitOpenError, ConfigError, InvalidTokenError
 from fleetbreaker.events import BreakerListener, LoggingListener, StateChange
-from fleetbreaker.ramp import RecoveryRamp
-from fleetbreaker.reporting import (
-    SLOW_WATCH_MAX_PERIOD_S,
-    CallTally,
-    SlowCallWatcher,
-    fleet_interval_ms,
-    next_interval_ms,
+from fleetbreaker.naming import (
+    container_key,
     process_container_id,
-    urgent_allowed,
-    wants_urgent_report,
+    validate_container_id,
+    validate_name,
 )
 from fleetbreaker.state import Decision, Policy, ProbeReport, Record, Snapshot, State
 from fleetbreaker.stores.base import AdminStore
@@ -36,14 +30,14 @@ from fleetbreaker.stores.fallback import FallbackStats, FallbackStore
 if TYPE_CHECKING:
     from typing import ParamSpec
 
+    from fleetbreaker.ramp import RecoveryRamp
+    from fleetbreaker.reporting import Reporter
     from fleetbreaker.stores.base import Store
 
     P = ParamSpec("P")
 
 R = TypeVar("R")
 Clock = Callable[[], int]
-MAX_NAME_BYTES = 1024  # DynamoDB allows 2048 for a partition key; leave room for Redis keys
-MAX_CONTAINER_ID = 64  # container ids are kept in the record (quorum), so they stay short
 
 log = logging.getLogger("fleetbreaker")
 
@@ -51,39 +45,6 @@ log = logging.getLogger("fleetbreaker")
 def system_clock() -> int:
     """Epoch milliseconds from the wall clock (shared with other containers' clocks)."""
     return time.time_ns() // 1_000_000
-
-
-def validate_name(name: object) -> str:
-    if not isinstance(name, str):
-        raise ConfigError(f"breaker name must be a string, got {type(name).__name__}")
-    if not name or not name.strip():
-        raise ConfigError("breaker name must not be empty")
-    try:
-        size = len(name.encode("utf-8"))
-    except UnicodeEncodeError:
-        # A lone surrogate (e.g. from a JSON "\udcff" escape) has no UTF-8 form: no store
-        # could keep the name.
-        raise ConfigError(f"breaker name must be valid Unicode text: {name!r}") from None
-    if size > MAX_NAME_BYTES:
-        raise ConfigError(f"breaker name is {size} bytes; the limit is {MAX_NAME_BYTES} (UTF-8)")
-    if any(ord(ch) < 32 or ord(ch) == 127 for ch in name):
-        raise ConfigError(f"breaker name must not contain control characters: {name!r}")
-    return name
-
-
-def container_key(container_id: str) -> str:
-    """The short, fixed-size key a container's id is counted under in the quorum."""
-    return hashlib.blake2s(container_id.encode("utf-8"), digest_size=4).hexdigest()
-
-
-def validate_container_id(container_id: object) -> str:
-    if not isinstance(container_id, str):
-        raise ConfigError(f"container_id must be a string, got {type(container_id).__name__}")
-    if not 1 <= len(container_id) <= MAX_CONTAINER_ID or not container_id.isprintable():
-        raise ConfigError(
-            f"container_id must be 1 to {MAX_CONTAINER_ID} printable characters: {container_id!r}"
-        )
-    return container_id
 
 
 @dataclass(frozen=True)
@@ -223,9 +184,11 @@ class CircuitBreaker:
             on_answer=self._answered,
         )
         self.stats: BreakerStats = self._store.fallback_stats
-        self._ramp = (
-            RecoveryRamp(config.recovery_ramp_seconds) if config.recovery_ramp_seconds else None
-        )
+        self._ramp: RecoveryRamp | None = None
+        if config.recovery_ramp_seconds:
+            from fleetbreaker.ramp import RecoveryRamp
+
+            self._ramp = RecoveryRamp(config.recovery_ramp_seconds)
         self._allow = {
             state: Admission(self.name, Decision.ALLOW, state)
             for state in (State.CLOSED, State.DISABLED)
@@ -243,18 +206,10 @@ class CircuitBreaker:
         self.container_id = (
             process_container_id() if container_id is None else validate_container_id(container_id)
         )
-        # The record keeps quorum ids, so they go in as a short digest: 8 hex characters
-        # whatever the id's length keep the record under one write unit.
-        self._container_key = container_key(self.container_id)
-        # Rate policy, slow calls, quorum: calls are tallied here and reported in batches.
-        self._base_interval_ms = max(1, round(config.effective_report_interval * 1000))
-        self._interval_ms = self._base_interval_ms
-        self._has_reported = False  # a newcomer adopts the fleet's interval once
-        self._started_ms = self.clock()
-        self._tally: CallTally | None = None
-        self._watcher: SlowCallWatcher | None = None
-        self._watching = False
-        self._failure_result = config.failure_result
+        # Rate policy, slow calls, quorum: calls are tallied and reported in batches by a
+        # reporter, built (with its module) when the settings first ask for one.
+        self._reporter: Reporter | None = None
+        self._reporting: Reporter | None = None  # the reporter while the settings report
         if config.reporting and not callable(getattr(self.store, "report", None)):
             raise ConfigError(
                 f"{type(self.store).__name__} has no report operation: the rate policy, slow "
@@ -326,15 +281,8 @@ class CircuitBreaker:
         or a test with an injected clock calls it after moving the clock. Returns how many
         calls it reported.
         """
-        tally = self._tally
-        if tally is None:
-            return 0
-        now = self.clock()
-        hung = tally.sweep(now)
-        if hung:
-            # Out of turn: the Lambda timeout may kill this container before the call ends.
-            self._flush(now)
-        return hung
+        reporting = self._reporting
+        return reporting.report_hung_calls() if reporting is not None else 0
 
     def call(self, fn: Callable[..., R], /, *args: Any, **kwargs: Any) -> R:
         """Run ``fn(*args, **kwargs)`` through the breaker.
@@ -461,14 +409,9 @@ class CircuitBreaker:
             shadowed = self._shadow_outcome(success, now)
             if shadowed is not None:
                 return shadowed
-        tally = self._tally
-        if tally is not None:
-            if now >= tally.due_ms:
-                self._flush(now)
-            if success:
-                next(tally.good)
-            else:
-                self._tally_bad(tally, None, True, now)
+        reporting = self._reporting
+        if reporting is not None:
+            reporting.count(success, now)
             return RecordResult(True, self._state_of(self._cache.last_seen), "call tallied")
         if success:
             return RecordResult(True, self._state_of(self._read(now)), "success: nothing to write")
@@ -492,20 +435,9 @@ class CircuitBreaker:
 
     def _retune(self, text: str) -> None:
         # Live tuning is rare: its module loads when a record first carries settings.
-        from fleetbreaker import tuning
+        from fleetbreaker.tuning import retuned
 
-        config = self.config
-        try:
-            values = tuning.decode_tuned(text)
-        except ConfigError as exc:
-            log.warning("circuit %s: ignoring its tuned settings: %s", self.name, exc)
-            values = {}
-        for setting, value in sorted(values.items()):
-            try:
-                config = tuning.apply_tuning(config, {setting: value})
-            except ConfigError as exc:
-                # Another version of the package may store settings this one cannot use.
-                log.warning("circuit %s: ignoring tuned %s: %s", self.name, setting, exc)
+        config = retuned(self.config, text, self.name)
         # Policy before text: a thread that sees the new text must also see its policy.
         policy = Policy.from_config(config)
         self._adopt_reporting(config, policy)
@@ -514,27 +446,25 @@ class CircuitBreaker:
         self._tuned_text = text
 
     def _adopt_reporting(self, config: BreakerConfig, policy: Policy) -> None:
-        """Tally and report calls (rate policy, slow calls, quorum) as ``config`` says.
+        """Tally and report calls (rate policy, slow calls, quorum) as ``config`` says."""
+        reporter = self._reporter
+        if reporter is None:
+            if not config.reporting:
+                return
+            from fleetbreaker.reporting import Reporter
 
-        Called at construction and when live tuning changes the settings: tuning can switch a
-        running fleet between the count and the rate policy, or change the slow-call duration.
-        """
-        if not config.reporting:
-            self._tally = None
-            return
-        tally = self._tally
-        if tally is None:
-            tally = CallTally(policy, self._base_interval_ms)
-            tally.due_ms = self.clock() + self._base_interval_ms
-        tally.slow_ms = policy.slow_ms
-        if config.slow_call_duration is not None:
-            # At most 1 s: the watcher waits one period before it reads a new one, so a long
-            # tuned duration must not keep it asleep after the operator tunes back.
-            period = min(max(0.005, config.slow_call_duration / 4), SLOW_WATCH_MAX_PERIOD_S)
-            if self._watcher is None:
-                self._watcher = SlowCallWatcher(self.report_hung_calls, period)
-            self._watcher.period_s = period
-        self._tally = tally
+            reporter = self._reporter = Reporter(
+                self.name,
+                self._store,
+                self._cache,
+                self.config,
+                clock=self.clock,
+                rng=self.rng,
+                container_key=container_key(self.container_id),
+                emit=self._emit,
+                judge=self._judge,
+            )
+        self._reporting = reporter if reporter.adopt(config, policy) else None
 
     # -- internals -------------------------------------------------------------------------
 
@@ -566,11 +496,11 @@ class CircuitBreaker:
             return result
         if admission.shadow is not None:
             return self._shadow_call(admission, fn, args, kwargs)
-        tally = self._tally
-        if tally is not None and admission.decision is Decision.ALLOW:
+        reporting = self._reporting
+        if reporting is not None and admission.decision is Decision.ALLOW:
             if admission.state is State.DISABLED:
                 return fn(*args, **kwargs)
-            return self._tallied(tally, now, fn, args, kwargs)
+            return reporting.run(now, fn, args, kwargs)
         try:
             result = fn(*args, **kwargs)
         except Exception as exc:
@@ -649,63 +579,6 @@ class CircuitBreaker:
             return RecordResult(False, state, "shadow: probe slot taken; not counted")
         return self._settle(claim.token, success, self.clock())
 
-    def _tallied(
-        self,
-        tally: CallTally,
-        now: int,
-        fn: Callable[..., R],
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-    ) -> R:
-        # The rate policy's hot path, kept flat on purpose (it is measured against
-        # Powertools in bench/): a good call costs one atomic counter step, plus a dict entry
-        # and a second clock read when slow-call detection times it.
-        if now >= tally.due_ms:
-            self._flush(now)
-        slow_ms = tally.slow_ms
-        if slow_ms is None:
-            try:
-                result = fn(*args, **kwargs)
-            except Exception as exc:
-                self._tally_bad(tally, None, self.config.counts_exception(exc))
-                raise
-            if self._failure_result is not None and self._judge(result):
-                self._tally_bad(tally, None, True)
-            else:
-                next(tally.good)
-            return result
-        number = next(tally.numbers)
-        running = tally.running
-        running[number] = now
-        if not self._watching:
-            self._start_watcher()
-        try:
-            result = fn(*args, **kwargs)
-        except Exception as exc:
-            failed = self.config.counts_exception(exc)
-            started = running.pop(number, None)
-            if started is None:
-                if tally.late(failed):
-                    self._maybe_flush_urgently(tally, self.clock())
-            else:
-                self._tally_bad(tally, started, failed)
-            raise
-        except BaseException:
-            # Interrupted (SystemExit, KeyboardInterrupt): no verdict on the dependency.
-            running.pop(number, None)
-            raise
-        failed = self._failure_result is not None and self._judge(result)
-        end = self.clock()
-        started = running.pop(number, None)
-        if started is None:  # the watcher reported it slow while it ran
-            if tally.late(failed):
-                self._maybe_flush_urgently(tally, end)
-        elif end - started < slow_ms and not failed:
-            next(tally.good)
-        else:
-            self._tally_bad(tally, started, failed, end)
-        return result
-
     def _judge(self, result: Any) -> bool:
         """Whether a returned value counts as a failure (a raising predicate: it does)."""
         try:
@@ -715,98 +588,6 @@ class CircuitBreaker:
                 "circuit %s: failure_result predicate raised; counted as failure", self.name
             )
             return True
-
-    def _tally_bad(
-        self, tally: CallTally, started: int | None, failed: bool, now: int | None = None
-    ) -> None:
-        now = self.clock() if now is None else now
-        if tally.bad(started, now, failed):
-            self._maybe_flush_urgently(tally, now)
-
-    def _start_watcher(self) -> None:
-        if self._watcher is not None:
-            self._watcher.ensure_running()
-        self._watching = True
-
-    def _maybe_flush_urgently(self, tally: CallTally, now: int) -> None:
-        record = self._cache.last_seen
-        degraded = self._store.degraded
-        if degraded:
-            # On local state: the local breaker's record, and its own quorum (alone()).
-            record = self._store.local.load(self.name, now)
-        policy = rules.alone(self._policy) if degraded else self._policy
-        if now < tally.urgent_after_ms or not wants_urgent_report(
-            record, tally, policy, self._container_key, now
-        ):
-            return
-        # One out-of-turn decision per cache_ttl per container, thinned across a large fleet.
-        tally.urgent_after_ms = now + self._cache.ttl_ms
-        counts = rules.window_counts(record, self._policy, now)
-        if urgent_allowed(counts, self._policy, self._interval_ms, self._cache.ttl_ms, self.rng):
-            self._flush(now)
-
-    def _flush(self, now: int, load_if_empty: bool = False) -> Record | None:
-        """Report the tally in one write; the answer refreshes the cache."""
-        tally = self._tally
-        assert tally is not None
-        if not self._has_reported and self._join_fleet(tally, now):
-            # The first report waits for the fleet's interval: no write now.
-            return self._store.load(self.name, now) if load_if_empty else self._cache.last_seen
-        report = tally.take(self._container_key, now, self._interval_ms)
-        if not report:
-            return self._store.load(self.name, now) if load_if_empty else self._cache.last_seen
-        observed = self._cache.last_seen
-        outcome = self._store.report(self.name, self._policy, now, report, observed)
-        after = outcome.record
-        if (
-            not outcome.changed
-            and after is not None
-            and after.state is State.CLOSED
-            and rules.report_fits(after, report)
-        ):
-            # Closed, this generation, yet not counted: it lost every race. Not lost.
-            tally.carry(report)
-        tally.observe(after.gen if after is not None else 0)
-        # Stretch the interval while the record takes more writes than one item should.
-        counts = rules.window_counts(outcome.record, self._policy, now)
-        interval = next_interval_ms(self._interval_ms, self._base_interval_ms, counts, self._policy)
-        if not self._has_reported:
-            # A newcomer joins at the interval the fleet already uses.
-            self._has_reported = True
-            joined = fleet_interval_ms(counts, self._policy, report.calls, now - self._started_ms)
-            if joined is not None:
-                interval = max(interval, min(joined, self._policy.window_ms))
-        if interval != self._interval_ms:
-            self._interval_ms = interval
-            tally.reschedule(self._container_key, now, interval)
-        if counts.calls:
-            self._emit(
-                "on_window", self.name, counts.calls, counts.failure_rate, counts.slow_call_rate
-            )
-        return outcome.record
-
-    def _join_fleet(self, tally: CallTally, now: int) -> bool:
-        """A newcomer whose first report is due: join the interval a hot fleet already uses.
-
-        The record it has read (its first call loads it) tells how many calls the fleet's
-        reports carry, and its own calls so far how fast it gathers them: together, the
-        interval the others report at. Joining before the first write, not after it, keeps
-        a hundred containers joining a second from adding a hundred writes a second.
-        True when it joined (the counts then wait, spread by the interval's jitter).
-        """
-        record = self._cache.last_seen
-        if record is None:
-            return False
-        counts = rules.window_counts(record, self._policy, now)
-        joined = fleet_interval_ms(
-            counts, self._policy, tally.pending_calls(), now - self._started_ms
-        )
-        if joined is None or joined <= self._interval_ms:
-            return False
-        self._has_reported = True  # joined: the first report's answer need not do it again
-        self._interval_ms = min(joined, self._policy.window_ms)
-        tally.reschedule(self._container_key, now, self._interval_ms)
-        return True
 
     def _finish(self, admission: Admission, success: bool) -> None:
         if admission.decision is Decision.PROBE and admission.token is not None:
@@ -850,9 +631,7 @@ class CircuitBreaker:
                 raise ConfigError(
                     f"{type(self.store).__name__} cannot record who forced a breaker and why"
                 )
-            action = tuning.Action(
-                target.value, by or tuning.local_user(), tuning.check_reason(reason), now
-            )
+            action = tuning.operator_action(target.value, reason, by, now)
             outcome = self._store.force_state(self.name, self._policy, now, target, action=action)
         if outcome.transition is not None:
             self._emit("on_transition", self.name, *outcome.transition)
@@ -863,9 +642,9 @@ class CircuitBreaker:
 
     def _observe(self, record: Record | None) -> None:
         """Tell the tally the generation the store holds (its older counts are stale)."""
-        tally = self._tally
-        if tally is not None:
-            tally.observe(record.gen if record is not None else 0)
+        reporting = self._reporting
+        if reporting is not None:
+            reporting.observe(record)
 
     @staticmethod
     def _state_of(record: Record | None) -> State:
@@ -886,16 +665,16 @@ class CircuitBreaker:
             hit, record = self._cache.get(now)
             if hit:
                 return record
-            if self._tally is not None and not self._tally.stretched:
+            reporting = self._reporting
+            if reporting is not None and reporting.refreshes_by_report:
                 # The report's answer is the fleet's record: it replaces the refresh read.
-                # (Not while the interval is stretched: the record takes too many writes.)
-                return self._flush(now, load_if_empty=True)
+                return reporting.flush(now, load_if_empty=True)
             # If the refresh this thread waited for failed, this answers locally.
             return self._store.load(self.name, now)
         finally:
             self._cache.end_refresh()
 
-    def _answered(self, name: str, record: Record | None, now: int) -> None:
+    def _answered(self, record: Record | None, now: int) -> None:
         # Every shared-store answer refreshes the cache; local answers never do.
         self._cache.put(record, now)
         self._observe(record)

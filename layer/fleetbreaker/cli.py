@@ -22,9 +22,10 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, NoReturn, TextIO, cast
 
 from fleetbreaker import tuning
-from fleetbreaker.breaker import system_clock, validate_name
+from fleetbreaker.breaker import system_clock
 from fleetbreaker.config import MODES, BreakerConfig, env_field, env_variable
 from fleetbreaker.errors import ConfigError, CorruptRecordError, StoreError
+from fleetbreaker.naming import validate_name
 from fleetbreaker.state import Policy, Record, State, snapshot_of
 from fleetbreaker.stores import (
     IAM_CACHE_ENV,

@@ -19,7 +19,8 @@ import pytest
 LAYER = Path(__file__).resolve().parents[2] / "layer"
 
 # What a function's cold start needs: the breaker, its config and rules, the cache, the
-# fallback store (with its in-memory twin), the default logging listener and DynamoDB.
+# fallback store (with its in-memory twin), the default logging listener and DynamoDB. The
+# rate policy's reporting and the recovery ramp load when a breaker's settings use them.
 COLD_START_MODULES = {
     "fleetbreaker",
     "fleetbreaker.breaker",
@@ -28,8 +29,7 @@ COLD_START_MODULES = {
     "fleetbreaker.errors",
     "fleetbreaker.events",
     "fleetbreaker.frozen",
-    "fleetbreaker.ramp",
-    "fleetbreaker.reporting",
+    "fleetbreaker.naming",
     "fleetbreaker.state",
     "fleetbreaker.stores",
     "fleetbreaker.stores.base",

@@ -48,7 +48,7 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 Clock = Callable[[], int]
 Emit = Callable[..., None]
-AnswerHook = Callable[[str, "Record | None", int], None]
+AnswerHook = Callable[["Record | None", int], None]
 Reason = Callable[["Outcome"], TransitionReason]
 
 # Store calls one FallbackStore (one breaker) may have running at once, stuck ones included.
@@ -263,7 +263,7 @@ class FallbackStore:
         ``on_store_result``, ``on_store_call``, ``on_store_error``, ``on_degraded``,
         ``on_recovered``, ``on_corrupt_record``, ``on_transition``, ``on_state_change``).
     on_answer:
-        ``on_answer(name, record, now_ms)`` receives every record the shared store returned
+        ``on_answer(record, now_ms)`` receives every record the shared store returned
         (the breaker's cache).
 
     Example
@@ -489,7 +489,7 @@ class FallbackStore:
 
     def _answered(self, name: str, record: Record | None, now_ms: int) -> None:
         self._last_seen[name] = record
-        self._on_answer(name, record, now_ms)
+        self._on_answer(record, now_ms)
 
     def _call_done(
         self, name: str, operation: str, started: float, error: BaseException | None
