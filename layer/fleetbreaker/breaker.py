@@ -8,7 +8,6 @@ import random
 import secrets
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from fleetbreaker import frozen
@@ -23,9 +22,10 @@ from fleetbreaker.naming import (
     validate_container_id,
     validate_name,
 )
+from fleetbreaker.results import Admission, RecordResult, StoreErrorStats
 from fleetbreaker.state import Decision, Policy, ProbeReport, Record, Snapshot, State
 from fleetbreaker.stores.base import AdminStore
-from fleetbreaker.stores.fallback import FallbackStats, FallbackStore
+from fleetbreaker.stores.fallback import FallbackStore
 
 if TYPE_CHECKING:
     from typing import ParamSpec
@@ -46,48 +46,6 @@ def system_clock() -> int:
     """Epoch milliseconds from the wall clock (shared with other containers' clocks)."""
     return time.time_ns() // 1_000_000
 
-
-@dataclass(frozen=True)
-class Admission:
-    """The breaker's answer for one call.
-
-    ``token`` is set for a probe: pass it back to :meth:`CircuitBreaker.record` (it is what a
-    Step Functions workflow carries between the gate's check and record steps).
-
-    ``shadow`` is set in shadow mode when an enforcing breaker would not simply have allowed
-    the call: ``reject`` (the call runs anyway) or ``probe`` (it runs without a lease, and
-    its outcome settles a probe only after it finished). ``decision`` is then ``allow``.
-    """
-
-    name: str
-    decision: Decision
-    state: State
-    retry_after: float = 0.0
-    token: str | None = None
-    degraded: bool = False
-    shadow: Decision | None = None
-
-    @property
-    def would_reject(self) -> bool:
-        """Shadow mode: an enforcing breaker would have rejected this call."""
-        return self.shadow is Decision.REJECT
-
-    @property
-    def allowed(self) -> bool:
-        return self.decision is not Decision.REJECT
-
-
-@dataclass(frozen=True)
-class RecordResult:
-    """What :meth:`CircuitBreaker.record` did with an outcome."""
-
-    applied: bool
-    state: State
-    detail: str
-
-
-# Counters of one breaker instance in this container: its fallback store's.
-BreakerStats = FallbackStats
 
 _UNSET: Any = object()
 
@@ -183,7 +141,7 @@ class CircuitBreaker:
             emit=self._emit,
             on_answer=self._answered,
         )
-        self.stats: BreakerStats = self._store.fallback_stats
+        self.stats: StoreErrorStats = self._store.fallback_stats
         self._ramp: RecoveryRamp | None = None
         if config.recovery_ramp_seconds:
             from fleetbreaker.ramp import RecoveryRamp
@@ -488,9 +446,9 @@ class CircuitBreaker:
         now = self.clock()
         admission = self._admit(now)
         if admission.decision is Decision.REJECT:
-            self._emit("on_rejected", self.name, admission.state, admission.retry_after)
+            self._emit("on_rejected", self.name, admission.state, admission.retry_after_s)
             if fallback is None:
-                raise CircuitOpenError(self.name, admission.state, admission.retry_after)
+                raise CircuitOpenError(self.name, admission.state, admission.retry_after_s)
             self._emit("on_fallback", self.name, admission.state)
             result: R = fallback(admission, *args, **kwargs)
             return result

@@ -30,6 +30,7 @@ COLD_START_MODULES = {
     "fleetbreaker.events",
     "fleetbreaker.frozen",
     "fleetbreaker.naming",
+    "fleetbreaker.results",
     "fleetbreaker.state",
     "fleetbreaker.stores",
     "fleetbreaker.stores.base",
@@ -39,9 +40,9 @@ COLD_START_MODULES = {
 }
 # Public value classes users may pass to dataclasses.replace / asdict: they stay dataclasses.
 COLD_START_DATACLASSES = {
-    "fleetbreaker.breaker.Admission",
-    "fleetbreaker.breaker.RecordResult",
     "fleetbreaker.config.BreakerConfig",
+    "fleetbreaker.results.Admission",
+    "fleetbreaker.results.RecordResult",
     "fleetbreaker.stores.base.StoreStats",
     "fleetbreaker.stores.fallback.FallbackStats",
 }

@@ -18,7 +18,6 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from fleetbreaker import state as rules
@@ -29,6 +28,7 @@ from fleetbreaker.errors import (
     TableNotFoundError,
 )
 from fleetbreaker.events import STORE_ANSWERED, STORE_DEADLINE, STORE_ERROR, StateChange
+from fleetbreaker.frozen import mutable_value
 from fleetbreaker.state import (
     Record,
     State,
@@ -94,7 +94,7 @@ def _ignore(*_: Any) -> None:
     return None
 
 
-@dataclass
+@mutable_value  # a dataclass without generated code (cold start)
 class FallbackStats:
     """Counters of one fallback store (a breaker's ``stats``)."""
 
