@@ -15,7 +15,7 @@ from fleetbreaker import state as rules
 from fleetbreaker.cache import RecordCache
 from fleetbreaker.config import BreakerConfig
 from fleetbreaker.errors import CircuitOpenError, ConfigError, InvalidTokenError
-from fleetbreaker.events import BreakerListener, LoggingListener, StateChange
+from fleetbreaker.events import BreakerListener, Hooks, LoggingListener, StateChange
 from fleetbreaker.naming import (
     container_key,
     process_container_id,
@@ -133,6 +133,9 @@ class CircuitBreaker:
         self._claim_barred: tuple[int, int] | None = None
         # Waiting for another thread's refresh: longer than a store read can take.
         self._refresh_wait_s = config.store_deadline_seconds + 1.0
+        self._hooks = Hooks(self.listeners, self.name)
+        self._emit = self._hooks.emit
+        self._decision_hooks = self._hooks.decision
         self._store = FallbackStore(
             self.store,
             clock=self.clock,
@@ -150,16 +153,6 @@ class CircuitBreaker:
         self._allow = {
             state: Admission(self.name, Decision.ALLOW, state)
             for state in (State.CLOSED, State.DISABLED)
-        }
-        # Per hook, only the listeners that override it: a hook nobody implements costs nothing.
-        self._hooks: dict[str, list[Callable[..., None]]] = {
-            hook: [
-                getattr(listener, hook)
-                for listener in self.listeners
-                if getattr(type(listener), hook, None) is not getattr(BreakerListener, hook)
-            ]
-            for hook in vars(BreakerListener)
-            if hook.startswith("on_")
         }
         self.container_id = (
             process_container_id() if container_id is None else validate_container_id(container_id)
@@ -318,7 +311,11 @@ class CircuitBreaker:
                 None,
                 degraded,
             )
-        self._emit("on_decision", self.name, admission.decision, admission.state)
+        for hook in self._decision_hooks:  # inline: every admitted call passes here
+            try:
+                hook(self.name, admission.decision, admission.state)
+            except Exception:
+                self._hooks.failed(hook, "on_decision")
         return admission
 
     def _shadow_admission(self, verdict: rules.Verdict, would: Decision) -> Admission:
@@ -642,13 +639,6 @@ class CircuitBreaker:
         text = seen.tuned if seen is not None else ""
         if text != self._tuned_text:
             self._retune(text)
-
-    def _emit(self, hook: str, *args: Any) -> None:
-        for method in self._hooks[hook]:
-            try:
-                method(*args)
-            except Exception:
-                log.exception("circuit %s: listener %r failed in %s", self.name, method, hook)
 
 
 def _default_store() -> Store:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Protocol
 
 from fleetbreaker.frozen import frozen
 
@@ -246,3 +246,36 @@ class LoggingListener(BreakerListener):
 
 def _monotonic_ms() -> int:
     return time.monotonic_ns() // 1_000_000
+
+
+class Hooks:
+    """A breaker's listeners, sorted by hook.
+
+    Each hook calls only the listeners that override it, so a hook nobody implements costs
+    nothing; a listener's exception is logged, never raised into the call. ``decision`` is
+    the hot path's own tuple (every admitted call): the breaker loops over it inline.
+    """
+
+    def __init__(self, listeners: Iterable[BreakerListener], name: str) -> None:
+        self.name = name
+        listeners = list(listeners)
+        self.by_hook: dict[str, tuple[Callable[..., None], ...]] = {
+            hook: tuple(
+                getattr(listener, hook)
+                for listener in listeners
+                if getattr(type(listener), hook, None) is not getattr(BreakerListener, hook)
+            )
+            for hook in vars(BreakerListener)
+            if hook.startswith("on_")
+        }
+        self.decision = self.by_hook["on_decision"]
+
+    def emit(self, hook: str, *args: Any) -> None:
+        for method in self.by_hook[hook]:
+            try:
+                method(*args)
+            except Exception:
+                self.failed(method, hook)
+
+    def failed(self, method: Callable[..., None], hook: str) -> None:
+        logger.exception("circuit %s: listener %r failed in %s", self.name, method, hook)
