@@ -10,7 +10,6 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
-from fleetbreaker import frozen
 from fleetbreaker import state as rules
 from fleetbreaker.cache import RecordCache
 from fleetbreaker.config import BreakerConfig
@@ -32,6 +31,7 @@ if TYPE_CHECKING:
 
     from fleetbreaker.ramp import RecoveryRamp
     from fleetbreaker.reporting import Reporter
+    from fleetbreaker.shadow import ShadowMode
     from fleetbreaker.stores.base import Store
 
     P = ParamSpec("P")
@@ -126,7 +126,7 @@ class CircuitBreaker:
         self._tuned_text = ""
         self._policy = Policy.from_config(config)
         # Shadow mode (config.mode, live-tunable): read only off the hot path.
-        self._shadow = config.shadow
+        self._shadow: ShadowMode | None = None
         self._cache = RecordCache(round(config.cache_ttl * 1000))
         # A store that decides on its own clock refused a probe claim of this generation
         # until this time (on our clock): (gen, until_ms). See _admit.
@@ -167,6 +167,7 @@ class CircuitBreaker:
                 "calls and min_containers need one (every store of this package has it)"
             )
         self._adopt_reporting(config, self._policy)
+        self._adopt_mode(config)
 
     @classmethod
     def from_env(
@@ -223,7 +224,7 @@ class CircuitBreaker:
     @property
     def mode(self) -> str:
         """``"enforce"`` or ``"shadow"``: the config's mode, or the fleet's live-tuned one."""
-        return "shadow" if self._shadow else "enforce"
+        return "shadow" if self._shadow is not None else "enforce"
 
     def report_hung_calls(self) -> int:
         """Report the calls running past ``slow_call_duration`` as slow calls, now.
@@ -272,9 +273,9 @@ class CircuitBreaker:
         verdict = rules.verdict(record, self._policy, now)
         if verdict.try_probe and self._claim_barred is not None:
             verdict = self._keep_refusal(record, verdict, now)
-        if verdict.try_probe and self._shadow:
+        if verdict.try_probe and self._shadow is not None:
             # No lease while the call runs: an enforcing container must be able to probe.
-            return self._shadow_admission(verdict, Decision.PROBE)
+            return self._shadow.admission(verdict, Decision.PROBE)
         if verdict.try_probe:
             nonce = secrets.token_hex(8)
             outcome = self._store.claim_probe(self.name, self._policy, now, nonce, record)
@@ -300,8 +301,8 @@ class CircuitBreaker:
         degraded = self._store.degraded
         if verdict.decision is Decision.ALLOW and not degraded:
             admission = self._allow[verdict.state]  # the hot path: no allocation
-        elif verdict.decision is Decision.REJECT and self._shadow:
-            return self._shadow_admission(verdict, Decision.REJECT)
+        elif verdict.decision is Decision.REJECT and self._shadow is not None:
+            return self._shadow.admission(verdict, Decision.REJECT)
         else:
             admission = Admission(
                 self.name,
@@ -316,24 +317,6 @@ class CircuitBreaker:
                 hook(self.name, admission.decision, admission.state)
             except Exception:
                 self._hooks.failed(hook, "on_decision")
-        return admission
-
-    def _shadow_admission(self, verdict: rules.Verdict, would: Decision) -> Admission:
-        """Shadow mode: allow the call, saying what an enforcing breaker would have decided."""
-        retry_after = verdict.retry_after_ms / 1000
-        admission = Admission(
-            self.name,
-            Decision.ALLOW,
-            verdict.state,
-            0.0,
-            None,
-            self._store.degraded,
-            would,
-        )
-        self._emit("on_decision", self.name, Decision.ALLOW, verdict.state)
-        if would is Decision.REJECT:
-            self.stats.would_rejects += 1
-            self._emit("on_would_reject", self.name, verdict.state, retry_after)
         return admission
 
     def _keep_refusal(
@@ -360,8 +343,8 @@ class CircuitBreaker:
             if not isinstance(token, str) or rules.lease_slot(token) is None:
                 raise InvalidTokenError(f"not a probe token of this package: {token!r}")
             return self._settle(token, success, now)
-        if self._shadow:
-            shadowed = self._shadow_outcome(success, now)
+        if self._shadow is not None:
+            shadowed = self._shadow.outcome(success, now)
             if shadowed is not None:
                 return shadowed
         reporting = self._reporting
@@ -397,7 +380,7 @@ class CircuitBreaker:
         policy = Policy.from_config(config)
         self._adopt_reporting(config, policy)
         self._policy = policy
-        self._shadow = config.shadow
+        self._adopt_mode(config)
         self._tuned_text = text
 
     def _adopt_reporting(self, config: BreakerConfig, policy: Policy) -> None:
@@ -420,6 +403,16 @@ class CircuitBreaker:
                 judge=self._judge,
             )
         self._reporting = reporter if reporter.adopt(config, policy) else None
+
+    def _adopt_mode(self, config: BreakerConfig) -> None:
+        """Shadow or enforce, as ``config`` (or live tuning) says."""
+        self._shadow = self._shadow_mode() if config.shadow else None
+
+    def _shadow_mode(self) -> ShadowMode:
+        # A call admitted in shadow mode finishes in it, even if tuning switched meanwhile.
+        from fleetbreaker.shadow import ShadowMode
+
+        return self._shadow or ShadowMode(self)
 
     # -- internals -------------------------------------------------------------------------
 
@@ -450,7 +443,7 @@ class CircuitBreaker:
             result: R = fallback(admission, *args, **kwargs)
             return result
         if admission.shadow is not None:
-            return self._shadow_call(admission, fn, args, kwargs)
+            return self._shadow_mode().call(admission, fn, args, kwargs)
         reporting = self._reporting
         if reporting is not None and admission.decision is Decision.ALLOW:
             if admission.state is State.DISABLED:
@@ -474,65 +467,6 @@ class CircuitBreaker:
             failed = True
         self._finish(admission, success=not failed)
         return result
-
-    def _shadow_call(
-        self,
-        admission: Admission,
-        fn: Callable[..., R],
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-    ) -> R:
-        """Shadow mode: run a call an enforcing breaker would have rejected or probed.
-
-        A would-be rejected call counts nowhere (an enforcing fleet would not have made it).
-        A would-be probe settles a probe after it finished: see :meth:`_shadow_probe`.
-        """
-        if admission.shadow is Decision.REJECT:
-            return fn(*args, **kwargs)
-        try:
-            result = fn(*args, **kwargs)
-        except Exception as exc:
-            self._shadow_probe(not self.config.counts_exception(exc), self.clock())
-            raise
-        self._shadow_probe(not self._judge(result), self.clock())
-        return result
-
-    def _shadow_outcome(self, success: bool, now: int) -> RecordResult | None:
-        """Shadow mode, :meth:`record` without a token: None when it counts as usual.
-
-        While the breaker would reject, the outcome counts nowhere; when a probe is due, it
-        settles one (see :meth:`_shadow_probe`).
-        """
-        record = self._read(now)
-        verdict = rules.verdict(record, self._policy, now)
-        if verdict.try_probe:
-            return self._shadow_probe(success, now)
-        if verdict.decision is Decision.REJECT:
-            state = self._state_of(record)
-            return RecordResult(False, state, f"shadow: breaker is {state.value}; not counted")
-        return None
-
-    def _shadow_probe(self, success: bool, now: int) -> RecordResult:
-        """Settle a probe with the outcome of a call that already ran (shadow mode).
-
-        The lease is claimed only now, with the outcome known, and settled at once: it lives
-        for the two round trips in between (and at most two store deadlines, should this
-        container die between them), never for the call's duration, so an enforcing
-        container is never kept from probing by a shadow call. Losing the claim means an
-        enforcing breaker would have rejected the call: it counts as a would-be rejection.
-        """
-        lease_ms = max(1, round(self.config.store_deadline_seconds * 2000))
-        policy = frozen.replace(self._policy, lease_ms=min(self._policy.lease_ms, lease_ms))
-        observed = self._cache.last_seen
-        claim = self._store.claim_probe(self.name, policy, now, secrets.token_hex(8), observed)
-        if claim.token is None:
-            state = self._state_of(claim.record)
-            verdict = rules.verdict(claim.record, self._policy, now)
-            if verdict.decision is not Decision.ALLOW:
-                self.stats.would_rejects += 1
-                self._emit("on_would_reject", self.name, state, verdict.retry_after_ms / 1000)
-            return RecordResult(False, state, "shadow: probe slot taken; not counted")
-        return self._settle(claim.token, success, self.clock())
 
     def _judge(self, result: Any) -> bool:
         """Whether a returned value counts as a failure (a raising predicate: it does)."""
