@@ -7,23 +7,18 @@ import logging
 import random
 import secrets
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from fleetbreaker import state as rules
 from fleetbreaker.cache import RecordCache
 from fleetbreaker.config import BreakerConfig
+from fleetbreaker.controls import OperatorControls
 from fleetbreaker.errors import CircuitOpenError, ConfigError, InvalidTokenError
-from fleetbreaker.events import BreakerListener, Hooks, LoggingListener, StateChange
-from fleetbreaker.naming import (
-    container_key,
-    process_container_id,
-    validate_container_id,
-    validate_name,
-)
+from fleetbreaker.events import BreakerListener, Hooks, LoggingListener
+from fleetbreaker.naming import process_container_id, validate_container_id, validate_name
 from fleetbreaker.results import Admission, RecordResult, StoreErrorStats
 from fleetbreaker.state import Decision, Policy, ProbeReport, Record, Snapshot, State
-from fleetbreaker.stores.base import AdminStore
 from fleetbreaker.stores.fallback import FallbackStore
 
 if TYPE_CHECKING:
@@ -50,7 +45,7 @@ def system_clock() -> int:
 _UNSET: Any = object()
 
 
-class CircuitBreaker:
+class CircuitBreaker(OperatorControls):
     """One named breaker, shared by every container that uses the same store and name.
 
     Parameters
@@ -169,33 +164,6 @@ class CircuitBreaker:
         self._adopt_reporting(config, self._policy)
         self._adopt_mode(config)
 
-    @classmethod
-    def from_env(
-        cls, name: str, *, environ: Mapping[str, str] | None = None, **config_overrides: Any
-    ) -> CircuitBreaker:
-        """A breaker whose store and config both come from the environment.
-
-        The store from the ``CIRCUIT_BREAKER_*`` variables (:func:`fleetbreaker.stores.
-        from_env`), the config from ``BREAKER_*`` (:meth:`BreakerConfig.from_env`), with
-        ``config_overrides`` (classification predicates, for instance) taking precedence
-        over the variables. ``environ`` defaults to ``os.environ``.
-
-        Example
-        -------
-        >>> breaker = CircuitBreaker.from_env(
-        ...     "payment-api",
-        ...     environ={"CIRCUIT_BREAKER_TABLE": "CircuitBreakers",
-        ...              "BREAKER_FAILURE_THRESHOLD": "3"},
-        ...     failure_exceptions=(TimeoutError,),
-        ... )
-        >>> breaker.config.failure_threshold, breaker.config.failure_exceptions
-        (3, (<class 'TimeoutError'>,))
-        """
-        from fleetbreaker.stores import from_env as store_from_env
-
-        config = BreakerConfig.from_env(environ, **config_overrides)
-        return cls(name, store=store_from_env(environ), config=config)
-
     def __repr__(self) -> str:
         return f"CircuitBreaker({self.name!r}, store={type(self.store).__name__})"
 
@@ -220,11 +188,6 @@ class CircuitBreaker:
         """
         now = self.clock()
         return rules.snapshot_of(self.name, self._read(now), self._policy, now, self.mode)
-
-    @property
-    def mode(self) -> str:
-        """``"enforce"`` or ``"shadow"``: the config's mode, or the fleet's live-tuned one."""
-        return "shadow" if self._shadow is not None else "enforce"
 
     def report_hung_calls(self) -> int:
         """Report the calls running past ``slow_call_duration`` as slow calls, now.
@@ -355,65 +318,6 @@ class CircuitBreaker:
             return RecordResult(True, self._state_of(self._read(now)), "success: nothing to write")
         return self._count_failure(now)
 
-    def force_open(self, *, reason: str | None = None, by: str | None = None) -> State:
-        """Operator override: reject every call until :meth:`reset`.
-
-        ``reason`` and ``by`` (default: the local user), when either is given, are stored
-        with the record as its last operator action (the store must be an AdminStore).
-        """
-        return self._force(State.FORCED_OPEN, reason, by)
-
-    def disable(self, *, reason: str | None = None, by: str | None = None) -> State:
-        """Operator override: allow every call and record nothing until :meth:`reset`."""
-        return self._force(State.DISABLED, reason, by)
-
-    def reset(self, *, reason: str | None = None, by: str | None = None) -> State:
-        """Release an override or close the breaker, forgetting failures and back-off."""
-        return self._force(State.CLOSED, reason, by)
-
-    def _retune(self, text: str) -> None:
-        # Live tuning is rare: its module loads when a record first carries settings.
-        from fleetbreaker.tuning import retuned
-
-        config = retuned(self.config, text, self.name)
-        # Policy before text: a thread that sees the new text must also see its policy.
-        policy = Policy.from_config(config)
-        self._adopt_reporting(config, policy)
-        self._policy = policy
-        self._adopt_mode(config)
-        self._tuned_text = text
-
-    def _adopt_reporting(self, config: BreakerConfig, policy: Policy) -> None:
-        """Tally and report calls (rate policy, slow calls, quorum) as ``config`` says."""
-        reporter = self._reporter
-        if reporter is None:
-            if not config.reporting:
-                return
-            from fleetbreaker.reporting import Reporter
-
-            reporter = self._reporter = Reporter(
-                self.name,
-                self._store,
-                self._cache,
-                self.config,
-                clock=self.clock,
-                rng=self.rng,
-                container_key=container_key(self.container_id),
-                emit=self._emit,
-                judge=self._judge,
-            )
-        self._reporting = reporter if reporter.adopt(config, policy) else None
-
-    def _adopt_mode(self, config: BreakerConfig) -> None:
-        """Shadow or enforce, as ``config`` (or live tuning) says."""
-        self._shadow = self._shadow_mode() if config.shadow else None
-
-    def _shadow_mode(self) -> ShadowMode:
-        # A call admitted in shadow mode finishes in it, even if tuning switched meanwhile.
-        from fleetbreaker.shadow import ShadowMode
-
-        return self._shadow or ShadowMode(self)
-
     # -- internals -------------------------------------------------------------------------
 
     def _decorate(
@@ -458,14 +362,7 @@ class CircuitBreaker:
             # Interrupted (SystemExit, KeyboardInterrupt): no verdict on the dependency. A
             # probe lease simply runs out.
             raise
-        try:
-            failed = self.config.counts_result(result)
-        except Exception:
-            log.exception(
-                "circuit %s: failure_result predicate raised; counted as failure", self.name
-            )
-            failed = True
-        self._finish(admission, success=not failed)
+        self._finish(admission, success=not self._judge(result))
         return result
 
     def _judge(self, result: Any) -> bool:
@@ -507,28 +404,6 @@ class CircuitBreaker:
             return RecordResult(True, state, f"probe {'succeeded' if success else 'failed'}")
         return RecordResult(False, state, "stale probe token: its lease has ended; nothing changed")
 
-    def _force(self, target: State, reason: str | None = None, by: str | None = None) -> State:
-        # Operator actions go to the store or fail loudly: a silent local override would
-        # leave the rest of the fleet unaware of it.
-        now = self.clock()
-        if reason is None and by is None:
-            outcome = self._store.force_state(self.name, self._policy, now, target)
-        else:
-            from fleetbreaker import tuning
-
-            if not isinstance(self.store, AdminStore):
-                raise ConfigError(
-                    f"{type(self.store).__name__} cannot record who forced a breaker and why"
-                )
-            action = tuning.operator_action(target.value, reason, by, now)
-            outcome = self._store.force_state(self.name, self._policy, now, target, action=action)
-        if outcome.transition is not None:
-            self._emit("on_transition", self.name, *outcome.transition)
-            gen = outcome.record.gen if outcome.record is not None else 0
-            change = StateChange(*outcome.transition, gen, rules.TransitionReason.OPERATOR)
-            self._emit("on_state_change", self.name, change)
-        return self._state_of(outcome.record)
-
     def _observe(self, record: Record | None) -> None:
         """Tell the tally the generation the store holds (its older counts are stale)."""
         reporting = self._reporting
@@ -562,17 +437,6 @@ class CircuitBreaker:
             return self._store.load(self.name, now)
         finally:
             self._cache.end_refresh()
-
-    def _answered(self, record: Record | None, now: int) -> None:
-        # Every shared-store answer refreshes the cache; local answers never do.
-        self._cache.put(record, now)
-        self._observe(record)
-        # Live tuning travels with the record: a container applies it with the answer that
-        # brings it, within cache_ttl, and the hot path reads a plain attribute.
-        seen = self._cache.last_seen
-        text = seen.tuned if seen is not None else ""
-        if text != self._tuned_text:
-            self._retune(text)
 
 
 def _default_store() -> Store:

@@ -26,6 +26,7 @@ COLD_START_MODULES = {
     "fleetbreaker.breaker",
     "fleetbreaker.cache",
     "fleetbreaker.config",
+    "fleetbreaker.controls",
     "fleetbreaker.errors",
     "fleetbreaker.events",
     "fleetbreaker.frozen",
