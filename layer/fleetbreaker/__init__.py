@@ -64,7 +64,7 @@ __all__ = [
     "TableNotFoundError",
 ]
 
-# Public names renamed: the old name still works, with a DeprecationWarning (docs/changelog.md).
+# Public names renamed: the old name still works, with a DeprecationWarning (CHANGELOG.md).
 _RENAMED = {"BreakerStats": "StoreErrorStats"}
 
 

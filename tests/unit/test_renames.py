@@ -1,4 +1,4 @@
-"""Renamed public names keep working, with a DeprecationWarning (docs/changelog.md)."""
+"""Renamed public names keep working, with a DeprecationWarning (CHANGELOG.md)."""
 
 from __future__ import annotations
 
