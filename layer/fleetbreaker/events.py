@@ -221,27 +221,27 @@ class LoggingListener(BreakerListener):
         )
 
     def on_degraded(self, name: str, reason: str) -> None:
-        self.log.warning(
-            "circuit %s: running on local state (%s)",
-            name,
-            reason,
-            extra={"breaker": name, "breaker_event": "degraded", "reason": reason},
-        )
+        self._event(self.log.warning, name, "degraded", "running on local state (%s)", reason)
 
     def on_recovered(self, name: str) -> None:
-        self.log.info(
-            "circuit %s: store reachable again",
-            name,
-            extra={"breaker": name, "breaker_event": "recovered"},
-        )
+        self._event(self.log.info, name, "recovered", "store reachable again")
 
     def on_corrupt_record(self, name: str, detail: str) -> None:
-        self.log.error(
-            "circuit %s: unreadable record treated as closed: %s",
-            name,
-            detail,
-            extra={"breaker": name, "breaker_event": "corrupt_record", "detail": detail},
-        )
+        message = "unreadable record treated as closed: %s"
+        self._event(self.log.error, name, "corrupt_record", message, detail)
+
+    @staticmethod
+    def _event(
+        write: Callable[..., None], name: str, event: str, message: str, detail: str | None = None
+    ) -> None:
+        """One log line about breaker ``name``, with its detail (as ``reason`` for a
+        degradation, ``detail`` otherwise) in the message and in ``extra``."""
+        extra: dict[str, object] = {"breaker": name, "breaker_event": event}
+        args: tuple[str, ...] = ()
+        if detail is not None:
+            extra["reason" if event == "degraded" else "detail"] = detail
+            args = (detail,)
+        write(f"circuit %s: {message}", name, *args, extra=extra)
 
 
 def _monotonic_ms() -> int:
