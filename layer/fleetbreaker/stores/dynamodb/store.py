@@ -122,7 +122,9 @@ class DynamoDBStore:
     endpoint_url:
         For local DynamoDB (moto, dynalite). ``AWS_ENDPOINT_URL_DYNAMODB`` also works.
     consistent_read:
-        Use strongly consistent reads for loads (default True).
+        Whether ``load`` (the cache's refresh read) is strongly consistent. Default False:
+        half a read unit, staleness bounded by ``cache_ttl`` (every write is fenced and
+        returns the fresh record). Reads that decide a write are always strongly consistent.
 
     Example
     -------
@@ -138,7 +140,7 @@ class DynamoDBStore:
         boto3_client: DynamoDBClient | None = None,
         boto_config: Config | None = None,
         endpoint_url: str | None = None,
-        consistent_read: bool = True,
+        consistent_read: bool = False,
     ) -> None:
         table = table_name if table_name is not None else default_table_name()
         if not isinstance(table, str) or not table.strip():
@@ -168,12 +170,14 @@ class DynamoDBStore:
         self._wire.prepare()
 
     def _get(self, name: str) -> dict[str, Any] | None:
-        return self._wire.get(name, consistent=self.consistent_read)
+        """A read that decides a write (settle, override, tune): strongly consistent."""
+        return self._wire.get(name, consistent=True)
 
     # -- the contract ----------------------------------------------------------------------
 
     def load(self, name: str, now_ms: int) -> Record | None:
-        return parse_item(self._get(name), now_ms)
+        # The cache's refresh read: eventually consistent unless asked (see the class).
+        return parse_item(self._wire.get(name, consistent=self.consistent_read), now_ms)
 
     def _fenced_write(
         self,
