@@ -35,6 +35,7 @@ COLD_START_MODULES = {
     "fleetbreaker.state",
     "fleetbreaker.stores",
     "fleetbreaker.stores.base",
+    "fleetbreaker.stores.deadline",
     "fleetbreaker.stores.dynamodb",
     "fleetbreaker.stores.dynamodb.codec",
     "fleetbreaker.stores.dynamodb.store",
