@@ -28,14 +28,18 @@ COLD_START_MODULES = {
     "fleetbreaker.errors",
     "fleetbreaker.events",
     "fleetbreaker.frozen",
+    "fleetbreaker.policy",
     "fleetbreaker.ramp",
+    "fleetbreaker.record",
     "fleetbreaker.reporting",
+    "fleetbreaker.snapshot",
     "fleetbreaker.state",
     "fleetbreaker.stores",
     "fleetbreaker.stores.base",
     "fleetbreaker.stores.dynamodb",
     "fleetbreaker.stores.fallback",
     "fleetbreaker.stores.memory",
+    "fleetbreaker.window",
 }
 # Public value classes users may pass to dataclasses.replace / asdict: they stay dataclasses.
 COLD_START_DATACLASSES = {
