@@ -80,7 +80,7 @@ class ShadowMode:
         breaker = self._breaker
         record = breaker._read(now)
         verdict = rules.verdict(record, breaker._policy, now)
-        if verdict.try_probe:
+        if verdict.decision is Decision.PROBE:
             return self.probe(success, now)
         if verdict.decision is Decision.REJECT:
             state = breaker._state_of(record)

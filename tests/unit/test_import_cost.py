@@ -31,7 +31,10 @@ COLD_START_MODULES = {
     "fleetbreaker.events",
     "fleetbreaker.frozen",
     "fleetbreaker.naming",
+    "fleetbreaker.policy",
+    "fleetbreaker.record",
     "fleetbreaker.results",
+    "fleetbreaker.snapshot",
     "fleetbreaker.state",
     "fleetbreaker.stores",
     "fleetbreaker.stores.base",
@@ -42,6 +45,7 @@ COLD_START_MODULES = {
     "fleetbreaker.stores.dynamodb.wire",
     "fleetbreaker.stores.fallback",
     "fleetbreaker.stores.memory",
+    "fleetbreaker.window",
 }
 # Public value classes users may pass to dataclasses.replace / asdict: they stay dataclasses.
 COLD_START_DATACLASSES = {

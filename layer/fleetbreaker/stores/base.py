@@ -11,8 +11,8 @@ from fleetbreaker.frozen import frozen, mutable_value
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
+    from fleetbreaker.record import Action
     from fleetbreaker.state import Outcome, Policy, ProbeReport, Record, Report, State
-    from fleetbreaker.tuning import Action
 
 
 @mutable_value  # a dataclass without generated code (cold start)
