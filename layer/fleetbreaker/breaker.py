@@ -42,6 +42,11 @@ def system_clock() -> int:
     return time.time_ns() // 1_000_000
 
 
+# Enum members read through their class cost a descriptor call on Python 3.11 (about ten
+# times a module global's read, three of them per decision): the hot path reads these.
+_ALLOW, _PROBE, _REJECT = Decision.ALLOW, Decision.PROBE, Decision.REJECT
+_CLOSED, _DISABLED = State.CLOSED, State.DISABLED
+
 _UNSET: Any = object()
 
 
@@ -145,10 +150,7 @@ class CircuitBreaker(OperatorControls):
             from fleetbreaker.ramp import RecoveryRamp
 
             self._ramp = RecoveryRamp(config.recovery_ramp_seconds)
-        self._allow = {
-            state: Admission(self.name, Decision.ALLOW, state)
-            for state in (State.CLOSED, State.DISABLED)
-        }
+        self._allow = {state: Admission(self.name, _ALLOW, state) for state in (_CLOSED, _DISABLED)}
         self.container_id = (
             process_container_id() if container_id is None else validate_container_id(container_id)
         )
@@ -173,7 +175,7 @@ class CircuitBreaker(OperatorControls):
     def state(self) -> State:
         """The breaker's state as this container sees it (cached for ``cache_ttl``)."""
         record = self._read(self.clock())
-        return record.state if record is not None else State.CLOSED
+        return record.state if record is not None else _CLOSED
 
     @property
     def degraded(self) -> bool:
@@ -234,39 +236,39 @@ class CircuitBreaker(OperatorControls):
     def _admit(self, now: int) -> Admission:
         record = self._read(now)
         verdict = rules.verdict(record, self._policy, now)
-        if verdict.decision is Decision.PROBE and self._claim_barred is not None:
+        if verdict.decision is _PROBE and self._claim_barred is not None:
             verdict = self._keep_refusal(record, verdict, now)
-        if verdict.decision is Decision.PROBE and self._shadow is not None:
+        if verdict.decision is _PROBE and self._shadow is not None:
             # No lease while the call runs: an enforcing container must be able to probe.
-            return self._shadow.admission(verdict, Decision.PROBE)
-        if verdict.decision is Decision.PROBE:
+            return self._shadow.admission(verdict, _PROBE)
+        if verdict.decision is _PROBE:
             nonce = secrets.token_hex(8)
             outcome = self._store.claim_probe(self.name, self._policy, now, nonce, record)
             self._observe(outcome.record)
             if outcome.token is not None:
                 admission = Admission(
-                    self.name, Decision.PROBE, State.HALF_OPEN, 0.0, outcome.token, self.degraded
+                    self.name, _PROBE, State.HALF_OPEN, 0.0, outcome.token, self.degraded
                 )
                 self._emit("on_decision", self.name, admission.decision, admission.state)
                 return admission
             verdict = rules.verdict(outcome.record, self._policy, now)
             wait = outcome.retry_after_ms
-            if verdict.decision is Decision.PROBE and wait and outcome.record is not None:
+            if verdict.decision is _PROBE and wait and outcome.record is not None:
                 self._claim_barred = (outcome.record.gen, now + wait)
-                verdict = rules.Verdict(Decision.REJECT, verdict.state, wait)
-            elif verdict.decision is Decision.PROBE:
+                verdict = rules.Verdict(_REJECT, verdict.state, wait)
+            elif verdict.decision is _PROBE:
                 # Lost every race for a slot: wait for the next lease to end.
-                verdict = rules.Verdict(Decision.REJECT, verdict.state, 100)
-        if self._ramp is not None and verdict.state is State.CLOSED:
+                verdict = rules.Verdict(_REJECT, verdict.state, 100)
+        if self._ramp is not None and verdict.state is _CLOSED:
             # Recovery ramp: decided locally from the record already read (no store request).
             ramped_ms = self._ramp.rejects(record, now, self.rng.random())
             if ramped_ms:
-                verdict = rules.Verdict(Decision.REJECT, State.CLOSED, ramped_ms)
+                verdict = rules.Verdict(_REJECT, _CLOSED, ramped_ms)
         degraded = self._store.degraded
-        if verdict.decision is Decision.ALLOW and not degraded:
+        if verdict.decision is _ALLOW and not degraded:
             admission = self._allow[verdict.state]  # the hot path: no allocation
-        elif verdict.decision is Decision.REJECT and self._shadow is not None:
-            return self._shadow.admission(verdict, Decision.REJECT)
+        elif verdict.decision is _REJECT and self._shadow is not None:
+            return self._shadow.admission(verdict, _REJECT)
         else:
             admission = Admission(
                 self.name,
@@ -293,7 +295,7 @@ class CircuitBreaker(OperatorControls):
         barred = self._claim_barred
         if barred is None or record is None or record.gen != barred[0] or now >= barred[1]:
             return verdict
-        return rules.Verdict(Decision.REJECT, verdict.state, barred[1] - now)
+        return rules.Verdict(_REJECT, verdict.state, barred[1] - now)
 
     def record(self, success: bool, token: str | None = None) -> RecordResult:
         """Report the outcome of a call admitted by :meth:`check`.
@@ -340,7 +342,7 @@ class CircuitBreaker(OperatorControls):
     ) -> R:
         now = self.clock()
         admission = self._admit(now)
-        if admission.decision is Decision.REJECT:
+        if admission.decision is _REJECT:
             self._emit("on_rejected", self.name, admission.state, admission.retry_after_s)
             if fallback is None:
                 raise CircuitOpenError(self.name, admission.state, admission.retry_after_s)
@@ -350,8 +352,8 @@ class CircuitBreaker(OperatorControls):
         if admission.shadow is not None:
             return self._shadow_mode().call(admission, fn, args, kwargs)
         reporting = self._reporting
-        if reporting is not None and admission.decision is Decision.ALLOW:
-            if admission.state is State.DISABLED:
+        if reporting is not None and admission.decision is _ALLOW:
+            if admission.state is _DISABLED:
                 return fn(*args, **kwargs)
             return reporting.run(now, fn, args, kwargs)
         try:
@@ -377,9 +379,9 @@ class CircuitBreaker(OperatorControls):
             return True
 
     def _finish(self, admission: Admission, success: bool) -> None:
-        if admission.decision is Decision.PROBE and admission.token is not None:
+        if admission.decision is _PROBE and admission.token is not None:
             self._settle(admission.token, success, self.clock())
-        elif admission.state is State.DISABLED or success:
+        elif admission.state is _DISABLED or success:
             return
         else:
             self._count_failure(self.clock())
@@ -413,7 +415,7 @@ class CircuitBreaker(OperatorControls):
 
     @staticmethod
     def _state_of(record: Record | None) -> State:
-        return record.state if record is not None else State.CLOSED
+        return record.state if record is not None else _CLOSED
 
     def _read(self, now: int) -> Record | None:
         hit, record = self._cache.get(now)
