@@ -18,7 +18,7 @@ from fleetbreaker.errors import CircuitOpenError, ConfigError, InvalidTokenError
 from fleetbreaker.events import BreakerListener, Hooks, LoggingListener
 from fleetbreaker.naming import process_container_id, validate_container_id, validate_name
 from fleetbreaker.results import Admission, RecordResult, StoreErrorStats
-from fleetbreaker.state import Decision, Policy, ProbeReport, Record, Snapshot, State
+from fleetbreaker.state import Decision, Policy, ProbeReport, Record, State
 from fleetbreaker.stores.fallback import FallbackStore
 
 if TYPE_CHECKING:
@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from fleetbreaker.ramp import RecoveryRamp
     from fleetbreaker.reporting import Reporter
     from fleetbreaker.shadow import ShadowMode
+    from fleetbreaker.snapshot import Snapshot
     from fleetbreaker.stores.base import Store
 
     P = ParamSpec("P")

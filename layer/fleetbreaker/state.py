@@ -14,6 +14,7 @@ quorum). Their public names are importable from here too.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from fleetbreaker.frozen import frozen, replace
 from fleetbreaker.policy import (
@@ -48,8 +49,10 @@ from fleetbreaker.record import (
     bucket_field,
     parse_window,
 )
-from fleetbreaker.snapshot import Snapshot, iso_utc
 from fleetbreaker.window import SlidingWindow, WindowCounts
+
+if TYPE_CHECKING:
+    from fleetbreaker.snapshot import Snapshot, iso_utc
 
 __all__ = [
     "BUCKET_CODES",
@@ -436,6 +439,9 @@ def snapshot_of(
     name: str, record: Record | None, policy: Policy, now_ms: int, mode: str = "enforce"
 ) -> Snapshot:
     """What a record says about a breaker at ``now_ms`` (pure: the CLI and gate reuse it)."""
+    # Presentation: loaded by the first snapshot, not by a cold start.
+    from fleetbreaker.snapshot import Snapshot
+
     counts = window_counts(record, policy, now_ms)
     failures, calls = counts.failures, counts.calls
     # The plain count policy keeps its own window: failures since window_start.
@@ -468,3 +474,13 @@ def snapshot_of(
         updated_at=record.updated_at if record is not None else None,
         mode=mode,
     )
+
+
+def __getattr__(name: str) -> Any:
+    # Snapshot and iso_utc live in fleetbreaker.snapshot (presentation, off the cold path);
+    # they stay importable from here.
+    if name in ("Snapshot", "iso_utc"):
+        from fleetbreaker import snapshot
+
+        return getattr(snapshot, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -34,7 +34,6 @@ COLD_START_MODULES = {
     "fleetbreaker.policy",
     "fleetbreaker.record",
     "fleetbreaker.results",
-    "fleetbreaker.snapshot",
     "fleetbreaker.state",
     "fleetbreaker.stores",
     "fleetbreaker.stores.base",
