@@ -3,15 +3,21 @@
 Every backend is a real server on loopback: moto's server and dynalite for DynamoDB, a
 redis-server for Redis. STS answers from moto's server (AWS_ENDPOINT_URL_STS), so the
 caller's identity the CLI records is a real GetCallerIdentity answer: moto's test user.
+
+One more backend, ``in_process``, runs the same tests through ``cli.main(argv)`` in the test's
+own process, against moto in-process (DynamoDB and STS): what mutation testing can follow
+(`make mutate`'s mutants live in this process, not in a console script's).
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,7 +25,14 @@ from typing import Any
 import pytest
 
 from devtools import servers
-from fleetbreaker import BreakerConfig, CircuitBreaker, CircuitOpenError, DynamoDBStore, RedisStore
+from fleetbreaker import (
+    BreakerConfig,
+    CircuitBreaker,
+    CircuitOpenError,
+    DynamoDBStore,
+    RedisStore,
+    cli,
+)
 from fleetbreaker.breaker import system_clock
 from fleetbreaker.state import Policy
 from tests.support import Dependency, FakeClock
@@ -68,15 +81,64 @@ def run_cli(args: Sequence[str], env: dict[str, str] | None = None) -> Result:
     return Result(done.returncode, done.stdout, done.stderr)
 
 
+@contextlib.contextmanager
+def environ_with(values: Mapping[str, str]) -> Iterator[None]:
+    """os.environ with ``values`` set, as it was afterwards."""
+    saved = dict(os.environ)
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+@dataclass
+class InProcessBackend(Backend):
+    """The CLI run by ``cli.main(argv)`` in this process, its output captured."""
+
+    def run(self, *args: str, env: dict[str, str] | None = None) -> Result:
+        out, err = io.StringIO(), io.StringIO()
+        with (
+            environ_with({**self.env, **(env or {})}),
+            contextlib.redirect_stdout(out),
+            contextlib.redirect_stderr(err),
+        ):
+            code = cli.main([*self.options, *args])
+        return Result(code, out.getvalue(), err.getvalue())
+
+
+@pytest.fixture
+def in_process_backend() -> Iterator[Backend]:
+    """moto in-process: a table for this test, DynamoDB and STS answered in this process."""
+    from moto import mock_aws
+
+    with mock_aws():
+        client = servers.dynamodb_client(None)
+        table = f"cli-{uuid.uuid4().hex[:8]}"
+        client.create_table(
+            TableName=table,
+            KeySchema=[{"AttributeName": "name", "KeyType": "HASH"}],
+            AttributeDefinitions=[{"AttributeName": "name", "AttributeType": "S"}],
+            BillingMode="PAY_PER_REQUEST",
+        )
+        store = DynamoDBStore(table, boto3_client=client)
+        yield InProcessBackend("in_process", ["--table", table], store)
+
+
 @pytest.fixture(scope="session")
 def sts_env(moto_server: str) -> dict[str, str]:
     return {"AWS_ENDPOINT_URL_STS": moto_server}
 
 
-@pytest.fixture(params=["moto_server", "dynalite", "redis"])
-def backend(request: pytest.FixtureRequest, sts_env: dict[str, str]) -> Iterator[Backend]:
+@pytest.fixture(params=["moto_server", "dynalite", "redis", "in_process"])
+def backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
     """Each store the CLI supports, holding only this test's breakers."""
     kind = request.param
+    if kind == "in_process":
+        yield request.getfixturevalue("in_process_backend")
+        return
+    sts_env = request.getfixturevalue("sts_env")
     if kind == "redis":
         # The server is shared by the session: tests use unique breaker names, and `list`
         # may show other tests' breakers too.
@@ -97,6 +159,13 @@ def moto_server_backend(moto_server: str, sts_env: dict[str, str]) -> Backend:
     table = servers.make_table(moto_server)
     store = DynamoDBStore(table, boto3_client=servers.dynamodb_client(moto_server))
     return Backend("moto_server", ["--table", table, "--endpoint-url", moto_server], store, sts_env)
+
+
+@pytest.fixture(params=["moto_server", "in_process"])
+def dynamodb_backend(request: pytest.FixtureRequest) -> Backend:
+    """One DynamoDB: moto's server for the console script, moto in-process for cli.main."""
+    found: Backend = request.getfixturevalue(f"{request.param}_backend")
+    return found
 
 
 @pytest.fixture
