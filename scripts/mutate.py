@@ -70,6 +70,7 @@ MODULES: dict[str, list[str]] = {
         "tests/unit/test_rate_rules.py",
         "tests/unit/test_transition_reason.py",
         "tests/unit/test_verdict_and_snapshot.py",
+        "tests/unit/test_rules_records.py",
         "tests/unit/test_ramp.py",
         "tests/unit/test_clock_skew.py",
         *BREAKER,
