@@ -107,3 +107,24 @@ def test_the_snapshot_counts_the_containers_whose_slow_calls_fall_in_the_window(
 
     # THEN both containers are counted
     assert rules.snapshot_of("svc", record, QUORUM, T0 + 1).containers == 2
+
+
+def test_times_are_shown_as_iso_8601_utc_to_the_millisecond() -> None:
+    assert rules.iso_utc(0) == "1970-01-01T00:00:00.000Z"
+    assert rules.iso_utc(T0 + 123) == "2023-11-14T22:13:20.123Z"
+
+
+def test_a_time_past_any_date_or_no_time_is_shown_as_none() -> None:
+    assert rules.iso_utc(10**17) is None  # year 3 million: a hand-edited record
+    assert rules.iso_utc(None) is None
+
+
+def test_the_snapshot_s_dict_gives_its_times_as_iso_8601() -> None:
+    record = Record(state=State.OPEN, gen=2, open_until=T0 + 1_000, updated_at=T0)
+
+    shown = rules.snapshot_of("svc", record, POLICY, T0).as_dict()
+
+    assert (shown["open_until"], shown["updated_at"]) == (
+        "2023-11-14T22:13:21.000Z",
+        "2023-11-14T22:13:20.000Z",
+    )
