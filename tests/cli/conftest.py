@@ -93,19 +93,24 @@ def environ_with(values: Mapping[str, str]) -> Iterator[None]:
         os.environ.update(saved)
 
 
+def run_in_process(args: Sequence[str], env: Mapping[str, str] | None = None) -> Result:
+    """The CLI run by ``cli.main(argv)`` in this process, its exit code and output captured."""
+    out, err = io.StringIO(), io.StringIO()
+    with (
+        environ_with(env or {}),
+        contextlib.redirect_stdout(out),
+        contextlib.redirect_stderr(err),
+    ):
+        code = cli.main(list(args))
+    return Result(code, out.getvalue(), err.getvalue())
+
+
 @dataclass
 class InProcessBackend(Backend):
-    """The CLI run by ``cli.main(argv)`` in this process, its output captured."""
+    """The CLI run by ``cli.main(argv)`` in this process (moto in-process answers it)."""
 
     def run(self, *args: str, env: dict[str, str] | None = None) -> Result:
-        out, err = io.StringIO(), io.StringIO()
-        with (
-            environ_with({**self.env, **(env or {})}),
-            contextlib.redirect_stdout(out),
-            contextlib.redirect_stderr(err),
-        ):
-            code = cli.main([*self.options, *args])
-        return Result(code, out.getvalue(), err.getvalue())
+        return run_in_process([*self.options, *args], {**self.env, **(env or {})})
 
 
 @pytest.fixture

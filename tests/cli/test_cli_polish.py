@@ -9,7 +9,7 @@ from datetime import datetime
 import pytest
 
 from fleetbreaker import cli
-from tests.cli.conftest import Backend, fail, one_line_error, run_cli
+from tests.cli.conftest import Backend, fail, one_line_error, run_in_process
 
 
 def subcommand(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:
@@ -93,14 +93,14 @@ def test_piped_watch_json_lines_carry_at(dynamodb_backend: Backend, name: str) -
     [("stauts", "status"), ("lst", "list"), ("create-tabel", "create-table"), ("rest", "reset")],
 )
 def test_a_mistyped_command_suggests_the_nearest(typed: str, meant: str) -> None:
-    result = run_cli(["--table", "CircuitBreakers", typed, "x"])
+    result = run_in_process(["--table", "CircuitBreakers", typed, "x"])
 
     assert result.code == 2
     assert f"did you mean {meant!r}?" in one_line_error(result)
 
 
 def test_a_word_like_no_command_gets_no_suggestion() -> None:
-    result = run_cli(["--table", "CircuitBreakers", "explode"])
+    result = run_in_process(["--table", "CircuitBreakers", "explode"])
 
     assert result.code == 2
     assert "did you mean" not in one_line_error(result)
