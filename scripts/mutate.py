@@ -84,6 +84,7 @@ MODULES: dict[str, list[str]] = {
         "tests/cli/test_store_environ.py",
         "tests/cli/test_create_table.py",
         "tests/cli/test_stack_in_process.py",
+        "tests/cli/test_watch_in_process.py",
         "-k",
         "in_process or test_store_environ"
         " or not (moto_server or dynalite or redis or region or documented or without_ttl)",
