@@ -33,7 +33,11 @@ COLD_START_MODULES = {
     "fleetbreaker.state",
     "fleetbreaker.stores",
     "fleetbreaker.stores.base",
+    "fleetbreaker.stores.deadline",
     "fleetbreaker.stores.dynamodb",
+    "fleetbreaker.stores.dynamodb.codec",
+    "fleetbreaker.stores.dynamodb.store",
+    "fleetbreaker.stores.dynamodb.wire",
     "fleetbreaker.stores.fallback",
     "fleetbreaker.stores.memory",
 }

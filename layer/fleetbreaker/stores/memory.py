@@ -63,6 +63,11 @@ class MemoryStore:
             else:
                 self._records[name] = record
 
+    def clear(self) -> None:
+        """Forget every record (a degraded breaker's local twin, once the fleet answers)."""
+        with self._lock:
+            self._records.clear()
+
     def record_failure(
         self, name: str, policy: Policy, now_ms: int, observed: Record | None
     ) -> Outcome:
