@@ -128,3 +128,9 @@ def test_the_snapshot_s_dict_gives_its_times_as_iso_8601() -> None:
         "2023-11-14T22:13:21.000Z",
         "2023-11-14T22:13:20.000Z",
     )
+
+
+def test_the_snapshot_of_a_forced_open_breaker_asks_callers_to_wait_the_base_open_window() -> None:
+    snap = rules.snapshot_of("svc", Record(state=State.FORCED_OPEN), POLICY, T0)
+
+    assert snap.retry_after == POLICY.base_open_ms / 1000
