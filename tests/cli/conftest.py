@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import os
 import subprocess
 import sys
@@ -22,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import boto3
 import pytest
 
 from devtools import servers
@@ -129,6 +131,41 @@ def in_process_backend() -> Iterator[Backend]:
         )
         store = DynamoDBStore(table, boto3_client=client)
         yield InProcessBackend("in_process", ["--table", table], store)
+
+
+def stack_with_table(
+    endpoint: str | None,
+    table: str,
+    cache_endpoint: str | None = None,
+    cache_user: tuple[str, str] | None = None,
+) -> str:
+    """A stack with a breaker table and the outputs template.yaml gives it (endpoint None:
+    moto in-process)."""
+    stack = f"fleetbreaker-cli-{uuid.uuid4().hex[:8]}"
+    template: dict[str, Any] = {
+        "Resources": {
+            "Table": {
+                "Type": "AWS::DynamoDB::Table",
+                "Properties": {
+                    "TableName": table,
+                    "AttributeDefinitions": [{"AttributeName": "name", "AttributeType": "S"}],
+                    "KeySchema": [{"AttributeName": "name", "KeyType": "HASH"}],
+                    "BillingMode": "PAY_PER_REQUEST",
+                },
+            }
+        },
+        # The output name template.yaml gives the table.
+        "Outputs": {"CircuitBreakersTableName": {"Value": {"Ref": "Table"}}},
+    }
+    if cache_endpoint is not None:
+        template["Outputs"]["BreakerCacheEndpoint"] = {"Value": cache_endpoint}
+    if cache_user is not None:
+        # The outputs template.yaml gives the cache's IAM user and the cache's name.
+        template["Outputs"]["BreakerCacheUserId"] = {"Value": cache_user[0]}
+        template["Outputs"]["BreakerCacheName"] = {"Value": cache_user[1]}
+    client = boto3.client("cloudformation", endpoint_url=endpoint)
+    client.create_stack(StackName=stack, TemplateBody=json.dumps(template))
+    return stack
 
 
 @pytest.fixture(scope="session")

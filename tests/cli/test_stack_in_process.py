@@ -7,13 +7,19 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Iterator
-from typing import Any
 
 import boto3
 import pytest
 
 from fleetbreaker import DynamoDBStore
-from tests.cli.conftest import POLICY, Backend, fail, one_line_error, run_in_process
+from tests.cli.conftest import (
+    POLICY,
+    Backend,
+    fail,
+    one_line_error,
+    run_in_process,
+    stack_with_table,
+)
 
 
 @pytest.fixture
@@ -24,31 +30,10 @@ def aws() -> Iterator[None]:
         yield
 
 
-def stack_with_table(table: str) -> str:
-    stack = f"fleetbreaker-cli-{uuid.uuid4().hex[:8]}"
-    template: dict[str, Any] = {
-        "Resources": {
-            "Table": {
-                "Type": "AWS::DynamoDB::Table",
-                "Properties": {
-                    "TableName": table,
-                    "AttributeDefinitions": [{"AttributeName": "name", "AttributeType": "S"}],
-                    "KeySchema": [{"AttributeName": "name", "KeyType": "HASH"}],
-                    "BillingMode": "PAY_PER_REQUEST",
-                },
-            }
-        },
-        # The output name template.yaml gives the table.
-        "Outputs": {"CircuitBreakersTableName": {"Value": {"Ref": "Table"}}},
-    }
-    boto3.client("cloudformation").create_stack(StackName=stack, TemplateBody=json.dumps(template))
-    return stack
-
-
 def test_a_stack_s_output_names_the_table_the_cli_reads(aws: None) -> None:
     # GIVEN a stack whose CircuitBreakersTableName output names a table holding an open breaker
     table = f"fleetbreaker-stack-{uuid.uuid4().hex[:8]}"
-    stack = stack_with_table(table)
+    stack = stack_with_table(None, table)
     store = DynamoDBStore(table, boto3_client=boto3.client("dynamodb"))
     fail(Backend("in_process", [], store), "payment-api", POLICY.failure_threshold)
 
