@@ -28,8 +28,11 @@ COLD_START_MODULES = {
     "fleetbreaker.errors",
     "fleetbreaker.events",
     "fleetbreaker.frozen",
+    "fleetbreaker.policy",
     "fleetbreaker.ramp",
+    "fleetbreaker.record",
     "fleetbreaker.reporting",
+    "fleetbreaker.snapshot",
     "fleetbreaker.state",
     "fleetbreaker.stores",
     "fleetbreaker.stores.base",
@@ -40,6 +43,7 @@ COLD_START_MODULES = {
     "fleetbreaker.stores.dynamodb.wire",
     "fleetbreaker.stores.fallback",
     "fleetbreaker.stores.memory",
+    "fleetbreaker.window",
 }
 # Public value classes users may pass to dataclasses.replace / asdict: they stay dataclasses.
 COLD_START_DATACLASSES = {

@@ -12,7 +12,7 @@ from fleetbreaker.state import Outcome, Policy, ProbeReport, Record, Report, Sta
 from fleetbreaker.stores.base import Listing, StoreStats
 
 if TYPE_CHECKING:
-    from fleetbreaker.tuning import Action
+    from fleetbreaker.record import Action
 
 
 class MemoryStore:
