@@ -21,20 +21,20 @@ QUORUM = Policy.from_config(
 )
 
 
-def fields(verdict: rules.Verdict) -> tuple[Decision, State, int, bool]:
-    return (verdict.decision, verdict.state, verdict.retry_after_ms, verdict.try_probe)
+def fields(verdict: rules.Verdict) -> tuple[Decision, State, int]:
+    return (verdict.decision, verdict.state, verdict.retry_after_ms)
 
 
 def test_forced_open_rejects_for_the_base_open_window() -> None:
     verdict = rules.verdict(Record(state=State.FORCED_OPEN), POLICY, T0)
 
-    assert fields(verdict) == (Decision.REJECT, State.FORCED_OPEN, POLICY.base_open_ms, False)
+    assert fields(verdict) == (Decision.REJECT, State.FORCED_OPEN, POLICY.base_open_ms)
 
 
 def test_open_past_its_window_is_a_probe_attempt_in_the_open_state() -> None:
     verdict = rules.verdict(Record(state=State.OPEN, open_until=T0), POLICY, T0)
 
-    assert fields(verdict) == (Decision.PROBE, State.OPEN, 0, True)
+    assert fields(verdict) == (Decision.PROBE, State.OPEN, 0)
 
 
 def test_half_open_with_a_free_slot_is_a_probe_attempt_in_the_half_open_state() -> None:
@@ -42,7 +42,7 @@ def test_half_open_with_a_free_slot_is_a_probe_attempt_in_the_half_open_state() 
 
     verdict = rules.verdict(Record(state=State.HALF_OPEN, leases=leases), POLICY, T0)
 
-    assert fields(verdict) == (Decision.PROBE, State.HALF_OPEN, 0, True)
+    assert fields(verdict) == (Decision.PROBE, State.HALF_OPEN, 0)
 
 
 def test_half_open_full_rejects_until_a_lease_ending_next_millisecond() -> None:
@@ -50,7 +50,7 @@ def test_half_open_full_rejects_until_a_lease_ending_next_millisecond() -> None:
 
     verdict = rules.verdict(Record(state=State.HALF_OPEN, leases=leases), POLICY, T0)
 
-    assert fields(verdict) == (Decision.REJECT, State.HALF_OPEN, 1, False)
+    assert fields(verdict) == (Decision.REJECT, State.HALF_OPEN, 1)
 
 
 def test_the_snapshot_of_a_breaker_with_no_record_is_closed_and_empty() -> None:
