@@ -46,6 +46,21 @@ CONTRACT_IN_PROCESS = [
 ]
 BREAKER = ["tests/unit/test_breaker.py", "tests/unit/test_rate_breaker.py"]
 
+# The rules: the store contract in-process, the rules', the report control's and the
+# breaker's unit tests.
+RULES = [
+    *CONTRACT_IN_PROCESS,
+    "tests/unit/test_reporting.py",
+    "tests/unit/test_rules.py",
+    "tests/unit/test_rate_rules.py",
+    "tests/unit/test_transition_reason.py",
+    "tests/unit/test_verdict_and_snapshot.py",
+    "tests/unit/test_rules_records.py",
+    "tests/unit/test_ramp.py",
+    "tests/unit/test_clock_skew.py",
+    *BREAKER,
+]
+
 # The CLI's commands run in-process (cli.main(argv) on moto in-process: the `in_process`
 # backend and the *_in_process modules), its parser, views and store options: the console
 # script's own tests run it as a child process, where mutmut cannot see which test reached
@@ -79,18 +94,10 @@ MODULES: dict[str, list[str]] = {
         "tests/unit/test_tuning.py",
         *BREAKER,
     ],
-    "state": [
-        *CONTRACT_IN_PROCESS,
-        "tests/unit/test_reporting.py",
-        "tests/unit/test_rules.py",
-        "tests/unit/test_rate_rules.py",
-        "tests/unit/test_transition_reason.py",
-        "tests/unit/test_verdict_and_snapshot.py",
-        "tests/unit/test_rules_records.py",
-        "tests/unit/test_ramp.py",
-        "tests/unit/test_clock_skew.py",
-        *BREAKER,
-    ],
+    # The rules (state), and what the state split took out of them: the window and quorum,
+    # the record's types and schema (the stores' parsing of the window), the policy, the
+    # snapshot; each against the rules' selection.
+    **{module: RULES for module in ("state", "window", "record", "policy", "snapshot")},
     # The CLI package (cli/: main, parser, store options, views, commands), each module
     # against the CLI's in-process tests (CLI_IN_PROCESS, above).
     **{
