@@ -97,7 +97,7 @@ MODULES: dict[str, list[str]] = {
     # The rules (state), and what the state split took out of them: the window and quorum,
     # the record's types and schema (the stores' parsing of the window), the policy, the
     # snapshot; each against the rules' selection.
-    **{module: RULES for module in ("state", "window", "record", "policy", "snapshot")},
+    **dict.fromkeys(("state", "window", "record", "policy", "snapshot"), RULES),
     # The CLI package (cli/: main, parser, store options, views, commands), each module
     # against the CLI's in-process tests (CLI_IN_PROCESS, above).
     **{
