@@ -149,3 +149,5 @@ def test_watch_counts_the_window_it_is_given(in_process_backend: Backend, name: 
     # THEN its frame shows the window's figures
     (frame,) = (json.loads(line) for line in shown.splitlines())
     assert (frame["calls"], frame["failures"], frame["slow_calls"]) == (15, 5, 1)
+    # AND its keys come in one order, sorted, frame after frame (a diff of two frames is clean)
+    assert list(frame) == sorted(frame)
