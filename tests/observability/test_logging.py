@@ -46,6 +46,22 @@ def test_transition_record_has_structured_fields(
     assert (fields["from_state"], fields["to_state"]) == ("closed", "open")
 
 
+def test_transition_record_says_why_and_which_generation(
+    make_breaker: BreakerFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    # GIVEN a breaker that logs, WHEN its failures reach the threshold
+    caplog.set_level(logging.INFO, logger="fleetbreaker")
+    breaker = make_breaker(listeners=[LoggingListener()])
+    for _ in range(3):
+        with pytest.raises(Boom):
+            breaker.call(fail)
+
+    # THEN the transition's log record carries the trip reason and the new generation
+    (record,) = fleetbreaker_records(caplog)
+    fields: dict[str, Any] = record.__dict__
+    assert (fields["reason"], fields["generation"]) == ("failure_threshold", 1)
+
+
 def test_store_error_and_degraded_mode_are_warnings_with_fields(
     make_breaker: BreakerFactory, caplog: pytest.LogCaptureFixture
 ) -> None:
