@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
 from fleetbreaker.config import BreakerConfig
-from fleetbreaker.state import Policy
+from fleetbreaker.state import Policy, iso_utc
 
 if TYPE_CHECKING:
     pass
@@ -36,14 +35,11 @@ class CliError(Exception):
 
 
 def _iso(epoch_ms: int) -> str | None:
+    """``state.iso_utc``, with no date for 0 and the number for a date it cannot show."""
     if epoch_ms <= 0:
         return None
-    try:
-        moment = datetime.fromtimestamp(epoch_ms / 1000, tz=timezone.utc)
-    except (OverflowError, OSError, ValueError):
-        # A hand-edited record (an action "at" 1e17 ms): show the number, never fail on it.
-        return f"{epoch_ms} ms (not a date)"
-    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    # A hand-edited record (an action "at" 1e17 ms): show the number, never fail on it.
+    return iso_utc(epoch_ms) or f"{epoch_ms} ms (not a date)"
 
 
 def printable(text: str) -> str:

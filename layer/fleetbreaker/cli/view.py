@@ -7,13 +7,12 @@ import dataclasses
 import json
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TextIO
 
 from fleetbreaker import tuning
 from fleetbreaker.config import env_field, env_variable
 from fleetbreaker.errors import ConfigError, CorruptRecordError
-from fleetbreaker.state import Policy, Record, State, snapshot_of
+from fleetbreaker.state import Policy, Record, Snapshot, State, snapshot_of
 
 if TYPE_CHECKING:
     from fleetbreaker.stores.base import AdminStore
@@ -39,30 +38,53 @@ _COLOURS = {
 }
 
 
-@dataclass(frozen=True)
 class BreakerView:
-    """What the CLI shows about one breaker; ``as_json`` gives the stable ``--json`` keys.
+    """A breaker's :class:`~fleetbreaker.state.Snapshot` plus what only an operator sees.
 
-    ``failures``, ``calls``, ``slow_calls`` and ``containers`` are the record's window as
-    :func:`fleetbreaker.state.snapshot_of` counts it (the count policy counts no calls: 0).
+    The figures (state, generation, failures, calls, slow calls, containers, open until,
+    retry after, last change) are the snapshot's; the view adds the live-tuned settings, the
+    last operator action, and why a record could not be read (state "corrupt", no snapshot).
+    ``as_json`` gives the stable ``--json`` keys.
     """
 
-    name: str
-    state: str
-    generation: int | None = None
-    failures: int | None = None
-    calls: int | None = None
-    slow_calls: int | None = None
-    containers: int | None = None
-    open_until: str | None = None
-    retry_after: float | None = None
-    tuned: dict[str, Any] | None = None
-    last_action: dict[str, Any] | None = None
-    last_change: str | None = None
-    error: str | None = None
-    # "enforce" or "shadow" when tuned live; None: each container runs its deployed
-    # BREAKER_MODE (default enforce), which the record does not hold.
-    mode: str | None = None
+    # The window's figures: the snapshot's, or unknown (None) without one (corrupt) or
+    # without a record, except the count policy's failures (0: nothing counted).
+    failures: int | None
+    calls: int | None
+    slow_calls: int | None
+    containers: int | None
+
+    def __init__(
+        self,
+        name: str,
+        snapshot: Snapshot | None,
+        *,
+        tuned: dict[str, Any] | None = None,
+        last_action: dict[str, Any] | None = None,
+        error: str | None = None,
+    ) -> None:
+        self.name = name
+        self.snapshot = snapshot
+        self.tuned = tuned
+        self.last_action = last_action
+        self.error = error
+        self.state = "corrupt" if snapshot is None else snapshot.state.value
+        self.generation = None if snapshot is None else snapshot.generation
+        until = None if snapshot is None else snapshot.open_until
+        self.open_until = None if until is None else _iso(until)
+        opened = snapshot is not None and snapshot.state is State.OPEN
+        self.retry_after = snapshot.retry_after if snapshot is not None and opened else None
+        updated = None if snapshot is None else snapshot.updated_at
+        self.last_change = None if updated is None else _iso(updated)
+        # "enforce" or "shadow" when tuned live; None: each container runs its deployed
+        # BREAKER_MODE (default enforce), which the record does not hold.
+        mode = (tuned or {}).get("mode")
+        self.mode = mode if isinstance(mode, str) else None
+        for figure in ("failures", "calls", "slow_calls", "containers"):
+            known = snapshot is not None and (
+                snapshot.updated_at is not None or figure == "failures"
+            )
+            setattr(self, figure, getattr(snapshot, figure) if known else None)
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -92,21 +114,21 @@ def view_of(
 ) -> BreakerView:
     """The view of one breaker from its record (None: no record, i.e. closed).
 
-    The figures come from :func:`fleetbreaker.state.snapshot_of`, with a Policy from
+    The figures are :func:`fleetbreaker.state.snapshot_of`'s, with a Policy from
     BreakerConfig's defaults, ``window_seconds`` and the record's tuned settings.
     """
     if error is not None:
-        return BreakerView(name, "corrupt", error=error)
-    if record is None:
-        return BreakerView(name, State.CLOSED.value, 0, 0, tuned={})
+        return BreakerView(name, None, error=error)
     config = dataclasses.replace(_DEFAULTS, window_seconds=window_seconds)
-    try:
-        tuned = tuning.decode_tuned(record.tuned)
-        config = tuning.apply_tuning(config, tuned)
-    except ConfigError as exc:
-        tuned, error = {}, str(exc)
+    tuned: dict[str, Any] = {}
+    if record is not None:
+        try:
+            tuned = tuning.decode_tuned(record.tuned)
+            config = tuning.apply_tuning(config, tuned)
+        except ConfigError as exc:
+            tuned, error = {}, str(exc)
     snapshot = snapshot_of(name, record, Policy.from_config(config), now_ms)
-    action = tuning.Action.decode(record.last_action)
+    action = tuning.Action.decode(record.last_action) if record is not None else None
     last_action = None
     if action is not None:
         last_action = {
@@ -115,23 +137,7 @@ def view_of(
             "reason": action.reason,
             "at": _iso(action.at),
         }
-    is_open = record.state is State.OPEN
-    return BreakerView(
-        name=name,
-        state=record.state.value,
-        generation=record.gen,
-        failures=snapshot.failures,
-        calls=snapshot.calls,
-        slow_calls=snapshot.slow_calls,
-        containers=snapshot.containers,
-        open_until=_iso(record.open_until) if is_open else None,
-        retry_after=max(0, record.open_until - now_ms) / 1000 if is_open else None,
-        tuned=tuned,
-        last_action=last_action,
-        last_change=_iso(record.updated_at),
-        error=error,
-        mode=tuned.get("mode") if isinstance(tuned.get("mode"), str) else None,
-    )
+    return BreakerView(name, snapshot, tuned=tuned, last_action=last_action, error=error)
 
 
 def gather_one(
@@ -152,7 +158,7 @@ def _safe_view(
     try:
         return view_of(name, record, now_ms, error, window_seconds)
     except Exception as exc:
-        return BreakerView(name, "corrupt", error=f"cannot show it: {type(exc).__name__}: {exc}")
+        return BreakerView(name, None, error=f"cannot show it: {type(exc).__name__}: {exc}")
 
 
 def gather_all(

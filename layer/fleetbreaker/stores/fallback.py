@@ -206,41 +206,21 @@ class FallbackStore:
     def record_failure(
         self, name: str, policy: Policy, now_ms: int, observed: Record | None
     ) -> Outcome:
-        def record_failure(store: Store) -> Outcome:
-            used = policy if store is self.shared else rules.alone(policy)
-            return store.record_failure(name, used, now_ms, observed)
-
-        return self._operation(
-            "record_failure", name, now_ms, record_failure, _reason_by_states(policy)
-        )
+        return self._forward("record_failure", name, policy, now_ms, observed, alone=True)
 
     def claim_probe(
         self, name: str, policy: Policy, now_ms: int, nonce: str, observed: Record | None
     ) -> Outcome:
-        def claim_probe(store: Store) -> Outcome:
-            return store.claim_probe(name, policy, now_ms, nonce, observed)
-
-        reason = _reason_by_states(policy)
-        return self._operation("claim_probe", name, now_ms, claim_probe, reason)
+        return self._forward("claim_probe", name, policy, now_ms, nonce, observed)
 
     def settle_probe(
         self, name: str, policy: Policy, now_ms: int, report: ProbeReport, observed: Record | None
     ) -> Outcome:
-        def settle_probe(store: Store) -> Outcome:
-            return store.settle_probe(name, policy, now_ms, report, observed)
-
-        return self._operation(
-            "settle_probe", name, now_ms, settle_probe, _reason_by_states(policy)
-        )
+        return self._forward("settle_probe", name, policy, now_ms, report, observed)
 
     def report(
         self, name: str, policy: Policy, now_ms: int, report: Report, observed: Record | None
     ) -> Outcome:
-        def send(store: Store) -> Outcome:
-            # Alone, the container is its own quorum (docs/architecture.md, "Store trouble").
-            used = policy if store is self.shared else rules.alone(policy)
-            return store.report(name, used, now_ms, report, observed)
-
         def reason(outcome: Outcome) -> TransitionReason:
             # The tripping write saw the window with this report in it: failures or slow calls.
             counts = window_counts(
@@ -249,7 +229,32 @@ class FallbackStore:
             before, after = outcome.transition or (State.CLOSED, State.OPEN)
             return transition_reason(before, after, policy, counts)
 
-        return self._operation("report", name, now_ms, send, reason)
+        return self._forward(
+            "report", name, policy, now_ms, report, observed, alone=True, reason=reason
+        )
+
+    def _forward(
+        self,
+        operation: str,
+        name: str,
+        policy: Policy,
+        now_ms: int,
+        *args: Any,
+        alone: bool = False,
+        reason: Reason | None = None,
+    ) -> Outcome:
+        """One contract operation on the shared store, else on the local twin.
+
+        ``alone``: on the local twin the container is its own quorum (docs/architecture.md,
+        "Store trouble"). ``reason`` says why a transition happened (default: from the states).
+        """
+
+        def send(store: Store) -> Outcome:
+            used = rules.alone(policy) if alone and store is not self.shared else policy
+            method: Callable[..., Outcome] = getattr(store, operation)
+            return method(name, used, now_ms, *args)
+
+        return self._operation(operation, name, now_ms, send, reason or _reason_by_states(policy))
 
     def force_state(
         self, name: str, policy: Policy, now_ms: int, target: State, *, action: Action | None = None
