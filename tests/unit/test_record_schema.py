@@ -167,3 +167,55 @@ def test_no_python_module_but_the_schema_spells_a_stored_name() -> None:
     # THEN only the public outputs' own keys remain, each still needed
     assert spelled == OUTPUT_KEYS
     assert spelled_names(modules[SCHEMA_MODULE], names) >= {schema.STATE, schema.GEN}
+
+
+# What a store may import from the package: the record and its schema, the rules below it,
+# and its own plumbing. (FallbackStore and the deadline wrap stores for the breaker: they
+# emit its events and read its limits, so they are not stores in this sense.)
+STORE_MAY_IMPORT = {
+    "fleetbreaker.errors",
+    "fleetbreaker.frozen",
+    "fleetbreaker.policy",
+    "fleetbreaker.record",
+    "fleetbreaker.state",
+    "fleetbreaker.window",
+}
+
+
+def package_imports(path: Path) -> set[str]:
+    """The fleetbreaker modules ``path`` imports (at any level, typing-only ones included)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            names = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
+        elif isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        else:
+            continue
+        found.update(name for name in names if name.startswith("fleetbreaker"))
+    return found
+
+
+def test_no_store_imports_anything_above_the_rules_and_the_schema() -> None:
+    # GIVEN every store module (the wrappers the breaker puts around a store aside)
+    stores = [
+        path
+        for path in (LAYER / "stores").rglob("*.py")
+        if path.name not in ("fallback.py", "deadline.py")
+    ]
+    assert len(stores) >= 8
+
+    # WHEN their imports from the package are collected
+    above = {
+        path.relative_to(LAYER).as_posix(): {
+            name
+            for name in package_imports(path)
+            if not name.startswith("fleetbreaker.stores")
+            and not any(name == m or name.startswith(f"{m}.") for m in STORE_MAY_IMPORT)
+            and name != "fleetbreaker"
+        }
+        for path in stores
+    }
+
+    # THEN none reaches the breaker, its config, tuning, listeners or reporting
+    assert {module: names for module, names in above.items() if names} == {}
