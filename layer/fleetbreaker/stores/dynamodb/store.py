@@ -15,15 +15,7 @@ from fleetbreaker import record as schema
 from fleetbreaker import state as rules
 from fleetbreaker.errors import ConfigError, CorruptRecordError, StoreError
 from fleetbreaker.policy import Policy
-from fleetbreaker.record import (
-    MAX_PROBE_SLOTS,
-    Bucket,
-    Outcome,
-    ProbeReport,
-    Record,
-    Report,
-    State,
-)
+from fleetbreaker.record import MAX_PROBE_SLOTS, Bucket, Outcome, ProbeReport, Record, Report, State
 from fleetbreaker.stores import TABLE_ENV, default_table_name
 from fleetbreaker.stores.base import Listing, StoreStats
 from fleetbreaker.stores.dynamodb.codec import (
