@@ -502,7 +502,7 @@ def environment_info() -> dict[str, Any]:
 # --------------------------------------------------------------------------- main
 
 
-def run(output: Path) -> int:
+def run(output: Path, overhead_only: bool = False) -> int:
     from bench import workers as w
     from devtools.servers import MotoServer, make_table
 
@@ -527,6 +527,20 @@ def run(output: Path) -> int:
 
         _log("(a) per-call overhead...")
         results["a_overhead"] = measure_overhead(container, trip_thresholds)
+        if overhead_only:
+            a = results["a_overhead"]
+            load = [round(x, 2) for x in os.getloadavg()]
+            print(f"(a) only, load {info['loadavg_at_start']} -> {load}; overhead ns, ratio")
+            for name, ns in a["overhead_ns"].items():
+                print(f"  {name:<40} {ns:>8.0f}")
+            print(f"  ratio count {a['ratio']:.3f} (target {OVERHEAD_TARGET})")
+            print(
+                f"  ratio rate + slow calls {a['ratio_rate']:.3f} (target {OVERHEAD_RATE_TARGET})"
+            )
+            print(
+                f"  ratio OpenTelemetry listener {a['ratio_otel']:.3f} (target {OVERHEAD_TARGET})"
+            )
+            return 0
 
         size = max(*FLEET_SIZES, EXTRA_TRIP[0], RACE_FLEET[0], HEALTHY_FLEET)
         _log(f"starting {size} worker processes (spawn)...")
@@ -612,6 +626,11 @@ def run(output: Path) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT, help="JSON file to write")
+    parser.add_argument(
+        "--overhead-only",
+        action="store_true",
+        help="measure (a) alone and print it (no worker fleet, no JSON): about a minute",
+    )
     args = parser.parse_args(argv)
     prepare_environment()
     os.environ.pop("POWERTOOLS_CIRCUIT_BREAKER_DISABLED", None)
@@ -621,7 +640,7 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, terminate)
     try:
-        return run(args.output)
+        return run(args.output, args.overhead_only)
     except KeyboardInterrupt:
         _log("interrupted: workers and the moto server were stopped")
         return 130

@@ -73,9 +73,9 @@ from aws_lambda_powertools import Logger
 
 from breaker_events import transition_listeners
 from fleetbreaker import BreakerConfig, CircuitBreaker, InvalidTokenError
-from fleetbreaker.breaker import validate_name
 from fleetbreaker.config import env_number
 from fleetbreaker.errors import ConfigError
+from fleetbreaker.naming import validate_name
 from fleetbreaker.observability import default_listeners, log_metrics
 from fleetbreaker.state import Decision, State
 from fleetbreaker.stores import StoreSettings
@@ -262,12 +262,12 @@ class BreakerGate:
         admission = breaker.check()
         wait = 0
         if not admission.allowed:
-            wait = min(max_wait_seconds, max(1, math.ceil(admission.retry_after)))
+            wait = min(max_wait_seconds, max(1, math.ceil(admission.retry_after_s)))
         answer = {
             "breaker": name,
             "state": admission.state.value,
             "decision": admission.decision.value,
-            "retry_after": round(admission.retry_after, 3),
+            "retry_after": round(admission.retry_after_s, 3),
             "wait_seconds": wait,
             "token": admission.token,
             "degraded": admission.degraded,

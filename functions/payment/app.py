@@ -112,7 +112,9 @@ class DeferredPayments:
         except Exception as exc:
             # Accepting a payment we could not store would lose it: answer the 503 instead.
             logger.exception("could not defer payment", extra={"queue_url": self.queue_url})
-            raise CircuitOpenError(admission.name, admission.state, admission.retry_after) from exc
+            raise CircuitOpenError(
+                admission.name, admission.state, admission.retry_after_s
+            ) from exc
         return Deferred(sent["MessageId"], admission)
 
 

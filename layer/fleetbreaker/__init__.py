@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from fleetbreaker.breaker import Admission, BreakerStats, CircuitBreaker, RecordResult
+from fleetbreaker.breaker import CircuitBreaker
 from fleetbreaker.config import BreakerConfig
 from fleetbreaker.errors import (
     CircuitOpenError,
@@ -29,6 +29,7 @@ from fleetbreaker.errors import (
     TableNotFoundError,
 )
 from fleetbreaker.events import BreakerListener, LoggingListener
+from fleetbreaker.results import Admission, RecordResult, StoreErrorStats
 from fleetbreaker.state import Decision, State
 from fleetbreaker.stores.fallback import FallbackStore
 from fleetbreaker.stores.memory import MemoryStore
@@ -43,7 +44,6 @@ __all__ = [
     "Admission",
     "BreakerConfig",
     "BreakerListener",
-    "BreakerStats",
     "CircuitBreaker",
     "CircuitOpenError",
     "ConfigError",
@@ -60,8 +60,12 @@ __all__ = [
     "State",
     "StoreDeadlineError",
     "StoreError",
+    "StoreErrorStats",
     "TableNotFoundError",
 ]
+
+# Public names renamed: the old name still works, with a DeprecationWarning (CHANGELOG.md).
+_RENAMED = {"BreakerStats": "StoreErrorStats"}
 
 
 def __getattr__(name: str) -> Any:
@@ -74,4 +78,14 @@ def __getattr__(name: str) -> Any:
         from fleetbreaker.stores.redis import RedisStore
 
         return RedisStore
+    if name in _RENAMED:
+        import warnings
+
+        new = _RENAMED[name]
+        warnings.warn(
+            f"fleetbreaker.{name} is deprecated: use fleetbreaker.{new}",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return globals()[new]
     raise AttributeError(f"module 'fleetbreaker' has no attribute {name!r}")

@@ -3,47 +3,36 @@
 from __future__ import annotations
 
 import functools
-import hashlib
 import logging
 import random
 import secrets
 import time
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
-from fleetbreaker import frozen
 from fleetbreaker import state as rules
 from fleetbreaker.cache import RecordCache
 from fleetbreaker.config import BreakerConfig
+from fleetbreaker.controls import OperatorControls
 from fleetbreaker.errors import CircuitOpenError, ConfigError, InvalidTokenError
-from fleetbreaker.events import BreakerListener, LoggingListener, StateChange
-from fleetbreaker.ramp import RecoveryRamp
-from fleetbreaker.reporting import (
-    SLOW_WATCH_MAX_PERIOD_S,
-    CallTally,
-    SlowCallWatcher,
-    fleet_interval_ms,
-    next_interval_ms,
-    process_container_id,
-    urgent_allowed,
-    wants_urgent_report,
-)
+from fleetbreaker.events import BreakerListener, Hooks, LoggingListener
+from fleetbreaker.naming import process_container_id, validate_container_id, validate_name
+from fleetbreaker.results import Admission, RecordResult, StoreErrorStats
 from fleetbreaker.state import Decision, Policy, ProbeReport, Record, Snapshot, State
-from fleetbreaker.stores.base import AdminStore
-from fleetbreaker.stores.fallback import FallbackStats, FallbackStore
+from fleetbreaker.stores.fallback import FallbackStore
 
 if TYPE_CHECKING:
     from typing import ParamSpec
 
+    from fleetbreaker.ramp import RecoveryRamp
+    from fleetbreaker.reporting import Reporter
+    from fleetbreaker.shadow import ShadowMode
     from fleetbreaker.stores.base import Store
 
     P = ParamSpec("P")
 
 R = TypeVar("R")
 Clock = Callable[[], int]
-MAX_NAME_BYTES = 1024  # DynamoDB allows 2048 for a partition key; leave room for Redis keys
-MAX_CONTAINER_ID = 64  # container ids are kept in the record (quorum), so they stay short
 
 log = logging.getLogger("fleetbreaker")
 
@@ -53,85 +42,15 @@ def system_clock() -> int:
     return time.time_ns() // 1_000_000
 
 
-def validate_name(name: object) -> str:
-    if not isinstance(name, str):
-        raise ConfigError(f"breaker name must be a string, got {type(name).__name__}")
-    if not name or not name.strip():
-        raise ConfigError("breaker name must not be empty")
-    try:
-        size = len(name.encode("utf-8"))
-    except UnicodeEncodeError:
-        # A lone surrogate (e.g. from a JSON "\udcff" escape) has no UTF-8 form: no store
-        # could keep the name.
-        raise ConfigError(f"breaker name must be valid Unicode text: {name!r}") from None
-    if size > MAX_NAME_BYTES:
-        raise ConfigError(f"breaker name is {size} bytes; the limit is {MAX_NAME_BYTES} (UTF-8)")
-    if any(ord(ch) < 32 or ord(ch) == 127 for ch in name):
-        raise ConfigError(f"breaker name must not contain control characters: {name!r}")
-    return name
-
-
-def container_key(container_id: str) -> str:
-    """The short, fixed-size key a container's id is counted under in the quorum."""
-    return hashlib.blake2s(container_id.encode("utf-8"), digest_size=4).hexdigest()
-
-
-def validate_container_id(container_id: object) -> str:
-    if not isinstance(container_id, str):
-        raise ConfigError(f"container_id must be a string, got {type(container_id).__name__}")
-    if not 1 <= len(container_id) <= MAX_CONTAINER_ID or not container_id.isprintable():
-        raise ConfigError(
-            f"container_id must be 1 to {MAX_CONTAINER_ID} printable characters: {container_id!r}"
-        )
-    return container_id
-
-
-@dataclass(frozen=True)
-class Admission:
-    """The breaker's answer for one call.
-
-    ``token`` is set for a probe: pass it back to :meth:`CircuitBreaker.record` (it is what a
-    Step Functions workflow carries between the gate's check and record steps).
-
-    ``shadow`` is set in shadow mode when an enforcing breaker would not simply have allowed
-    the call: ``reject`` (the call runs anyway) or ``probe`` (it runs without a lease, and
-    its outcome settles a probe only after it finished). ``decision`` is then ``allow``.
-    """
-
-    name: str
-    decision: Decision
-    state: State
-    retry_after: float = 0.0
-    token: str | None = None
-    degraded: bool = False
-    shadow: Decision | None = None
-
-    @property
-    def would_reject(self) -> bool:
-        """Shadow mode: an enforcing breaker would have rejected this call."""
-        return self.shadow is Decision.REJECT
-
-    @property
-    def allowed(self) -> bool:
-        return self.decision is not Decision.REJECT
-
-
-@dataclass(frozen=True)
-class RecordResult:
-    """What :meth:`CircuitBreaker.record` did with an outcome."""
-
-    applied: bool
-    state: State
-    detail: str
-
-
-# Counters of one breaker instance in this container: its fallback store's.
-BreakerStats = FallbackStats
+# Enum members read through their class cost a descriptor call on Python 3.11 (about ten
+# times a module global's read, three of them per decision): the hot path reads these.
+_ALLOW, _PROBE, _REJECT = Decision.ALLOW, Decision.PROBE, Decision.REJECT
+_CLOSED, _DISABLED = State.CLOSED, State.DISABLED
 
 _UNSET: Any = object()
 
 
-class CircuitBreaker:
+class CircuitBreaker(OperatorControls):
     """One named breaker, shared by every container that uses the same store and name.
 
     Parameters
@@ -207,13 +126,16 @@ class CircuitBreaker:
         self._tuned_text = ""
         self._policy = Policy.from_config(config)
         # Shadow mode (config.mode, live-tunable): read only off the hot path.
-        self._shadow = config.shadow
+        self._shadow: ShadowMode | None = None
         self._cache = RecordCache(round(config.cache_ttl * 1000))
         # A store that decides on its own clock refused a probe claim of this generation
         # until this time (on our clock): (gen, until_ms). See _admit.
         self._claim_barred: tuple[int, int] | None = None
         # Waiting for another thread's refresh: longer than a store read can take.
         self._refresh_wait_s = config.store_deadline_seconds + 1.0
+        self._hooks = Hooks(self.listeners, self.name)
+        self._emit = self._hooks.emit
+        self._decision_hooks = self._hooks.decision
         self._store = FallbackStore(
             self.store,
             clock=self.clock,
@@ -222,72 +144,27 @@ class CircuitBreaker:
             emit=self._emit,
             on_answer=self._answered,
         )
-        self.stats: BreakerStats = self._store.fallback_stats
-        self._ramp = (
-            RecoveryRamp(config.recovery_ramp_seconds) if config.recovery_ramp_seconds else None
-        )
-        self._allow = {
-            state: Admission(self.name, Decision.ALLOW, state)
-            for state in (State.CLOSED, State.DISABLED)
-        }
-        # Per hook, only the listeners that override it: a hook nobody implements costs nothing.
-        self._hooks: dict[str, list[Callable[..., None]]] = {
-            hook: [
-                getattr(listener, hook)
-                for listener in self.listeners
-                if getattr(type(listener), hook, None) is not getattr(BreakerListener, hook)
-            ]
-            for hook in vars(BreakerListener)
-            if hook.startswith("on_")
-        }
+        self.stats: StoreErrorStats = self._store.fallback_stats
+        self._ramp: RecoveryRamp | None = None
+        if config.recovery_ramp_seconds:
+            from fleetbreaker.ramp import RecoveryRamp
+
+            self._ramp = RecoveryRamp(config.recovery_ramp_seconds)
+        self._allow = {state: Admission(self.name, _ALLOW, state) for state in (_CLOSED, _DISABLED)}
         self.container_id = (
             process_container_id() if container_id is None else validate_container_id(container_id)
         )
-        # The record keeps quorum ids, so they go in as a short digest: 8 hex characters
-        # whatever the id's length keep the record under one write unit.
-        self._container_key = container_key(self.container_id)
-        # Rate policy, slow calls, quorum: calls are tallied here and reported in batches.
-        self._base_interval_ms = max(1, round(config.effective_report_interval * 1000))
-        self._interval_ms = self._base_interval_ms
-        self._has_reported = False  # a newcomer adopts the fleet's interval once
-        self._started_ms = self.clock()
-        self._tally: CallTally | None = None
-        self._watcher: SlowCallWatcher | None = None
-        self._watching = False
-        self._failure_result = config.failure_result
+        # Rate policy, slow calls, quorum: calls are tallied and reported in batches by a
+        # reporter, built (with its module) when the settings first ask for one.
+        self._reporter: Reporter | None = None
+        self._reporting: Reporter | None = None  # the reporter while the settings report
         if config.reporting and not callable(getattr(self.store, "report", None)):
             raise ConfigError(
                 f"{type(self.store).__name__} has no report operation: the rate policy, slow "
                 "calls and min_containers need one (every store of this package has it)"
             )
         self._adopt_reporting(config, self._policy)
-
-    @classmethod
-    def from_env(
-        cls, name: str, *, environ: Mapping[str, str] | None = None, **config_overrides: Any
-    ) -> CircuitBreaker:
-        """A breaker whose store and config both come from the environment.
-
-        The store from the ``CIRCUIT_BREAKER_*`` variables (:func:`fleetbreaker.stores.
-        from_env`), the config from ``BREAKER_*`` (:meth:`BreakerConfig.from_env`), with
-        ``config_overrides`` (classification predicates, for instance) taking precedence
-        over the variables. ``environ`` defaults to ``os.environ``.
-
-        Example
-        -------
-        >>> breaker = CircuitBreaker.from_env(
-        ...     "payment-api",
-        ...     environ={"CIRCUIT_BREAKER_TABLE": "CircuitBreakers",
-        ...              "BREAKER_FAILURE_THRESHOLD": "3"},
-        ...     failure_exceptions=(TimeoutError,),
-        ... )
-        >>> breaker.config.failure_threshold, breaker.config.failure_exceptions
-        (3, (<class 'TimeoutError'>,))
-        """
-        from fleetbreaker.stores import from_env as store_from_env
-
-        config = BreakerConfig.from_env(environ, **config_overrides)
-        return cls(name, store=store_from_env(environ), config=config)
+        self._adopt_mode(config)
 
     def __repr__(self) -> str:
         return f"CircuitBreaker({self.name!r}, store={type(self.store).__name__})"
@@ -298,7 +175,7 @@ class CircuitBreaker:
     def state(self) -> State:
         """The breaker's state as this container sees it (cached for ``cache_ttl``)."""
         record = self._read(self.clock())
-        return record.state if record is not None else State.CLOSED
+        return record.state if record is not None else _CLOSED
 
     @property
     def degraded(self) -> bool:
@@ -314,11 +191,6 @@ class CircuitBreaker:
         now = self.clock()
         return rules.snapshot_of(self.name, self._read(now), self._policy, now, self.mode)
 
-    @property
-    def mode(self) -> str:
-        """``"enforce"`` or ``"shadow"``: the config's mode, or the fleet's live-tuned one."""
-        return "shadow" if self._shadow else "enforce"
-
     def report_hung_calls(self) -> int:
         """Report the calls running past ``slow_call_duration`` as slow calls, now.
 
@@ -326,15 +198,8 @@ class CircuitBreaker:
         or a test with an injected clock calls it after moving the clock. Returns how many
         calls it reported.
         """
-        tally = self._tally
-        if tally is None:
-            return 0
-        now = self.clock()
-        hung = tally.sweep(now)
-        if hung:
-            # Out of turn: the Lambda timeout may kill this container before the call ends.
-            self._flush(now)
-        return hung
+        reporting = self._reporting
+        return reporting.report_hung_calls() if reporting is not None else 0
 
     def call(self, fn: Callable[..., R], /, *args: Any, **kwargs: Any) -> R:
         """Run ``fn(*args, **kwargs)`` through the breaker.
@@ -371,39 +236,39 @@ class CircuitBreaker:
     def _admit(self, now: int) -> Admission:
         record = self._read(now)
         verdict = rules.verdict(record, self._policy, now)
-        if verdict.decision is Decision.PROBE and self._claim_barred is not None:
+        if verdict.decision is _PROBE and self._claim_barred is not None:
             verdict = self._keep_refusal(record, verdict, now)
-        if verdict.decision is Decision.PROBE and self._shadow:
+        if verdict.decision is _PROBE and self._shadow is not None:
             # No lease while the call runs: an enforcing container must be able to probe.
-            return self._shadow_admission(verdict, Decision.PROBE)
-        if verdict.decision is Decision.PROBE:
+            return self._shadow.admission(verdict, _PROBE)
+        if verdict.decision is _PROBE:
             nonce = secrets.token_hex(8)
             outcome = self._store.claim_probe(self.name, self._policy, now, nonce, record)
             self._observe(outcome.record)
             if outcome.token is not None:
                 admission = Admission(
-                    self.name, Decision.PROBE, State.HALF_OPEN, 0.0, outcome.token, self.degraded
+                    self.name, _PROBE, State.HALF_OPEN, 0.0, outcome.token, self.degraded
                 )
                 self._emit("on_decision", self.name, admission.decision, admission.state)
                 return admission
             verdict = rules.verdict(outcome.record, self._policy, now)
             wait = outcome.retry_after_ms
-            if verdict.decision is Decision.PROBE and wait and outcome.record is not None:
+            if verdict.decision is _PROBE and wait and outcome.record is not None:
                 self._claim_barred = (outcome.record.gen, now + wait)
-                verdict = rules.Verdict(Decision.REJECT, verdict.state, wait)
-            elif verdict.decision is Decision.PROBE:
+                verdict = rules.Verdict(_REJECT, verdict.state, wait)
+            elif verdict.decision is _PROBE:
                 # Lost every race for a slot: wait for the next lease to end.
-                verdict = rules.Verdict(Decision.REJECT, verdict.state, 100)
-        if self._ramp is not None and verdict.state is State.CLOSED:
+                verdict = rules.Verdict(_REJECT, verdict.state, 100)
+        if self._ramp is not None and verdict.state is _CLOSED:
             # Recovery ramp: decided locally from the record already read (no store request).
             ramped_ms = self._ramp.rejects(record, now, self.rng.random())
             if ramped_ms:
-                verdict = rules.Verdict(Decision.REJECT, State.CLOSED, ramped_ms)
+                verdict = rules.Verdict(_REJECT, _CLOSED, ramped_ms)
         degraded = self._store.degraded
-        if verdict.decision is Decision.ALLOW and not degraded:
+        if verdict.decision is _ALLOW and not degraded:
             admission = self._allow[verdict.state]  # the hot path: no allocation
-        elif verdict.decision is Decision.REJECT and self._shadow:
-            return self._shadow_admission(verdict, Decision.REJECT)
+        elif verdict.decision is _REJECT and self._shadow is not None:
+            return self._shadow.admission(verdict, _REJECT)
         else:
             admission = Admission(
                 self.name,
@@ -413,25 +278,11 @@ class CircuitBreaker:
                 None,
                 degraded,
             )
-        self._emit("on_decision", self.name, admission.decision, admission.state)
-        return admission
-
-    def _shadow_admission(self, verdict: rules.Verdict, would: Decision) -> Admission:
-        """Shadow mode: allow the call, saying what an enforcing breaker would have decided."""
-        retry_after = verdict.retry_after_ms / 1000
-        admission = Admission(
-            self.name,
-            Decision.ALLOW,
-            verdict.state,
-            0.0,
-            None,
-            self._store.degraded,
-            would,
-        )
-        self._emit("on_decision", self.name, Decision.ALLOW, verdict.state)
-        if would is Decision.REJECT:
-            self.stats.would_rejects += 1
-            self._emit("on_would_reject", self.name, verdict.state, retry_after)
+        for hook in self._decision_hooks:  # inline: every admitted call passes here
+            try:
+                hook(self.name, admission.decision, admission.state)
+            except Exception:
+                self._hooks.failed(hook, "on_decision")
         return admission
 
     def _keep_refusal(
@@ -444,7 +295,7 @@ class CircuitBreaker:
         barred = self._claim_barred
         if barred is None or record is None or record.gen != barred[0] or now >= barred[1]:
             return verdict
-        return rules.Verdict(Decision.REJECT, verdict.state, barred[1] - now)
+        return rules.Verdict(_REJECT, verdict.state, barred[1] - now)
 
     def record(self, success: bool, token: str | None = None) -> RecordResult:
         """Report the outcome of a call admitted by :meth:`check`.
@@ -458,84 +309,17 @@ class CircuitBreaker:
             if not isinstance(token, str) or rules.lease_slot(token) is None:
                 raise InvalidTokenError(f"not a probe token of this package: {token!r}")
             return self._settle(token, success, now)
-        if self._shadow:
-            shadowed = self._shadow_outcome(success, now)
+        if self._shadow is not None:
+            shadowed = self._shadow.outcome(success, now)
             if shadowed is not None:
                 return shadowed
-        tally = self._tally
-        if tally is not None:
-            if now >= tally.due_ms:
-                self._flush(now)
-            if success:
-                next(tally.good)
-            else:
-                self._tally_bad(tally, None, True, now)
+        reporting = self._reporting
+        if reporting is not None:
+            reporting.count(success, now)
             return RecordResult(True, self._state_of(self._cache.last_seen), "call tallied")
         if success:
             return RecordResult(True, self._state_of(self._read(now)), "success: nothing to write")
         return self._count_failure(now)
-
-    def force_open(self, *, reason: str | None = None, by: str | None = None) -> State:
-        """Operator override: reject every call until :meth:`reset`.
-
-        ``reason`` and ``by`` (default: the local user), when either is given, are stored
-        with the record as its last operator action (the store must be an AdminStore).
-        """
-        return self._force(State.FORCED_OPEN, reason, by)
-
-    def disable(self, *, reason: str | None = None, by: str | None = None) -> State:
-        """Operator override: allow every call and record nothing until :meth:`reset`."""
-        return self._force(State.DISABLED, reason, by)
-
-    def reset(self, *, reason: str | None = None, by: str | None = None) -> State:
-        """Release an override or close the breaker, forgetting failures and back-off."""
-        return self._force(State.CLOSED, reason, by)
-
-    def _retune(self, text: str) -> None:
-        # Live tuning is rare: its module loads when a record first carries settings.
-        from fleetbreaker import tuning
-
-        config = self.config
-        try:
-            values = tuning.decode_tuned(text)
-        except ConfigError as exc:
-            log.warning("circuit %s: ignoring its tuned settings: %s", self.name, exc)
-            values = {}
-        for setting, value in sorted(values.items()):
-            try:
-                config = tuning.apply_tuning(config, {setting: value})
-            except ConfigError as exc:
-                # Another version of the package may store settings this one cannot use.
-                log.warning("circuit %s: ignoring tuned %s: %s", self.name, setting, exc)
-        # Policy before text: a thread that sees the new text must also see its policy.
-        policy = Policy.from_config(config)
-        self._adopt_reporting(config, policy)
-        self._policy = policy
-        self._shadow = config.shadow
-        self._tuned_text = text
-
-    def _adopt_reporting(self, config: BreakerConfig, policy: Policy) -> None:
-        """Tally and report calls (rate policy, slow calls, quorum) as ``config`` says.
-
-        Called at construction and when live tuning changes the settings: tuning can switch a
-        running fleet between the count and the rate policy, or change the slow-call duration.
-        """
-        if not config.reporting:
-            self._tally = None
-            return
-        tally = self._tally
-        if tally is None:
-            tally = CallTally(policy, self._base_interval_ms)
-            tally.due_ms = self.clock() + self._base_interval_ms
-        tally.slow_ms = policy.slow_ms
-        if config.slow_call_duration is not None:
-            # At most 1 s: the watcher waits one period before it reads a new one, so a long
-            # tuned duration must not keep it asleep after the operator tunes back.
-            period = min(max(0.005, config.slow_call_duration / 4), SLOW_WATCH_MAX_PERIOD_S)
-            if self._watcher is None:
-                self._watcher = SlowCallWatcher(self.report_hung_calls, period)
-            self._watcher.period_s = period
-        self._tally = tally
 
     # -- internals -------------------------------------------------------------------------
 
@@ -558,20 +342,20 @@ class CircuitBreaker:
     ) -> R:
         now = self.clock()
         admission = self._admit(now)
-        if admission.decision is Decision.REJECT:
-            self._emit("on_rejected", self.name, admission.state, admission.retry_after)
+        if admission.decision is _REJECT:
+            self._emit("on_rejected", self.name, admission.state, admission.retry_after_s)
             if fallback is None:
-                raise CircuitOpenError(self.name, admission.state, admission.retry_after)
+                raise CircuitOpenError(self.name, admission.state, admission.retry_after_s)
             self._emit("on_fallback", self.name, admission.state)
             result: R = fallback(admission, *args, **kwargs)
             return result
         if admission.shadow is not None:
-            return self._shadow_call(admission, fn, args, kwargs)
-        tally = self._tally
-        if tally is not None and admission.decision is Decision.ALLOW:
-            if admission.state is State.DISABLED:
+            return self._shadow_mode().call(admission, fn, args, kwargs)
+        reporting = self._reporting
+        if reporting is not None and admission.decision is _ALLOW:
+            if admission.state is _DISABLED:
                 return fn(*args, **kwargs)
-            return self._tallied(tally, now, fn, args, kwargs)
+            return reporting.run(now, fn, args, kwargs)
         try:
             result = fn(*args, **kwargs)
         except Exception as exc:
@@ -581,130 +365,7 @@ class CircuitBreaker:
             # Interrupted (SystemExit, KeyboardInterrupt): no verdict on the dependency. A
             # probe lease simply runs out.
             raise
-        try:
-            failed = self.config.counts_result(result)
-        except Exception:
-            log.exception(
-                "circuit %s: failure_result predicate raised; counted as failure", self.name
-            )
-            failed = True
-        self._finish(admission, success=not failed)
-        return result
-
-    def _shadow_call(
-        self,
-        admission: Admission,
-        fn: Callable[..., R],
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-    ) -> R:
-        """Shadow mode: run a call an enforcing breaker would have rejected or probed.
-
-        A would-be rejected call counts nowhere (an enforcing fleet would not have made it).
-        A would-be probe settles a probe after it finished: see :meth:`_shadow_probe`.
-        """
-        if admission.shadow is Decision.REJECT:
-            return fn(*args, **kwargs)
-        try:
-            result = fn(*args, **kwargs)
-        except Exception as exc:
-            self._shadow_probe(not self.config.counts_exception(exc), self.clock())
-            raise
-        self._shadow_probe(not self._judge(result), self.clock())
-        return result
-
-    def _shadow_outcome(self, success: bool, now: int) -> RecordResult | None:
-        """Shadow mode, :meth:`record` without a token: None when it counts as usual.
-
-        While the breaker would reject, the outcome counts nowhere; when a probe is due, it
-        settles one (see :meth:`_shadow_probe`).
-        """
-        record = self._read(now)
-        verdict = rules.verdict(record, self._policy, now)
-        if verdict.decision is Decision.PROBE:
-            return self._shadow_probe(success, now)
-        if verdict.decision is Decision.REJECT:
-            state = self._state_of(record)
-            return RecordResult(False, state, f"shadow: breaker is {state.value}; not counted")
-        return None
-
-    def _shadow_probe(self, success: bool, now: int) -> RecordResult:
-        """Settle a probe with the outcome of a call that already ran (shadow mode).
-
-        The lease is claimed only now, with the outcome known, and settled at once: it lives
-        for the two round trips in between (and at most two store deadlines, should this
-        container die between them), never for the call's duration, so an enforcing
-        container is never kept from probing by a shadow call. Losing the claim means an
-        enforcing breaker would have rejected the call: it counts as a would-be rejection.
-        """
-        lease_ms = max(1, round(self.config.store_deadline_seconds * 2000))
-        policy = frozen.replace(self._policy, lease_ms=min(self._policy.lease_ms, lease_ms))
-        observed = self._cache.last_seen
-        claim = self._store.claim_probe(self.name, policy, now, secrets.token_hex(8), observed)
-        if claim.token is None:
-            state = self._state_of(claim.record)
-            verdict = rules.verdict(claim.record, self._policy, now)
-            if verdict.decision is not Decision.ALLOW:
-                self.stats.would_rejects += 1
-                self._emit("on_would_reject", self.name, state, verdict.retry_after_ms / 1000)
-            return RecordResult(False, state, "shadow: probe slot taken; not counted")
-        return self._settle(claim.token, success, self.clock())
-
-    def _tallied(
-        self,
-        tally: CallTally,
-        now: int,
-        fn: Callable[..., R],
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-    ) -> R:
-        # The rate policy's hot path, kept flat on purpose (it is measured against
-        # Powertools in bench/): a good call costs one atomic counter step, plus a dict entry
-        # and a second clock read when slow-call detection times it.
-        if now >= tally.due_ms:
-            self._flush(now)
-        slow_ms = tally.slow_ms
-        if slow_ms is None:
-            try:
-                result = fn(*args, **kwargs)
-            except Exception as exc:
-                self._tally_bad(tally, None, self.config.counts_exception(exc))
-                raise
-            if self._failure_result is not None and self._judge(result):
-                self._tally_bad(tally, None, True)
-            else:
-                next(tally.good)
-            return result
-        number = next(tally.numbers)
-        running = tally.running
-        running[number] = now
-        if not self._watching:
-            self._start_watcher()
-        try:
-            result = fn(*args, **kwargs)
-        except Exception as exc:
-            failed = self.config.counts_exception(exc)
-            started = running.pop(number, None)
-            if started is None:
-                if tally.late(failed):
-                    self._maybe_flush_urgently(tally, self.clock())
-            else:
-                self._tally_bad(tally, started, failed)
-            raise
-        except BaseException:
-            # Interrupted (SystemExit, KeyboardInterrupt): no verdict on the dependency.
-            running.pop(number, None)
-            raise
-        failed = self._failure_result is not None and self._judge(result)
-        end = self.clock()
-        started = running.pop(number, None)
-        if started is None:  # the watcher reported it slow while it ran
-            if tally.late(failed):
-                self._maybe_flush_urgently(tally, end)
-        elif end - started < slow_ms and not failed:
-            next(tally.good)
-        else:
-            self._tally_bad(tally, started, failed, end)
+        self._finish(admission, success=not self._judge(result))
         return result
 
     def _judge(self, result: Any) -> bool:
@@ -717,102 +378,10 @@ class CircuitBreaker:
             )
             return True
 
-    def _tally_bad(
-        self, tally: CallTally, started: int | None, failed: bool, now: int | None = None
-    ) -> None:
-        now = self.clock() if now is None else now
-        if tally.bad(started, now, failed):
-            self._maybe_flush_urgently(tally, now)
-
-    def _start_watcher(self) -> None:
-        if self._watcher is not None:
-            self._watcher.ensure_running()
-        self._watching = True
-
-    def _maybe_flush_urgently(self, tally: CallTally, now: int) -> None:
-        record = self._cache.last_seen
-        degraded = self._store.degraded
-        if degraded:
-            # On local state: the local breaker's record, and its own quorum (alone()).
-            record = self._store.local.load(self.name, now)
-        policy = rules.alone(self._policy) if degraded else self._policy
-        if now < tally.urgent_after_ms or not wants_urgent_report(
-            record, tally, policy, self._container_key, now
-        ):
-            return
-        # One out-of-turn decision per cache_ttl per container, thinned across a large fleet.
-        tally.urgent_after_ms = now + self._cache.ttl_ms
-        counts = rules.window_counts(record, self._policy, now)
-        if urgent_allowed(counts, self._policy, self._interval_ms, self._cache.ttl_ms, self.rng):
-            self._flush(now)
-
-    def _flush(self, now: int, load_if_empty: bool = False) -> Record | None:
-        """Report the tally in one write; the answer refreshes the cache."""
-        tally = self._tally
-        assert tally is not None
-        if not self._has_reported and self._join_fleet(tally, now):
-            # The first report waits for the fleet's interval: no write now.
-            return self._store.load(self.name, now) if load_if_empty else self._cache.last_seen
-        report = tally.take(self._container_key, now, self._interval_ms)
-        if not report:
-            return self._store.load(self.name, now) if load_if_empty else self._cache.last_seen
-        observed = self._cache.last_seen
-        outcome = self._store.report(self.name, self._policy, now, report, observed)
-        after = outcome.record
-        if (
-            not outcome.changed
-            and after is not None
-            and after.state is State.CLOSED
-            and rules.report_fits(after, report)
-        ):
-            # Closed, this generation, yet not counted: it lost every race. Not lost.
-            tally.carry(report)
-        tally.observe(after.gen if after is not None else 0)
-        # Stretch the interval while the record takes more writes than one item should.
-        counts = rules.window_counts(outcome.record, self._policy, now)
-        interval = next_interval_ms(self._interval_ms, self._base_interval_ms, counts, self._policy)
-        if not self._has_reported:
-            # A newcomer joins at the interval the fleet already uses.
-            self._has_reported = True
-            joined = fleet_interval_ms(counts, self._policy, report.calls, now - self._started_ms)
-            if joined is not None:
-                interval = max(interval, min(joined, self._policy.window_ms))
-        if interval != self._interval_ms:
-            self._interval_ms = interval
-            tally.reschedule(self._container_key, now, interval)
-        if counts.calls:
-            self._emit(
-                "on_window", self.name, counts.calls, counts.failure_rate, counts.slow_call_rate
-            )
-        return outcome.record
-
-    def _join_fleet(self, tally: CallTally, now: int) -> bool:
-        """A newcomer whose first report is due: join the interval a hot fleet already uses.
-
-        The record it has read (its first call loads it) tells how many calls the fleet's
-        reports carry, and its own calls so far how fast it gathers them: together, the
-        interval the others report at. Joining before the first write, not after it, keeps
-        a hundred containers joining a second from adding a hundred writes a second.
-        True when it joined (the counts then wait, spread by the interval's jitter).
-        """
-        record = self._cache.last_seen
-        if record is None:
-            return False
-        counts = rules.window_counts(record, self._policy, now)
-        joined = fleet_interval_ms(
-            counts, self._policy, tally.pending_calls(), now - self._started_ms
-        )
-        if joined is None or joined <= self._interval_ms:
-            return False
-        self._has_reported = True  # joined: the first report's answer need not do it again
-        self._interval_ms = min(joined, self._policy.window_ms)
-        tally.reschedule(self._container_key, now, self._interval_ms)
-        return True
-
     def _finish(self, admission: Admission, success: bool) -> None:
-        if admission.decision is Decision.PROBE and admission.token is not None:
+        if admission.decision is _PROBE and admission.token is not None:
             self._settle(admission.token, success, self.clock())
-        elif admission.state is State.DISABLED or success:
+        elif admission.state is _DISABLED or success:
             return
         else:
             self._count_failure(self.clock())
@@ -838,39 +407,15 @@ class CircuitBreaker:
             return RecordResult(True, state, f"probe {'succeeded' if success else 'failed'}")
         return RecordResult(False, state, "stale probe token: its lease has ended; nothing changed")
 
-    def _force(self, target: State, reason: str | None = None, by: str | None = None) -> State:
-        # Operator actions go to the store or fail loudly: a silent local override would
-        # leave the rest of the fleet unaware of it.
-        now = self.clock()
-        if reason is None and by is None:
-            outcome = self._store.force_state(self.name, self._policy, now, target)
-        else:
-            from fleetbreaker import tuning
-
-            if not isinstance(self.store, AdminStore):
-                raise ConfigError(
-                    f"{type(self.store).__name__} cannot record who forced a breaker and why"
-                )
-            action = tuning.Action(
-                target.value, by or tuning.local_user(), tuning.check_reason(reason), now
-            )
-            outcome = self._store.force_state(self.name, self._policy, now, target, action=action)
-        if outcome.transition is not None:
-            self._emit("on_transition", self.name, *outcome.transition)
-            gen = outcome.record.gen if outcome.record is not None else 0
-            change = StateChange(*outcome.transition, gen, rules.TransitionReason.OPERATOR)
-            self._emit("on_state_change", self.name, change)
-        return self._state_of(outcome.record)
-
     def _observe(self, record: Record | None) -> None:
         """Tell the tally the generation the store holds (its older counts are stale)."""
-        tally = self._tally
-        if tally is not None:
-            tally.observe(record.gen if record is not None else 0)
+        reporting = self._reporting
+        if reporting is not None:
+            reporting.observe(record)
 
     @staticmethod
     def _state_of(record: Record | None) -> State:
-        return record.state if record is not None else State.CLOSED
+        return record.state if record is not None else _CLOSED
 
     def _read(self, now: int) -> Record | None:
         hit, record = self._cache.get(now)
@@ -887,32 +432,14 @@ class CircuitBreaker:
             hit, record = self._cache.get(now)
             if hit:
                 return record
-            if self._tally is not None and not self._tally.stretched:
+            reporting = self._reporting
+            if reporting is not None and reporting.refreshes_by_report:
                 # The report's answer is the fleet's record: it replaces the refresh read.
-                # (Not while the interval is stretched: the record takes too many writes.)
-                return self._flush(now, load_if_empty=True)
+                return reporting.flush(now, load_if_empty=True)
             # If the refresh this thread waited for failed, this answers locally.
             return self._store.load(self.name, now)
         finally:
             self._cache.end_refresh()
-
-    def _answered(self, name: str, record: Record | None, now: int) -> None:
-        # Every shared-store answer refreshes the cache; local answers never do.
-        self._cache.put(record, now)
-        self._observe(record)
-        # Live tuning travels with the record: a container applies it with the answer that
-        # brings it, within cache_ttl, and the hot path reads a plain attribute.
-        seen = self._cache.last_seen
-        text = seen.tuned if seen is not None else ""
-        if text != self._tuned_text:
-            self._retune(text)
-
-    def _emit(self, hook: str, *args: Any) -> None:
-        for method in self._hooks[hook]:
-            try:
-                method(*args)
-            except Exception:
-                log.exception("circuit %s: listener %r failed in %s", self.name, method, hook)
 
 
 def _default_store() -> Store:

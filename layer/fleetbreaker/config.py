@@ -5,10 +5,11 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import InitVar, dataclass, field
+from dataclasses import InitVar, field
 from typing import Any
 
 from fleetbreaker.errors import ConfigError
+from fleetbreaker.frozen import public_value
 from fleetbreaker.state import MAX_PROBE_SLOTS
 
 ExceptionTypes = tuple[type[BaseException], ...]
@@ -171,7 +172,7 @@ def _exception_types(name: str, value: object) -> None:
         raise ConfigError(f"{name} must be a tuple of exception classes, got {value!r}")
 
 
-@dataclass(frozen=True)
+@public_value
 class BreakerConfig:
     """How a breaker counts failures, opens and recovers.
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Protocol
 
 from fleetbreaker.frozen import frozen
 
@@ -225,28 +225,61 @@ class LoggingListener(BreakerListener):
         )
 
     def on_degraded(self, name: str, reason: str) -> None:
-        self.log.warning(
-            "circuit %s: running on local state (%s)",
-            name,
-            reason,
-            extra={"breaker": name, "breaker_event": "degraded", "reason": reason},
-        )
+        self._event(self.log.warning, name, "degraded", "running on local state (%s)", reason)
 
     def on_recovered(self, name: str) -> None:
-        self.log.info(
-            "circuit %s: store reachable again",
-            name,
-            extra={"breaker": name, "breaker_event": "recovered"},
-        )
+        self._event(self.log.info, name, "recovered", "store reachable again")
 
     def on_corrupt_record(self, name: str, detail: str) -> None:
-        self.log.error(
-            "circuit %s: unreadable record treated as closed: %s",
-            name,
-            detail,
-            extra={"breaker": name, "breaker_event": "corrupt_record", "detail": detail},
-        )
+        message = "unreadable record treated as closed: %s"
+        self._event(self.log.error, name, "corrupt_record", message, detail)
+
+    @staticmethod
+    def _event(
+        write: Callable[..., None], name: str, event: str, message: str, detail: str | None = None
+    ) -> None:
+        """One log line about breaker ``name``, with its detail (as ``reason`` for a
+        degradation, ``detail`` otherwise) in the message and in ``extra``."""
+        extra: dict[str, object] = {"breaker": name, "breaker_event": event}
+        args: tuple[str, ...] = ()
+        if detail is not None:
+            extra["reason" if event == "degraded" else "detail"] = detail
+            args = (detail,)
+        write(f"circuit %s: {message}", name, *args, extra=extra)
 
 
 def _monotonic_ms() -> int:
     return time.monotonic_ns() // 1_000_000
+
+
+class Hooks:
+    """A breaker's listeners, sorted by hook.
+
+    Each hook calls only the listeners that override it, so a hook nobody implements costs
+    nothing; a listener's exception is logged, never raised into the call. ``decision`` is
+    the hot path's own tuple (every admitted call): the breaker loops over it inline.
+    """
+
+    def __init__(self, listeners: Iterable[BreakerListener], name: str) -> None:
+        self.name = name
+        listeners = list(listeners)
+        self.by_hook: dict[str, tuple[Callable[..., None], ...]] = {
+            hook: tuple(
+                getattr(listener, hook)
+                for listener in listeners
+                if getattr(type(listener), hook, None) is not getattr(BreakerListener, hook)
+            )
+            for hook in vars(BreakerListener)
+            if hook.startswith("on_")
+        }
+        self.decision = self.by_hook["on_decision"]
+
+    def emit(self, hook: str, *args: Any) -> None:
+        for method in self.by_hook[hook]:
+            try:
+                method(*args)
+            except Exception:
+                self.failed(method, hook)
+
+    def failed(self, method: Callable[..., None], hook: str) -> None:
+        logger.exception("circuit %s: listener %r failed in %s", self.name, method, hook)

@@ -15,16 +15,21 @@ are compiled once, here, and shared by every class:
 - assigning or deleting an attribute raises :class:`dataclasses.FrozenInstanceError`.
 
 A method the class defines itself is kept. :func:`replace` is :func:`dataclasses.replace`
-for these classes (``dataclasses.fields`` and ``asdict`` do not know them: that is why the
-public value classes, ``BreakerConfig``, ``Admission`` and the stats, stay dataclasses).
-Type checkers see a frozen dataclass (``dataclass_transform``).
+for these classes. Type checkers see a frozen dataclass (``dataclass_transform``).
+
+:func:`public_value` is the same for the public value classes users may hand to
+``dataclasses.replace``, ``fields`` or ``asdict`` (``BreakerConfig``, ``Admission``,
+``RecordResult``): it also writes the field table those functions read, and supports what
+``BreakerConfig`` uses: ``field(compare=False)``, ``InitVar`` fields (passed to
+``__post_init__``, never stored) and ``__post_init__``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import MISSING, Field, FrozenInstanceError, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 if TYPE_CHECKING:
     from typing import dataclass_transform
@@ -40,13 +45,51 @@ T = TypeVar("T")
 @dataclass_transform(frozen_default=True, field_specifiers=(field,))
 def frozen(cls: type[T]) -> type[T]:
     """Make ``cls`` an immutable value class of its annotated fields (see the module doc)."""
+    return _build(cls, public=False)
+
+
+@dataclass_transform(frozen_default=True, field_specifiers=(field,))
+def public_value(cls: type[T]) -> type[T]:
+    """:func:`frozen`, and known to ``dataclasses.fields``, ``replace`` and ``asdict``."""
+    return _build(cls, public=True)
+
+
+@dataclass_transform(field_specifiers=(field,))
+def mutable_value(cls: type[T]) -> type[T]:
+    """:func:`public_value` whose fields can be assigned (counters): ``@dataclass`` twin,
+    unhashable as a mutable dataclass is."""
+    return _build(cls, public=True, mutable=True)
+
+
+def _is_initvar(annotation: object) -> bool:
+    # Annotations are strings under `from __future__ import annotations`.
+    if isinstance(annotation, str):
+        return annotation.startswith(("InitVar[", "dataclasses.InitVar["))
+    return isinstance(annotation, dataclasses.InitVar)
+
+
+def _build(cls: type[T], public: bool, mutable: bool = False) -> type[T]:
     # The class's own annotations (not its bases'), in declaration order, on every version.
-    names = tuple(cls.__annotations__)
+    annotations: dict[str, Any] = cls.__annotations__
+    initvars = tuple(name for name, kind in annotations.items() if _is_initvar(kind))
+    names = tuple(name for name in annotations if name not in initvars)
+    params = names + initvars  # __init__'s order: InitVars are declared last here
+    if params != tuple(annotations):
+        raise TypeError(f"InitVar fields must come last in {cls!r}")
     defaults: dict[str, Any] = {}
     factories: dict[str, Callable[[], Any]] = {}
-    for name in names:
+    uncompared: set[str] = set()
+    hidden: set[str] = set()
+    table: dict[str, Field[Any]] = {}
+    for name in params:
         value = cls.__dict__.get(name, MISSING)
+        if public:
+            table[name] = _table_entry(name, annotations[name], value, name in initvars)
         if isinstance(value, Field):
+            if not value.compare:
+                uncompared.add(name)
+            if not value.repr:
+                hidden.add(name)
             if value.default_factory is not MISSING:
                 factories[name] = value.default_factory
             elif value.default is not MISSING:
@@ -58,8 +101,11 @@ def frozen(cls: type[T]) -> type[T]:
             defaults[name] = value
         elif defaults or factories:
             raise TypeError(f"non-default field {name!r} follows a default field in {cls!r}")
-    count = len(names)
+    count = len(params)
     qualname = cls.__qualname__
+    compared = tuple(name for name in names if name not in uncompared)
+    shown = tuple(name for name in names if name not in hidden)
+    post_init = getattr(cls, "__post_init__", None)
 
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         given = len(args)
@@ -68,8 +114,8 @@ def frozen(cls: type[T]) -> type[T]:
                 f"{qualname}.__init__() takes {count + 1} positional arguments but "
                 f"{given + 1} were given"
             )
-        values = dict(zip(names, args, strict=False))  # fewer args than fields
-        for name in names[given:]:
+        values = dict(zip(params, args, strict=False))  # fewer args than fields
+        for name in params[given:]:
             if name in kwargs:
                 values[name] = kwargs.pop(name)
             elif name in defaults:
@@ -81,16 +127,19 @@ def frozen(cls: type[T]) -> type[T]:
         for name in kwargs:
             problem = "got multiple values for" if name in values else "got an unexpected"
             raise TypeError(f"{qualname}.__init__() {problem} keyword argument {name!r}")
+        extra = [values.pop(name) for name in initvars]
         # Bypasses the frozen __setattr__, as dataclasses' own __init__ does.
         self.__dict__.update(values)
+        if post_init is not None:
+            post_init(self, *extra)
 
     def fields_of(self: Any) -> tuple[Any, ...]:
         state = self.__dict__
-        return tuple(state[name] for name in names)
+        return tuple(state[name] for name in compared)
 
     def __repr__(self: Any) -> str:
         state = self.__dict__
-        return f"{qualname}({', '.join(f'{name}={state[name]!r}' for name in names)})"
+        return f"{qualname}({', '.join(f'{name}={state[name]!r}' for name in shown)})"
 
     def __eq__(self: Any, other: object) -> bool:
         if other.__class__ is not self.__class__:
@@ -114,13 +163,29 @@ def frozen(cls: type[T]) -> type[T]:
         "__setattr__": __setattr__,
         "__delattr__": __delattr__,
     }
+    if mutable:
+        del methods["__hash__"], methods["__setattr__"], methods["__delattr__"]
+        setattr(cls, "__hash__", None)  # noqa: B010 (as a dataclass with eq and not frozen)
     for method_name, method in methods.items():
         if method_name not in cls.__dict__:
             method.__qualname__ = f"{qualname}.{method_name}"
             setattr(cls, method_name, method)
     setattr(cls, "__match_args__", names)  # noqa: B010 (mypy: not declared on the class)
     setattr(cls, "__frozen_fields__", names)  # noqa: B010
+    if table:
+        setattr(cls, "__dataclass_fields__", table)  # noqa: B010
     return cls
+
+
+def _table_entry(name: str, annotation: object, value: object, initvar: bool) -> Field[Any]:
+    """The entry ``dataclasses`` keeps for one field (what ``fields``/``replace`` read)."""
+    entry: Field[Any] = value if isinstance(value, Field) else field(default=cast(Any, value))
+    entry.name = name
+    entry.type = annotation
+    # The private marker dataclasses' own functions test (same name on 3.8 to 3.13).
+    kind = "_FIELD_INITVAR" if initvar else "_FIELD"
+    entry._field_type = getattr(dataclasses, kind)  # type: ignore[attr-defined]
+    return entry
 
 
 def replace(obj: T, /, **changes: Any) -> T:

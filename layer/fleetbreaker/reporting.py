@@ -17,190 +17,28 @@ also refreshes its cached copy of the fleet's record). Three things bend that sc
 
 from __future__ import annotations
 
-import itertools
 import math
-import os
 import random
-import secrets
-import threading
-import weakref
-import zlib
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from fleetbreaker import state as rules
-from fleetbreaker.state import Report, WindowCounts
+from fleetbreaker.state import State
+from fleetbreaker.tally import CallTally
+from fleetbreaker.watcher import SLOW_WATCH_MAX_PERIOD_S, SlowCallWatcher
 
 if TYPE_CHECKING:
-    from fleetbreaker.state import Policy, Record
+    from fleetbreaker.cache import RecordCache
+    from fleetbreaker.config import BreakerConfig
+    from fleetbreaker.state import Policy, Record, WindowCounts
+    from fleetbreaker.stores.fallback import FallbackStore
+
+R = TypeVar("R")
 
 # Periodic reports the fleet aims to send to one breaker's record per second, and the extra
 # out-of-turn reports it may add: together well under one DynamoDB item's 1,000 writes/s.
 TARGET_REPORTS_PER_S = 250.0
 URGENT_REPORTS_PER_S = 200.0
-# The slow-call watcher's longest sleep (s), whatever slow_call_duration says.
-SLOW_WATCH_MAX_PERIOD_S = 1.0
-
-_process_ids: dict[int, str] = {}
-
-
-def process_container_id() -> str:
-    """This process's container id: random, and new in a forked child (one process is one
-    Lambda container)."""
-    pid = os.getpid()
-    found = _process_ids.get(pid)
-    if found is None:
-        found = _process_ids.setdefault(pid, secrets.token_hex(6))
-    return found
-
-
-class CallTally:
-    """A container's calls since its last report, and the calls still running.
-
-    Good calls (succeeded, not slow) are the hot path: each is one ``next(good)`` on an
-    ``itertools.count``, atomic under the GIL, so no lock. Bad calls, the watcher and
-    ``take`` use the lock. ``take`` reads the counter with a ``next`` of its own, which it
-    accounts for.
-    """
-
-    def __init__(self, policy: Policy, interval_ms: int) -> None:
-        self.slow_ms = policy.slow_ms
-        self.base_ms = interval_ms
-        self.interval_ms = interval_ms  # the one in force: take() gets it from the breaker
-        self._jitter: random.Random | None = None
-        self.good = itertools.count()
-        self._good_base = 0  # the counter's value just after the last take
-        self._peeks = 0  # next() calls made by peeks since then (not calls)
-        self.calls = 0  # bad calls, and calls the watcher reported
-        self.failures = 0
-        self.slow = 0
-        self.due_ms = 0  # the pending counts must be reported by then
-        self.urgent_after_ms = 0  # an out-of-turn report is considered again from then
-        self.running: dict[int, int] = {}  # call number -> start, epoch ms
-        self.numbers = itertools.count()
-        # The generation the pending counts were taken under (None: not known yet). A store
-        # counts them only into that generation's window (state.Report.gen).
-        self.gen: int | None = None
-        self._lock = threading.Lock()
-
-    def _goods(self) -> int:
-        # Caller holds the lock. This next() is not a call: remember it.
-        seen = next(self.good) - self._good_base - self._peeks
-        self._peeks += 1
-        return seen
-
-    def bad(self, started: int | None, now_ms: int, failed: bool) -> bool:
-        """Count a call that failed or may be slow (``started`` None: it was not timed).
-        True when it was bad."""
-        with self._lock:
-            slow = (
-                started is not None
-                and self.slow_ms is not None
-                and now_ms - started >= self.slow_ms
-            )
-            self.calls += 1
-            self.failures += failed
-            self.slow += slow
-            return failed or slow
-
-    def late(self, failed: bool) -> bool:
-        """Count the end of a call the watcher already reported as a call and a slow call."""
-        if failed:
-            with self._lock:
-                self.failures += 1
-        return failed
-
-    def sweep(self, now_ms: int) -> int:
-        """Count the calls running past ``slow_call_duration`` as slow calls; how many."""
-        if self.slow_ms is None or not self.running:
-            return 0
-        overdue = [
-            n for n, started in list(self.running.items()) if now_ms - started >= self.slow_ms
-        ]
-        # pop() decides the race with the call's end: whoever removes the entry counts it.
-        taken = sum(1 for n in overdue if self.running.pop(n, None) is not None)
-        if taken:
-            with self._lock:
-                self.calls += taken
-                self.slow += taken
-        return taken
-
-    def take(self, container: str, now_ms: int, interval_ms: int) -> Report:
-        """The pending counts as one report, zeroed here; the next one is due an interval on."""
-        with self._lock:
-            mark = next(self.good)
-            goods = mark - self._good_base - self._peeks
-            self._good_base, self._peeks = mark + 1, 0
-            report = Report(container, self.calls + goods, self.failures, self.slow, self.gen)
-            self.calls = self.failures = self.slow = 0
-            self._schedule(container, now_ms, interval_ms)
-            return report
-
-    def observe(self, gen: int) -> None:
-        """The breaker saw its record at ``gen``: counts pending from another generation are
-        dropped (they describe the dependency before a trip, or before a reset)."""
-        if gen == self.gen:
-            return
-        with self._lock:
-            if self.gen is not None:
-                mark = next(self.good)
-                self._good_base, self._peeks = mark + 1, 0
-                self.calls = self.failures = self.slow = 0
-            self.gen = gen
-
-    def carry(self, report: Report) -> None:
-        """Put back the counts of a report the store could not apply (they go with the next
-        one), unless the generation moved on meanwhile."""
-        with self._lock:
-            if report.gen != self.gen:
-                return
-            # Goods carried as plain calls: ``calls`` counts every call, good or bad.
-            self.calls += report.calls
-            self.failures += report.failures
-            self.slow += report.slow
-
-    def reschedule(self, container: str, now_ms: int, interval_ms: int) -> None:
-        """Set the next report ``interval_ms`` after ``now_ms`` (the report's answer may
-        have changed the interval)."""
-        with self._lock:
-            self._schedule(container, now_ms, interval_ms)
-
-    def _schedule(self, container: str, now_ms: int, interval_ms: int) -> None:
-        self.interval_ms = interval_ms
-        if interval_ms > self.base_ms:
-            # Containers that stretched at the same moment would otherwise keep reporting
-            # in the same second, every interval: jitter by +-25 %, seeded by container.
-            if self._jitter is None:
-                self._jitter = random.Random(zlib.crc32(container.encode()))
-            interval_ms = round(interval_ms * (0.75 + self._jitter.random() / 2))
-        self.due_ms = now_ms + interval_ms
-
-    @property
-    def stretched(self) -> bool:
-        """Whether the record's write rate stretched this container's report interval.
-
-        A cache refresh then reads instead of reporting: a refresh every ``cache_ttl`` that
-        wrote would undo the stretch (one write per container per ``cache_ttl`` whatever the
-        interval), so the counts wait until they are due.
-        """
-        return self.interval_ms > self.base_ms
-
-    def pending_calls(self) -> int:
-        with self._lock:
-            return self.calls + self._goods()
-
-    def projected(self, counts: WindowCounts, container_noted: bool) -> WindowCounts:
-        """The fleet's window as last seen, plus what this container has not reported yet."""
-        adds_failing = 0 if container_noted or not self.failures else 1
-        adds_slow = 0 if container_noted or not self.slow else 1
-        return WindowCounts(
-            counts.calls + self.pending_calls(),
-            counts.failures + self.failures,
-            counts.slow + self.slow,
-            counts.reports,
-            counts.failing_containers + adds_failing,
-            counts.slow_containers + adds_slow,
-        )
 
 
 def write_rate(counts: WindowCounts, policy: Policy) -> float:
@@ -282,98 +120,255 @@ def wants_urgent_report(
     return rules.should_trip(tally.projected(counts, noted), policy)
 
 
-class SlowCallWatcher:
-    """A breaker's entry with the process's slow-call watcher, which reports calls hung past
-    ``slow_call_duration``.
+class Reporter:
+    """A breaker's calls under the rate policy, slow calls or quorum: tallied, then reported.
 
-    One daemon thread per process sweeps every watching breaker, each every quarter of its
-    duration (a timer per call would cost far more on the hot path), so a hung call is
-    reported within 1.25 × the duration; the thread ends when no breaker is left. One thread
-    whatever the number of breakers: a thousand breakers built and dropped do not leave a
-    thousand threads behind. A sweep that reports waits for its store (at most its deadline),
-    and the other breakers' sweeps wait with it.
+    The breaker holds one while its settings report (``BreakerConfig.reporting``) and runs
+    every call it allows through :meth:`run`. The reporter keeps the tally, the report
+    interval (stretched with the record's write rate, adopted from the fleet by a newcomer),
+    the slow-call watcher's entry, and the write that sends the tally (:meth:`flush`), whose
+    answer refreshes the breaker's cache like any store answer.
     """
 
-    def __init__(self, sweep: Callable[[], object], period_s: float) -> None:
-        # A weak reference: the watcher must not keep a discarded breaker alive.
-        self._sweep = weakref.WeakMethod(sweep)
-        self.period_s = period_s
-        self.due = 0.0  # monotonic seconds of the next sweep
-        self._started = False
+    def __init__(
+        self,
+        name: str,
+        store: FallbackStore,
+        cache: RecordCache,
+        config: BreakerConfig,
+        *,
+        clock: Callable[[], int],
+        rng: random.Random,
+        container_key: str,
+        emit: Callable[..., None],
+        judge: Callable[[Any], bool],
+    ) -> None:
+        self.name = name
+        self._store = store
+        self._cache = cache
+        self._config = config  # the deployed one: call classification is not tunable
+        self._clock = clock
+        self._rng = rng
+        self._container_key = container_key
+        self._emit = emit
+        self._judge = judge
+        self._failure_result = config.failure_result
+        self._base_interval_ms = max(1, round(config.effective_report_interval * 1000))
+        self._interval_ms = self._base_interval_ms
+        self._has_reported = False  # a newcomer adopts the fleet's interval once
+        self._started_ms = clock()
+        self.policy: Policy = rules.Policy.from_config(config)
+        self.tally: CallTally | None = None
+        self._watcher: SlowCallWatcher | None = None
+        self._watching = False
 
-    def ensure_running(self) -> None:
-        if not self._started:
-            self._started = True
-            _WATCH.add(self)
+    def adopt(self, config: BreakerConfig, policy: Policy) -> bool:
+        """Tally and report calls as ``config`` says; False when it does not report.
 
-    def stop(self) -> None:
-        _WATCH.discard(self)
-
-    def sweep(self) -> bool:
-        """Sweep once; False when the breaker is gone."""
-        sweep = self._sweep()
-        if sweep is None:
+        Called at construction and when live tuning changes the settings: tuning can switch a
+        running fleet between the count and the rate policy, or change the slow-call duration.
+        """
+        self.policy = policy
+        if not config.reporting:
+            self.tally = None
             return False
-        try:
-            sweep()
-        except Exception:  # never let the watcher die: log and keep watching
-            import logging
-
-            logging.getLogger("fleetbreaker").exception("slow-call watcher failed")
+        tally = self.tally
+        if tally is None:
+            tally = CallTally(policy, self._base_interval_ms)
+            tally.due_ms = self._clock() + self._base_interval_ms
+        tally.slow_ms = policy.slow_ms
+        if config.slow_call_duration is not None:
+            # A quarter of the duration: a hung call is reported within 1.25 times it.
+            period = min(max(0.005, config.slow_call_duration / 4), SLOW_WATCH_MAX_PERIOD_S)
+            if self._watcher is None:
+                self._watcher = SlowCallWatcher(self.report_hung_calls, period)
+            self._watcher.period_s = period
+        self.tally = tally
         return True
 
+    @property
+    def refreshes_by_report(self) -> bool:
+        """Whether a cache refresh sends the tally instead of reading the record.
 
-class _ProcessWatch:
-    """The process's one slow-call watcher thread and the breakers it sweeps."""
+        Not while the interval is stretched: the record then takes too many writes.
+        """
+        tally = self.tally
+        return tally is not None and not tally.stretched
 
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._watchers: set[SlowCallWatcher] = set()
-        self._wake = threading.Event()
-        self._thread: threading.Thread | None = None
+    def report_hung_calls(self) -> int:
+        """Report the calls running past ``slow_call_duration`` as slow calls now; how many."""
+        tally = self.tally
+        if tally is None:
+            return 0
+        now = self._clock()
+        hung = tally.sweep(now)
+        if hung:
+            # Out of turn: the Lambda timeout may kill this container before the call ends.
+            self.flush(now)
+        return hung
 
-    def add(self, watcher: SlowCallWatcher) -> None:
-        import time
+    def count(self, success: bool, now: int) -> None:
+        """Tally the outcome of a call that ran outside :meth:`run` (``record()``)."""
+        tally = self.tally
+        assert tally is not None
+        if now >= tally.due_ms:
+            self.flush(now)
+        if success:
+            next(tally.good)
+        else:
+            self._tally_bad(tally, None, True, now)
 
-        with self._lock:
-            watcher.due = time.monotonic() + watcher.period_s
-            self._watchers.add(watcher)
-            # Not alive in a forked child, or ended when its last breaker went: start one.
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(
-                    target=self._run, name="fleetbreaker-slow-calls", daemon=True
-                )
-                self._thread.start()
-        self._wake.set()  # a shorter period than the current sleep
+    def observe(self, record: Record | None) -> None:
+        """Tell the tally the generation the store holds (its older counts are stale)."""
+        tally = self.tally
+        if tally is not None:
+            tally.observe(record.gen if record is not None else 0)
 
-    def discard(self, watcher: SlowCallWatcher) -> None:
-        with self._lock:
-            self._watchers.discard(watcher)
+    def run(
+        self, now: int, fn: Callable[..., R], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> R:
+        """Run an allowed call and tally it.
 
-    def _run(self) -> None:
-        import time
+        The rate policy's hot path, kept flat on purpose (it is measured against Powertools
+        in bench/): a good call costs one atomic counter step, plus a dict entry and a second
+        clock read when slow-call detection times it.
+        """
+        tally = self.tally
+        assert tally is not None
+        if now >= tally.due_ms:
+            self.flush(now)
+        slow_ms = tally.slow_ms
+        if slow_ms is None:
+            try:
+                result = fn(*args, **kwargs)
+            except Exception as exc:
+                self._tally_bad(tally, None, self._config.counts_exception(exc))
+                raise
+            if self._failure_result is not None and self._judge(result):
+                self._tally_bad(tally, None, True)
+            else:
+                next(tally.good)
+            return result
+        number = next(tally.numbers)
+        running = tally.running
+        running[number] = now
+        if not self._watching:
+            self._start_watcher()
+        try:
+            result = fn(*args, **kwargs)
+        except Exception as exc:
+            failed = self._config.counts_exception(exc)
+            started = running.pop(number, None)
+            if started is None:
+                if tally.late(failed):
+                    self._maybe_flush_urgently(tally, self._clock())
+            else:
+                self._tally_bad(tally, started, failed)
+            raise
+        except BaseException:
+            # Interrupted (SystemExit, KeyboardInterrupt): no verdict on the dependency.
+            running.pop(number, None)
+            raise
+        failed = self._failure_result is not None and self._judge(result)
+        end = self._clock()
+        started = running.pop(number, None)
+        if started is None:  # the watcher reported it slow while it ran
+            if tally.late(failed):
+                self._maybe_flush_urgently(tally, end)
+        elif end - started < slow_ms and not failed:
+            next(tally.good)
+        else:
+            self._tally_bad(tally, started, failed, end)
+        return result
 
-        while True:
-            with self._lock:
-                if not self._watchers:
-                    self._thread = None
-                    return
-                watchers = list(self._watchers)
-            now = time.monotonic()
-            for watcher in watchers:
-                if watcher.due <= now:
-                    if not watcher.sweep():  # the breaker is gone
-                        self.discard(watcher)
-                        continue
-                    watcher.due = time.monotonic() + watcher.period_s
-            soonest = min((w.due for w in watchers), default=now) - time.monotonic()
-            self._wake.wait(min(max(soonest, 0.001), SLOW_WATCH_MAX_PERIOD_S))
-            self._wake.clear()
+    def _tally_bad(
+        self, tally: CallTally, started: int | None, failed: bool, now: int | None = None
+    ) -> None:
+        now = self._clock() if now is None else now
+        if tally.bad(started, now, failed):
+            self._maybe_flush_urgently(tally, now)
 
-    def threads(self) -> int:
-        """Live watcher threads (0 or 1)."""
-        thread = self._thread
-        return int(thread is not None and thread.is_alive())
+    def _start_watcher(self) -> None:
+        if self._watcher is not None:
+            self._watcher.ensure_running()
+        self._watching = True
 
+    def _maybe_flush_urgently(self, tally: CallTally, now: int) -> None:
+        record = self._cache.last_seen
+        degraded = self._store.degraded
+        if degraded:
+            # On local state: the local breaker's record, and its own quorum (alone()).
+            record = self._store.local.load(self.name, now)
+        policy = rules.alone(self.policy) if degraded else self.policy
+        if now < tally.urgent_after_ms or not wants_urgent_report(
+            record, tally, policy, self._container_key, now
+        ):
+            return
+        # One out-of-turn decision per cache_ttl per container, thinned across a large fleet.
+        tally.urgent_after_ms = now + self._cache.ttl_ms
+        counts = rules.window_counts(record, self.policy, now)
+        if urgent_allowed(counts, self.policy, self._interval_ms, self._cache.ttl_ms, self._rng):
+            self.flush(now)
 
-_WATCH = _ProcessWatch()
+    def flush(self, now: int, load_if_empty: bool = False) -> Record | None:
+        """Report the tally in one write; the answer refreshes the cache."""
+        tally = self.tally
+        assert tally is not None
+        if not self._has_reported and self._join_fleet(tally, now):
+            # The first report waits for the fleet's interval: no write now.
+            return self._store.load(self.name, now) if load_if_empty else self._cache.last_seen
+        report = tally.take(self._container_key, now, self._interval_ms)
+        if not report:
+            return self._store.load(self.name, now) if load_if_empty else self._cache.last_seen
+        policy = self.policy
+        outcome = self._store.report(self.name, policy, now, report, self._cache.last_seen)
+        after = outcome.record
+        if (
+            not outcome.changed
+            and after is not None
+            and after.state is State.CLOSED
+            and rules.report_fits(after, report)
+        ):
+            # Closed, this generation, yet not counted: it lost every race. Not lost.
+            tally.carry(report)
+        tally.observe(after.gen if after is not None else 0)
+        # Stretch the interval while the record takes more writes than one item should.
+        counts = rules.window_counts(after, policy, now)
+        interval = next_interval_ms(self._interval_ms, self._base_interval_ms, counts, policy)
+        if not self._has_reported:
+            # A newcomer joins at the interval the fleet already uses.
+            self._has_reported = True
+            joined = fleet_interval_ms(counts, policy, report.calls, now - self._started_ms)
+            if joined is not None:
+                interval = max(interval, min(joined, policy.window_ms))
+        if interval != self._interval_ms:
+            self._interval_ms = interval
+            tally.reschedule(self._container_key, now, interval)
+        if counts.calls:
+            self._emit(
+                "on_window", self.name, counts.calls, counts.failure_rate, counts.slow_call_rate
+            )
+        return after
+
+    def _join_fleet(self, tally: CallTally, now: int) -> bool:
+        """A newcomer whose first report is due: join the interval a hot fleet already uses.
+
+        The record it has read (its first call loads it) tells how many calls the fleet's
+        reports carry, and its own calls so far how fast it gathers them: together, the
+        interval the others report at. Joining before the first write, not after it, keeps
+        a hundred containers joining a second from adding a hundred writes a second.
+        True when it joined (the counts then wait, spread by the interval's jitter).
+        """
+        record = self._cache.last_seen
+        if record is None:
+            return False
+        counts = rules.window_counts(record, self.policy, now)
+        joined = fleet_interval_ms(
+            counts, self.policy, tally.pending_calls(), now - self._started_ms
+        )
+        if joined is None or joined <= self._interval_ms:
+            return False
+        self._has_reported = True  # joined: the first report's answer need not do it again
+        self._interval_ms = min(joined, self.policy.window_ms)
+        tally.reschedule(self._container_key, now, self._interval_ms)
+        return True

@@ -80,6 +80,9 @@ OTEL_TRANSITION_EVENT = "fleetbreaker.transition"  # + ".<from>_to_<to>"
 OTEL_STORE_SPAN = "fleetbreaker.store"  # + ".<operation>"
 # Read by the OpenTelemetry API itself to load a tracer provider from an entry point.
 OTEL_PROVIDER_ENV = "OTEL_PYTHON_TRACER_PROVIDER"
+# Decision attribute sets kept per listener: 5 states x 3 decisions per breaker name, so this
+# holds over a hundred breakers; past it, the attributes are built per event.
+MAX_CACHED_ATTRIBUTES = 2048
 
 log = logging.getLogger("fleetbreaker")
 
@@ -345,25 +348,52 @@ class OpenTelemetryListener(BreakerListener):
             "fleetbreaker", __version__, tracer_provider=tracer_provider
         )
         self._local = threading.local()
+        # Per (breaker, state, decision), the event's attributes: built once, not per call
+        # (the SDK copies them into the event).
+        self._decision_attributes: dict[tuple[str, State, Decision], Mapping[str, str]] = {}
+        if self._context_get is not None:
+            self.on_decision = self._fast_on_decision()  # type: ignore[method-assign,assignment]
 
     def __repr__(self) -> str:
         return "OpenTelemetryListener()"
 
+    def _fast_on_decision(self) -> Callable[[str, Decision, State], None]:
+        """:meth:`on_decision` for the API's default context: no span, no work.
+
+        Every admitted call runs it, and outside sampled traces there is nothing to record:
+        two C lookups (the context, its span) and out, with no attribute read on ``self``.
+        """
+        context_get, span_key = self._context_get, self._span_key
+        assert context_get is not None
+        record = self._record_decision
+
+        def on_decision(name: str, decision: Decision, state: State) -> None:
+            span = context_get().get(span_key)
+            if span is not None and span.is_recording():
+                record(span, name, decision, state)
+
+        return on_decision
+
+    def _record_decision(self, span: Any, name: str, decision: Decision, state: State) -> None:
+        key = (name, state, decision)
+        attributes = self._decision_attributes.get(key)
+        if attributes is None:
+            attributes = {
+                OTEL_BREAKER: name,
+                OTEL_STATE: state.value,
+                OTEL_DECISION: decision.value,
+            }
+            if len(self._decision_attributes) < MAX_CACHED_ATTRIBUTES:
+                self._decision_attributes[key] = attributes
+        span.add_event(OTEL_DECISION_EVENT, attributes)
+
     # -- hooks -----------------------------------------------------------------------------
 
     def on_decision(self, name: str, decision: Decision, state: State) -> None:
-        if self._context_get is not None:
-            span = self._context_get().get(self._span_key)
-            if span is None:
-                return
-        else:
-            span = self._trace.get_current_span()
-        if not span.is_recording():
-            return
-        span.add_event(
-            OTEL_DECISION_EVENT,
-            {OTEL_BREAKER: name, OTEL_STATE: state.value, OTEL_DECISION: decision.value},
-        )
+        # Another runtime context than the API's default (see _fast_on_decision otherwise).
+        span = self._trace.get_current_span()
+        if span.is_recording():
+            self._record_decision(span, name, decision, state)
 
     def on_would_reject(self, name: str, state: State, retry_after: float) -> None:
         span = self._trace.get_current_span()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import getpass
 import json
+import logging
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -20,6 +21,8 @@ from fleetbreaker.errors import ConfigError
 # The operator's action is record data (stores keep it): defined with the record, and
 # importable from here as before.
 from fleetbreaker.record import Action as Action
+
+log = logging.getLogger("fleetbreaker")
 
 # The settings an operator may change on a running fleet, with their type; the CLI's options
 # are generated from it. Setting failure_rate_threshold switches a running fleet to the rate
@@ -117,6 +120,27 @@ def apply_tuning(config: BreakerConfig, values: Mapping[str, object]) -> Breaker
     return dataclasses.replace(config, **typed)
 
 
-def tuned_config(config: BreakerConfig, text: str) -> BreakerConfig:
-    """``config`` with the settings stored as ``text``; ConfigError when they cannot apply."""
-    return apply_tuning(config, decode_tuned(text))
+def retuned(config: BreakerConfig, text: str, name: str) -> BreakerConfig:
+    """``config`` with the settings a breaker's record carries as ``text``, applied one by one.
+
+    A running breaker must never stop over them: text it cannot read, or a setting it cannot
+    use (another version of the package may store settings this one does not know), is
+    logged at WARNING and left out; the rest apply.
+    """
+    try:
+        values = decode_tuned(text)
+    except ConfigError as exc:
+        log.warning("circuit %s: ignoring its tuned settings: %s", name, exc)
+        values = {}
+    for setting, value in sorted(values.items()):
+        try:
+            config = apply_tuning(config, {setting: value})
+        except ConfigError as exc:
+            log.warning("circuit %s: ignoring tuned %s: %s", name, setting, exc)
+    return config
+
+
+def operator_action(target: str, reason: str | None, by: str | None, now_ms: int) -> Action:
+    """The record of an operator forcing a breaker to ``target``: by whom (default: the local
+    user), why (checked), and when."""
+    return Action(target, by or local_user(), check_reason(reason), now_ms)

@@ -13,8 +13,8 @@ from decimal import Decimal
 from typing import Any
 
 from fleetbreaker import BreakerConfig, DynamoDBStore
-from fleetbreaker.breaker import container_key
 from fleetbreaker.config import MAX_MIN_CONTAINERS
+from fleetbreaker.naming import container_key
 from fleetbreaker.state import WINDOW_BUCKETS, Policy, Report, window_counts
 
 T0 = 1_700_000_000_000

@@ -165,9 +165,7 @@ def test_shared_answers_reach_the_answer_hook_and_local_ones_do_not(
     shared: FlakyStore, clock: FakeClock
 ) -> None:
     answers: list[Any] = []
-    store = FallbackStore(
-        shared, clock=clock, on_answer=lambda name, record, now: answers.append(record)
-    )
+    store = FallbackStore(shared, clock=clock, on_answer=lambda record, now: answers.append(record))
     trip_store(store, NAME, POLICY, clock())
     shared.down = True
     clock.advance(1)

@@ -19,19 +19,21 @@ import pytest
 LAYER = Path(__file__).resolve().parents[2] / "layer"
 
 # What a function's cold start needs: the breaker, its config and rules, the cache, the
-# fallback store (with its in-memory twin), the default logging listener and DynamoDB.
+# fallback store (with its in-memory twin), the default logging listener and DynamoDB. The
+# rate policy's reporting and the recovery ramp load when a breaker's settings use them.
 COLD_START_MODULES = {
     "fleetbreaker",
     "fleetbreaker.breaker",
     "fleetbreaker.cache",
     "fleetbreaker.config",
+    "fleetbreaker.controls",
     "fleetbreaker.errors",
     "fleetbreaker.events",
     "fleetbreaker.frozen",
+    "fleetbreaker.naming",
     "fleetbreaker.policy",
-    "fleetbreaker.ramp",
     "fleetbreaker.record",
-    "fleetbreaker.reporting",
+    "fleetbreaker.results",
     "fleetbreaker.snapshot",
     "fleetbreaker.state",
     "fleetbreaker.stores",
@@ -47,9 +49,9 @@ COLD_START_MODULES = {
 }
 # Public value classes users may pass to dataclasses.replace / asdict: they stay dataclasses.
 COLD_START_DATACLASSES = {
-    "fleetbreaker.breaker.Admission",
-    "fleetbreaker.breaker.RecordResult",
     "fleetbreaker.config.BreakerConfig",
+    "fleetbreaker.results.Admission",
+    "fleetbreaker.results.RecordResult",
     "fleetbreaker.stores.base.StoreStats",
     "fleetbreaker.stores.fallback.FallbackStats",
 }

@@ -17,7 +17,7 @@ from fleetbreaker.tuning import (
     decode_tuned,
     encode_tuned,
     local_user,
-    tuned_config,
+    retuned,
 )
 from tests.support import Dependency, FakeClock, FlakyStore
 
@@ -221,8 +221,8 @@ def test_a_reason_is_text_of_at_most_500_characters() -> None:
     assert str(not_text.value) == "reason must be text, got int"
 
 
-def test_tuned_config_applies_the_stored_text() -> None:
-    tuned = tuned_config(BreakerConfig(), '{"failure_threshold":2}')
+def test_retuned_applies_the_stored_text() -> None:
+    tuned = retuned(BreakerConfig(), '{"failure_threshold":2}', "payment-api")
     assert tuned.failure_threshold == 2
 
 

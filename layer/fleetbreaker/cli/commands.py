@@ -9,8 +9,9 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, TextIO
 
 from fleetbreaker import tuning
-from fleetbreaker.breaker import system_clock, validate_name
+from fleetbreaker.breaker import system_clock
 from fleetbreaker.errors import ConfigError, StoreError
+from fleetbreaker.naming import validate_name
 from fleetbreaker.state import State
 
 if TYPE_CHECKING:

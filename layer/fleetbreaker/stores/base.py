@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-from fleetbreaker.frozen import frozen
+from fleetbreaker.frozen import frozen, mutable_value
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from fleetbreaker.state import Outcome, Policy, ProbeReport, Record, Report, State
 
 
-@dataclass
+@mutable_value  # a dataclass without generated code (cold start)
 class StoreStats:
     """Round trips a store made, for benchmarks and tests (thread-safe counters)."""
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from fleetbreaker import state as rules
@@ -27,6 +26,7 @@ from fleetbreaker.errors import (
     TableNotFoundError,
 )
 from fleetbreaker.events import STORE_ANSWERED, STORE_DEADLINE, STORE_ERROR, StateChange
+from fleetbreaker.frozen import mutable_value
 from fleetbreaker.state import (
     Record,
     State,
@@ -53,7 +53,7 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 Clock = Callable[[], int]
 Emit = Callable[..., None]
-AnswerHook = Callable[[str, "Record | None", int], None]
+AnswerHook = Callable[["Record | None", int], None]
 Reason = Callable[["Outcome"], TransitionReason]
 
 
@@ -65,7 +65,7 @@ def _ignore(*_: Any) -> None:
     return None
 
 
-@dataclass
+@mutable_value  # a dataclass without generated code (cold start)
 class FallbackStats:
     """Counters of one fallback store (a breaker's ``stats``)."""
 
@@ -99,7 +99,7 @@ class FallbackStore:
         ``on_store_result``, ``on_store_call``, ``on_store_error``, ``on_degraded``,
         ``on_recovered``, ``on_corrupt_record``, ``on_transition``, ``on_state_change``).
     on_answer:
-        ``on_answer(name, record, now_ms)`` receives every record the shared store returned
+        ``on_answer(record, now_ms)`` receives every record the shared store returned
         (the breaker's cache).
 
     Example
@@ -322,7 +322,7 @@ class FallbackStore:
 
     def _answered(self, name: str, record: Record | None, now_ms: int) -> None:
         self._last_seen = (name, record)
-        self._on_answer(name, record, now_ms)
+        self._on_answer(record, now_ms)
 
     def _call_done(
         self, name: str, operation: str, started: float, error: BaseException | None

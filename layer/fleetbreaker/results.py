@@ -1,0 +1,76 @@
+"""What a breaker answers its caller: an admission for a call, a result for a recorded outcome.
+
+The package's result types, from the rules up:
+
+- :class:`~fleetbreaker.state.Decision`: allow, probe or reject, the one word every layer uses;
+- :class:`~fleetbreaker.state.Verdict`: what the rules make of a record at a time (decision,
+  state, wait in ms): it says nothing about who asked;
+- :class:`~fleetbreaker.state.Outcome`: what one store operation wrote and the record it left;
+- :class:`Admission`: the breaker's answer to one call, a verdict plus what only the breaker
+  knows (its name, the probe's lease token, degraded mode, shadow mode), with the wait in
+  seconds, as Retry-After and :class:`~fleetbreaker.errors.CircuitOpenError` give it;
+- :class:`RecordResult`: what :meth:`CircuitBreaker.record` did with an outcome.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+from fleetbreaker.frozen import public_value
+from fleetbreaker.state import Decision, State
+from fleetbreaker.stores.fallback import FallbackStats
+
+# A breaker's counters in this container (``breaker.stats``): store errors, degradations,
+# corrupt records and shadow mode's would-be rejections. It counts no calls.
+StoreErrorStats = FallbackStats
+
+
+@public_value
+class Admission:
+    """The breaker's answer for one call.
+
+    ``retry_after_s``: for a rejection, seconds until the breaker may admit calls again.
+
+    ``token`` is set for a probe: pass it back to :meth:`CircuitBreaker.record` (it is what a
+    Step Functions workflow carries between the gate's check and record steps).
+
+    ``shadow`` is set in shadow mode when an enforcing breaker would not simply have allowed
+    the call: ``reject`` (the call runs anyway) or ``probe`` (it runs without a lease, and
+    its outcome settles a probe only after it finished). ``decision`` is then ``allow``.
+    """
+
+    name: str
+    decision: Decision
+    state: State
+    retry_after_s: float = 0.0
+    token: str | None = None
+    degraded: bool = False
+    shadow: Decision | None = None
+
+    @property
+    def retry_after(self) -> float:
+        """Deprecated: ``retry_after_s`` (the same seconds, named with their unit)."""
+        warnings.warn(
+            "Admission.retry_after is deprecated: use Admission.retry_after_s (seconds)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.retry_after_s
+
+    @property
+    def would_reject(self) -> bool:
+        """Shadow mode: an enforcing breaker would have rejected this call."""
+        return self.shadow is Decision.REJECT
+
+    @property
+    def allowed(self) -> bool:
+        return self.decision is not Decision.REJECT
+
+
+@public_value
+class RecordResult:
+    """What :meth:`CircuitBreaker.record` did with an outcome."""
+
+    applied: bool
+    state: State
+    detail: str

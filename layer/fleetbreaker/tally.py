@@ -1,0 +1,165 @@
+"""What a container counts between its reports: its calls since the last one, and the calls
+still running (slow-call detection). See :mod:`fleetbreaker.reporting` for when it reports.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+import threading
+import zlib
+from typing import TYPE_CHECKING
+
+from fleetbreaker.state import Report, WindowCounts
+
+if TYPE_CHECKING:
+    from fleetbreaker.state import Policy
+
+
+class CallTally:
+    """A container's calls since its last report, and the calls still running.
+
+    Good calls (succeeded, not slow) are the hot path: each is one ``next(good)`` on an
+    ``itertools.count``, atomic under the GIL, so no lock. Bad calls, the watcher and
+    ``take`` use the lock. ``take`` reads the counter with a ``next`` of its own, which it
+    accounts for.
+    """
+
+    def __init__(self, policy: Policy, interval_ms: int) -> None:
+        self.slow_ms = policy.slow_ms
+        self.base_ms = interval_ms
+        self.interval_ms = interval_ms  # the one in force: take() gets it from the breaker
+        self._jitter: random.Random | None = None
+        self.good = itertools.count()
+        self._good_base = 0  # the counter's value just after the last take
+        self._peeks = 0  # next() calls made by peeks since then (not calls)
+        self.calls = 0  # bad calls, and calls the watcher reported
+        self.failures = 0
+        self.slow = 0
+        self.due_ms = 0  # the pending counts must be reported by then
+        self.urgent_after_ms = 0  # an out-of-turn report is considered again from then
+        self.running: dict[int, int] = {}  # call number -> start, epoch ms
+        self.numbers = itertools.count()
+        # The generation the pending counts were taken under (None: not known yet). A store
+        # counts them only into that generation's window (state.Report.gen).
+        self.gen: int | None = None
+        self._lock = threading.Lock()
+
+    def _goods(self) -> int:
+        # Caller holds the lock. This next() is not a call: remember it.
+        seen = next(self.good) - self._good_base - self._peeks
+        self._peeks += 1
+        return seen
+
+    def bad(self, started: int | None, now_ms: int, failed: bool) -> bool:
+        """Count a call that failed or may be slow (``started`` None: it was not timed).
+        True when it was bad."""
+        with self._lock:
+            slow = (
+                started is not None
+                and self.slow_ms is not None
+                and now_ms - started >= self.slow_ms
+            )
+            self.calls += 1
+            self.failures += failed
+            self.slow += slow
+            return failed or slow
+
+    def late(self, failed: bool) -> bool:
+        """Count the end of a call the watcher already reported as a call and a slow call."""
+        if failed:
+            with self._lock:
+                self.failures += 1
+        return failed
+
+    def sweep(self, now_ms: int) -> int:
+        """Count the calls running past ``slow_call_duration`` as slow calls; how many."""
+        if self.slow_ms is None or not self.running:
+            return 0
+        overdue = [
+            n for n, started in list(self.running.items()) if now_ms - started >= self.slow_ms
+        ]
+        # pop() decides the race with the call's end: whoever removes the entry counts it.
+        taken = sum(1 for n in overdue if self.running.pop(n, None) is not None)
+        if taken:
+            with self._lock:
+                self.calls += taken
+                self.slow += taken
+        return taken
+
+    def take(self, container: str, now_ms: int, interval_ms: int) -> Report:
+        """The pending counts as one report, zeroed here; the next one is due an interval on."""
+        with self._lock:
+            mark = next(self.good)
+            goods = mark - self._good_base - self._peeks
+            self._good_base, self._peeks = mark + 1, 0
+            report = Report(container, self.calls + goods, self.failures, self.slow, self.gen)
+            self.calls = self.failures = self.slow = 0
+            self._schedule(container, now_ms, interval_ms)
+            return report
+
+    def observe(self, gen: int) -> None:
+        """The breaker saw its record at ``gen``: counts pending from another generation are
+        dropped (they describe the dependency before a trip, or before a reset)."""
+        if gen == self.gen:
+            return
+        with self._lock:
+            if self.gen is not None:
+                mark = next(self.good)
+                self._good_base, self._peeks = mark + 1, 0
+                self.calls = self.failures = self.slow = 0
+            self.gen = gen
+
+    def carry(self, report: Report) -> None:
+        """Put back the counts of a report the store could not apply (they go with the next
+        one), unless the generation moved on meanwhile."""
+        with self._lock:
+            if report.gen != self.gen:
+                return
+            # Goods carried as plain calls: ``calls`` counts every call, good or bad.
+            self.calls += report.calls
+            self.failures += report.failures
+            self.slow += report.slow
+
+    def reschedule(self, container: str, now_ms: int, interval_ms: int) -> None:
+        """Set the next report ``interval_ms`` after ``now_ms`` (the report's answer may
+        have changed the interval)."""
+        with self._lock:
+            self._schedule(container, now_ms, interval_ms)
+
+    def _schedule(self, container: str, now_ms: int, interval_ms: int) -> None:
+        self.interval_ms = interval_ms
+        if interval_ms > self.base_ms:
+            # Containers that stretched at the same moment would otherwise keep reporting
+            # in the same second, every interval: jitter by +-25 %, seeded by container.
+            if self._jitter is None:
+                self._jitter = random.Random(zlib.crc32(container.encode()))
+            interval_ms = round(interval_ms * (0.75 + self._jitter.random() / 2))
+        self.due_ms = now_ms + interval_ms
+
+    @property
+    def stretched(self) -> bool:
+        """Whether the record's write rate stretched this container's report interval.
+
+        A cache refresh then reads instead of reporting: a refresh every ``cache_ttl`` that
+        wrote would undo the stretch (one write per container per ``cache_ttl`` whatever the
+        interval), so the counts wait until they are due.
+        """
+        return self.interval_ms > self.base_ms
+
+    def pending_calls(self) -> int:
+        with self._lock:
+            return self.calls + self._goods()
+
+    def projected(self, counts: WindowCounts, container_noted: bool) -> WindowCounts:
+        """The fleet's window as last seen, plus what this container has not reported yet."""
+        adds_failing = 0 if container_noted or not self.failures else 1
+        adds_slow = 0 if container_noted or not self.slow else 1
+        return WindowCounts(
+            counts.calls + self.pending_calls(),
+            counts.failures + self.failures,
+            counts.slow + self.slow,
+            counts.reports,
+            counts.failing_containers + adds_failing,
+            counts.slow_containers + adds_slow,
+        )
