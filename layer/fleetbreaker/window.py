@@ -17,12 +17,13 @@ from fleetbreaker.record import WINDOW_BUCKETS, Bucket, Record, Report, State, T
 
 @frozen
 class WindowCounts:
-    """The fleet's calls in the sliding window, summed over its live buckets."""
+    """The fleet's calls in the sliding window, summed over its live buckets, and how many
+    distinct containers the quorum maps hold in it (up to ``min_containers``)."""
 
     calls: int = 0
     failures: int = 0
     slow: int = 0
-    reports: int = 0
+    reports: int = 0  # reports written (the hot-key control counts them)
     failing_containers: int = 0
     slow_containers: int = 0
 
