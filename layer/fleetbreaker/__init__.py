@@ -32,10 +32,10 @@ from fleetbreaker.events import BreakerListener, LoggingListener
 from fleetbreaker.results import Admission, RecordResult, StoreErrorStats
 from fleetbreaker.state import Decision, State
 from fleetbreaker.stores.fallback import FallbackStore
-from fleetbreaker.stores.memory import MemoryStore
 
 if TYPE_CHECKING:
     from fleetbreaker.stores.dynamodb import DynamoDBStore
+    from fleetbreaker.stores.memory import MemoryStore
     from fleetbreaker.stores.redis import RedisStore
 
 __version__ = "0.1.0"
@@ -69,7 +69,12 @@ _RENAMED = {"BreakerStats": "StoreErrorStats"}
 
 
 def __getattr__(name: str) -> Any:
-    # Stores with optional dependencies load on first use, keeping `import fleetbreaker` light.
+    # Stores load on first use, keeping `import fleetbreaker` light: those with optional
+    # dependencies, and MemoryStore (a healthy breaker on a shared store never needs it).
+    if name == "MemoryStore":
+        from fleetbreaker.stores.memory import MemoryStore
+
+        return MemoryStore
     if name == "DynamoDBStore":
         from fleetbreaker.stores.dynamodb import DynamoDBStore
 

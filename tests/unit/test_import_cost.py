@@ -19,8 +19,9 @@ import pytest
 LAYER = Path(__file__).resolve().parents[2] / "layer"
 
 # What a function's cold start needs: the breaker, its config and rules, the cache, the
-# fallback store (with its in-memory twin), the default logging listener and DynamoDB. The
-# rate policy's reporting and the recovery ramp load when a breaker's settings use them.
+# fallback store, the default logging listener and DynamoDB. The rate policy's reporting and
+# the recovery ramp load when a breaker's settings use them; the fallback's in-memory twin
+# (stores.memory) on the first degradation; snapshots (fleetbreaker.snapshot) when asked for.
 COLD_START_MODULES = {
     "fleetbreaker",
     "fleetbreaker.breaker",
@@ -43,7 +44,6 @@ COLD_START_MODULES = {
     "fleetbreaker.stores.dynamodb.store",
     "fleetbreaker.stores.dynamodb.wire",
     "fleetbreaker.stores.fallback",
-    "fleetbreaker.stores.memory",
     "fleetbreaker.window",
 }
 # Public value classes users may pass to dataclasses.replace / asdict: they stay dataclasses.
@@ -119,3 +119,19 @@ def test_plain_import_fleetbreaker_leaves_the_stores_with_dependencies_out() -> 
         loaded["modules"]
     )
     assert loaded["boto3"] == []
+
+
+def test_a_store_that_degrades_loads_its_in_memory_twin_then() -> None:
+    # GIVEN a fresh interpreter with a breaker's fallback over a shared store that fails
+    statement = (
+        "from fleetbreaker.stores.fallback import FallbackStore\n"
+        "class Down:\n"
+        "    def load(self, name, now_ms): raise OSError('down')\n"
+        "store = FallbackStore(Down(), deadline_seconds=None, clock=lambda: 0)\n"
+        "healthy = 'fleetbreaker.stores.memory' in sys.modules\n"
+        "assert store.load('svc', 0) is None and store.degraded and not healthy"
+    )
+    # WHEN its first load fails
+    loaded = imported_by(statement)
+    # THEN the local twin answered, and only then was MemoryStore loaded
+    assert "fleetbreaker.stores.memory" in loaded["modules"]

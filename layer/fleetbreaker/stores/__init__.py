@@ -18,10 +18,11 @@ from fleetbreaker.errors import ConfigError
 from fleetbreaker.frozen import frozen
 from fleetbreaker.stores.base import Store, StoreStats
 from fleetbreaker.stores.fallback import FallbackStore
-from fleetbreaker.stores.memory import MemoryStore
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb.client import DynamoDBClient
+
+    from fleetbreaker.stores.memory import MemoryStore
 
 __all__ = [
     "FallbackStore",
@@ -197,3 +198,12 @@ def from_env(environ: Mapping[str, str] | None = None, *, endpoint_url: str | No
     RedisStore(key_prefix='fleetbreaker')
     """
     return StoreSettings.from_env(environ).open(endpoint_url=endpoint_url)
+
+
+def __getattr__(name: str) -> Any:
+    # MemoryStore loads on first use (a store that degrades builds its local twin then).
+    if name == "MemoryStore":
+        from fleetbreaker.stores.memory import MemoryStore
+
+        return MemoryStore
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -13,6 +13,7 @@ its own, since it implements the same store contract.
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -43,12 +44,12 @@ from fleetbreaker.stores.deadline import MAX_IDLE_WORKERS as MAX_IDLE_WORKERS
 from fleetbreaker.stores.deadline import MAX_PROCESS_WORKERS as MAX_PROCESS_WORKERS
 from fleetbreaker.stores.deadline import MAX_STUCK_WORKERS as MAX_STUCK_WORKERS
 from fleetbreaker.stores.deadline import store_call_wrapper as store_call_wrapper
-from fleetbreaker.stores.memory import MemoryStore
 
 if TYPE_CHECKING:
     from fleetbreaker.record import Action
     from fleetbreaker.state import Outcome, Policy, ProbeReport, Report
     from fleetbreaker.stores.base import Store
+    from fleetbreaker.stores.memory import MemoryStore
 
 T = TypeVar("T")
 Clock = Callable[[], int]
@@ -145,12 +146,17 @@ class FallbackStore:
             )
         self.shared = shared
         self.kind = store_kind(shared)
-        self.local = local if local is not None else MemoryStore()
+        # The local twin is built on the first degradation: a healthy breaker never loads it.
+        self._local = local
+        self._local_lock = threading.Lock()
         self.clock: Clock = clock or _system_clock
         self.backoff_ms = round(backoff_seconds * 1000)
         # The package's own MemoryStore answers from this process's memory with nothing to
         # wait for: it skips the worker hand-off (about 70 us a call).
-        self.deadline_seconds = None if type(shared) is MemoryStore else deadline_seconds
+        # (Not loaded yet: then ``shared`` cannot be one.)
+        memory = sys.modules.get("fleetbreaker.stores.memory")
+        in_process = memory is not None and type(shared) is memory.MemoryStore
+        self.deadline_seconds = None if in_process else deadline_seconds
         self.stats = StoreStats()
         self.fallback_stats = FallbackStats()
         self._emit: Emit = emit or _ignore
@@ -167,6 +173,19 @@ class FallbackStore:
 
     def __repr__(self) -> str:
         return f"FallbackStore({self.shared!r})"
+
+    @property
+    def local(self) -> MemoryStore:
+        """The per-container twin that answers while the shared store cannot."""
+        local = self._local
+        if local is None:
+            with self._local_lock:
+                if self._local is None:
+                    from fleetbreaker.stores.memory import MemoryStore
+
+                    self._local = MemoryStore()
+                local = self._local
+        return local
 
     @property
     def degraded(self) -> bool:
