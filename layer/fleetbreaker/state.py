@@ -49,10 +49,10 @@ from fleetbreaker.record import (
     bucket_field,
     parse_window,
 )
-from fleetbreaker.window import SlidingWindow, WindowCounts
 
 if TYPE_CHECKING:
     from fleetbreaker.snapshot import Snapshot, iso_utc
+    from fleetbreaker.window import SlidingWindow, WindowCounts
 
 __all__ = [
     "BUCKET_CODES",
@@ -349,36 +349,48 @@ def apply_force(record: Record | None, policy: Policy, now_ms: int, target: Stat
 
 # -- rate policy, slow calls and quorum: the window's answers, as rules --------------------
 
+# fleetbreaker.window's class, loaded by the rate policy's first use (never by a count policy)
+_sliding_window: type[SlidingWindow] | None = None
+
+
+def _window(policy: Policy) -> SlidingWindow:
+    global _sliding_window
+    if _sliding_window is None:
+        from fleetbreaker.window import SlidingWindow
+
+        _sliding_window = SlidingWindow
+    return _sliding_window(policy)
+
 
 def bucket_index(policy: Policy, now_ms: int) -> int:
-    return SlidingWindow(policy).index(now_ms)
+    return _window(policy).index(now_ms)
 
 
 def live_containers(seen: Mapping[str, int], policy: Policy, now_ms: int) -> int:
-    return SlidingWindow(policy).live(seen, now_ms)
+    return _window(policy).live(seen, now_ms)
 
 
 def window_counts(record: Record | None, policy: Policy, now_ms: int) -> WindowCounts:
-    return SlidingWindow(policy).counts(record, now_ms)
+    return _window(policy).counts(record, now_ms)
 
 
 def should_trip(counts: WindowCounts, policy: Policy) -> bool:
     """Whether the window's counts open the breaker under the policy (with its quorum)."""
-    return SlidingWindow(policy).trip_reason(counts) is not None
+    return _window(policy).trip_reason(counts) is not None
 
 
 def note_container(
     seen: Mapping[str, int], container: str, policy: Policy, now_ms: int
 ) -> Mapping[str, int]:
-    return SlidingWindow(policy).note(seen, container, now_ms)
+    return _window(policy).note(seen, container, now_ms)
 
 
 def quorum_unchanged(seen: Mapping[str, int], container: str, policy: Policy, now_ms: int) -> bool:
-    return SlidingWindow(policy).unchanged(seen, container, now_ms)
+    return _window(policy).unchanged(seen, container, now_ms)
 
 
 def add_report(record: Record, policy: Policy, now_ms: int, report: Report) -> Record:
-    return SlidingWindow(policy).add(record, now_ms, report)
+    return _window(policy).add(record, now_ms, report)
 
 
 def report_fits(record: Record, report: Report) -> bool:
@@ -396,7 +408,7 @@ def apply_report(record: Record | None, policy: Policy, now_ms: int, report: Rep
     current = record if record is not None else Record()
     if current.state is not State.CLOSED or not report or not report_fits(current, report):
         return Outcome(record)
-    window = SlidingWindow(policy)
+    window = _window(policy)
     counted = window.add(current, now_ms, report)
     if window.trip_reason(window.counts(counted, now_ms)) is not None:
         return Outcome(
@@ -426,7 +438,7 @@ def transition_reason(
             if policy.failure_rate is None
             else TransitionReason.FAILURE_RATE
         )
-        if policy.slow_ms is None or counts is None or SlidingWindow(policy).failing(counts):
+        if policy.slow_ms is None or counts is None or _window(policy).failing(counts):
             return failure
         return TransitionReason.SLOW_CALL_RATE
     return TransitionReason.OPERATOR
@@ -439,7 +451,6 @@ def snapshot_of(
     name: str, record: Record | None, policy: Policy, now_ms: int, mode: str = "enforce"
 ) -> Snapshot:
     """What a record says about a breaker at ``now_ms`` (pure: the CLI and gate reuse it)."""
-    # Presentation: loaded by the first snapshot, not by a cold start.
     from fleetbreaker.snapshot import Snapshot
 
     counts = window_counts(record, policy, now_ms)
@@ -476,11 +487,14 @@ def snapshot_of(
     )
 
 
-def __getattr__(name: str) -> Any:
-    # Snapshot and iso_utc live in fleetbreaker.snapshot (presentation, off the cold path);
-    # they stay importable from here.
-    if name in ("Snapshot", "iso_utc"):
-        from fleetbreaker import snapshot
+# Importable from here, loaded on first use: presentation, and the rate policy's window.
+_LAZY = {"Snapshot": "snapshot", "iso_utc": "snapshot", "SlidingWindow": "window"}
+_LAZY["WindowCounts"] = "window"
 
-        return getattr(snapshot, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from importlib import import_module
+
+    return getattr(import_module(f"fleetbreaker.{_LAZY[name]}"), name)

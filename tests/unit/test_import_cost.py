@@ -19,9 +19,9 @@ import pytest
 LAYER = Path(__file__).resolve().parents[2] / "layer"
 
 # What a function's cold start needs: the breaker, its config and rules, the cache, the
-# fallback store, the default logging listener and DynamoDB. The rate policy's reporting and
-# the recovery ramp load when a breaker's settings use them; the fallback's in-memory twin
-# (stores.memory) on the first degradation; snapshots (fleetbreaker.snapshot) when asked for.
+# fallback store, the default logging listener and DynamoDB. The rate policy's reporting,
+# window and the recovery ramp load when a breaker's settings use them; the fallback's
+# in-memory twin (stores.memory) on the first degradation; fleetbreaker.snapshot when asked.
 COLD_START_MODULES = {
     "fleetbreaker",
     "fleetbreaker.breaker",
@@ -44,7 +44,6 @@ COLD_START_MODULES = {
     "fleetbreaker.stores.dynamodb.store",
     "fleetbreaker.stores.dynamodb.wire",
     "fleetbreaker.stores.fallback",
-    "fleetbreaker.window",
 }
 # Public value classes users may pass to dataclasses.replace / asdict: they stay dataclasses.
 COLD_START_DATACLASSES = {
