@@ -595,9 +595,20 @@ def apply_force(record: Record | None, policy: Policy, now_ms: int, target: Stat
 # -- rate policy, slow calls and quorum ---------------------------------------------------
 
 
+# The short window judged beside the whole one: the newest RECENT_BUCKETS buckets (the current
+# one included, so between one and two tenths of the window). A sharp outage fills it with
+# failures within a bucket or two, while the whole window still holds up to a window of healthy
+# calls; it has its own ``minimum_calls``, so a quiet breaker is judged on the whole window.
+RECENT_BUCKETS = 2
+
+
 @frozen
 class WindowCounts:
-    """The fleet's calls in the sliding window, summed over its live buckets."""
+    """The fleet's calls in the sliding window, summed over its live buckets.
+
+    ``recent_*`` are the same sums over the newest RECENT_BUCKETS buckets, which cover the
+    last ``recent_ms`` (the current bucket's elapsed part included).
+    """
 
     calls: int = 0
     failures: int = 0
@@ -605,6 +616,11 @@ class WindowCounts:
     reports: int = 0
     failing_containers: int = 0
     slow_containers: int = 0
+    recent_calls: int = 0
+    recent_failures: int = 0
+    recent_slow: int = 0
+    recent_reports: int = 0
+    recent_ms: int = 0
 
     @property
     def failure_rate(self) -> float:
@@ -630,12 +646,18 @@ def window_counts(record: Record | None, policy: Policy, now_ms: int) -> WindowC
         return WindowCounts()
     current = bucket_index(policy, now_ms)
     calls = failures = slow = reports = 0
+    r_calls = r_failures = r_slow = r_reports = 0
     for bucket in record.buckets.values():
         if current - WINDOW_BUCKETS < bucket.idx <= current:
             calls += bucket.calls
             failures += bucket.failures
             slow += bucket.slow
             reports += bucket.reports
+            if bucket.idx > current - RECENT_BUCKETS:
+                r_calls += bucket.calls
+                r_failures += bucket.failures
+                r_slow += bucket.slow
+                r_reports += bucket.reports
     return WindowCounts(
         calls,
         failures,
@@ -643,6 +665,11 @@ def window_counts(record: Record | None, policy: Policy, now_ms: int) -> WindowC
         reports,
         live_containers(record.failing, policy, now_ms),
         live_containers(record.slowing, policy, now_ms),
+        r_calls,
+        r_failures,
+        r_slow,
+        r_reports,
+        now_ms - (current - RECENT_BUCKETS + 1) * policy.bucket_ms,
     )
 
 
@@ -691,26 +718,44 @@ def transition_reason(
 def _failing(counts: WindowCounts, policy: Policy) -> bool:
     if policy.failure_rate is None:
         return counts.failures >= policy.failure_threshold
-    return counts.calls >= policy.minimum_calls and counts.failures >= (
-        policy.failure_rate * counts.calls
+    ratio = policy.failure_ratio
+    assert ratio is not None
+    minimum = policy.minimum_calls
+    return judged(counts.failures, counts.calls, minimum, ratio) or judged(
+        counts.recent_failures, counts.recent_calls, minimum, ratio
     )
 
 
+def judged(part: int, calls: int, minimum: int, ratio: tuple[int, int]) -> bool:
+    """Whether ``part`` of ``calls`` reaches ``ratio`` with at least ``minimum`` calls seen."""
+    return calls >= minimum and reaches(part, calls, ratio)
+
+
 def should_trip(counts: WindowCounts, policy: Policy) -> bool:
-    """Whether the window's counts open the breaker under the policy (with its quorum)."""
+    """Whether the window's counts open the breaker under the policy (with its quorum).
+
+    A rate is judged twice, each time with ``minimum_calls``: over the whole window (a slow
+    burn) and over its newest RECENT_BUCKETS buckets (a sharp outage, which the whole
+    window's healthy calls would otherwise dilute for up to half a window).
+    """
     quorum = policy.min_containers
     ratio = policy.failure_ratio
+    minimum = policy.minimum_calls
     if ratio is None:
         failing = counts.failures >= policy.failure_threshold
     else:
-        failing = counts.calls >= policy.minimum_calls and reaches(
-            counts.failures, counts.calls, ratio
+        failing = judged(counts.failures, counts.calls, minimum, ratio) or judged(
+            counts.recent_failures, counts.recent_calls, minimum, ratio
         )
     if failing and (quorum <= 1 or counts.failing_containers >= quorum):
         return True
-    if policy.slow_ms is None or counts.calls < policy.minimum_calls:
+    if policy.slow_ms is None:
         return False
-    slow = counts.slow > 0 and reaches(counts.slow, counts.calls, policy.slow_ratio)
+    slow_ratio = policy.slow_ratio
+    slow = (counts.slow > 0 and judged(counts.slow, counts.calls, minimum, slow_ratio)) or (
+        counts.recent_slow > 0
+        and judged(counts.recent_slow, counts.recent_calls, minimum, slow_ratio)
+    )
     return slow and (quorum <= 1 or counts.slow_containers >= quorum)
 
 

@@ -81,6 +81,7 @@ class _Script:
         common = common.replace("__MAX_PROBE_SLOTS__", str(MAX_PROBE_SLOTS))
         common = common.replace("__MAX_RECORD_DIGITS__", str(rules.MAX_RECORD_DIGITS))
         common = common.replace("__CLOCK_TOLERANCE_MS__", str(rules.CLOCK_TOLERANCE_MS))
+        common = common.replace("__RECENT_BUCKETS__", str(rules.RECENT_BUCKETS))
         body = package.joinpath(f"redis_{operation}.lua").read_text(encoding="utf-8")
         self.operation = operation
         self.source = f"{common}\n{body}"

@@ -23,6 +23,8 @@ local TEXTS = {'tuned', 'last_action'}
 -- calls, failures, slow calls and reports; quorum maps as fields fq:<container> (failures)
 -- and sq:<container> (slow calls), each holding the epoch ms of that container's latest.
 local WINDOW_BUCKETS = 10
+-- The short window judged beside the whole one (state.RECENT_BUCKETS, filled in by redis.py).
+local RECENT_BUCKETS = __RECENT_BUCKETS__
 local BUCKET_PARTS = {i = 'idx', c = 'calls', f = 'failures', s = 'slow', r = 'reports'}
 local QUORUM_MAPS = {fq = 'failing', sq = 'slowing'}
 
