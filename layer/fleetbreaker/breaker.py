@@ -21,13 +21,18 @@ from fleetbreaker.events import BreakerListener, LoggingListener, StateChange
 from fleetbreaker.ramp import RecoveryRamp
 from fleetbreaker.reporting import (
     SLOW_WATCH_MAX_PERIOD_S,
+    TARGET_REPORTS_PER_S,
     CallTally,
     SlowCallWatcher,
     fleet_interval_ms,
+    fleet_size,
     next_interval_ms,
     process_container_id,
+    recent_failing,
+    refresh_ms,
     urgent_allowed,
     wants_urgent_report,
+    write_rate,
 )
 from fleetbreaker.state import Decision, Policy, ProbeReport, Record, Snapshot, State
 from fleetbreaker.stores.base import AdminStore
@@ -250,6 +255,9 @@ class CircuitBreaker:
         self._base_interval_ms = max(1, round(config.effective_report_interval * 1000))
         self._interval_ms = self._base_interval_ms
         self._has_reported = False  # a newcomer adopts the fleet's interval once
+        # Containers on this breaker, as the last closed record with reports showed (kept
+        # while open: the fleet's refreshes must stay spread while it waits out an outage).
+        self._fleet = 0.0
         self._started_ms = self.clock()
         self._tally: CallTally | None = None
         self._watcher: SlowCallWatcher | None = None
@@ -333,7 +341,7 @@ class CircuitBreaker:
         hung = tally.sweep(now)
         if hung:
             # Out of turn: the Lambda timeout may kill this container before the call ends.
-            self._flush(now)
+            self._flush(now, urgent=True)
         return hung
 
     def call(self, fn: Callable[..., R], /, *args: Any, **kwargs: Any) -> R:
@@ -464,7 +472,7 @@ class CircuitBreaker:
         tally = self._tally
         if tally is not None:
             if now >= tally.due_ms:
-                self._flush(now)
+                self._due(tally, now)
             if success:
                 next(tally.good)
             else:
@@ -525,7 +533,7 @@ class CircuitBreaker:
         tally = self._tally
         if tally is None:
             tally = CallTally(policy, self._base_interval_ms)
-            tally.due_ms = self.clock() + self._base_interval_ms
+            tally.start(self.clock())
         tally.slow_ms = policy.slow_ms
         if config.slow_call_duration is not None:
             # At most 1 s: the watcher waits one period before it reads a new one, so a long
@@ -661,7 +669,7 @@ class CircuitBreaker:
         # Powertools in bench/): a good call costs one atomic counter step, plus a dict entry
         # and a second clock read when slow-call detection times it.
         if now >= tally.due_ms:
-            self._flush(now)
+            self._due(tally, now)
         slow_ms = tally.slow_ms
         if slow_ms is None:
             try:
@@ -743,16 +751,30 @@ class CircuitBreaker:
         tally.urgent_after_ms = now + self._cache.ttl_ms
         counts = rules.window_counts(record, self._policy, now)
         if urgent_allowed(counts, self._policy, self._interval_ms, self._cache.ttl_ms, self.rng):
-            self._flush(now)
+            self._flush(now, urgent=True)
 
-    def _flush(self, now: int, load_if_empty: bool = False) -> Record | None:
+    def _due(self, tally: CallTally, now: int) -> None:
+        """The hot path's check fired: the report is due, or only the tally's span ended."""
+        if now >= tally.report_due_ms:
+            self._flush(now)
+        else:
+            tally.rotate(now)
+
+    def _flush(self, now: int, load_if_empty: bool = False, urgent: bool = False) -> Record | None:
         """Report the tally in one write; the answer refreshes the cache."""
         tally = self._tally
         assert tally is not None
-        if not self._has_reported and self._join_fleet(tally, now):
-            # The first report waits for the fleet's interval: no write now.
-            return self._store.load(self.name, now) if load_if_empty else self._cache.last_seen
-        report = tally.take(self._container_key, now, self._interval_ms)
+        tally.rotate(now)
+        if not self._has_reported and not urgent and self._join_fleet(tally, now):
+            # The first report waits for the fleet's interval: no write now. (It has just
+            # read the record: that read is this refresh.)
+            return self._cache.last_seen
+        if recent_failing(tally.recent(), self._policy):
+            # Its own recent calls are failing: those alone, so the newest buckets show the
+            # outage (state.should_trip's short window); the older counts follow later.
+            report = tally.take_recent(self._container_key, now, self._interval_ms)
+        else:
+            report = tally.take(self._container_key, now, self._interval_ms)
         if not report:
             return self._store.load(self.name, now) if load_if_empty else self._cache.last_seen
         observed = self._cache.last_seen
@@ -788,23 +810,28 @@ class CircuitBreaker:
     def _join_fleet(self, tally: CallTally, now: int) -> bool:
         """A newcomer whose first report is due: join the interval a hot fleet already uses.
 
-        The record it has read (its first call loads it) tells how many calls the fleet's
-        reports carry, and its own calls so far how fast it gathers them: together, the
-        interval the others report at. Joining before the first write, not after it, keeps
-        a hundred containers joining a second from adding a hundred writes a second.
+        It reads the record first (one read in its life, and this refresh): the record tells
+        how many calls the fleet's reports carry, and its own calls so far how fast it
+        gathers them: together, the interval the others report at. Its newest buckets tell
+        how fast reports arrive, which is all a fleet that started at once has to go on.
+        Joining before the first write, not after it, keeps a thousand containers starting
+        in the same second from adding a thousand writes a second.
         True when it joined (the counts then wait, spread by the interval's jitter).
         """
-        record = self._cache.last_seen
-        if record is None:
-            return False
+        record = self._store.load(self.name, now)
         counts = rules.window_counts(record, self._policy, now)
+        rate = write_rate(counts, self._policy)
+        if rate < TARGET_REPORTS_PER_S / 2:
+            return False
         joined = fleet_interval_ms(
             counts, self._policy, tally.pending_calls(), now - self._started_ms
         )
-        if joined is None or joined <= self._interval_ms:
+        by_rate = round(self._interval_ms * rate / TARGET_REPORTS_PER_S)
+        interval = min(max(joined or 0, by_rate), self._policy.window_ms)
+        if interval <= self._interval_ms:
             return False
         self._has_reported = True  # joined: the first report's answer need not do it again
-        self._interval_ms = min(joined, self._policy.window_ms)
+        self._interval_ms = interval
         tally.reschedule(self._container_key, now, self._interval_ms)
         return True
 
@@ -897,7 +924,7 @@ class CircuitBreaker:
 
     def _answered(self, name: str, record: Record | None, now: int) -> None:
         # Every shared-store answer refreshes the cache; local answers never do.
-        self._cache.put(record, now)
+        self._cache.put(record, now, self._fresh_ms(record, now))
         self._observe(record)
         # Live tuning travels with the record: a container applies it with the answer that
         # brings it, within cache_ttl, and the hot path reads a plain attribute.
@@ -905,6 +932,15 @@ class CircuitBreaker:
         text = seen.tuned if seen is not None else ""
         if text != self._tuned_text:
             self._retune(text)
+
+    def _fresh_ms(self, record: Record | None, now: int) -> int:
+        """How long this answer stays fresh: cache_ttl, longer for a large fleet."""
+        if self._tally is None:
+            return self._cache.ttl_ms  # the count policy's record does not show the fleet
+        counts = rules.window_counts(record, self._policy, now)
+        if counts.reports:
+            self._fleet = fleet_size(counts, self._policy, self._interval_ms)
+        return refresh_ms(self._fleet, self._cache.ttl_ms, self.rng)
 
     def _emit(self, hook: str, *args: Any) -> None:
         for method in self._hooks[hook]:

@@ -74,7 +74,17 @@ class CallTally:
         self.calls = 0  # bad calls, and calls the watcher reported
         self.failures = 0
         self.slow = 0
-        self.due_ms = 0  # the pending counts must be reported by then
+        # The hot path's one check: ``now >= due_ms`` is the earlier of the report's due time
+        # and the end of the current span (see rotate).
+        self.due_ms = 0
+        self.report_due_ms = 0  # the pending counts must be reported by then
+        self.span_ms = policy.bucket_ms
+        self.span_end_ms = 0
+        # The pending counts (all calls, failures, slow) as they stood at the last two span
+        # ends: what the pending counts hold beyond ``_older`` are the recent calls (one to
+        # two spans of them), which a report may send alone (see take_recent).
+        self._older = (0, 0, 0)
+        self._mid = (0, 0, 0)
         self.urgent_after_ms = 0  # an out-of-turn report is considered again from then
         self.running: dict[int, int] = {}  # call number -> start, epoch ms
         self.numbers = itertools.count()
@@ -133,6 +143,53 @@ class CallTally:
             self._good_base, self._peeks = mark + 1, 0
             report = Report(container, self.calls + goods, self.failures, self.slow, self.gen)
             self.calls = self.failures = self.slow = 0
+            self._older = self._mid = (0, 0, 0)
+            self._schedule(container, now_ms, interval_ms)
+            return report
+
+    def _totals(self) -> tuple[int, int, int]:
+        # Caller holds the lock.
+        return self.calls + self._goods(), self.failures, self.slow
+
+    def rotate(self, now_ms: int) -> None:
+        """A span ended: the calls before the previous span's end stop being recent."""
+        with self._lock:
+            if now_ms < self.span_end_ms:
+                return
+            self._older, self._mid = self._mid, self._totals()
+            self.span_end_ms = now_ms + self.span_ms
+            self.due_ms = min(self.report_due_ms, self.span_end_ms)
+
+    def recent(self) -> tuple[int, int, int]:
+        """(calls, failures, slow) pending from the last one to two spans."""
+        with self._lock:
+            calls, failures, slow = self._totals()
+            old_calls, old_failures, old_slow = self._older
+            return calls - old_calls, failures - old_failures, slow - old_slow
+
+    def take_recent(self, container: str, now_ms: int, interval_ms: int) -> Report:
+        """Only the recent counts as one report; the older ones stay pending.
+
+        A container whose own recent calls fail at the policy's rate sends these alone: a
+        report of a whole stretched interval (up to a window of calls, mostly from before an
+        outage) would land in the newest bucket and hide the outage from the short window.
+        The older counts follow with a later report, or are dropped by a trip.
+        """
+        with self._lock:
+            mark = next(self.good)
+            goods = mark - self._good_base - self._peeks
+            self._good_base, self._peeks = mark + 1, 0
+            old_calls, old_failures, old_slow = self._older
+            report = Report(
+                container,
+                self.calls + goods - old_calls,
+                self.failures - old_failures,
+                self.slow - old_slow,
+                self.gen,
+            )
+            # Goods kept as plain calls: ``calls`` counts every call, good or bad.
+            self.calls, self.failures, self.slow = self._older
+            self._mid = self._older
             self._schedule(container, now_ms, interval_ms)
             return report
 
@@ -146,6 +203,7 @@ class CallTally:
                 mark = next(self.good)
                 self._good_base, self._peeks = mark + 1, 0
                 self.calls = self.failures = self.slow = 0
+                self._older = self._mid = (0, 0, 0)
             self.gen = gen
 
     def carry(self, report: Report) -> None:
@@ -158,12 +216,23 @@ class CallTally:
             self.calls += report.calls
             self.failures += report.failures
             self.slow += report.slow
+            # Carried counts are older than anything pending since.
+            carried = (report.calls, report.failures, report.slow)
+            self._older = _plus(self._older, carried)
+            self._mid = _plus(self._mid, carried)
 
     def reschedule(self, container: str, now_ms: int, interval_ms: int) -> None:
         """Set the next report ``interval_ms`` after ``now_ms`` (the report's answer may
         have changed the interval)."""
         with self._lock:
             self._schedule(container, now_ms, interval_ms)
+
+    def start(self, now_ms: int) -> None:
+        """The first report is due one base interval from ``now_ms``."""
+        with self._lock:
+            self.report_due_ms = now_ms + self.base_ms
+            self.span_end_ms = now_ms + self.span_ms
+            self.due_ms = min(self.report_due_ms, self.span_end_ms)
 
     def _schedule(self, container: str, now_ms: int, interval_ms: int) -> None:
         self.interval_ms = interval_ms
@@ -173,7 +242,8 @@ class CallTally:
             if self._jitter is None:
                 self._jitter = random.Random(zlib.crc32(container.encode()))
             interval_ms = round(interval_ms * (0.75 + self._jitter.random() / 2))
-        self.due_ms = now_ms + interval_ms
+        self.report_due_ms = now_ms + interval_ms
+        self.due_ms = min(self.report_due_ms, max(self.span_end_ms, now_ms))
 
     @property
     def stretched(self) -> bool:
@@ -203,9 +273,59 @@ class CallTally:
         )
 
 
+def _plus(a: tuple[int, int, int], b: tuple[int, int, int]) -> tuple[int, int, int]:
+    return a[0] + b[0], a[1] + b[1], a[2] + b[2]
+
+
 def write_rate(counts: WindowCounts, policy: Policy) -> float:
-    """Reports per second the record took over the window (its load as a hot key)."""
-    return counts.reports * 1000 / policy.window_ms
+    """Reports per second the record takes (its load as a hot key).
+
+    The larger of the window's average and the newest buckets' rate: the average lags a fleet
+    that just grew (a thousand containers starting together) by up to a window.
+    """
+    average = counts.reports * 1000 / policy.window_ms
+    if counts.recent_ms <= 0:
+        return average
+    return max(average, counts.recent_reports * 1000 / counts.recent_ms)
+
+
+def recent_failing(recent: tuple[int, int, int], policy: Policy) -> bool:
+    """Whether a container's own recent calls fail (or run slow) at the policy's rate."""
+    calls, failures, slow = recent
+    if calls <= 0:
+        return False
+    ratio = policy.failure_ratio
+    if ratio is not None and failures and rules.reaches(failures, calls, ratio):
+        return True
+    return policy.slow_ms is not None and slow > 0 and rules.reaches(slow, calls, policy.slow_ratio)
+
+
+# Cache refreshes the fleet aims to send to one record per second: 2,000 read units of
+# eventually consistent reads (half a unit each), under 80 % of one partition's 3,000.
+TARGET_REFRESHES_PER_S = 4_000.0
+# A refresh waits at most this many cache_ttl: the longest a container acts on a view of the
+# record (the documented maximum staleness, docs/architecture.md).
+MAX_REFRESH_STRETCH = 2.0
+
+
+def fleet_size(counts: WindowCounts, policy: Policy, interval_ms: int) -> float:
+    """The containers reporting to a record: its write rate times the interval they use."""
+    return write_rate(counts, policy) * interval_ms / 1000
+
+
+def refresh_ms(containers: float, cache_ms: int, rng: random.Random) -> int:
+    """How long a container's cached view stays fresh, given the fleet's size.
+
+    ``cache_ttl`` while the fleet's refreshes stay under TARGET_REFRESHES_PER_S; past that,
+    stretched so they do, jittered by +-25 % (else containers that stretched together keep
+    refreshing in the same instant), never shorter than ``cache_ttl`` nor longer than
+    MAX_REFRESH_STRETCH of it.
+    """
+    wanted = containers * 1000 / TARGET_REFRESHES_PER_S
+    if cache_ms <= 0 or wanted <= cache_ms:
+        return cache_ms
+    jittered = wanted * (0.75 + rng.random() / 2)
+    return round(max(cache_ms, min(jittered, MAX_REFRESH_STRETCH * cache_ms)))
 
 
 def next_interval_ms(current_ms: int, base_ms: int, counts: WindowCounts, policy: Policy) -> int:
@@ -266,17 +386,12 @@ def wants_urgent_report(
     """Whether this container's pending counts should reach the store before they are due.
 
     When they would open the breaker as this container last saw it; or, while the interval
-    is stretched, when its own pending calls fail (or run slow) at the policy's rate: the
+    is stretched, when its own recent calls fail (or run slow) at the policy's rate: the
     fleet's counts then reach the store up to a whole interval late, and without this a
     large fleet would trip that much later than a small one.
     """
-    if tally.stretched and (calls := tally.pending_calls()):
-        ratio = policy.failure_ratio
-        if ratio is not None and tally.failures and rules.reaches(tally.failures, calls, ratio):
-            return True
-        slow = tally.slow
-        if policy.slow_ms is not None and slow and rules.reaches(slow, calls, policy.slow_ratio):
-            return True
+    if tally.stretched and recent_failing(tally.recent(), policy):
+        return True
     counts = rules.window_counts(record, policy, now_ms)
     noted = record is not None and container in record.failing
     return rules.should_trip(tally.projected(counts, noted), policy)
