@@ -26,6 +26,7 @@ from fleetbreaker.reporting import (
     SlowCallWatcher,
     fleet_interval_ms,
     fleet_size,
+    max_interval_ms,
     next_interval_ms,
     process_container_id,
     recent_failing,
@@ -255,6 +256,9 @@ class CircuitBreaker:
         self._base_interval_ms = max(1, round(config.effective_report_interval * 1000))
         self._interval_ms = self._base_interval_ms
         self._has_reported = False  # a newcomer adopts the fleet's interval once
+        # Whether the record showed no reports when this container first read it: it may be
+        # one of a crowd that started together (see _join_fleet). None: not read yet.
+        self._started_cold: bool | None = None
         # Containers on this breaker, as the last closed record with reports showed (kept
         # while open: the fleet's refreshes must stay spread while it waits out an outage).
         self._fleet = 0.0
@@ -765,7 +769,8 @@ class CircuitBreaker:
         tally = self._tally
         assert tally is not None
         tally.rotate(now)
-        if not self._has_reported and not urgent and self._join_fleet(tally, now):
+        read = not self._has_reported and not urgent
+        if read and self._join_fleet(tally, now):
             # The first report waits for the fleet's interval: no write now. (It has just
             # read the record: that read is this refresh.)
             return self._cache.last_seen
@@ -776,7 +781,9 @@ class CircuitBreaker:
         else:
             report = tally.take(self._container_key, now, self._interval_ms)
         if not report:
-            return self._store.load(self.name, now) if load_if_empty else self._cache.last_seen
+            if load_if_empty and not read:
+                return self._store.load(self.name, now)
+            return self._cache.last_seen
         observed = self._cache.last_seen
         outcome = self._store.report(self.name, self._policy, now, report, observed)
         after = outcome.record
@@ -797,7 +804,7 @@ class CircuitBreaker:
             self._has_reported = True
             joined = fleet_interval_ms(counts, self._policy, report.calls, now - self._started_ms)
             if joined is not None:
-                interval = max(interval, min(joined, self._policy.window_ms))
+                interval = max(interval, min(joined, max_interval_ms(self._policy)))
         if interval != self._interval_ms:
             self._interval_ms = interval
             tally.reschedule(self._container_key, now, interval)
@@ -820,14 +827,29 @@ class CircuitBreaker:
         """
         record = self._store.load(self.name, now)
         counts = rules.window_counts(record, self._policy, now)
+        if self._started_cold is None:
+            self._started_cold = counts.reports == 0
         rate = write_rate(counts, self._policy)
-        if rate < TARGET_REPORTS_PER_S / 2:
+        pending = tally.pending_calls()
+        if rate < TARGET_REPORTS_PER_S / 2 or not pending:
+            # A quiet record; or its first read, before any call of its own shows how fast
+            # it gathers calls (nothing to report either).
             return False
-        joined = fleet_interval_ms(
-            counts, self._policy, tally.pending_calls(), now - self._started_ms
-        )
+        longest = max_interval_ms(self._policy)
+        if self._started_cold:
+            # The record was quiet when it started and is hot now: it started with a crowd
+            # (Lambda adds up to 1,000 containers a second) whose size no record shows yet.
+            # The longest interval is safe, the first report anywhere in it so the crowd's
+            # first reports spread evenly; the report control shortens it if the crowd
+            # turns out small.
+            self._has_reported = True
+            self._interval_ms = longest
+            base = self._base_interval_ms
+            tally.defer(now, longest, base + round(self.rng.random() * (longest - base)))
+            return True
+        joined = fleet_interval_ms(counts, self._policy, pending, now - self._started_ms)
         by_rate = round(self._interval_ms * rate / TARGET_REPORTS_PER_S)
-        interval = min(max(joined or 0, by_rate), self._policy.window_ms)
+        interval = min(max(joined or 0, by_rate), longest)
         if interval <= self._interval_ms:
             return False
         self._has_reported = True  # joined: the first report's answer need not do it again
@@ -935,11 +957,14 @@ class CircuitBreaker:
 
     def _fresh_ms(self, record: Record | None, now: int) -> int:
         """How long this answer stays fresh: cache_ttl, longer for a large fleet."""
-        if self._tally is None:
+        tally = self._tally
+        if tally is None:
             return self._cache.ttl_ms  # the count policy's record does not show the fleet
         counts = rules.window_counts(record, self._policy, now)
-        if counts.reports:
-            self._fleet = fleet_size(counts, self._policy, self._interval_ms)
+        own_calls = tally.taken + tally.pending_calls()
+        fleet = fleet_size(counts, self._policy, own_calls, now - self._started_ms)
+        if fleet is not None:
+            self._fleet = fleet
         return refresh_ms(self._fleet, self._cache.ttl_ms, self.rng)
 
     def _emit(self, hook: str, *args: Any) -> None:

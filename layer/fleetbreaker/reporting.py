@@ -38,6 +38,11 @@ if TYPE_CHECKING:
 # out-of-turn reports it may add: together well under one DynamoDB item's 1,000 writes/s.
 TARGET_REPORTS_PER_S = 250.0
 URGENT_REPORTS_PER_S = 200.0
+# The longest report interval, in windows. Past one window a report carries calls older than
+# the window, and the window holds about half the fleet's reports; the rates it shows are
+# the same, and 5,000 containers then send 250 reports/s, not 500 (a margin under one item's
+# 1,000 writes/s for lost fences, newcomers and out-of-turn reports).
+MAX_INTERVAL_WINDOWS = 2
 # The slow-call watcher's longest sleep (s), whatever slow_call_duration says.
 SLOW_WATCH_MAX_PERIOD_S = 1.0
 
@@ -72,6 +77,7 @@ class CallTally:
         self._good_base = 0  # the counter's value just after the last take
         self._peeks = 0  # next() calls made by peeks since then (not calls)
         self.calls = 0  # bad calls, and calls the watcher reported
+        self.taken = 0  # calls taken into reports, ever (this container's call rate)
         self.failures = 0
         self.slow = 0
         # The hot path's one check: ``now >= due_ms`` is the earlier of the report's due time
@@ -142,6 +148,7 @@ class CallTally:
             goods = mark - self._good_base - self._peeks
             self._good_base, self._peeks = mark + 1, 0
             report = Report(container, self.calls + goods, self.failures, self.slow, self.gen)
+            self.taken += report.calls
             self.calls = self.failures = self.slow = 0
             self._older = self._mid = (0, 0, 0)
             self._schedule(container, now_ms, interval_ms)
@@ -187,6 +194,7 @@ class CallTally:
                 self.slow - old_slow,
                 self.gen,
             )
+            self.taken += report.calls
             # Goods kept as plain calls: ``calls`` counts every call, good or bad.
             self.calls, self.failures, self.slow = self._older
             self._mid = self._older
@@ -226,6 +234,13 @@ class CallTally:
         have changed the interval)."""
         with self._lock:
             self._schedule(container, now_ms, interval_ms)
+
+    def defer(self, now_ms: int, interval_ms: int, delay_ms: int) -> None:
+        """Use ``interval_ms`` from now on, the next report due ``delay_ms`` from ``now_ms``."""
+        with self._lock:
+            self.interval_ms = interval_ms
+            self.report_due_ms = now_ms + delay_ms
+            self.due_ms = min(self.report_due_ms, max(self.span_end_ms, now_ms))
 
     def start(self, now_ms: int) -> None:
         """The first report is due one base interval from ``now_ms``."""
@@ -280,13 +295,17 @@ def _plus(a: tuple[int, int, int], b: tuple[int, int, int]) -> tuple[int, int, i
 def write_rate(counts: WindowCounts, policy: Policy) -> float:
     """Reports per second the record takes (its load as a hot key).
 
-    The larger of the window's average and the newest buckets' rate: the average lags a fleet
-    that just grew (a thousand containers starting together) by up to a window.
+    The largest of the window's average, the newest buckets' rate and the current bucket's
+    (over at least a tenth of a bucket): the average lags a fleet that just grew (a thousand
+    containers starting in the same second) by up to a window, and the newcomers of such a
+    fleet must see it within a fraction of a second.
     """
     average = counts.reports * 1000 / policy.window_ms
     if counts.recent_ms <= 0:
         return average
-    return max(average, counts.recent_reports * 1000 / counts.recent_ms)
+    recent = counts.recent_reports * 1000 / counts.recent_ms
+    current = counts.current_reports * 1000 / max(counts.current_ms, policy.bucket_ms / 10, 1)
+    return max(average, recent, current)
 
 
 def recent_failing(recent: tuple[int, int, int], policy: Policy) -> bool:
@@ -300,17 +319,24 @@ def recent_failing(recent: tuple[int, int, int], policy: Policy) -> bool:
     return policy.slow_ms is not None and slow > 0 and rules.reaches(slow, calls, policy.slow_ratio)
 
 
-# Cache refreshes the fleet aims to send to one record per second: 2,000 read units of
+# Cache refreshes the fleet aims to send to one record per second: 1,800 read units of
 # eventually consistent reads (half a unit each), under 80 % of one partition's 3,000.
-TARGET_REFRESHES_PER_S = 4_000.0
+TARGET_REFRESHES_PER_S = 3_600.0
 # A refresh waits at most this many cache_ttl: the longest a container acts on a view of the
 # record (the documented maximum staleness, docs/architecture.md).
 MAX_REFRESH_STRETCH = 2.0
 
 
-def fleet_size(counts: WindowCounts, policy: Policy, interval_ms: int) -> float:
-    """The containers reporting to a record: its write rate times the interval they use."""
-    return write_rate(counts, policy) * interval_ms / 1000
+def fleet_size(counts: WindowCounts, policy: Policy, own_calls: int, own_ms: int) -> float | None:
+    """The containers calling a breaker: the fleet's call rate over this container's own.
+
+    Every call is reported once, so the window's calls over its length are the fleet's call
+    rate, whatever the intervals; Lambda spreads requests evenly over a function's
+    containers. None when there is nothing to go on.
+    """
+    if counts.calls <= 0 or own_calls <= 0 or own_ms <= 0:
+        return None
+    return (counts.calls / policy.window_ms) / (own_calls / own_ms)
 
 
 def refresh_ms(containers: float, cache_ms: int, rng: random.Random) -> int:
@@ -335,13 +361,18 @@ def next_interval_ms(current_ms: int, base_ms: int, counts: WindowCounts, policy
     fleet size; scaling the base interval by W / TARGET settles at sqrt(C * TARGET / base)
     instead (1,414 writes/s for 5,000 containers at a 1 s base) and oscillates. The square
     root damps the correction: the window's rate lags a change by up to a window. The
-    interval stays between ``base_ms`` and ``window_ms``.
+    interval stays between ``base_ms`` and ``max_interval_ms``.
     """
     rate = write_rate(counts, policy)
     if rate <= 0:
         return base_ms
     wanted = round(current_ms * math.sqrt(rate / TARGET_REPORTS_PER_S))
-    return max(base_ms, min(wanted, policy.window_ms))
+    return max(base_ms, min(wanted, max_interval_ms(policy)))
+
+
+def max_interval_ms(policy: Policy) -> int:
+    """The longest report interval (MAX_INTERVAL_WINDOWS windows)."""
+    return MAX_INTERVAL_WINDOWS * policy.window_ms
 
 
 def fleet_interval_ms(

@@ -607,7 +607,8 @@ class WindowCounts:
     """The fleet's calls in the sliding window, summed over its live buckets.
 
     ``recent_*`` are the same sums over the newest RECENT_BUCKETS buckets, which cover the
-    last ``recent_ms`` (the current bucket's elapsed part included).
+    last ``recent_ms`` (the current bucket's elapsed part included); ``current_reports`` the
+    reports in the current bucket, ``current_ms`` into it.
     """
 
     calls: int = 0
@@ -621,6 +622,8 @@ class WindowCounts:
     recent_slow: int = 0
     recent_reports: int = 0
     recent_ms: int = 0
+    current_reports: int = 0
+    current_ms: int = 0
 
     @property
     def failure_rate(self) -> float:
@@ -647,6 +650,7 @@ def window_counts(record: Record | None, policy: Policy, now_ms: int) -> WindowC
     current = bucket_index(policy, now_ms)
     calls = failures = slow = reports = 0
     r_calls = r_failures = r_slow = r_reports = 0
+    now_reports = 0
     for bucket in record.buckets.values():
         if current - WINDOW_BUCKETS < bucket.idx <= current:
             calls += bucket.calls
@@ -658,6 +662,8 @@ def window_counts(record: Record | None, policy: Policy, now_ms: int) -> WindowC
                 r_failures += bucket.failures
                 r_slow += bucket.slow
                 r_reports += bucket.reports
+            if bucket.idx == current:
+                now_reports = bucket.reports
     return WindowCounts(
         calls,
         failures,
@@ -670,6 +676,8 @@ def window_counts(record: Record | None, policy: Policy, now_ms: int) -> WindowC
         r_slow,
         r_reports,
         now_ms - (current - RECENT_BUCKETS + 1) * policy.bucket_ms,
+        now_reports,
+        now_ms - current * policy.bucket_ms,
     )
 
 

@@ -8,6 +8,7 @@ from fleetbreaker import BreakerConfig, CircuitBreaker
 from fleetbreaker.reporting import (
     TARGET_REPORTS_PER_S,
     CallTally,
+    max_interval_ms,
     next_interval_ms,
     wants_urgent_report,
 )
@@ -62,9 +63,9 @@ def test_fleet_of_any_size_settles_at_the_target_write_rate() -> None:
         for _ in range(60):
             rate = containers * 1000 / interval
             interval = next_interval_ms(interval, 1000, _counts_at(rate), RATE)
-        # THEN the record's write rate ends near TARGET (or at the window cap's C / window)
+        # THEN the record's write rate ends near TARGET (or at the cap's C / longest interval)
         settled = containers * 1000 / interval
-        floor = containers * 1000 / RATE.window_ms
+        floor = containers * 1000 / max_interval_ms(RATE)
         assert settled <= max(TARGET_REPORTS_PER_S * 1.05, floor * 1.001)
         assert math.isclose(settled, max(TARGET_REPORTS_PER_S, floor), rel_tol=0.05)
 
@@ -154,9 +155,9 @@ def test_a_newcomer_joins_at_the_interval_the_fleet_already_uses_before_writing(
     reports = round(TARGET_REPORTS_PER_S * RATE.window_ms / 1000)
     busy = Bucket(idx, calls=reports * 40, failures=0, slow=0, reports=reports)
     record = Record(buckets={idx % WINDOW_BUCKETS: busy}, expires_at=clock() // 1000 + 3600)
-    # (container "newcomer": its jitter makes the joined 10 s interval 7.815 s)
-    # AND a new container whose first call reads it (the read a newcomer makes before it
-    # reports), at 0 s
+    # (container "newcomer": its jitter makes the joined 20 s interval 15.63 s)
+    # AND a new container that reads it at its first call (0 s) and again before its first
+    # report is due (1 s): a newcomer reads before it reports
     breaker, store = _breaker_on(record, clock, container_id="newcomer")
     dependency = Dependency()
 
@@ -166,24 +167,24 @@ def test_a_newcomer_joins_at_the_interval_the_fleet_already_uses_before_writing(
         clock.advance(0.5)
 
     # THEN its first report did not go out at the base interval: it joined the fleet's
-    # (capped at the 10 s window, jittered by at most 25 %: at least 7.5 s) without a write,
+    # (at most two 10 s windows, jittered by at most 25 %: at least 15 s) without a write,
     # so a hundred containers joining a second add no hundred writes a second
     assert store.stats.writes == 0
-    for _ in range(12):
+    for _ in range(30):
         breaker.call(dependency)
         clock.advance(0.5)
     assert store.stats.writes == 0
 
     # AND its counts go out in one report at its first call past that interval (joined at
-    # 0 s, due at 7.815 s), carrying every call made before it: none lost
-    breaker.call(dependency)  # at 7.5 s
+    # 1 s, due at 16.63 s), carrying every call made before it: none lost
+    breaker.call(dependency)  # at 16.5 s
     assert store.stats.writes == 0
     clock.advance(0.5)
-    breaker.call(dependency)  # at 8 s
+    breaker.call(dependency)  # at 17 s
     assert store.stats.writes == 1
     fleet = store.load("payment-api", clock())
     assert fleet is not None
-    assert sum(b.calls for b in fleet.buckets.values()) == reports * 40 + 16  # 0 to 7.5 s
+    assert sum(b.calls for b in fleet.buckets.values()) == reports * 40 + 34  # 0 to 16.5 s
 
 
 def test_a_newcomer_to_a_quiet_record_reports_at_its_own_interval() -> None:
