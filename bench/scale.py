@@ -244,7 +244,9 @@ def _fence_fails(
     """Whether DynamoDBStore.report's first conditional write would fail on ``current``."""
     seen = observed if observed is not None and not observed.is_expired(now_ms) else None
     if seen is None:
-        return current is not None  # it writes a fresh record, fenced on there being none
+        # It writes a fresh record, fenced on there being none; when there is one, it tries
+        # again on the record the failed write returned only if that one is closed.
+        return current is not None and current.state is State.CLOSED
     if current is None or seen.state is not State.CLOSED or current.state is not State.CLOSED:
         return False  # no write planned, or the one write fails and the report stops there
     idx = bucket_index(policy, now_ms)
