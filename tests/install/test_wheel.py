@@ -34,7 +34,7 @@ PACKAGED = {
     "fleetbreaker/__init__.py",
     "fleetbreaker/py.typed",
     "fleetbreaker/cli.py",
-    "fleetbreaker/stores/dynamodb.py",
+    "fleetbreaker/stores/dynamodb/store.py",
     "fleetbreaker/stores/redis_common.lua",
     "fleetbreaker/stores/redis_report.lua",
 }

@@ -34,6 +34,9 @@ COLD_START_MODULES = {
     "fleetbreaker.stores",
     "fleetbreaker.stores.base",
     "fleetbreaker.stores.dynamodb",
+    "fleetbreaker.stores.dynamodb.codec",
+    "fleetbreaker.stores.dynamodb.store",
+    "fleetbreaker.stores.dynamodb.wire",
     "fleetbreaker.stores.fallback",
     "fleetbreaker.stores.memory",
 }

@@ -1,0 +1,293 @@
+"""The DynamoDB item codec: a raw item to a Record, and a Record's changes to an UpdateItem.
+
+Everything here is pure (no client, no clock): ``parse_item`` reads an item the way the
+conditions written by ``Write`` see it, so parser and condition never disagree on whether an
+item is usable, a slot is held or a bucket is current.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, cast
+
+from fleetbreaker import state as rules
+from fleetbreaker.errors import CorruptRecordError
+from fleetbreaker.frozen import replace
+from fleetbreaker.state import MAX_PROBE_SLOTS, Lease, Policy, Record, State
+
+KEY_ATTRIBUTE = "name"
+TTL_ATTRIBUTE = "expires_at"
+# The id of the write that last changed the item (random, one per UpdateItem the store
+# sends). botocore re-sends a request after a read timeout although the first attempt may
+# have applied; every write requires a different id, so the re-sent one cannot apply again,
+# and the id it then finds tells the store its own first attempt did.
+OP_ATTRIBUTE = "op"
+
+# Scalar attributes every usable item has, all numbers. The Python parser and the USABLE
+# condition below must agree, or a corrupt item could be both "absent" and "present".
+_NUMBERS = rules.RECORD_NUMBERS
+assert TTL_ATTRIBUTE in _NUMBERS
+_STATES = tuple(state.value for state in State)
+
+
+def slot_names(slot: int) -> tuple[str, str]:
+    return f"probe{slot}_token", f"probe{slot}_until"
+
+
+def holding(token_name: str, token: str) -> Callable[[dict[str, Any]], bool]:
+    """Whether an item read back holds this lease token: the claim that wrote it applied."""
+    return lambda item: scalar(item, token_name, "S") == token
+
+
+def since_name(slot: int) -> str:
+    """When the slot's lease was granted, on its claimer's clock (rules.lease_ended)."""
+    return f"probe{slot}_since"
+
+
+def _number(item: dict[str, Any], name: str) -> int:
+    raw = item.get(name)
+    if not isinstance(raw, dict) or "N" not in raw:
+        raise CorruptRecordError(f"attribute {name!r} is missing or not a number: {raw!r}")
+    return _integer(name, raw["N"])
+
+
+def _integer(name: str, raw: object) -> int:
+    """A stored number the package can trust: an integer of at most MAX_RECORD_DIGITS digits.
+
+    DynamoDB numbers may be fractional or 38 digits long; such a value was not written by
+    this package and would make later arithmetic (ADD gen 1) fail, so the item is corrupt.
+    """
+    if not _is_integer(raw):
+        raise CorruptRecordError(
+            f"attribute {name!r} is not an integer of at most {rules.MAX_RECORD_DIGITS} digits: "
+            f"{str(raw)[:40]!r}"
+        )
+    return int(cast("str", raw))
+
+
+def scalar(item: dict[str, Any], name: str, kind: str) -> Any:
+    raw = item.get(name)
+    return raw.get(kind) if isinstance(raw, dict) else None
+
+
+def parse_item(item: dict[str, Any] | None, now_ms: int) -> Record | None:
+    """Turn a raw DynamoDB item into a Record; None when absent or past its TTL.
+
+    Raises CorruptRecordError when the item is not one this package wrote.
+    """
+    if not item:
+        return None
+    raw_state = scalar(item, "state", "S")
+    if raw_state not in _STATES:
+        raise CorruptRecordError(f"attribute 'state' is not a breaker state: {item.get('state')!r}")
+    numbers = {name: _number(item, name) for name in _NUMBERS}
+    leases: dict[int, Lease] = {}
+    for slot in range(MAX_PROBE_SLOTS):
+        token_name, until_name = slot_names(slot)
+        token = scalar(item, token_name, "S")
+        until = scalar(item, until_name, "N")
+        # An expiry that is not a number is a free slot; the claim condition agrees (it
+        # accepts a slot whose expiry is not a number). A numeric expiry the condition would
+        # compare but the parser cannot trust (fractional, no token) makes the item corrupt,
+        # so parser and condition never disagree on whether the slot is held.
+        if until is None:
+            continue
+        if not isinstance(token, str):
+            raise CorruptRecordError(f"attribute {until_name!r} has no {token_name!r}")
+        # A grant time that is missing or not an integer is unknown: the lease then lasts
+        # until its expiry. The claim condition compares only a number (since > now + ...).
+        since = scalar(item, since_name(slot), "N")
+        granted = int(since) if _is_integer(since) else None
+        leases[slot] = Lease(token, _integer(until_name, until), granted)
+    quorum: dict[str, dict[str, int]] = {}
+    for code in rules.QUORUM_CODES:
+        raw_map = scalar(item, code, "M")
+        entries = raw_map if isinstance(raw_map, dict) else {}
+        quorum[code] = {
+            container: int(value["N"])
+            for container, value in entries.items()
+            if isinstance(value, dict) and _is_integer(value.get("N"))
+        }
+
+    def window_number(field: str) -> int | None:
+        # Not a number: the bucket reads as empty, as the report's condition assumes
+        # (NOT attribute_type N). A number it cannot trust: corrupt, for the same reason.
+        raw = scalar(item, field, "N")
+        return None if raw is None else _integer(field, raw)
+
+    rev = window_number("rev")
+    record = Record(
+        state=State(raw_state),
+        gen=numbers["gen"],
+        failures=numbers["failures"],
+        window_start=numbers["window_start"],
+        opened_at=numbers["opened_at"],
+        open_until=numbers["open_until"],
+        reopens=numbers["reopens"],
+        successes=numbers["successes"],
+        leases=leases,
+        updated_at=numbers["updated_at"],
+        expires_at=numbers[TTL_ATTRIBUTE],
+        rev=rev if rev is not None else 0,
+        **rules.parse_window(window_number, quorum),
+    )
+    # Operator fields are text; anything else in them is left for the next tune to replace.
+    texts = {name: scalar(item, name, "S") for name in rules.RECORD_TEXTS}
+    kept: dict[str, Any] = {k: v for k, v in texts.items() if isinstance(v, str)}
+    record = replace(record, **kept)
+    return None if record.is_expired(now_ms) else record
+
+
+def _is_integer(raw: object) -> bool:
+    if not isinstance(raw, str) or not raw.isascii():
+        return False
+    digits = raw[1:] if raw.startswith("-") else raw
+    return digits.isdigit() and len(digits) <= rules.MAX_RECORD_DIGITS
+
+
+# A report that also rewrites the quorum map tries that many times; later attempts send its
+
+# Everything the rate policy keeps in an item: the buckets, the quorum maps and their rev.
+_WINDOW_ATTRIBUTES = (
+    *(
+        rules.bucket_field(slot, code)
+        for slot in range(rules.WINDOW_BUCKETS)
+        for code in rules.BUCKET_CODES
+    ),
+    *rules.QUORUM_CODES,
+    "rev",
+)
+
+
+# Attributes besides state and the numbers that can make an item corrupt: a replacement of
+# a corrupt item is fenced on them too.
+_FENCED = (
+    *(slot_names(slot)[1] for slot in range(MAX_PROBE_SLOTS)),
+    *(rules.bucket_field(slot, "i") for slot in range(rules.WINDOW_BUCKETS)),
+    "rev",
+)
+
+
+class Write:
+    """One UpdateItem under construction: expression parts plus their placeholders."""
+
+    def __init__(self, now_ms: int, policy: Policy, state: State | None = None) -> None:
+        self.sets: list[str] = []
+        self.adds: list[str] = []
+        self.removes: list[str] = []
+        self.conditions: list[str] = []
+        self.names: dict[str, str] = {}
+        self.values: dict[str, dict[str, Any]] = {}
+        self.now_ms = now_ms
+        self.set("updated_at", now_ms)
+        ttl_s = rules.ttl_seconds(policy, state) if state is not None else policy.ttl_s
+        self.set(TTL_ATTRIBUTE, now_ms // 1000 + ttl_s)
+
+    def name(self, attribute: str) -> str:
+        placeholder = f"#{attribute}"
+        self.names[placeholder] = attribute
+        return placeholder
+
+    def value(self, value: int | str | Mapping[str, int]) -> str:
+        placeholder = f":v{len(self.values)}"
+        if isinstance(value, str):
+            self.values[placeholder] = {"S": value}
+        elif isinstance(value, int):
+            self.values[placeholder] = {"N": str(value)}
+        else:
+            self.values[placeholder] = {"M": {k: {"N": str(v)} for k, v in value.items()}}
+        return placeholder
+
+    def set(self, attribute: str, value: int | str | Mapping[str, int]) -> Write:
+        self.sets.append(f"{self.name(attribute)} = {self.value(value)}")
+        return self
+
+    def add(self, attribute: str, amount: int) -> Write:
+        self.adds.append(f"{self.name(attribute)} {self.value(amount)}")
+        return self
+
+    def remove_window(self) -> Write:
+        self.removes.extend(self.name(attribute) for attribute in _WINDOW_ATTRIBUTES)
+        return self
+
+    def remove_leases(self, slots: range) -> Write:
+        for slot in slots:
+            names = (*slot_names(slot), since_name(slot))
+            self.removes.extend(self.name(attribute) for attribute in names)
+        return self
+
+    def require(self, condition: str) -> Write:
+        self.conditions.append(f"({condition})")
+        return self
+
+    def usable(self) -> str:
+        """The item exists, is one of ours, and is within its TTL."""
+        states = ", ".join(self.value(state) for state in _STATES)
+        number = self.value("N")
+        typed = " AND ".join(f"attribute_type({self.name(n)}, {number})" for n in _NUMBERS)
+        alive = f"{self.name(TTL_ATTRIBUTE)} > {self.value(self.now_ms // 1000)}"
+        return f"{self.name('state')} IN ({states}) AND {typed} AND {alive}"
+
+    def replaceable(self, corrupt: dict[str, Any] | None) -> str:
+        """The condition of a write that replaces an absent, expired or corrupt item.
+
+        NOT usable covers the absent and expired ones and those of the wrong types. An item
+        of the right types whose values cannot be trusted (a fractional gen, 38 digits) is
+        usable to DynamoDB, so the replacement is also allowed when the item still holds
+        exactly the raw values the store read and rejected.
+        """
+        absent = f"NOT ({self.usable()})"
+        if not corrupt:
+            return absent
+        fence = []
+        for attribute in ("state", *_NUMBERS, *_FENCED):
+            raw = corrupt.get(attribute)
+            if raw is None:
+                fence.append(f"attribute_not_exists({self.name(attribute)})")
+            elif isinstance(raw, dict) and set(raw) <= {"S", "N"}:
+                placeholder = f":v{len(self.values)}"
+                self.values[placeholder] = raw
+                fence.append(f"{self.name(attribute)} = {placeholder}")
+        return f"{absent} OR ({' AND '.join(fence)})"
+
+    def is_(self, attribute: str, value: int | str) -> str:
+        return f"{self.name(attribute)} = {self.value(value)}"
+
+    def expression(self) -> str:
+        parts = [f"SET {', '.join(self.sets)}"]
+        if self.adds:
+            parts.append(f"ADD {', '.join(self.adds)}")
+        if self.removes:
+            parts.append(f"REMOVE {', '.join(self.removes)}")
+        return " ".join(parts)
+
+
+def write_record(write: Write, record: Record) -> Write:
+    """SET every scalar of a whole record (gen excepted: callers ADD or SET it).
+
+    The rate policy's window goes: a whole-record write starts a new state or generation.
+    """
+    write.remove_window()
+    write.set("state", record.state.value)
+    for attribute in (
+        "failures",
+        "window_start",
+        "opened_at",
+        "open_until",
+        "reopens",
+        "successes",
+    ):
+        write.set(attribute, getattr(record, attribute))
+    return write
+
+
+def write_window(write: Write, record: Record) -> Write:
+    """SET a fresh record's window: its buckets and quorum maps."""
+    for slot, bucket in record.buckets.items():
+        for code, attr in rules.BUCKET_CODES.items():
+            write.set(rules.bucket_field(slot, code), getattr(bucket, attr))
+    write.set("fq", record.failing).set("sq", record.slowing)
+    # Drop the REMOVEs of the attributes just set (one expression cannot name one twice).
+    set_names = {part.split(" = ")[0] for part in write.sets}
+    write.removes = [name for name in write.removes if name not in set_names]
+    return write

@@ -1,0 +1,427 @@
+"""The DynamoDB store: one item per breaker, every change one conditional UpdateItem.
+
+Each operation starts from the caller's observed record to choose a write and fences that
+write on what it assumed (state, generation, window or lease token). When the condition
+fails, DynamoDB hands back the current item (ReturnValuesOnConditionCheckFailure=ALL_OLD),
+and the operation re-plans from it: no read-modify-write, no lost updates, and a lost race
+still teaches the caller the current state in the same round trip.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from fleetbreaker import state as rules
+from fleetbreaker.errors import ConfigError, CorruptRecordError, StoreError
+from fleetbreaker.state import (
+    MAX_PROBE_SLOTS,
+    Outcome,
+    Policy,
+    ProbeReport,
+    Record,
+    Report,
+    State,
+)
+from fleetbreaker.stores import TABLE_ENV, default_table_name
+from fleetbreaker.stores.base import Listing, StoreStats
+from fleetbreaker.stores.dynamodb.codec import (
+    KEY_ATTRIBUTE,
+    Write,
+    holding,
+    parse_item,
+    scalar,
+    since_name,
+    slot_names,
+    write_record,
+    write_window,
+)
+from fleetbreaker.stores.dynamodb.wire import Wire
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from botocore.config import Config
+    from mypy_boto3_dynamodb.client import DynamoDBClient
+
+    from fleetbreaker.tuning import Action
+
+# A report that also rewrites the quorum map tries that many times; later attempts send its
+# counts alone (see DynamoDBStore.report).
+_MAP_ATTEMPTS = 3
+
+
+def _alive(observed: Record | None, now_ms: int) -> Record | None:
+    """The caller's view, unless it is past its TTL (then the item counts as absent)."""
+    return None if observed is None or observed.is_expired(now_ms) else observed
+
+
+class DynamoDBStore:
+    """Keeps breakers in a DynamoDB table whose partition key is ``name`` (S).
+
+    Parameters
+    ----------
+    table_name:
+        The table; defaults to the ``CIRCUIT_BREAKER_TABLE`` environment variable.
+    boto3_client:
+        A ready DynamoDB client, used as it is. Timeouts or retries looser than the store's
+        own (0.2 s connect, 0.3 s read, two attempts) are not an error: they get one log
+        line, and the breaker's ``store_deadline_seconds`` bounds every store operation.
+    boto_config:
+        A botocore Config merged over the store's bounded defaults (0.2 s connect, 0.3 s
+        read, one retry).
+    endpoint_url:
+        For local DynamoDB (moto, dynalite). ``AWS_ENDPOINT_URL_DYNAMODB`` also works.
+    consistent_read:
+        Use strongly consistent reads for loads (default True).
+
+    Example
+    -------
+    >>> store = DynamoDBStore(table_name="CircuitBreakers")  # no request until first use
+    >>> CircuitBreaker("payment-api", store=store)
+    CircuitBreaker('payment-api', store=DynamoDBStore)
+    """
+
+    def __init__(
+        self,
+        table_name: str | None = None,
+        *,
+        boto3_client: DynamoDBClient | None = None,
+        boto_config: Config | None = None,
+        endpoint_url: str | None = None,
+        consistent_read: bool = True,
+    ) -> None:
+        table = table_name if table_name is not None else default_table_name()
+        if not isinstance(table, str) or not table.strip():
+            raise ConfigError(
+                f"DynamoDBStore needs a table name: pass table_name= or set {TABLE_ENV}"
+            )
+        if not 3 <= len(table) <= 255:
+            raise ConfigError(f"DynamoDB table names are 3 to 255 characters, got {table!r}")
+        self.table_name = table
+        self.consistent_read = consistent_read
+        self.stats = StoreStats()
+        self._wire = Wire(
+            table,
+            self.stats,
+            client=boto3_client,
+            boto_config=boto_config,
+            endpoint_url=endpoint_url,
+        )
+
+    @property
+    def client(self) -> DynamoDBClient:
+        return self._wire.client
+
+    def prepare(self) -> None:
+        """Build the client now (no request): the breaker calls this before the first store
+        operation, so boto3's setup does not count against the store deadline."""
+        self._wire.prepare()
+
+    def _get(self, name: str) -> dict[str, Any] | None:
+        return self._wire.get(name, consistent=self.consistent_read)
+
+    def _parse_or_absent(
+        self, item: dict[str, Any] | None, now_ms: int
+    ) -> tuple[Record | None, dict[str, Any] | None]:
+        """The record, and the raw item when it is corrupt (the record is then None).
+
+        Inside an operation a corrupt item is planned as absent; its "fresh" write is fenced
+        on the raw item (see Write.replaceable), so it repairs the item instead of failing
+        on it forever.
+        """
+        try:
+            return parse_item(item, now_ms), None
+        except CorruptRecordError:
+            return None, item
+
+    # -- the contract ----------------------------------------------------------------------
+
+    def load(self, name: str, now_ms: int) -> Record | None:
+        return parse_item(self._get(name), now_ms)
+
+    def record_failure(
+        self, name: str, policy: Policy, now_ms: int, observed: Record | None
+    ) -> Outcome:
+        seen = _alive(observed, now_ms)
+        corrupt: dict[str, Any] | None = None
+        for _ in range(4):
+            planned = rules.apply_failure(seen, policy, now_ms)
+            if not planned.changed or planned.record is None:
+                return Outcome(seen)
+            write = Write(now_ms, policy)
+            if seen is None:
+                # Absent, expired or corrupt: write a whole fresh record over it.
+                write_record(write, planned.record).set("gen", planned.record.gen)
+                write.remove_leases(range(MAX_PROBE_SLOTS)).require(write.replaceable(corrupt))
+            else:
+                write.require(write.usable()).require(write.is_("state", State.CLOSED.value))
+                write.require(write.is_("gen", seen.gen))
+                write.require(write.is_("window_start", seen.window_start))
+                if seen.window_start and now_ms - seen.window_start < policy.window_ms:
+                    # ADD, not SET: concurrent failures in one window all count.
+                    write.add("failures", 1)
+                else:
+                    write.set("failures", 1).set("window_start", now_ms)
+            applied, item = self._wire.update(name, write, counts=True)
+            record, corrupt = self._parse_or_absent(item, now_ms)
+            if not applied:
+                seen = record
+                continue
+            if seen is None:
+                return Outcome(record, changed=True, transition=planned.transition)
+            if record is None or record.failures < policy.failure_threshold:
+                return Outcome(record, changed=True)
+            return self._trip(name, policy, now_ms, record)
+        return Outcome(seen)
+
+    def _trip(self, name: str, policy: Policy, now_ms: int, counted: Record) -> Outcome:
+        # Many callers can see the count reach the threshold; the generation fence lets
+        # exactly one of them open the breaker.
+        opened = rules.trip(counted, policy, now_ms)
+        write = write_record(Write(now_ms, policy), opened).add("gen", 1)
+        write.remove_leases(range(MAX_PROBE_SLOTS))
+        write.require(write.usable()).require(write.is_("state", State.CLOSED.value))
+        write.require(write.is_("gen", counted.gen))
+        applied, item = self._wire.update(name, write)
+        record, _ = self._parse_or_absent(item, now_ms)
+        if applied:
+            return Outcome(record, changed=True, transition=(State.CLOSED, State.OPEN))
+        return Outcome(record, changed=True)
+
+    def claim_probe(
+        self, name: str, policy: Policy, now_ms: int, nonce: str, observed: Record | None
+    ) -> Outcome:
+        seen = _alive(observed, now_ms)
+        for _ in range(policy.max_probes + 2):
+            planned = rules.apply_claim(seen, policy, now_ms, nonce)
+            if planned.token is None or planned.record is None or seen is None:
+                return Outcome(seen)
+            token = planned.token
+            slot = rules.lease_slot(token)
+            assert slot is not None  # make_token wrote it
+            token_name, until_name = slot_names(slot)
+            write = Write(now_ms, policy)
+            write.require(write.usable()).require(write.is_("gen", seen.gen))
+            lease = planned.record.leases[slot]
+            write.set(token_name, token).set(until_name, lease.until)
+            write.set(since_name(slot), now_ms)
+            if planned.transition is not None:  # open -> half_open: the first lease
+                write.set("state", planned.record.state.value)
+                write.set("successes", planned.record.successes).add("gen", 1)
+                write.remove_leases(range(1, MAX_PROBE_SLOTS))
+                write.require(write.is_("state", State.OPEN.value))
+                write.require(f"{write.name('open_until')} <= {write.value(now_ms)}")
+            else:
+                write.require(write.is_("state", State.HALF_OPEN.value))
+                held_until = write.name(until_name)
+                # A slot whose expiry is not a number is free (parse_item agrees), and so is
+                # one whose lease has ended on this clock (rules.lease_ended).
+                future = now_ms + rules.CLOCK_TOLERANCE_MS
+                write.require(
+                    f"NOT attribute_type({held_until}, {write.value('N')})"
+                    f" OR {held_until} <= {write.value(now_ms)}"
+                    f" OR {write.name(since_name(slot))} > {write.value(future)}"
+                )
+            applied, item = self._wire.update(name, write, mine=holding(token_name, token))
+            record, _ = self._parse_or_absent(item, now_ms)
+            if applied:
+                return Outcome(record, changed=True, transition=planned.transition, token=token)
+            seen = record
+        return Outcome(seen)
+
+    def settle_probe(
+        self, name: str, policy: Policy, now_ms: int, report: ProbeReport, observed: Record | None
+    ) -> Outcome:
+        token = report.token
+        slot = rules.lease_slot(token)
+        if slot is None:
+            return Outcome(observed)
+        seen = _alive(observed, now_ms)
+        if not rules.holds_lease(seen, token, now_ms):
+            # The caller's view may predate its own claim (a workflow's later step): ask.
+            seen, _ = self._parse_or_absent(self._get(name), now_ms)
+        for _ in range(policy.max_probes + 2):
+            if not rules.holds_lease(seen, token, now_ms):
+                return Outcome(seen)
+            assert seen is not None
+            planned = rules.apply_settle(seen, policy, now_ms, report)
+            after = planned.record
+            assert after is not None
+            token_name, until_name = slot_names(slot)
+            write = Write(now_ms, policy)
+            write.require(write.usable()).require(write.is_("state", State.HALF_OPEN.value))
+            write.require(write.is_("gen", seen.gen)).require(write.is_(token_name, token))
+            write.require(f"{write.name(until_name)} > {write.value(now_ms)}")
+            # Concurrent successes of several probes must add up, not overwrite each other.
+            write.require(write.is_("successes", seen.successes))
+            if planned.transition is None:
+                write.set("successes", after.successes)
+                ended = (token_name, until_name, since_name(slot))
+                write.removes.extend(write.name(a) for a in ended)
+            else:
+                write_record(write, after).add("gen", 1).remove_leases(range(MAX_PROBE_SLOTS))
+            applied, item = self._wire.update(name, write)
+            record, _ = self._parse_or_absent(item, now_ms)
+            if applied:
+                return Outcome(record, changed=True, transition=planned.transition)
+            seen = record
+        return Outcome(seen)
+
+    def report(
+        self, name: str, policy: Policy, now_ms: int, report: Report, observed: Record | None
+    ) -> Outcome:
+        # The common case is one ADD to the current bucket, fenced only on the bucket's idx
+        # and the closed state: concurrent reports commute, so 5,000 containers never make
+        # each other retry. Starting a bucket, noting a container for the quorum, or
+        # replacing an absent or corrupt item re-plans through the rules and is fenced on
+        # what it replaces. Counts commute but a quorum map rewrite does not: after
+        # _MAP_ATTEMPTS lost races the counts go without the container's note (a later
+        # report notes it), so contention on the map never drops them.
+        seen = _alive(observed, now_ms)
+        if not report:
+            return Outcome(seen)
+        idx = rules.bucket_index(policy, now_ms)
+        slot = idx % rules.WINDOW_BUCKETS
+        corrupt: dict[str, Any] | None = None
+        for attempt in range(6):
+            planned = rules.apply_report(seen, policy, now_ms, report)
+            if not planned.changed or planned.record is None:
+                return Outcome(seen)
+            write = Write(now_ms, policy)
+            if seen is None:
+                after = planned.record
+                write_record(write, after).set("gen", after.gen)
+                if planned.transition is None:
+                    write_window(write, after)
+                write.remove_leases(range(MAX_PROBE_SLOTS)).require(write.replaceable(corrupt))
+            else:
+                write.require(write.usable()).require(write.is_("state", State.CLOSED.value))
+                if report.gen is not None:
+                    write.require(write.is_("gen", seen.gen))
+                counted = rules.add_report(seen, policy, now_ms, report)
+                bucket = counted.buckets[slot]
+                names = {code: rules.bucket_field(slot, code) for code in rules.BUCKET_CODES}
+                held = seen.buckets.get(slot)
+                if held is not None and held.idx == idx:
+                    write.require(write.is_(names["i"], idx))
+                    for code, amount in (
+                        ("c", report.calls),
+                        ("f", report.failures),
+                        ("s", report.slow),
+                        ("r", 1),
+                    ):
+                        write.add(names[code], amount)
+                else:
+                    # The slot holds an older bucket (or none): start this one over it.
+                    old_idx = write.name(names["i"])
+                    if held is None:
+                        write.require(f"NOT attribute_type({old_idx}, {write.value('N')})")
+                    else:
+                        write.require(write.is_(names["i"], held.idx))
+                    for code, attr in rules.BUCKET_CODES.items():
+                        write.set(names[code], getattr(bucket, attr))
+                noting = counted.failing != seen.failing or counted.slowing != seen.slowing
+                if noting and attempt < _MAP_ATTEMPTS:
+                    write.set("fq", counted.failing).set("sq", counted.slowing)
+                    write.set("rev", seen.rev + 1)
+                    rev = write.name("rev")
+                    write.require(
+                        f"attribute_not_exists({rev})"
+                        if seen.rev == 0
+                        else write.is_("rev", seen.rev)
+                    )
+            applied, item = self._wire.update(name, write, counts=True)
+            record, corrupt = self._parse_or_absent(item, now_ms)
+            if not applied:
+                seen = record
+                continue
+            if seen is None:
+                return Outcome(record, changed=True, transition=planned.transition)
+            counts = rules.window_counts(record, policy, now_ms)
+            if record is None or not rules.should_trip(counts, policy):
+                return Outcome(record, changed=True)
+            return self._trip(name, policy, now_ms, record)
+        return Outcome(seen)
+
+    def force_state(
+        self, name: str, policy: Policy, now_ms: int, target: State, *, action: Action | None = None
+    ) -> Outcome:
+        # Operator actions are rare, so one read first: the write is then fenced on the
+        # generation it replaces, and the outcome can name the state it left.
+        seen, corrupt = self._parse_or_absent(self._get(name), now_ms)
+        for _ in range(4):
+            planned = rules.apply_force(seen, policy, now_ms, target)
+            after = planned.record
+            assert after is not None
+            write = write_record(Write(now_ms, policy, target), after).set("gen", after.gen)
+            write.remove_leases(range(MAX_PROBE_SLOTS))
+            if action is not None:
+                write.set("last_action", action.encode())
+            if seen is None:
+                write.require(write.replaceable(corrupt))
+            else:
+                write.require(write.usable()).require(write.is_("gen", seen.gen))
+            applied, item = self._wire.update(name, write)
+            record, corrupt = self._parse_or_absent(item, now_ms)
+            if applied:
+                return Outcome(record, changed=True, transition=planned.transition)
+            seen = record
+        raise StoreError(f"could not force breaker {name!r} to {target.value}: it keeps changing")
+
+    # -- operators -------------------------------------------------------------------------
+
+    def list_records(self, now_ms: int, *, page_size: int | None = None) -> Iterator[Listing]:
+        """Every breaker in the table: a paginated, strongly consistent Scan.
+
+        A Scan reads the whole table (every breaker is one small item), so this is for
+        operators, never for the breaker's own path. ``page_size`` caps the items per Scan
+        call (default: DynamoDB's 1 MB pages).
+        """
+        start: dict[str, Any] | None = None
+        while True:
+            request: dict[str, Any] = {"ConsistentRead": True}
+            if page_size is not None:
+                request["Limit"] = page_size
+            if start is not None:
+                request["ExclusiveStartKey"] = start
+            page = self._wire.scan(request)
+            for item in page.get("Items", []):
+                name = scalar(item, KEY_ATTRIBUTE, "S")
+                if not isinstance(name, str):
+                    continue
+                try:
+                    record = parse_item(item, now_ms)
+                except CorruptRecordError as exc:
+                    yield Listing(name, None, str(exc))
+                    continue
+                if record is not None:
+                    yield Listing(name, record)
+            start = page.get("LastEvaluatedKey")
+            if not start:
+                return
+
+    def tune(
+        self, name: str, policy: Policy, now_ms: int, tuned: str, action: Action | None
+    ) -> Record | None:
+        seen, corrupt = self._parse_or_absent(self._get(name), now_ms)
+        for _ in range(4):
+            write = Write(now_ms, policy, seen.state if seen is not None else State.CLOSED)
+            if tuned:
+                write.set("tuned", tuned)
+            else:
+                write.removes.append(write.name("tuned"))
+            if action is not None:
+                write.set("last_action", action.encode())
+            if seen is None:
+                # No live record: a fresh closed one carries the settings.
+                write_record(write, Record()).set("gen", 0).remove_leases(range(MAX_PROBE_SLOTS))
+                write.require(write.replaceable(corrupt))
+            else:
+                # Fenced on the generation: the TTL written depends on the state it found.
+                write.require(write.usable()).require(write.is_("gen", seen.gen))
+            applied, item = self._wire.update(name, write)
+            record, corrupt = self._parse_or_absent(item, now_ms)
+            if applied:
+                return record
+            seen = record
+        raise StoreError(f"could not tune breaker {name!r}: it keeps changing")
