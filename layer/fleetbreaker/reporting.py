@@ -319,9 +319,9 @@ def recent_failing(recent: tuple[int, int, int], policy: Policy) -> bool:
     return policy.slow_ms is not None and slow > 0 and rules.reaches(slow, calls, policy.slow_ratio)
 
 
-# Cache refreshes the fleet aims to send to one record per second: 1,800 read units of
+# Cache refreshes the fleet aims to send to one record per second: 1,500 read units of
 # eventually consistent reads (half a unit each), under 80 % of one partition's 3,000.
-TARGET_REFRESHES_PER_S = 3_600.0
+TARGET_REFRESHES_PER_S = 3_000.0
 # A refresh waits at most this many cache_ttl: the longest a container acts on a view of the
 # record (the documented maximum staleness, docs/architecture.md).
 MAX_REFRESH_STRETCH = 2.0
