@@ -20,7 +20,9 @@ from fleetbreaker.errors import CircuitOpenError, ConfigError, InvalidTokenError
 from fleetbreaker.events import BreakerListener, LoggingListener, StateChange
 from fleetbreaker.ramp import RecoveryRamp
 from fleetbreaker.reporting import (
+    MAX_REFRESH_STRETCH,
     SLOW_WATCH_MAX_PERIOD_S,
+    TARGET_REFRESHES_PER_S,
     TARGET_REPORTS_PER_S,
     CallTally,
     SlowCallWatcher,
@@ -262,6 +264,7 @@ class CircuitBreaker:
         # Containers on this breaker, as the last closed record with reports showed (kept
         # while open: the fleet's refreshes must stay spread while it waits out an outage).
         self._fleet = 0.0
+        self._reported = False  # whether a report of this container has reached the store
         self._started_ms = self.clock()
         self._tally: CallTally | None = None
         self._watcher: SlowCallWatcher | None = None
@@ -786,6 +789,7 @@ class CircuitBreaker:
             return self._cache.last_seen
         observed = self._cache.last_seen
         outcome = self._store.report(self.name, self._policy, now, report, observed)
+        self._reported = True
         after = outcome.record
         if (
             not outcome.changed
@@ -846,6 +850,7 @@ class CircuitBreaker:
             self._interval_ms = longest
             base = self._base_interval_ms
             tally.defer(now, longest, base + round(self.rng.random() * (longest - base)))
+            self._refreshed(record, now)
             return True
         joined = fleet_interval_ms(counts, self._policy, pending, now - self._started_ms)
         by_rate = round(self._interval_ms * rate / TARGET_REPORTS_PER_S)
@@ -855,7 +860,13 @@ class CircuitBreaker:
         self._has_reported = True  # joined: the first report's answer need not do it again
         self._interval_ms = interval
         tally.reschedule(self._container_key, now, self._interval_ms)
+        self._refreshed(record, now)
         return True
+
+    def _refreshed(self, record: Record | None, now: int) -> None:
+        """Keep the record just read as fresh as the interval just joined says (the read's
+        answer was cached under the base interval's estimate of the fleet)."""
+        self._cache.put(record, now, self._fresh_ms(record, now))
 
     def _finish(self, admission: Admission, success: bool) -> None:
         if admission.decision is Decision.PROBE and admission.token is not None:
@@ -963,6 +974,11 @@ class CircuitBreaker:
         counts = rules.window_counts(record, self._policy, now)
         own_calls = tally.taken + tally.pending_calls()
         fleet = fleet_size(counts, self._policy, own_calls, now - self._started_ms)
+        if not self._reported and self._started_cold and self._has_reported:
+            # One of a crowd, waiting for its first report: the crowd's calls are not in the
+            # window yet, so nothing shows its size. Refresh as a fleet large enough for the
+            # longest wait (jittered), until its own report shows more.
+            fleet = TARGET_REFRESHES_PER_S * MAX_REFRESH_STRETCH * self._cache.ttl_ms / 1000
         if fleet is not None:
             self._fleet = fleet
         return refresh_ms(self._fleet, self._cache.ttl_ms, self.rng)
