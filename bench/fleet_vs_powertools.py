@@ -39,6 +39,11 @@ from pathlib import Path
 from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+if __package__ in (None, ""):  # run as a script: make bench and devtools importable
+    sys.path.insert(0, str(REPO_ROOT))
+
+from bench import prepare_environment  # noqa: E402
+
 DEFAULT_OUTPUT = REPO_ROOT / "bench" / "results" / "fleet_vs_powertools.json"
 
 FLEET_SIZES = (8, 16)  # (b): containers
@@ -57,25 +62,6 @@ OVERHEAD_RATE_TARGET = 0.4
 OVERHEAD_BLOCKS = 30  # (a): interleaved blocks per contender
 OVERHEAD_BLOCK_CALLS = 4000  # (a): individually timed calls per block
 OVERHEAD_TARGET = 0.3
-
-
-def _prepare_environment() -> None:
-    """Make `bench` and `devtools` importable (also in spawned workers) and AWS hermetic."""
-    if str(REPO_ROOT) not in sys.path:
-        sys.path.insert(0, str(REPO_ROOT))
-    for key in [k for k in os.environ if k.startswith("AWS_ENDPOINT_URL")]:
-        del os.environ[key]
-    for key in ("AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_SESSION_TOKEN"):
-        os.environ.pop(key, None)
-    os.environ.pop("POWERTOOLS_CIRCUIT_BREAKER_DISABLED", None)
-    os.environ.update(
-        {
-            "AWS_ACCESS_KEY_ID": "testing",
-            "AWS_SECRET_ACCESS_KEY": "testing",
-            "AWS_DEFAULT_REGION": "us-east-1",
-            "AWS_EC2_METADATA_DISABLED": "true",
-        }
-    )
 
 
 def _unique(label: str) -> str:
@@ -627,7 +613,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT, help="JSON file to write")
     args = parser.parse_args(argv)
-    _prepare_environment()
+    prepare_environment()
+    os.environ.pop("POWERTOOLS_CIRCUIT_BREAKER_DISABLED", None)
 
     def terminate(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt(f"signal {signum}")

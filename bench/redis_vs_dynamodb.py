@@ -42,6 +42,11 @@ from pathlib import Path
 from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+if __package__ in (None, ""):  # run as a script: make bench and devtools importable
+    sys.path.insert(0, str(REPO_ROOT))
+
+from bench import prepare_environment  # noqa: E402
+
 DEFAULT_OUTPUT = REPO_ROOT / "bench" / "results" / "redis_vs_dynamodb.json"
 CTX = multiprocessing.get_context("spawn")
 
@@ -56,24 +61,6 @@ FAILURE_THRESHOLD = 5
 
 FLEET, PYBREAKER = "fleetbreaker", "pybreaker"
 PER_PROCESS, PER_THREAD = "one breaker per process", "one breaker per thread"
-
-
-def _prepare_environment() -> None:
-    """Make `devtools` importable (also in spawned workers) and AWS hermetic."""
-    if str(REPO_ROOT) not in sys.path:
-        sys.path.insert(0, str(REPO_ROOT))
-    for key in [k for k in os.environ if k.startswith("AWS_ENDPOINT_URL")]:
-        del os.environ[key]
-    for key in ("AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_SESSION_TOKEN"):
-        os.environ.pop(key, None)
-    os.environ.update(
-        {
-            "AWS_ACCESS_KEY_ID": "testing",
-            "AWS_SECRET_ACCESS_KEY": "testing",
-            "AWS_DEFAULT_REGION": "us-east-1",
-            "AWS_EC2_METADATA_DISABLED": "true",
-        }
-    )
 
 
 def _log(message: str) -> None:
@@ -271,7 +258,7 @@ def _herd_worker(
     go_at: Any,
     results: Any,
 ) -> None:
-    _prepare_environment()
+    prepare_environment()
     shared = _build_breaker(kind, redis_url, name) if layout == PER_PROCESS else None
     breakers = [shared or _build_breaker(kind, redis_url, name) for _ in range(HERD_THREADS)]
     for breaker, _ in breakers:
@@ -428,7 +415,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
     args = parser.parse_args()
-    _prepare_environment()
+    prepare_environment()
     from devtools.servers import MotoServer, RedisServer
 
     started = time.perf_counter()

@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import heapq
 import json
-import os
 import random
 import signal
 import sys
@@ -49,6 +48,7 @@ if __package__ in (None, ""):  # run as a script: make bench and devtools import
 import contextlib
 import itertools
 
+from bench import prepare_environment
 from fleetbreaker import BreakerConfig, BreakerListener, CircuitBreaker, MemoryStore
 from fleetbreaker.state import (
     WINDOW_BUCKETS,
@@ -546,22 +546,6 @@ def _log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def _prepare_environment() -> None:
-    """Dummy AWS credentials and no endpoint overrides: nothing can reach a real account."""
-    for key in [k for k in os.environ if k.startswith("AWS_ENDPOINT_URL")]:
-        del os.environ[key]
-    for key in ("AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_SESSION_TOKEN"):
-        os.environ.pop(key, None)
-    os.environ.update(
-        {
-            "AWS_ACCESS_KEY_ID": "testing",
-            "AWS_SECRET_ACCESS_KEY": "testing",
-            "AWS_DEFAULT_REGION": "us-east-1",
-            "AWS_EC2_METADATA_DISABLED": "true",
-        }
-    )
-
-
 def run(
     stores: Sequence[str],
     containers: Sequence[int],
@@ -581,7 +565,7 @@ def run(
             if store_kind == "moto":
                 from fleetbreaker import DynamoDBStore
 
-                _prepare_environment()
+                prepare_environment()
                 from devtools.servers import MotoServer, dynamodb_client, make_table
 
                 server = MotoServer()

@@ -24,14 +24,14 @@ Environment: ``PAYMENT_API_URL`` (required, http(s)), ``PAYMENT_CONNECT_TIMEOUT`
 
 Validation and the reading of the provider's answers are the payment function's own
 (``payments.py`` from functions/shared, which the Makefile copies beside this file). Only the
-standard library otherwise: no dependency but the layer's Powertools (for structured logs).
+standard library otherwise: no dependency but the layer's Powertools (for structured logs) and
+its ``config.env_number`` (the one reader of numeric settings).
 """
 
 from __future__ import annotations
 
 import http.client
 import json
-import math
 import os
 import ssl
 import threading
@@ -42,6 +42,8 @@ from urllib.parse import urlsplit
 
 from aws_lambda_powertools import Logger
 
+# The config module only (no breaker: the workflow counts outcomes through the gate).
+from fleetbreaker import config as layer_config
 from payments import (
     InvalidPayment,
     PaymentProviderError,
@@ -77,16 +79,11 @@ class ChargeConfigError(ValueError):
 
 
 def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
-    raw = env.get(name, "").strip()
-    if not raw:
-        return default
+    # The layer's reader of numeric settings (a ConfigError, a ValueError, names the variable).
     try:
-        value = float(raw)
-    except ValueError:
-        raise ChargeConfigError(f"{name} must be a number of seconds, got {raw!r}") from None
-    if not math.isfinite(value) or value <= 0:
-        raise ChargeConfigError(f"{name} must be > 0, got {raw!r}")
-    return value
+        return float(layer_config.env_number(env, name, default))
+    except ValueError as exc:
+        raise ChargeConfigError(str(exc)) from None
 
 
 @dataclass(frozen=True)

@@ -386,12 +386,12 @@ class CircuitBreaker:
     def _admit(self, now: int) -> Admission:
         record = self._read(now)
         verdict = rules.verdict(record, self._policy, now)
-        if verdict.try_probe and self._claim_barred is not None:
+        if verdict.decision is Decision.PROBE and self._claim_barred is not None:
             verdict = self._keep_refusal(record, verdict, now)
-        if verdict.try_probe and self._shadow:
+        if verdict.decision is Decision.PROBE and self._shadow:
             # No lease while the call runs: an enforcing container must be able to probe.
             return self._shadow_admission(verdict, Decision.PROBE)
-        if verdict.try_probe:
+        if verdict.decision is Decision.PROBE:
             nonce = secrets.token_hex(8)
             outcome = self._store.claim_probe(self.name, self._policy, now, nonce, record)
             self._observe(outcome.record)
@@ -403,10 +403,11 @@ class CircuitBreaker:
                 return admission
             verdict = rules.verdict(outcome.record, self._policy, now)
             wait = outcome.retry_after_ms
-            if verdict.try_probe and wait and outcome.record is not None:
+            if verdict.decision is Decision.PROBE and wait and outcome.record is not None:
                 self._claim_barred = (outcome.record.gen, now + wait)
                 verdict = rules.Verdict(Decision.REJECT, verdict.state, wait)
-            elif verdict.try_probe:  # lost every race for a slot: wait for the next lease to end
+            elif verdict.decision is Decision.PROBE:
+                # Lost every race for a slot: wait for the next lease to end.
                 verdict = rules.Verdict(Decision.REJECT, verdict.state, 100)
         if self._ramp is not None and verdict.state is State.CLOSED:
             # Recovery ramp: decided locally from the record already read (no store request).
@@ -635,7 +636,7 @@ class CircuitBreaker:
         """
         record = self._read(now)
         verdict = rules.verdict(record, self._policy, now)
-        if verdict.try_probe:
+        if verdict.decision is Decision.PROBE:
             return self._shadow_probe(success, now)
         if verdict.decision is Decision.REJECT:
             state = self._state_of(record)

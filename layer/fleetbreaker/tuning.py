@@ -12,11 +12,14 @@ import getpass
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from fleetbreaker.config import BreakerConfig, check_mode
 from fleetbreaker.errors import ConfigError
+
+# The operator's action is record data (stores keep it): defined with the record, and
+# importable from here as before.
+from fleetbreaker.record import Action as Action
 
 # The settings an operator may change on a running fleet, with their type; the CLI's options
 # are generated from it. Setting failure_rate_threshold switches a running fleet to the rate
@@ -38,39 +41,6 @@ TUNABLE: dict[str, type[int] | type[float] | type[str]] = {
 
 # Bounded so a record stays small (DynamoDB items are at most 400 KB; Redis hashes stay cheap).
 MAX_REASON_CHARS = 500
-
-
-@dataclass(frozen=True)
-class Action:
-    """One operator action on a breaker: what was done, by whom, why, and when (epoch ms)."""
-
-    action: str
-    by: str
-    reason: str | None
-    at: int
-
-    def encode(self) -> str:
-        return json.dumps(dataclasses.asdict(self), sort_keys=True, separators=(",", ":"))
-
-    @classmethod
-    def decode(cls, text: str) -> Action | None:
-        """The action stored as ``text``; None for "" or text that is not an action."""
-        if not text:
-            return None
-        try:
-            raw = json.loads(text)
-        except ValueError:
-            return None
-        if not isinstance(raw, dict):
-            return None
-        action, by, reason, at = (raw.get(k) for k in ("action", "by", "reason", "at"))
-        if not isinstance(action, str) or not isinstance(by, str):
-            return None
-        if reason is not None and not isinstance(reason, str):
-            return None
-        if isinstance(at, bool) or not isinstance(at, int):
-            return None
-        return cls(action, by, reason, at)
 
 
 def local_user() -> str:

@@ -33,7 +33,7 @@ SOURCES = ["pyproject.toml", "README.md", "LICENSE", "layer/fleetbreaker"]
 PACKAGED = {
     "fleetbreaker/__init__.py",
     "fleetbreaker/py.typed",
-    "fleetbreaker/cli.py",
+    "fleetbreaker/cli/__init__.py",
     "fleetbreaker/stores/dynamodb/store.py",
     "fleetbreaker/stores/redis_common.lua",
     "fleetbreaker/stores/redis_report.lua",

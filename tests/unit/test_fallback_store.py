@@ -265,18 +265,18 @@ def test_an_idle_worker_ends_its_thread_and_the_next_call_starts_one(
 ) -> None:
     # GIVEN workers that end after 10 ms idle, and a call that ran on one (each worker is
     # noted as it starts: its thread may be gone before the test could look for it)
-    from fleetbreaker.stores import fallback
+    from fleetbreaker.stores import deadline
 
-    started: list[fallback._Worker] = []
+    started: list[deadline._Worker] = []
 
-    class NotedWorker(fallback._Worker):
-        def __init__(self, pool: fallback._WorkerPool) -> None:
+    class NotedWorker(deadline._Worker):
+        def __init__(self, pool: deadline._WorkerPool) -> None:
             super().__init__(pool)
             started.append(self)
 
-    monkeypatch.setattr(fallback, "_Worker", NotedWorker)
-    monkeypatch.setattr(fallback, "WORKER_IDLE_SECONDS", 0.01)
-    monkeypatch.setattr(fallback, "_POOL", fallback._WorkerPool())  # no idle worker to reuse
+    monkeypatch.setattr(deadline, "_Worker", NotedWorker)
+    monkeypatch.setattr(deadline, "WORKER_IDLE_SECONDS", 0.01)
+    monkeypatch.setattr(deadline, "_POOL", deadline._WorkerPool())  # no idle worker to reuse
     store = FallbackStore(FlakyStore(), clock=clock)
     store.record_failure(NAME, POLICY, clock(), None)
     [worker] = started
@@ -312,9 +312,9 @@ def test_callers_arriving_together_on_a_hung_store_hold_at_most_the_cap_of_threa
     clock: FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # GIVEN a store that hangs, and 64 callers that reach it at the same moment
-    from fleetbreaker.stores import fallback
+    from fleetbreaker.stores import deadline, fallback
 
-    monkeypatch.setattr(fallback, "_POOL", fallback._WorkerPool())
+    monkeypatch.setattr(deadline, "_POOL", deadline._WorkerPool())
     hung = HungStore()
     store = FallbackStore(hung, clock=clock, deadline_seconds=1.0)
     before = store_threads()

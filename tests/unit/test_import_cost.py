@@ -28,17 +28,22 @@ COLD_START_MODULES = {
     "fleetbreaker.errors",
     "fleetbreaker.events",
     "fleetbreaker.frozen",
+    "fleetbreaker.policy",
     "fleetbreaker.ramp",
+    "fleetbreaker.record",
     "fleetbreaker.reporting",
+    "fleetbreaker.snapshot",
     "fleetbreaker.state",
     "fleetbreaker.stores",
     "fleetbreaker.stores.base",
+    "fleetbreaker.stores.deadline",
     "fleetbreaker.stores.dynamodb",
     "fleetbreaker.stores.dynamodb.codec",
     "fleetbreaker.stores.dynamodb.store",
     "fleetbreaker.stores.dynamodb.wire",
     "fleetbreaker.stores.fallback",
     "fleetbreaker.stores.memory",
+    "fleetbreaker.window",
 }
 # Public value classes users may pass to dataclasses.replace / asdict: they stay dataclasses.
 COLD_START_DATACLASSES = {

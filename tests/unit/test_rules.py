@@ -40,7 +40,7 @@ def test_open_rejects_with_time_left_until_the_window_ends() -> None:
 def test_open_past_its_window_asks_for_a_probe() -> None:
     verdict = rules.verdict(Record(state=State.OPEN, open_until=T0), POLICY, T0)
 
-    assert verdict.try_probe
+    assert verdict.decision is Decision.PROBE
 
 
 def test_half_open_with_all_slots_leased_rejects_until_the_first_lease_ends() -> None:

@@ -11,8 +11,8 @@ from fleetbreaker.frozen import frozen
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
+    from fleetbreaker.record import Action
     from fleetbreaker.state import Outcome, Policy, ProbeReport, Record, Report, State
-    from fleetbreaker.tuning import Action
 
 
 @dataclass

@@ -13,8 +13,6 @@ its own, since it implements the same store contract.
 
 from __future__ import annotations
 
-import contextvars
-import queue
 import threading
 import time
 from collections.abc import Callable
@@ -37,7 +35,14 @@ from fleetbreaker.state import (
     transition_reason,
     window_counts,
 )
+from fleetbreaker.stores import deadline
 from fleetbreaker.stores.base import StoreStats
+
+# Their home before deadline.py; tracing installs store_call_wrapper from here.
+from fleetbreaker.stores.deadline import MAX_IDLE_WORKERS as MAX_IDLE_WORKERS
+from fleetbreaker.stores.deadline import MAX_PROCESS_WORKERS as MAX_PROCESS_WORKERS
+from fleetbreaker.stores.deadline import MAX_STUCK_WORKERS as MAX_STUCK_WORKERS
+from fleetbreaker.stores.deadline import store_call_wrapper as store_call_wrapper
 from fleetbreaker.stores.memory import MemoryStore
 
 if TYPE_CHECKING:
@@ -50,40 +55,6 @@ Clock = Callable[[], int]
 Emit = Callable[..., None]
 AnswerHook = Callable[[str, "Record | None", int], None]
 Reason = Callable[["Outcome"], TransitionReason]
-
-# Store calls one FallbackStore (one breaker) may have running at once, stuck ones included.
-# A caller past it waits for one to end, within its own deadline; when this many are stuck past
-# their deadlines it fails at once. Callers arriving together cannot exceed it either.
-MAX_STUCK_WORKERS = 4
-
-# Store calls running at once in the whole process, over every breaker: the worker threads
-# are shared (one pool per process), so a thousand breakers built and dropped, or many hung
-# stores, never hold more threads than this (Lambda allows 1,024 per container).
-MAX_PROCESS_WORKERS = 64
-
-# Idle workers kept for reuse; a worker finishing a call past this many ends its thread.
-MAX_IDLE_WORKERS = 4
-
-# A worker idle this long (seconds) ends its thread; the next store call starts another. A
-# breaker in use calls its store about once per cache_ttl, so a worker stays; a process whose
-# breakers are all dropped does not keep threads behind.
-WORKER_IDLE_SECONDS = 30.0
-
-
-# A thread-local trace context (the X-Ray SDK's) does not follow a store call onto its
-# worker thread the way contextvars do. A listener that needs it there sets this, on the
-# caller's thread, to a function the worker calls with the job and that runs it.
-store_call_wrapper: contextvars.ContextVar[Callable[[Callable[[], Any]], Any] | None] = (
-    contextvars.ContextVar("fleetbreaker_store_call_wrapper", default=None)
-)
-
-
-def _in_caller_context(job: Callable[[], T]) -> T:
-    wrapper = store_call_wrapper.get()
-    if wrapper is None:
-        return job()
-    result: T = wrapper(job)
-    return result
 
 
 def _system_clock() -> int:
@@ -103,141 +74,6 @@ class FallbackStats:
     corrupt_records: int = 0
     # Shadow mode: calls an enforcing breaker would have rejected (counted by the breaker).
     would_rejects: int = 0
-
-
-class _Worker:
-    """A daemon thread that runs one store call at a time, handed over through a queue."""
-
-    def __init__(self, pool: _WorkerPool) -> None:
-        self._pool = pool
-        self._jobs: queue.SimpleQueue[tuple[Callable[[], Any], _Result]] = queue.SimpleQueue()
-        # Daemon: a call stuck on a socket with no timeout must not keep the process alive.
-        self._thread = threading.Thread(target=self._loop, name="fleetbreaker-store", daemon=True)
-        self._thread.start()
-
-    def submit(self, job: Callable[[], Any], result: _Result) -> None:
-        self._jobs.put((job, result))
-
-    def _loop(self) -> None:
-        while True:
-            try:
-                job, result = self._jobs.get(timeout=WORKER_IDLE_SECONDS)
-            except queue.Empty:
-                if self._pool.retire(self):
-                    return
-                continue  # taken for a job just now: it is on its way
-            try:
-                result.value = job()
-            except BaseException as exc:  # handed to the waiting caller, never lost
-                result.error = exc
-            result.finish()
-            # Hold nothing of the caller's while idle: the job's closure reaches the store and
-            # its breaker, which would then outlive every reference its owner dropped.
-            job = result = None  # type: ignore[assignment]
-            if not self._pool.release(self):
-                return
-
-
-class _Result:
-    __slots__ = ("done", "error", "on_done", "value")
-
-    def __init__(self, on_done: Callable[[], None]) -> None:
-        self.done = threading.Event()
-        self.value: Any = None
-        self.error: BaseException | None = None
-        self.on_done: Callable[[], None] | None = on_done
-
-    def finish(self) -> None:
-        on_done, self.on_done = self.on_done, None
-        if on_done is not None:
-            on_done()  # frees the call's slots before the caller can start another
-        self.done.set()
-
-
-class _Slots:
-    """One FallbackStore's share of the pool: its calls running now, and how many are stuck."""
-
-    def __init__(self) -> None:
-        self.free = threading.BoundedSemaphore(MAX_STUCK_WORKERS)
-        self.stuck = 0  # running past the deadline their caller gave up at
-        self.lock = threading.Lock()
-
-
-class _WorkerPool:
-    """The process's store workers: a call waits at most its deadline, a stuck worker is not
-    reused, and the threads are bounded per store (MAX_STUCK_WORKERS) and per process
-    (MAX_PROCESS_WORKERS), however many callers arrive at once."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._idle: list[_Worker] = []
-        self._running = threading.BoundedSemaphore(MAX_PROCESS_WORKERS)
-
-    def run(self, job: Callable[[], T], deadline_s: float, what: str, slots: _Slots) -> T:
-        if slots.stuck >= MAX_STUCK_WORKERS:
-            raise StoreDeadlineError(
-                f"{what}: {slots.stuck} earlier store calls are still running past their deadline"
-            )
-        give_up = time.monotonic() + deadline_s
-        if not slots.free.acquire(timeout=deadline_s):
-            raise StoreDeadlineError(
-                f"{what}: {MAX_STUCK_WORKERS} store calls of this breaker still running after "
-                f"its {deadline_s:g} s deadline"
-            )
-        if not self._running.acquire(timeout=max(0.0, give_up - time.monotonic())):
-            slots.free.release()
-            raise StoreDeadlineError(
-                f"{what}: {MAX_PROCESS_WORKERS} store calls of this process still running "
-                f"after its {deadline_s:g} s deadline"
-            )
-
-        def finished() -> None:
-            with slots.lock:
-                if late[0]:
-                    slots.stuck -= 1
-            self._running.release()
-            slots.free.release()
-
-        late = [False]
-        result = _Result(finished)
-        with self._lock:
-            worker = self._idle.pop() if self._idle else None
-        if worker is None:
-            worker = _Worker(self)
-        context = contextvars.copy_context()  # tracing and logging context travel along
-        worker.submit(lambda: context.run(_in_caller_context, job), result)
-        if not result.done.wait(max(0.0, give_up - time.monotonic())):
-            with slots.lock:
-                late[0] = result.on_done is not None  # it may have finished just now
-                if late[0]:
-                    slots.stuck += 1
-            if late[0]:
-                raise StoreDeadlineError(f"{what} took longer than its {deadline_s:g} s deadline")
-            result.done.wait()  # finishing now: its answer is a moment away
-        if result.error is not None:
-            raise result.error
-        value: T = result.value
-        return value
-
-    def release(self, worker: _Worker) -> bool:
-        """A worker finished its call: True when it stays for reuse, False to end its thread."""
-        with self._lock:
-            if len(self._idle) >= MAX_IDLE_WORKERS:
-                return False
-            self._idle.append(worker)
-            return True
-
-    def retire(self, worker: _Worker) -> bool:
-        """An idle worker's thread may end: True unless it was just handed a job."""
-        with self._lock:
-            if worker in self._idle:
-                self._idle.remove(worker)
-                return True
-            return False
-
-
-# One pool per process: every FallbackStore (every breaker) shares its threads.
-_POOL = _WorkerPool()
 
 
 class FallbackStore:
@@ -319,12 +155,13 @@ class FallbackStore:
         self.fallback_stats = FallbackStats()
         self._emit: Emit = emit or _ignore
         self._on_answer: AnswerHook = on_answer or _ignore
-        self._slots = _Slots()
+        self._slots = deadline.CallSlots()
         self._lock = threading.Lock()
         self._degraded = False
         self._paused_until = 0
-        self._last_seen: dict[str, Record | None] = {}
-        self._local_names: set[str] = set()  # what the local twin may hold, dropped on recovery
+        # Each breaker owns one wrapper: the last record the shared store returned (and its
+        # name) is what a degradation starts the local twin from.
+        self._last_seen: tuple[str, Record | None] | None = None
         self._missing_table_logged = False
         self._prepared = False
 
@@ -345,7 +182,7 @@ class FallbackStore:
     def load(self, name: str, now_ms: int) -> Record | None:
         self.stats.count_read()
         if self.paused(now_ms):
-            return self._local_load(name, now_ms)
+            return self.local.load(name, now_ms)
         self._emit("on_store_call_start", name, "load")
         started = time.perf_counter()
         try:
@@ -360,7 +197,7 @@ class FallbackStore:
         except Exception as exc:
             self._call_done(name, "load", started, exc)
             self._degrade(name, "load", exc)
-            return self._local_load(name, now_ms)
+            return self.local.load(name, now_ms)
         else:
             self._call_done(name, "load", started, None)
         self._answered(name, record, now_ms)
@@ -369,41 +206,21 @@ class FallbackStore:
     def record_failure(
         self, name: str, policy: Policy, now_ms: int, observed: Record | None
     ) -> Outcome:
-        def record_failure(store: Store) -> Outcome:
-            used = policy if store is self.shared else rules.alone(policy)
-            return store.record_failure(name, used, now_ms, observed)
-
-        return self._operation(
-            "record_failure", name, now_ms, record_failure, _reason_by_states(policy)
-        )
+        return self._forward("record_failure", name, policy, now_ms, observed, alone=True)
 
     def claim_probe(
         self, name: str, policy: Policy, now_ms: int, nonce: str, observed: Record | None
     ) -> Outcome:
-        def claim_probe(store: Store) -> Outcome:
-            return store.claim_probe(name, policy, now_ms, nonce, observed)
-
-        reason = _reason_by_states(policy)
-        return self._operation("claim_probe", name, now_ms, claim_probe, reason)
+        return self._forward("claim_probe", name, policy, now_ms, nonce, observed)
 
     def settle_probe(
         self, name: str, policy: Policy, now_ms: int, report: ProbeReport, observed: Record | None
     ) -> Outcome:
-        def settle_probe(store: Store) -> Outcome:
-            return store.settle_probe(name, policy, now_ms, report, observed)
-
-        return self._operation(
-            "settle_probe", name, now_ms, settle_probe, _reason_by_states(policy)
-        )
+        return self._forward("settle_probe", name, policy, now_ms, report, observed)
 
     def report(
         self, name: str, policy: Policy, now_ms: int, report: Report, observed: Record | None
     ) -> Outcome:
-        def send(store: Store) -> Outcome:
-            # Alone, the container is its own quorum (docs/architecture.md, "Store trouble").
-            used = policy if store is self.shared else rules.alone(policy)
-            return store.report(name, used, now_ms, report, observed)
-
         def reason(outcome: Outcome) -> TransitionReason:
             # The tripping write saw the window with this report in it: failures or slow calls.
             counts = window_counts(
@@ -412,7 +229,32 @@ class FallbackStore:
             before, after = outcome.transition or (State.CLOSED, State.OPEN)
             return transition_reason(before, after, policy, counts)
 
-        return self._operation("report", name, now_ms, send, reason)
+        return self._forward(
+            "report", name, policy, now_ms, report, observed, alone=True, reason=reason
+        )
+
+    def _forward(
+        self,
+        operation: str,
+        name: str,
+        policy: Policy,
+        now_ms: int,
+        *args: Any,
+        alone: bool = False,
+        reason: Reason | None = None,
+    ) -> Outcome:
+        """One contract operation on the shared store, else on the local twin.
+
+        ``alone``: on the local twin the container is its own quorum (docs/architecture.md,
+        "Store trouble"). ``reason`` says why a transition happened (default: from the states).
+        """
+
+        def send(store: Store) -> Outcome:
+            used = rules.alone(policy) if alone and store is not self.shared else policy
+            method: Callable[..., Outcome] = getattr(store, operation)
+            return method(name, used, now_ms, *args)
+
+        return self._operation(operation, name, now_ms, send, reason or _reason_by_states(policy))
 
     def force_state(
         self, name: str, policy: Policy, now_ms: int, target: State, *, action: Action | None = None
@@ -447,9 +289,8 @@ class FallbackStore:
             self._prepared = True
         if self.deadline_seconds is None:
             return job()
-        return _POOL.run(
-            job, self.deadline_seconds, f"store {operation} for breaker {name!r}", self._slots
-        )
+        what = f"store {operation} for breaker {name!r}"
+        return deadline.run_within(job, self.deadline_seconds, what, self._slots)
 
     def _operation(
         self,
@@ -461,7 +302,7 @@ class FallbackStore:
     ) -> Outcome:
         self.stats.count_write()
         if self.paused(now_ms):
-            return self._local_op(name, op)
+            return op(self.local)
         self._emit("on_store_call_start", name, operation)
         started = time.perf_counter()
         try:
@@ -469,7 +310,7 @@ class FallbackStore:
         except Exception as exc:
             self._call_done(name, operation, started, exc)
             self._degrade(name, operation, exc)
-            return self._local_op(name, op)
+            return op(self.local)
         self._call_done(name, operation, started, None)
         self._answered(name, outcome.record, now_ms)
         if outcome.transition is not None:
@@ -479,16 +320,8 @@ class FallbackStore:
             self._emit("on_state_change", name, change)
         return outcome
 
-    def _local_load(self, name: str, now_ms: int) -> Record | None:
-        self._local_names.add(name)
-        return self.local.load(name, now_ms)
-
-    def _local_op(self, name: str, op: Callable[[Store], Outcome]) -> Outcome:
-        self._local_names.add(name)
-        return op(self.local)
-
     def _answered(self, name: str, record: Record | None, now_ms: int) -> None:
-        self._last_seen[name] = record
+        self._last_seen = (name, record)
         self._on_answer(name, record, now_ms)
 
     def _call_done(
@@ -509,9 +342,7 @@ class FallbackStore:
                 recovered, self._degraded = self._degraded, False
                 if recovered:
                     # The fleet's record is authoritative again; local counts are dropped.
-                    for local_name in list(self._local_names):
-                        self.local.seed(local_name, None)
-                    self._local_names.clear()
+                    self.local.clear()
             if recovered:
                 self._emit("on_recovered", name)
 
@@ -524,12 +355,10 @@ class FallbackStore:
             first = not self._degraded
             self._degraded = True
             self._paused_until = seen_at + self.backoff_ms
-            if first:
+            if first and self._last_seen is not None:
                 # Start from the fleet's last known state: a breaker last seen open keeps
                 # rejecting until its open window ends.
-                for seen_name, record in self._last_seen.items():
-                    self.local.seed(seen_name, record)
-                    self._local_names.add(seen_name)
+                self.local.seed(*self._last_seen)
             self.fallback_stats.store_errors += 1
             if first:
                 self.fallback_stats.degradations += 1

@@ -12,7 +12,7 @@ from fleetbreaker.state import Outcome, Policy, ProbeReport, Record, Report, Sta
 from fleetbreaker.stores.base import Listing, StoreStats
 
 if TYPE_CHECKING:
-    from fleetbreaker.tuning import Action
+    from fleetbreaker.record import Action
 
 
 class MemoryStore:
@@ -62,6 +62,11 @@ class MemoryStore:
                 self._records.pop(name, None)
             else:
                 self._records[name] = record
+
+    def clear(self) -> None:
+        """Forget every record (a degraded breaker's local twin, once the fleet answers)."""
+        with self._lock:
+            self._records.clear()
 
     def record_failure(
         self, name: str, policy: Policy, now_ms: int, observed: Record | None

@@ -16,37 +16,29 @@ from __future__ import annotations
 import hashlib
 import logging
 import re
+from functools import lru_cache
 from importlib import resources
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
+from fleetbreaker import record as schema
 from fleetbreaker import state as rules
 from fleetbreaker.errors import ConfigError, CorruptRecordError, StoreError
 from fleetbreaker.frozen import replace
-from fleetbreaker.state import (
-    MAX_PROBE_SLOTS,
-    Decision,
-    Lease,
-    Outcome,
-    Policy,
-    ProbeReport,
-    Record,
-    Report,
-    State,
-)
+from fleetbreaker.policy import Policy
+from fleetbreaker.record import Decision, Lease, Outcome, ProbeReport, Record, Report, State
 from fleetbreaker.stores import URL_ENV, default_redis_url
 from fleetbreaker.stores.base import Listing, StoreStats
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
 
-    from fleetbreaker.tuning import Action
+    from fleetbreaker.record import Action
 
 log = logging.getLogger("fleetbreaker")
-_NUMBERS = rules.RECORD_NUMBERS
 # The scripts' integer rule: an optional minus and 1 to MAX_RECORD_DIGITS ASCII digits. Lua
 # doubles hold 15 digits exactly; one digit of headroom keeps a counter the scripts accept from
 # growing (gen + 1) into a value they would then reject.
-_INTEGER = re.compile(rf"-?[0-9]{{1,{rules.MAX_RECORD_DIGITS}}}")
+_INTEGER = re.compile(rf"-?[0-9]{{1,{schema.MAX_RECORD_DIGITS}}}")
 # `{`, `}` would end or start a hash tag early; `%` is escaped so the mapping stays one-to-one.
 _KEY_ESCAPES = str.maketrans({"%": "%25", "{": "%7B", "}": "%7D"})
 _OPERATIONS = (
@@ -71,25 +63,78 @@ class RedisClient(Protocol):
     def script_load(self, script: str) -> Any: ...
 
 
+def _lua_string(name: str) -> str:
+    # The schema's names are plain text: a quote, a backslash or a control character would
+    # need escaping in a Lua string.
+    if not _LUA_PLAIN.fullmatch(name):
+        raise ValueError(f"a stored name the Redis scripts cannot spell: {name!r}")
+    return f"'{name}'"
+
+
+_LUA_PLAIN = re.compile(r"[^'\\\x00-\x1f\x7f]+")
+_PLACEHOLDER = re.compile(r"__[A-Z_]+__")
+
+
+def _lua_pairs(fields: dict[str, str]) -> str:
+    """A Lua list of {attribute, stored name} pairs, in the schema's order."""
+    pairs = (f"{{{_lua_string(a)}, {_lua_string(n)}}}" for a, n in fields.items())
+    return "{" + ", ".join(pairs) + "}"
+
+
+def _schema_constants() -> dict[str, str]:
+    """The Lua text of every placeholder in the scripts, from the record's schema (and the
+    rules' limits): the scripts spell no stored name of their own."""
+    leases = ", ".join(
+        f"[{slot}] = {{{', '.join(map(_lua_string, schema.lease_fields(slot)))}}}"
+        for slot in range(schema.MAX_PROBE_SLOTS)
+    )
+    buckets = ", ".join(
+        f"[{slot}] = {{"
+        + ", ".join(
+            f"{attribute} = {_lua_string(schema.bucket_field(slot, code))}"
+            for code, attribute in schema.BUCKET_CODES.items()
+        )
+        + "}"
+        for slot in range(schema.WINDOW_BUCKETS)
+    )
+    quorum = ", ".join(
+        f"[{_lua_string(code)}] = {_lua_string(attribute)}"
+        for code, attribute in schema.QUORUM_CODES.items()
+    )
+    states = ", ".join(f"[{_lua_string(state.value)}] = true" for state in State)
+    return {
+        "__MAX_PROBE_SLOTS__": str(schema.MAX_PROBE_SLOTS),
+        "__MAX_RECORD_DIGITS__": str(schema.MAX_RECORD_DIGITS),
+        "__CLOCK_TOLERANCE_MS__": str(rules.CLOCK_TOLERANCE_MS),
+        "__STATES__": f"{{{states}}}",
+        "__STATE_FIELD__": _lua_string(schema.STATE),
+        "__NUMBER_FIELDS__": _lua_pairs(schema.NUMBER_FIELDS),
+        "__TEXT_FIELDS__": _lua_pairs(schema.TEXT_FIELDS),
+        "__LEASE_FIELDS__": f"{{{leases}}}",
+        "__WINDOW_BUCKETS__": str(schema.WINDOW_BUCKETS),
+        "__BUCKET_FIELDS__": f"{{{buckets}}}",
+        "__QUORUM_MAPS__": f"{{{quorum}}}",
+        "__QUORUM_SEPARATOR__": _lua_string(schema.QUORUM_SEPARATOR),
+        "__RECENT_BUCKETS__": str(rules.RECENT_BUCKETS),
+    }
+
+
 class _Script:
     """One operation's Lua source and its SHA1, loaded into the server on first NOSCRIPT."""
 
-    def __init__(self, operation: str) -> None:
+    def __init__(self, operation: str, constants: dict[str, str]) -> None:
         package = resources.files("fleetbreaker.stores")
         common = package.joinpath("redis_common.lua").read_text(encoding="utf-8")
-        # One limit for the Python rules and the scripts.
-        common = common.replace("__MAX_PROBE_SLOTS__", str(MAX_PROBE_SLOTS))
-        common = common.replace("__MAX_RECORD_DIGITS__", str(rules.MAX_RECORD_DIGITS))
-        common = common.replace("__CLOCK_TOLERANCE_MS__", str(rules.CLOCK_TOLERANCE_MS))
-        common = common.replace("__RECENT_BUCKETS__", str(rules.RECENT_BUCKETS))
         body = package.joinpath(f"redis_{operation}.lua").read_text(encoding="utf-8")
+        source = _PLACEHOLDER.sub(lambda match: constants[match.group(0)], f"{common}\n{body}")
         self.operation = operation
-        self.source = f"{common}\n{body}"
+        self.source = source
         self.sha = hashlib.sha1(self.source.encode("utf-8")).hexdigest()
 
 
 def _load_scripts() -> dict[str, _Script]:
-    return {operation: _Script(operation) for operation in _OPERATIONS}
+    constants = _schema_constants()
+    return {operation: _Script(operation, constants) for operation in _OPERATIONS}
 
 
 def _text(value: Any) -> str:
@@ -112,23 +157,28 @@ def parse_fields(fields: dict[str, str]) -> Record | None:
     """
     if not fields:
         return None
-    raw_state = fields.get("state")
+    raw_state = fields.get(schema.STATE)
     try:
         state = State(raw_state)
     except ValueError:
-        raise CorruptRecordError(f"field 'state' is not a breaker state: {raw_state!r}") from None
-    numbers: dict[str, Any] = {name: _integer(fields, name) for name in _NUMBERS}
+        raise CorruptRecordError(
+            f"field {schema.STATE!r} is not a breaker state: {raw_state!r}"
+        ) from None
+    numbers: dict[str, Any] = {
+        attribute: _integer(fields, name) for attribute, name in schema.NUMBER_FIELDS.items()
+    }
     leases: dict[int, Lease] = {}
-    for slot in range(MAX_PROBE_SLOTS):
-        token = fields.get(f"probe{slot}_token")
-        until = fields.get(f"probe{slot}_until")
+    for slot in range(schema.MAX_PROBE_SLOTS):
+        token_field, until_field, since_field = schema.lease_fields(slot)
+        token = fields.get(token_field)
+        until = fields.get(until_field)
         if token is not None and until is not None and _INTEGER.fullmatch(until):
-            since = fields.get(f"probe{slot}_since")
+            since = fields.get(since_field)
             granted = int(since) if since is not None and _INTEGER.fullmatch(since) else None
             leases[slot] = Lease(token, int(until), granted)
-    quorum: dict[str, dict[str, int]] = {code: {} for code in rules.QUORUM_CODES}
+    quorum: dict[str, dict[str, int]] = {code: {} for code in schema.QUORUM_CODES}
     for field, value in fields.items():
-        code, sep, container = field.partition(":")
+        code, sep, container = field.partition(schema.QUORUM_SEPARATOR)
         if sep and code in quorum and container and _INTEGER.fullmatch(value):
             quorum[code][container] = int(value)
 
@@ -136,26 +186,32 @@ def parse_fields(fields: dict[str, str]) -> Record | None:
         raw = fields.get(field)
         return int(raw) if raw is not None and _INTEGER.fullmatch(raw) else None
 
-    window = rules.parse_window(number, quorum)
-    texts: dict[str, Any] = {name: fields.get(name, "") for name in rules.RECORD_TEXTS}
+    window = schema.parse_window(number, quorum)
+    texts: dict[str, Any] = {
+        attribute: fields.get(name, "") for attribute, name in schema.TEXT_FIELDS.items()
+    }
     return Record(state=state, leases=leases, **numbers, **texts, **window)
 
 
-def _policy_args(policy: Policy) -> list[str]:
-    # repr() of a float round-trips exactly, and Lua's tonumber reads it back to the same
-    # double, so the scripts' open-window arithmetic matches state.open_duration_ms.
-    return [
-        str(policy.failure_threshold),
-        str(policy.window_ms),
-        str(policy.base_open_ms),
-        repr(float(policy.backoff)),
-        str(policy.max_open_ms),
-        str(policy.max_probes),
-        str(policy.successes_needed),
-        str(policy.lease_ms),
-        str(policy.ttl_s),
-        str(rules.OVERRIDE_TTL_S),
-    ]
+@lru_cache(maxsize=64)
+def _policy_json(policy: Policy) -> str:
+    """The policy as the scripts read it (ARGV[2]): one JSON object of Policy's fields (a None
+    one left out, so the script sees nil), with what the scripts derive from them."""
+    import json  # only RedisStore needs it: kept off the breaker's import
+
+    values: dict[str, Any] = {name: getattr(policy, name) for name in Policy.__match_args__}
+    # The fractions are computed here, not read from Policy's cached properties: caching
+    # them would add keys to the policy's __dict__ (which callers may copy into a new one).
+    rate = policy.failure_rate
+    values.update(
+        override_ttl_s=rules.OVERRIDE_TTL_S,
+        bucket_ms=policy.bucket_ms,
+        failure_ratio=None if rate is None else rules.exact_ratio(rate),
+        slow_ratio=rules.exact_ratio(policy.slow_rate),
+    )
+    # json writes a float as its repr(), which Lua's cjson reads back to the same double: the
+    # scripts' open-window arithmetic matches state.open_duration_ms.
+    return json.dumps({k: v for k, v in values.items() if v is not None}, separators=(",", ":"))
 
 
 class RedisStore:
@@ -282,6 +338,10 @@ class RedisStore:
     def _now_arg(self, now_ms: int) -> str:
         return "" if self.use_server_time else str(int(now_ms))
 
+    def _args(self, now_ms: int, policy: Policy, *rest: str) -> list[str]:
+        """Every write's ARGV: the clock, the policy (one JSON object), the operation's own."""
+        return [self._now_arg(now_ms), _policy_json(policy), *rest]
+
     def _eval(self, operation: str, name: str, args: Sequence[str]) -> list[Any]:
         """One EVALSHA; after a server restart (NOSCRIPT) load the script and run it again."""
         from redis.exceptions import NoScriptError, RedisError
@@ -337,16 +397,13 @@ class RedisStore:
         self, name: str, policy: Policy, now_ms: int, observed: Record | None
     ) -> Outcome:
         # `observed` is not needed: the script reads the current record under Redis' lock.
-        return self._operation(
-            "record_failure", name, [self._now_arg(now_ms), *_policy_args(policy)]
-        )
+        return self._operation("record_failure", name, self._args(now_ms, policy))
 
     def claim_probe(
         self, name: str, policy: Policy, now_ms: int, nonce: str, observed: Record | None
     ) -> Outcome:
         self.stats.count_write()
-        args = [self._now_arg(now_ms), *_policy_args(policy), nonce]
-        reply = self._eval("claim_probe", name, args)
+        reply = self._eval("claim_probe", name, self._args(now_ms, policy, nonce))
         outcome = self._outcome("claim_probe", name, reply)
         if outcome.token is not None or not self.use_server_time:
             return outcome
@@ -361,30 +418,22 @@ class RedisStore:
     def settle_probe(
         self, name: str, policy: Policy, now_ms: int, report: ProbeReport, observed: Record | None
     ) -> Outcome:
-        args = [self._now_arg(now_ms), *_policy_args(policy), report.token]
         success = "1" if report.success else "0"
-        return self._operation("settle_probe", name, [*args, success, repr(float(report.jitter))])
+        args = self._args(now_ms, policy, report.token, success, repr(float(report.jitter)))
+        return self._operation("settle_probe", name, args)
 
     def report(
         self, name: str, policy: Policy, now_ms: int, report: Report, observed: Record | None
     ) -> Outcome:
-        rate = policy.failure_ratio
-        args = [
-            self._now_arg(now_ms),
-            *_policy_args(policy),
-            "" if rate is None else f"{rate[0]}/{rate[1]}",
-            str(policy.minimum_calls),
-            "" if policy.slow_ms is None else str(policy.slow_ms),
-            "{}/{}".format(*policy.slow_ratio),
-            str(policy.min_containers),
-            str(policy.bucket_ms),
-            str(policy.window_ms),
+        args = self._args(
+            now_ms,
+            policy,
             report.container,
             str(report.calls),
             str(report.failures),
             str(report.slow),
             "" if report.gen is None else str(report.gen),
-        ]
+        )
         return self._operation("report", name, args)
 
     def force_state(
@@ -392,7 +441,7 @@ class RedisStore:
     ) -> Outcome:
         if target not in rules.FORCEABLE:
             raise ValueError(f"cannot force a breaker to {target.value!r}")
-        args = [self._now_arg(now_ms), *_policy_args(policy), target.value]
+        args = self._args(now_ms, policy, target.value)
         if action is not None:
             args.append(action.encode())
         return self._operation("force_state", name, args)
@@ -440,8 +489,7 @@ class RedisStore:
     def tune(
         self, name: str, policy: Policy, now_ms: int, tuned: str, action: Action | None
     ) -> Record | None:
-        args = [self._now_arg(now_ms), *_policy_args(policy), tuned]
-        args.append(action.encode() if action is not None else "")
+        args = self._args(now_ms, policy, tuned, action.encode() if action is not None else "")
         return self._operation("tune", name, args).record
 
 

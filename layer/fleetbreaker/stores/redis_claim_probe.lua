@@ -1,7 +1,7 @@
--- claim_probe: the open -> half_open move, or a free half-open slot. ARGV[12] is the nonce.
+-- claim_probe: the open -> half_open move, or a free half-open slot. ARGV[3] is the nonce.
 local now = clock(ARGV[1])
 local policy = policy_from(ARGV)
-local nonce = ARGV[12]
+local nonce = ARGV[3]
 local key = KEYS[1]
 local rec, _, old = read(key, now)
 if rec == nil then return reply(nil, now, false) end
@@ -17,7 +17,7 @@ if rec.state == 'open' and now >= rec.open_until then
   return reply(save(key, probing, policy, now, old), now, true, 'open', 'half_open', token)
 end
 if rec.state == 'half_open' then
-  local slot = free_slot(rec, policy, now, old)
+  local slot = free_slot(rec, policy, now)
   if slot == nil then return reply(rec, now, false) end
   local token = int(slot) .. '-' .. nonce
   local leased = copy(rec)

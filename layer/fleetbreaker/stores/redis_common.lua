@@ -5,28 +5,34 @@
 -- the contract suite runs the same tests against this and against MemoryStore.
 --
 -- Conventions: KEYS[1] is the breaker's hash; ARGV[1] is the caller's epoch ms, or "" to use
--- the server's TIME (the default: every container then shares one clock). Numbers are Lua
--- doubles, exact for the integers used here (epoch ms, counters); they are stored and returned
--- as decimal strings, never as floats.
+-- the server's TIME (the default: every container then shares one clock); ARGV[2] is the
+-- policy, one JSON object (RedisStore's _policy_json); an operation's own arguments follow.
+-- Numbers are Lua doubles, exact for the integers used here (epoch ms, counters); they are
+-- stored and returned as decimal strings, never as floats.
+--
+-- The record's schema is fleetbreaker/record.py's: every upper-case placeholder wrapped in
+-- double underscores is filled in from it by redis.py, so this file spells no stored field name. In memory a record is a table keyed
+-- by the Python Record's attribute names (rec.open_until, rec.leases, ...), as the rules are.
 
-local MAX_SLOTS = __MAX_PROBE_SLOTS__ -- state.MAX_PROBE_SLOTS, filled in by redis.py
-local CLOCK_TOLERANCE_MS = __CLOCK_TOLERANCE_MS__ -- state.CLOCK_TOLERANCE_MS, likewise
-local STATES = {closed = true, open = true, half_open = true, forced_open = true, disabled = true}
-local NUMBERS = {
-  'gen', 'failures', 'window_start', 'opened_at', 'open_until', 'reopens', 'successes',
-  'updated_at', 'expires_at',
-}
+local MAX_SLOTS = __MAX_PROBE_SLOTS__
+local CLOCK_TOLERANCE_MS = __CLOCK_TOLERANCE_MS__
+local STATES = __STATES__
+-- The stored name of the state; the integer and text fields as {attribute, stored name}.
+local STATE_FIELD = __STATE_FIELD__
+local NUMBERS = __NUMBER_FIELDS__
 -- Operator fields (live tuning, last action): text that state changes carry over untouched.
-local TEXTS = {'tuned', 'last_action'}
-
--- Rate policy window: WINDOW_BUCKETS buckets, fields w<slot>_<part> for the bucket's idx,
--- calls, failures, slow calls and reports; quorum maps as fields fq:<container> (failures)
--- and sq:<container> (slow calls), each holding the epoch ms of that container's latest.
-local WINDOW_BUCKETS = 10
--- The short window judged beside the whole one (state.RECENT_BUCKETS, filled in by redis.py).
+local TEXTS = __TEXT_FIELDS__
+-- Each probe slot's stored fields: {token, until, since}, by slot.
+local LEASE_FIELDS = __LEASE_FIELDS__
+-- Rate policy window: WINDOW_BUCKETS buckets, each a table of Bucket attribute -> stored
+-- name (by slot), and the quorum maps (code -> Record attribute): fields
+-- <code><QUORUM_SEPARATOR><container>, each the epoch ms of that container's latest.
+local WINDOW_BUCKETS = __WINDOW_BUCKETS__
+-- The short window judged beside the whole one (window.RECENT_BUCKETS).
 local RECENT_BUCKETS = __RECENT_BUCKETS__
-local BUCKET_PARTS = {i = 'idx', c = 'calls', f = 'failures', s = 'slow', r = 'reports'}
-local QUORUM_MAPS = {fq = 'failing', sq = 'slowing'}
+local BUCKET_FIELDS = __BUCKET_FIELDS__
+local QUORUM_MAPS = __QUORUM_MAPS__
+local QUORUM_SEPARATOR = __QUORUM_SEPARATOR__
 
 local function int(n)
   return string.format('%d', n)
@@ -48,19 +54,10 @@ local function clock(arg)
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
+-- The policy (ARGV[2]): Policy's fields by name (a None one absent), plus override_ttl_s,
+-- bucket_ms, and the rate thresholds as exact fractions {numerator, denominator}.
 local function policy_from(argv)
-  return {
-    failure_threshold = tonumber(argv[2]),
-    window_ms = tonumber(argv[3]),
-    base_open_ms = tonumber(argv[4]),
-    backoff = tonumber(argv[5]),
-    max_open_ms = tonumber(argv[6]),
-    max_probes = tonumber(argv[7]),
-    successes_needed = tonumber(argv[8]),
-    lease_ms = tonumber(argv[9]),
-    ttl_s = tonumber(argv[10]),
-    override_ttl_s = tonumber(argv[11]),
-  }
+  return cjson.decode(argv[2])
 end
 
 local function shorten(value)
@@ -81,63 +78,66 @@ local function read(key, now)
   local flat = redis.call('HGETALL', key)
   local raw = old.fields
   for i = 1, #flat, 2 do raw[flat[i]] = flat[i + 1] end
-  if not STATES[raw.state] then
-    return nil, "field 'state' is not a breaker state: " .. shorten(raw.state), old
+  local state = raw[STATE_FIELD]
+  if not STATES[state] then
+    return nil, "field '" .. STATE_FIELD .. "' is not a breaker state: " .. shorten(state), old
   end
-  local rec = {state = raw.state, leases = {}}
+  local rec = {state = state, leases = {}}
   for _, field in ipairs(NUMBERS) do
-    rec[field] = parse_int(raw[field])
-    if rec[field] == nil then
-      return nil, "field '" .. field .. "' is missing or not an integer: " .. shorten(raw[field]),
+    local attribute, name = field[1], field[2]
+    rec[attribute] = parse_int(raw[name])
+    if rec[attribute] == nil then
+      return nil, "field '" .. name .. "' is missing or not an integer: " .. shorten(raw[name]),
         old
     end
   end
-  -- Leases: probe<slot>_token and probe<slot>_until. A malformed lease counts as free, as in
-  -- the DynamoDB store. (Matching the fields present is cheaper than trying every slot.)
-  for field, token in pairs(raw) do
-    local slot = tonumber(string.match(field, '^probe([1-9]?%d)_token$'))
-    if slot ~= nil and slot < MAX_SLOTS then
-      local until_ms = parse_int(raw['probe' .. slot .. '_until'])
+  -- Leases: a malformed one counts as free, as in the DynamoDB store.
+  for slot = 0, MAX_SLOTS - 1 do
+    local names = LEASE_FIELDS[slot]
+    local token = raw[names[1]]
+    local until_ms = parse_int(raw[names[2]])
+    if token ~= nil and until_ms ~= nil then
       -- The grant time (on the claimer's clock) may be absent or malformed: then unknown.
-      local since_ms = parse_int(raw['probe' .. slot .. '_since'])
-      if until_ms ~= nil then
-        rec.leases[slot] = {token = token, until_ms = until_ms, since_ms = since_ms}
-      end
+      rec.leases[slot] = {token = token, until_ms = until_ms, since_ms = parse_int(raw[names[3]])}
     end
   end
   -- Buckets and quorum entries: a malformed one is dropped (read as empty), as in Python.
   rec.buckets, rec.failing, rec.slowing = {}, {}, {}
   for slot = 0, WINDOW_BUCKETS - 1 do
-    local idx = parse_int(raw['w' .. slot .. '_i'])
+    local names = BUCKET_FIELDS[slot]
+    local idx = parse_int(raw[names.idx])
     if idx ~= nil then
       local bucket = {idx = idx}
       local ok = true
-      for part, name in pairs(BUCKET_PARTS) do
-        if part ~= 'i' then
-          local n = parse_int(raw['w' .. slot .. '_' .. part])
-          if n == nil or n < 0 then ok = false else bucket[name] = n end
+      for attribute, name in pairs(names) do
+        if attribute ~= 'idx' then
+          local n = parse_int(raw[name])
+          if n == nil or n < 0 then ok = false else bucket[attribute] = n end
         end
       end
       if ok then rec.buckets[slot] = bucket end
     end
   end
-  for field, value in pairs(raw) do
-    local prefix, id = string.match(field, '^(%a%a):(.+)$')
-    local map = QUORUM_MAPS[prefix]
-    local at = parse_int(value)
-    if map ~= nil and at ~= nil then rec[map][id] = at end
+  for code, map in pairs(QUORUM_MAPS) do
+    local prefix = code .. QUORUM_SEPARATOR
+    local n = #prefix
+    for field, value in pairs(raw) do
+      if #field > n and string.sub(field, 1, n) == prefix then
+        local at = parse_int(value)
+        if at ~= nil then rec[map][string.sub(field, n + 1)] = at end
+      end
+    end
   end
-  for _, field in ipairs(TEXTS) do rec[field] = raw[field] end
+  for _, field in ipairs(TEXTS) do rec[field[1]] = raw[field[2]] end
   if rec.expires_at * 1000 <= now then return nil, nil, old end
   return rec, nil, old
 end
 
 local function blank(state, gen)
-  return {
-    state = state, gen = gen, failures = 0, window_start = 0, opened_at = 0, open_until = 0,
-    reopens = 0, successes = 0, updated_at = 0, expires_at = 0, leases = {},
-    buckets = {}, failing = {}, slowing = {},
-  }
+  local rec = {state = state, leases = {}, buckets = {}, failing = {}, slowing = {}}
+  for _, field in ipairs(NUMBERS) do rec[field[1]] = 0 end
+  rec.gen = gen
+  return rec
 end
 
 local function copy(rec)
@@ -152,15 +152,28 @@ local function copy(rec)
   return out
 end
 
--- The window's extra fields, as field -> string (save and reply both send them).
-local function window_fields(rec, fields)
-  for slot, bucket in pairs(rec.buckets or {}) do
-    for part, name in pairs(BUCKET_PARTS) do
-      fields['w' .. slot .. '_' .. part] = int(bucket[name])
+-- The record as stored: stored name -> string (save writes them, reply sends them). Text
+-- fields that are nil or "" are left out.
+local function fields_of(rec)
+  local fields = {[STATE_FIELD] = rec.state}
+  for _, field in ipairs(NUMBERS) do fields[field[2]] = int(rec[field[1]]) end
+  for slot = 0, MAX_SLOTS - 1 do
+    local lease, names = rec.leases[slot], LEASE_FIELDS[slot]
+    if lease ~= nil then
+      fields[names[1]] = lease.token
+      fields[names[2]] = int(lease.until_ms)
+      if lease.since_ms ~= nil then fields[names[3]] = int(lease.since_ms) end
     end
   end
-  for prefix, map in pairs(QUORUM_MAPS) do
-    for id, at in pairs(rec[map] or {}) do fields[prefix .. ':' .. id] = int(at) end
+  for slot, bucket in pairs(rec.buckets or {}) do
+    for attribute, name in pairs(BUCKET_FIELDS[slot]) do fields[name] = int(bucket[attribute]) end
+  end
+  for code, map in pairs(QUORUM_MAPS) do
+    for id, at in pairs(rec[map] or {}) do fields[code .. QUORUM_SEPARATOR .. id] = int(at) end
+  end
+  for _, field in ipairs(TEXTS) do
+    local text = rec[field[1]]
+    if text ~= nil and text ~= '' then fields[field[2]] = text end
   end
   return fields
 end
@@ -178,23 +191,12 @@ end
 local function save(key, rec, policy, now, old)
   rec.updated_at = now
   rec.expires_at = math.floor(now / 1000) + ttl_seconds(policy, rec.state)
-  local fields = {state = rec.state}
-  for _, field in ipairs(NUMBERS) do fields[field] = int(rec[field]) end
-  for slot = 0, MAX_SLOTS - 1 do
-    local lease = rec.leases[slot]
-    if lease ~= nil then
-      fields['probe' .. slot .. '_token'] = lease.token
-      fields['probe' .. slot .. '_until'] = int(lease.until_ms)
-      if lease.since_ms ~= nil then fields['probe' .. slot .. '_since'] = int(lease.since_ms) end
-    end
-  end
-  window_fields(rec, fields)
+  -- A record built from scratch (a transition) keeps the operator's fields of the one it
+  -- replaces; "" clears a field.
   for _, field in ipairs(TEXTS) do
-    -- A record built from scratch (a transition) keeps the operator's fields of the one it
-    -- replaces; "" clears a field.
-    if rec[field] == nil and old.kind == 'hash' then rec[field] = old.fields[field] end
-    if rec[field] ~= nil and rec[field] ~= '' then fields[field] = rec[field] end
+    if rec[field[1]] == nil and old.kind == 'hash' then rec[field[1]] = old.fields[field[2]] end
   end
+  local fields = fields_of(rec)
   if old.kind ~= 'hash' and old.kind ~= 'none' then redis.call('DEL', key) end
   local args = {}
   for field, value in pairs(fields) do
@@ -220,34 +222,9 @@ end
 local function reply(rec, now, changed, from, to, token)
   local out = {'ok', changed and '1' or '0', from or '', to or '', token or '', int(now)}
   if rec ~= nil then
-    out[#out + 1] = 'state'
-    out[#out + 1] = rec.state
-    for _, field in ipairs(NUMBERS) do
-      out[#out + 1] = field
-      out[#out + 1] = int(rec[field])
-    end
-    for slot = 0, MAX_SLOTS - 1 do
-      local lease = rec.leases[slot]
-      if lease ~= nil then
-        out[#out + 1] = 'probe' .. slot .. '_token'
-        out[#out + 1] = lease.token
-        out[#out + 1] = 'probe' .. slot .. '_until'
-        out[#out + 1] = int(lease.until_ms)
-        if lease.since_ms ~= nil then
-          out[#out + 1] = 'probe' .. slot .. '_since'
-          out[#out + 1] = int(lease.since_ms)
-        end
-      end
-    end
-    for field, value in pairs(window_fields(rec, {})) do
+    for field, value in pairs(fields_of(rec)) do
       out[#out + 1] = field
       out[#out + 1] = value
-    end
-    for _, field in ipairs(TEXTS) do
-      if rec[field] ~= nil and rec[field] ~= '' then
-        out[#out + 1] = field
-        out[#out + 1] = rec[field]
-      end
     end
   end
   return out
@@ -287,6 +264,23 @@ local function open_duration(policy, reopens, jitter)
   local grown = math.min(
     policy.max_open_ms, policy.base_open_ms * policy.backoff ^ math.min(reopens, 64))
   return math.max(1, math.floor(grown * jitter))
+end
+
+-- state.trip: the open record that replaces a closed one whose counts reached the threshold.
+local function trip(rec, policy, now)
+  local opened = blank('open', rec.gen + 1)
+  opened.opened_at = now
+  opened.open_until = now + open_duration(policy, 0, 1.0)
+  return opened
+end
+
+-- state.reopen: the open record that replaces a half-open one whose probe failed.
+local function reopen(rec, policy, now, jitter)
+  local reopened = blank('open', rec.gen + 1)
+  reopened.reopens = rec.reopens + 1
+  reopened.opened_at = now
+  reopened.open_until = now + open_duration(policy, reopened.reopens, jitter)
+  return reopened
 end
 
 -- Scripts written for Redis < 5 must ask for effects replication before writing after TIME;

@@ -1,9 +1,9 @@
 -- force_state: an operator override (forced_open, disabled) or its release (closed).
--- ARGV[12] is the target; RedisStore has already checked that it is one of those three.
--- ARGV[13], when present and not empty, is the operator action stored as last_action.
+-- ARGV[3] is the target; RedisStore has already checked that it is one of those three.
+-- ARGV[4], when present and not empty, is the operator action stored as last_action.
 local now = clock(ARGV[1])
 local policy = policy_from(ARGV)
-local target = ARGV[12]
+local target = ARGV[3]
 local key = KEYS[1]
 if target ~= 'closed' and target ~= 'forced_open' and target ~= 'disabled' then
   return redis.error_reply('cannot force a breaker to ' .. target)
@@ -24,5 +24,5 @@ if target == 'closed' and rec ~= nil
   elseif rec.updated_at > 0 then forced.opened_at = rec.updated_at
   else forced.opened_at = now end
 end
-if ARGV[13] ~= nil and ARGV[13] ~= '' then forced.last_action = ARGV[13] end
+if ARGV[4] ~= nil and ARGV[4] ~= '' then forced.last_action = ARGV[4] end
 return reply(save(key, forced, policy, now, old), now, true, before, target)

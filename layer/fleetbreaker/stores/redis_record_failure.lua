@@ -17,8 +17,4 @@ end
 if counted.failures < policy.failure_threshold then
   return reply(save(key, counted, policy, now, old), now, true)
 end
-
-local opened = blank('open', current.gen + 1)
-opened.opened_at = now
-opened.open_until = now + open_duration(policy, 0, 1.0)
-return reply(save(key, opened, policy, now, old), now, true, 'closed', 'open')
+return reply(save(key, trip(current, policy, now), policy, now, old), now, true, 'closed', 'open')

@@ -1,18 +1,11 @@
 -- report: add one container's batch to the window (rate policy, slow calls, quorum) and trip
--- once when state.should_trip says so. ARGV[12..18] are the rate policy (failure rate as
--- 'numerator/denominator' or '', minimum calls, slow ms or '', slow rate as
--- 'numerator/denominator', min containers, bucket ms, window ms) and ARGV[19..22] the report
--- (container, calls, failures, slow). ARGV[23] is the generation the counts were taken under
--- ('' for any): counts of another generation are dropped (state.report_fits).
+-- once when state.should_trip says so. ARGV[3..6] are the report (container, calls, failures,
+-- slow); ARGV[7] is the generation the counts were taken under ('' for any): counts of
+-- another generation are dropped (state.report_fits). The rate policy comes with the rest of
+-- the policy: failure_ratio and slow_ratio as {numerator, denominator} (state.exact_ratio),
+-- failure_ratio and slow_ms absent when not set.
 local now = clock(ARGV[1])
 local policy = policy_from(ARGV)
-
--- A threshold as an exact fraction (state.exact_ratio), or nil for ''.
-local function ratio(arg)
-  local num, den = string.match(arg, '^(%d+)/(%d+)$')
-  if num == nil then return nil end
-  return {tonumber(num), tonumber(den)}
-end
 
 -- state.reaches: part / whole >= num / den, exactly. whole * num could pass 2^53, where
 -- doubles stop being exact, so split whole = q * den + r: the test becomes
@@ -29,20 +22,20 @@ local function reaches(part, whole, frac)
   return diff * den >= r * num
 end
 
-local failure_rate = ratio(ARGV[12])
-local minimum_calls = tonumber(ARGV[13])
-local slow_ms = tonumber(ARGV[14])
-local slow_rate = ratio(ARGV[15])
-local min_containers = tonumber(ARGV[16])
-local bucket_ms = tonumber(ARGV[17])
-local window_ms = tonumber(ARGV[18])
-local container = ARGV[19]
-local calls, failures, slow = tonumber(ARGV[20]), tonumber(ARGV[21]), tonumber(ARGV[22])
+local failure_rate = policy.failure_ratio
+local minimum_calls = policy.minimum_calls
+local slow_ms = policy.slow_ms
+local slow_rate = policy.slow_ratio
+local min_containers = policy.min_containers
+local bucket_ms = policy.bucket_ms
+local window_ms = policy.window_ms
+local container = ARGV[3]
+local calls, failures, slow = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local key = KEYS[1]
 
 local rec, _, old = read(key, now)
 local current = rec or blank('closed', 0)
-local report_gen = tonumber(ARGV[23])
+local report_gen = tonumber(ARGV[7])
 if current.state ~= 'closed' or (calls == 0 and failures == 0 and slow == 0)
     or (report_gen ~= nil and report_gen ~= current.gen) then
   return reply(rec, now, false)
@@ -116,12 +109,12 @@ for _, b in pairs(counted.buckets) do
   end
 end
 
--- state.judged: each window with its own minimum of calls.
+-- window.judged: each window with its own minimum of calls.
 local function judged(part, whole, frac)
   return whole >= minimum_calls and reaches(part, whole, frac)
 end
 
--- state.should_trip
+-- window.SlidingWindow.trip_reason
 local trips = false
 local failing
 if failure_rate == nil then
@@ -140,9 +133,6 @@ elseif slowing and (min_containers <= 1 or live(counted.slowing) >= min_containe
 end
 
 if trips then
-  local opened = blank('open', current.gen + 1)
-  opened.opened_at = now
-  opened.open_until = now + open_duration(policy, 0, 1.0)
-  return reply(save(key, opened, policy, now, old), now, true, 'closed', 'open')
+  return reply(save(key, trip(current, policy, now), policy, now, old), now, true, 'closed', 'open')
 end
 return reply(save(key, counted, policy, now, old), now, true)

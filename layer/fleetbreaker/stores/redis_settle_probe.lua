@@ -1,10 +1,10 @@
 -- settle_probe: a probe's result. Only a live lease counts: a late prober changes nothing.
--- ARGV[12] is the token, ARGV[13] "1" for success, ARGV[14] the jitter factor.
+-- ARGV[3] is the token, ARGV[4] "1" for success, ARGV[5] the jitter factor.
 local now = clock(ARGV[1])
 local policy = policy_from(ARGV)
-local token = ARGV[12]
-local success = ARGV[13] == '1'
-local jitter = tonumber(ARGV[14])
+local token = ARGV[3]
+local success = ARGV[4] == '1'
+local jitter = tonumber(ARGV[5])
 local key = KEYS[1]
 local rec, _, old = read(key, now)
 if not holds_lease(rec, token, now) then return reply(rec, now, false) end
@@ -23,10 +23,5 @@ if success then
   closed.opened_at = rec.opened_at > 0 and rec.opened_at or now
   return reply(save(key, closed, policy, now, old), now, true, 'half_open', 'closed')
 end
-
-local reopens = rec.reopens + 1
-local reopened = blank('open', rec.gen + 1)
-reopened.opened_at = now
-reopened.open_until = now + open_duration(policy, reopens, jitter)
-reopened.reopens = reopens
+local reopened = reopen(rec, policy, now, jitter)
 return reply(save(key, reopened, policy, now, old), now, true, 'half_open', 'open')

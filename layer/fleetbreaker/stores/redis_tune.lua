@@ -1,11 +1,11 @@
--- tune: store live settings (ARGV[12], JSON text; "" clears them) with the record, and the
--- operator action (ARGV[13], "" for none) as last_action. The state is left as it is; a
+-- tune: store live settings (ARGV[3], JSON text; "" clears them) with the record, and the
+-- operator action (ARGV[4], "" for none) as last_action. The state is left as it is; a
 -- breaker without a live record gets a fresh closed one to carry the settings.
 local now = clock(ARGV[1])
 local policy = policy_from(ARGV)
 local key = KEYS[1]
 local rec, _, old = read(key, now)
 if rec == nil then rec = blank('closed', 0) end
-rec.tuned = ARGV[12]
-if ARGV[13] ~= '' then rec.last_action = ARGV[13] end
+rec.tuned = ARGV[3]
+if ARGV[4] ~= '' then rec.last_action = ARGV[4] end
 return reply(save(key, rec, policy, now, old), now, true)

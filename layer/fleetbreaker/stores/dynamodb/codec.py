@@ -138,6 +138,21 @@ def parse_item(item: dict[str, Any] | None, now_ms: int) -> Record | None:
     return None if record.is_expired(now_ms) else record
 
 
+def parse_or_corrupt(
+    item: dict[str, Any] | None, now_ms: int
+) -> tuple[Record | None, dict[str, Any] | None]:
+    """The record, and the raw item when it is corrupt (the record is then None).
+
+    Inside an operation a corrupt item is planned as absent; its "fresh" write is fenced on
+    the raw item (see Write.replaceable), so it repairs the item instead of failing on it
+    forever.
+    """
+    try:
+        return parse_item(item, now_ms), None
+    except CorruptRecordError:
+        return None, item
+
+
 def _is_integer(raw: object) -> bool:
     if not isinstance(raw, str) or not raw.isascii():
         return False

@@ -13,15 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from fleetbreaker import state as rules
 from fleetbreaker.errors import ConfigError, CorruptRecordError, StoreError
-from fleetbreaker.state import (
-    MAX_PROBE_SLOTS,
-    Outcome,
-    Policy,
-    ProbeReport,
-    Record,
-    Report,
-    State,
-)
+from fleetbreaker.state import MAX_PROBE_SLOTS, Outcome, Policy, ProbeReport, Record, Report, State
 from fleetbreaker.stores import TABLE_ENV, default_table_name
 from fleetbreaker.stores.base import Listing, StoreStats
 from fleetbreaker.stores.dynamodb.codec import (
@@ -29,6 +21,7 @@ from fleetbreaker.stores.dynamodb.codec import (
     Write,
     holding,
     parse_item,
+    parse_or_corrupt,
     scalar,
     since_name,
     slot_names,
@@ -38,7 +31,7 @@ from fleetbreaker.stores.dynamodb.codec import (
 from fleetbreaker.stores.dynamodb.wire import Wire
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
 
     from botocore.config import Config
     from mypy_boto3_dynamodb.client import DynamoDBClient
@@ -53,6 +46,63 @@ _MAP_ATTEMPTS = 3
 def _alive(observed: Record | None, now_ms: int) -> Record | None:
     """The caller's view, unless it is past its TTL (then the item counts as absent)."""
     return None if observed is None or observed.is_expired(now_ms) else observed
+
+
+class _Step:
+    """One planned fenced write, and the outcome it gives once applied."""
+
+    __slots__ = ("done", "mine", "write")
+
+    def __init__(
+        self,
+        write: Write,
+        done: Callable[[Record | None], Outcome],
+        mine: Callable[[dict[str, Any]], bool] | None = None,
+    ) -> None:
+        self.write = write
+        self.done = done
+        # Tells a re-sent write's own effect in the item that stopped it (Wire.update).
+        self.mine = mine
+
+
+if TYPE_CHECKING:
+    # A plan: (record last seen, raw item when corrupt, attempt) -> the write, or done.
+    _Plan = Callable[[Record | None, dict[str, Any] | None, int], _Step | Outcome]
+    _GiveUp = Callable[[Record | None], Outcome]
+
+
+def _changed(
+    transition: tuple[State, State] | None, token: str | None = None
+) -> Callable[[Record | None], Outcome]:
+    """The ``done`` of a write whose effect is its whole outcome: the record it left."""
+    return lambda record: Outcome(record, changed=True, transition=transition, token=token)
+
+
+# What an operation does when its write keeps losing races. The breaker's own operations
+# give up quietly with the latest record: it is fresh (the lost race returned it), the
+# protected call has already run, and a record that changes this often is being moved by
+# other containers making the same transitions. An operator's write raises: the person who
+# typed the command must learn that it did not take effect.
+
+
+def _keep_latest(seen: Record | None) -> Outcome:
+    """Give up quietly: nothing changed, here is the record that won."""
+    return Outcome(seen)
+
+
+def _keep_latest_changed(seen: Record | None) -> Outcome:
+    """Give up quietly after a write that did land earlier in the operation (a trip after
+    its failure was counted): the count changed the record, the trip was someone else's."""
+    return Outcome(seen, changed=True)
+
+
+def _refuse(what: str) -> _GiveUp:
+    """Give up loudly: a StoreError saying ``what`` could not be done."""
+
+    def gave_up(seen: Record | None) -> Outcome:
+        raise StoreError(f"{what}: it keeps changing")
+
+    return gave_up
 
 
 class DynamoDBStore:
@@ -72,7 +122,9 @@ class DynamoDBStore:
     endpoint_url:
         For local DynamoDB (moto, dynalite). ``AWS_ENDPOINT_URL_DYNAMODB`` also works.
     consistent_read:
-        Use strongly consistent reads for loads (default True).
+        Whether ``load`` (the cache's refresh read) is strongly consistent. Default False:
+        half a read unit, staleness bounded by ``cache_ttl`` (every write is fenced and
+        returns the fresh record). Reads that decide a write are always strongly consistent.
 
     Example
     -------
@@ -88,7 +140,7 @@ class DynamoDBStore:
         boto3_client: DynamoDBClient | None = None,
         boto_config: Config | None = None,
         endpoint_url: str | None = None,
-        consistent_read: bool = True,
+        consistent_read: bool = False,
     ) -> None:
         table = table_name if table_name is not None else default_table_name()
         if not isinstance(table, str) or not table.strip():
@@ -118,33 +170,52 @@ class DynamoDBStore:
         self._wire.prepare()
 
     def _get(self, name: str) -> dict[str, Any] | None:
-        return self._wire.get(name, consistent=self.consistent_read)
-
-    def _parse_or_absent(
-        self, item: dict[str, Any] | None, now_ms: int
-    ) -> tuple[Record | None, dict[str, Any] | None]:
-        """The record, and the raw item when it is corrupt (the record is then None).
-
-        Inside an operation a corrupt item is planned as absent; its "fresh" write is fenced
-        on the raw item (see Write.replaceable), so it repairs the item instead of failing
-        on it forever.
-        """
-        try:
-            return parse_item(item, now_ms), None
-        except CorruptRecordError:
-            return None, item
+        """A read that decides a write (settle, override, tune): strongly consistent."""
+        return self._wire.get(name, consistent=True)
 
     # -- the contract ----------------------------------------------------------------------
 
     def load(self, name: str, now_ms: int) -> Record | None:
-        return parse_item(self._get(name), now_ms)
+        # The cache's refresh read: eventually consistent unless asked (see the class).
+        return parse_item(self._wire.get(name, consistent=self.consistent_read), now_ms)
+
+    def _fenced_write(
+        self,
+        name: str,
+        now_ms: int,
+        seen: Record | None,
+        plan: _Plan,
+        *,
+        attempts: int,
+        gave_up: _GiveUp,
+        corrupt: dict[str, Any] | None = None,
+        counts: bool = False,
+    ) -> Outcome:
+        """The store's one write loop: plan, send the fenced write, re-plan on a lost race.
+
+        ``plan`` turns the record last seen (and the raw item when it is corrupt, and the
+        attempt number) into either a finished ``Outcome`` (nothing to write) or a ``_Step``.
+        A write that applies ends the loop with its step's ``done``; one whose fence fails
+        re-plans from the item DynamoDB returned with the failure. After ``attempts`` lost
+        races the operation's ``gave_up`` decides: the breaker's own operations keep the
+        latest record (``_keep_latest``), the operator's raise (``_refuse``).
+        ``counts`` marks writes that add to a count (never re-sent blindly, see wire.py).
+        """
+        for attempt in range(attempts):
+            step = plan(seen, corrupt, attempt)
+            if isinstance(step, Outcome):
+                return step
+            applied, item = self._wire.update(name, step.write, step.mine, counts=counts)
+            record, corrupt = parse_or_corrupt(item, now_ms)
+            if applied:
+                return step.done(record)
+            seen = record
+        return gave_up(seen)
 
     def record_failure(
         self, name: str, policy: Policy, now_ms: int, observed: Record | None
     ) -> Outcome:
-        seen = _alive(observed, now_ms)
-        corrupt: dict[str, Any] | None = None
-        for _ in range(4):
+        def plan(seen: Record | None, corrupt: dict[str, Any] | None, _: int) -> _Step | Outcome:
             planned = rules.apply_failure(seen, policy, now_ms)
             if not planned.changed or planned.record is None:
                 return Outcome(seen)
@@ -153,46 +224,48 @@ class DynamoDBStore:
                 # Absent, expired or corrupt: write a whole fresh record over it.
                 write_record(write, planned.record).set("gen", planned.record.gen)
                 write.remove_leases(range(MAX_PROBE_SLOTS)).require(write.replaceable(corrupt))
+                return _Step(write, _changed(planned.transition))
+            write.require(write.usable()).require(write.is_("state", State.CLOSED.value))
+            write.require(write.is_("gen", seen.gen))
+            write.require(write.is_("window_start", seen.window_start))
+            if seen.window_start and now_ms - seen.window_start < policy.window_ms:
+                # ADD, not SET: concurrent failures in one window all count.
+                write.add("failures", 1)
             else:
-                write.require(write.usable()).require(write.is_("state", State.CLOSED.value))
-                write.require(write.is_("gen", seen.gen))
-                write.require(write.is_("window_start", seen.window_start))
-                if seen.window_start and now_ms - seen.window_start < policy.window_ms:
-                    # ADD, not SET: concurrent failures in one window all count.
-                    write.add("failures", 1)
-                else:
-                    write.set("failures", 1).set("window_start", now_ms)
-            applied, item = self._wire.update(name, write, counts=True)
-            record, corrupt = self._parse_or_absent(item, now_ms)
-            if not applied:
-                seen = record
-                continue
-            if seen is None:
-                return Outcome(record, changed=True, transition=planned.transition)
-            if record is None or record.failures < policy.failure_threshold:
-                return Outcome(record, changed=True)
-            return self._trip(name, policy, now_ms, record)
-        return Outcome(seen)
+                write.set("failures", 1).set("window_start", now_ms)
+
+            def counted(record: Record | None) -> Outcome:
+                if record is None or record.failures < policy.failure_threshold:
+                    return Outcome(record, changed=True)
+                return self._trip(name, policy, now_ms, record)
+
+            return _Step(write, counted)
+
+        seen = _alive(observed, now_ms)
+        return self._fenced_write(
+            name, now_ms, seen, plan, attempts=4, gave_up=_keep_latest, counts=True
+        )
 
     def _trip(self, name: str, policy: Policy, now_ms: int, counted: Record) -> Outcome:
         # Many callers can see the count reach the threshold; the generation fence lets
-        # exactly one of them open the breaker.
-        opened = rules.trip(counted, policy, now_ms)
-        write = write_record(Write(now_ms, policy), opened).add("gen", 1)
-        write.remove_leases(range(MAX_PROBE_SLOTS))
-        write.require(write.usable()).require(write.is_("state", State.CLOSED.value))
-        write.require(write.is_("gen", counted.gen))
-        applied, item = self._wire.update(name, write)
-        record, _ = self._parse_or_absent(item, now_ms)
-        if applied:
-            return Outcome(record, changed=True, transition=(State.CLOSED, State.OPEN))
-        return Outcome(record, changed=True)
+        # exactly one of them open the breaker. The others lose the race once and keep the
+        # record that stopped them (their count did land: changed).
+        def plan(seen: Record | None, _: dict[str, Any] | None, __: int) -> _Step:
+            opened = rules.trip(counted, policy, now_ms)
+            write = write_record(Write(now_ms, policy), opened).add("gen", 1)
+            write.remove_leases(range(MAX_PROBE_SLOTS))
+            write.require(write.usable()).require(write.is_("state", State.CLOSED.value))
+            write.require(write.is_("gen", counted.gen))
+            return _Step(write, _changed((State.CLOSED, State.OPEN)))
+
+        return self._fenced_write(
+            name, now_ms, counted, plan, attempts=1, gave_up=_keep_latest_changed
+        )
 
     def claim_probe(
         self, name: str, policy: Policy, now_ms: int, nonce: str, observed: Record | None
     ) -> Outcome:
-        seen = _alive(observed, now_ms)
-        for _ in range(policy.max_probes + 2):
+        def plan(seen: Record | None, _: dict[str, Any] | None, __: int) -> _Step | Outcome:
             planned = rules.apply_claim(seen, policy, now_ms, nonce)
             if planned.token is None or planned.record is None or seen is None:
                 return Outcome(seen)
@@ -222,12 +295,12 @@ class DynamoDBStore:
                     f" OR {held_until} <= {write.value(now_ms)}"
                     f" OR {write.name(since_name(slot))} > {write.value(future)}"
                 )
-            applied, item = self._wire.update(name, write, mine=holding(token_name, token))
-            record, _ = self._parse_or_absent(item, now_ms)
-            if applied:
-                return Outcome(record, changed=True, transition=planned.transition, token=token)
-            seen = record
-        return Outcome(seen)
+            granted = _changed(planned.transition, token)
+            return _Step(write, granted, mine=holding(token_name, token))
+
+        seen = _alive(observed, now_ms)
+        attempts = policy.max_probes + 2
+        return self._fenced_write(name, now_ms, seen, plan, attempts=attempts, gave_up=_keep_latest)
 
     def settle_probe(
         self, name: str, policy: Policy, now_ms: int, report: ProbeReport, observed: Record | None
@@ -236,18 +309,16 @@ class DynamoDBStore:
         slot = rules.lease_slot(token)
         if slot is None:
             return Outcome(observed)
-        seen = _alive(observed, now_ms)
-        if not rules.holds_lease(seen, token, now_ms):
-            # The caller's view may predate its own claim (a workflow's later step): ask.
-            seen, _ = self._parse_or_absent(self._get(name), now_ms)
-        for _ in range(policy.max_probes + 2):
+        token_name, until_name = slot_names(slot)
+        lease_names = (token_name, until_name, since_name(slot))
+
+        def plan(seen: Record | None, _: dict[str, Any] | None, __: int) -> _Step | Outcome:
             if not rules.holds_lease(seen, token, now_ms):
                 return Outcome(seen)
             assert seen is not None
             planned = rules.apply_settle(seen, policy, now_ms, report)
             after = planned.record
             assert after is not None
-            token_name, until_name = slot_names(slot)
             write = Write(now_ms, policy)
             write.require(write.usable()).require(write.is_("state", State.HALF_OPEN.value))
             write.require(write.is_("gen", seen.gen)).require(write.is_(token_name, token))
@@ -256,16 +327,17 @@ class DynamoDBStore:
             write.require(write.is_("successes", seen.successes))
             if planned.transition is None:
                 write.set("successes", after.successes)
-                ended = (token_name, until_name, since_name(slot))
-                write.removes.extend(write.name(a) for a in ended)
+                write.removes.extend(write.name(a) for a in lease_names)
             else:
                 write_record(write, after).add("gen", 1).remove_leases(range(MAX_PROBE_SLOTS))
-            applied, item = self._wire.update(name, write)
-            record, _ = self._parse_or_absent(item, now_ms)
-            if applied:
-                return Outcome(record, changed=True, transition=planned.transition)
-            seen = record
-        return Outcome(seen)
+            return _Step(write, _changed(planned.transition))
+
+        seen = _alive(observed, now_ms)
+        if not rules.holds_lease(seen, token, now_ms):
+            # The caller's view may predate its own claim (a workflow's later step): ask.
+            seen, _ = parse_or_corrupt(self._get(name), now_ms)
+        attempts = policy.max_probes + 2
+        return self._fenced_write(name, now_ms, seen, plan, attempts=attempts, gave_up=_keep_latest)
 
     def report(
         self, name: str, policy: Policy, now_ms: int, report: Report, observed: Record | None
@@ -282,8 +354,10 @@ class DynamoDBStore:
             return Outcome(seen)
         idx = rules.bucket_index(policy, now_ms)
         slot = idx % rules.WINDOW_BUCKETS
-        corrupt: dict[str, Any] | None = None
-        for attempt in range(6):
+
+        def plan(
+            seen: Record | None, corrupt: dict[str, Any] | None, attempt: int
+        ) -> _Step | Outcome:
             planned = rules.apply_report(seen, policy, now_ms, report)
             if not planned.changed or planned.record is None:
                 return Outcome(seen)
@@ -294,62 +368,58 @@ class DynamoDBStore:
                 if planned.transition is None:
                     write_window(write, after)
                 write.remove_leases(range(MAX_PROBE_SLOTS)).require(write.replaceable(corrupt))
+                return _Step(write, _changed(planned.transition))
+            write.require(write.usable()).require(write.is_("state", State.CLOSED.value))
+            if report.gen is not None:
+                write.require(write.is_("gen", seen.gen))
+            counted = rules.add_report(seen, policy, now_ms, report)
+            bucket = counted.buckets[slot]
+            names = {code: rules.bucket_field(slot, code) for code in rules.BUCKET_CODES}
+            held = seen.buckets.get(slot)
+            if held is not None and held.idx == idx:
+                write.require(write.is_(names["i"], idx))
+                for code, amount in (
+                    ("c", report.calls),
+                    ("f", report.failures),
+                    ("s", report.slow),
+                    ("r", 1),
+                ):
+                    write.add(names[code], amount)
             else:
-                write.require(write.usable()).require(write.is_("state", State.CLOSED.value))
-                if report.gen is not None:
-                    write.require(write.is_("gen", seen.gen))
-                counted = rules.add_report(seen, policy, now_ms, report)
-                bucket = counted.buckets[slot]
-                names = {code: rules.bucket_field(slot, code) for code in rules.BUCKET_CODES}
-                held = seen.buckets.get(slot)
-                if held is not None and held.idx == idx:
-                    write.require(write.is_(names["i"], idx))
-                    for code, amount in (
-                        ("c", report.calls),
-                        ("f", report.failures),
-                        ("s", report.slow),
-                        ("r", 1),
-                    ):
-                        write.add(names[code], amount)
+                # The slot holds an older bucket (or none): start this one over it.
+                old_idx = write.name(names["i"])
+                if held is None:
+                    write.require(f"NOT attribute_type({old_idx}, {write.value('N')})")
                 else:
-                    # The slot holds an older bucket (or none): start this one over it.
-                    old_idx = write.name(names["i"])
-                    if held is None:
-                        write.require(f"NOT attribute_type({old_idx}, {write.value('N')})")
-                    else:
-                        write.require(write.is_(names["i"], held.idx))
-                    for code, attr in rules.BUCKET_CODES.items():
-                        write.set(names[code], getattr(bucket, attr))
-                noting = counted.failing != seen.failing or counted.slowing != seen.slowing
-                if noting and attempt < _MAP_ATTEMPTS:
-                    write.set("fq", counted.failing).set("sq", counted.slowing)
-                    write.set("rev", seen.rev + 1)
-                    rev = write.name("rev")
-                    write.require(
-                        f"attribute_not_exists({rev})"
-                        if seen.rev == 0
-                        else write.is_("rev", seen.rev)
-                    )
-            applied, item = self._wire.update(name, write, counts=True)
-            record, corrupt = self._parse_or_absent(item, now_ms)
-            if not applied:
-                seen = record
-                continue
-            if seen is None:
-                return Outcome(record, changed=True, transition=planned.transition)
+                    write.require(write.is_(names["i"], held.idx))
+                for code, attr in rules.BUCKET_CODES.items():
+                    write.set(names[code], getattr(bucket, attr))
+            noting = counted.failing != seen.failing or counted.slowing != seen.slowing
+            if noting and attempt < _MAP_ATTEMPTS:
+                write.set("fq", counted.failing).set("sq", counted.slowing)
+                write.set("rev", seen.rev + 1)
+                rev = write.name("rev")
+                write.require(
+                    f"attribute_not_exists({rev})" if seen.rev == 0 else write.is_("rev", seen.rev)
+                )
+            return _Step(write, reported)
+
+        def reported(record: Record | None) -> Outcome:
             counts = rules.window_counts(record, policy, now_ms)
             if record is None or not rules.should_trip(counts, policy):
                 return Outcome(record, changed=True)
             return self._trip(name, policy, now_ms, record)
-        return Outcome(seen)
+
+        return self._fenced_write(
+            name, now_ms, seen, plan, attempts=6, gave_up=_keep_latest, counts=True
+        )
 
     def force_state(
         self, name: str, policy: Policy, now_ms: int, target: State, *, action: Action | None = None
     ) -> Outcome:
         # Operator actions are rare, so one read first: the write is then fenced on the
         # generation it replaces, and the outcome can name the state it left.
-        seen, corrupt = self._parse_or_absent(self._get(name), now_ms)
-        for _ in range(4):
+        def plan(seen: Record | None, corrupt: dict[str, Any] | None, _: int) -> _Step:
             planned = rules.apply_force(seen, policy, now_ms, target)
             after = planned.record
             assert after is not None
@@ -361,12 +431,13 @@ class DynamoDBStore:
                 write.require(write.replaceable(corrupt))
             else:
                 write.require(write.usable()).require(write.is_("gen", seen.gen))
-            applied, item = self._wire.update(name, write)
-            record, corrupt = self._parse_or_absent(item, now_ms)
-            if applied:
-                return Outcome(record, changed=True, transition=planned.transition)
-            seen = record
-        raise StoreError(f"could not force breaker {name!r} to {target.value}: it keeps changing")
+            return _Step(write, _changed(planned.transition))
+
+        seen, corrupt = parse_or_corrupt(self._get(name), now_ms)
+        gave_up = _refuse(f"could not force breaker {name!r} to {target.value}")
+        return self._fenced_write(
+            name, now_ms, seen, plan, attempts=4, gave_up=gave_up, corrupt=corrupt
+        )
 
     # -- operators -------------------------------------------------------------------------
 
@@ -403,8 +474,7 @@ class DynamoDBStore:
     def tune(
         self, name: str, policy: Policy, now_ms: int, tuned: str, action: Action | None
     ) -> Record | None:
-        seen, corrupt = self._parse_or_absent(self._get(name), now_ms)
-        for _ in range(4):
+        def plan(seen: Record | None, corrupt: dict[str, Any] | None, _: int) -> _Step:
             write = Write(now_ms, policy, seen.state if seen is not None else State.CLOSED)
             if tuned:
                 write.set("tuned", tuned)
@@ -419,9 +489,11 @@ class DynamoDBStore:
             else:
                 # Fenced on the generation: the TTL written depends on the state it found.
                 write.require(write.usable()).require(write.is_("gen", seen.gen))
-            applied, item = self._wire.update(name, write)
-            record, corrupt = self._parse_or_absent(item, now_ms)
-            if applied:
-                return record
-            seen = record
-        raise StoreError(f"could not tune breaker {name!r}: it keeps changing")
+            return _Step(write, _changed(None))
+
+        seen, corrupt = parse_or_corrupt(self._get(name), now_ms)
+        gave_up = _refuse(f"could not tune breaker {name!r}")
+        outcome = self._fenced_write(
+            name, now_ms, seen, plan, attempts=4, gave_up=gave_up, corrupt=corrupt
+        )
+        return outcome.record

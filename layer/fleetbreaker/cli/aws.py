@@ -1,0 +1,207 @@
+"""The stores and AWS services the command talks to: which store the options name, the
+stack's outputs, the caller's identity."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, cast
+
+from fleetbreaker import tuning
+from fleetbreaker.errors import ConfigError
+from fleetbreaker.stores import (
+    IAM_CACHE_ENV,
+    IAM_USER_ENV,
+    TABLE_ENV,
+    URL_ENV,
+    StoreNotNamedError,
+    StoreSettings,
+)
+
+if TYPE_CHECKING:
+    from fleetbreaker.stores.base import AdminStore
+from fleetbreaker.cli.common import (
+    EXIT_UNREACHABLE,
+    EXIT_USAGE,
+    IDENTITY_TIMEOUT_S,
+    STORE_TIMEOUT_S,
+    CliError,
+    printable,
+)
+
+# The CLI reads no store variable itself: it maps its options into an environment for the
+# functions' store factory (store_environ), which reads them.
+REDIS_URL_ENV = URL_ENV
+# The outputs of template.yaml the CLI reads with --stack.
+TABLE_OUTPUT = "CircuitBreakersTableName"
+CACHE_OUTPUT = "BreakerCacheEndpoint"
+# The cache's IAM-authenticated user and the cache's name, which its auth tokens are signed for.
+CACHE_USER_OUTPUT = "BreakerCacheUserId"
+CACHE_NAME_OUTPUT = "BreakerCacheName"
+
+
+def _aws_error(exc: Exception, what: str) -> CliError:
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    if isinstance(exc, ClientError):
+        error = exc.response.get("Error", {})
+        return CliError(EXIT_UNREACHABLE, f"{what}: {error.get('Code')}: {error.get('Message')}")
+    if isinstance(exc, BotoCoreError):
+        return CliError(EXIT_UNREACHABLE, f"{what}: {exc}")
+    return CliError(EXIT_UNREACHABLE, f"{what}: {type(exc).__name__}: {exc}")
+
+
+def _aws_config() -> Any:
+    from botocore.config import Config
+
+    return Config(
+        connect_timeout=STORE_TIMEOUT_S,
+        read_timeout=STORE_TIMEOUT_S,
+        retries={"mode": "standard", "total_max_attempts": 2},
+    )
+
+
+def stack_outputs(stack: str, region: str | None) -> dict[str, str]:
+    """The outputs of a CloudFormation stack (DescribeStacks)."""
+    import boto3
+    from botocore.exceptions import ClientError
+
+    try:
+        client = boto3.session.Session(region_name=region).client(
+            "cloudformation", config=_aws_config()
+        )
+        stacks = client.describe_stacks(StackName=stack)["Stacks"]
+    except ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") == "ValidationError":
+            raise CliError(EXIT_USAGE, f"stack {stack!r} not found") from None
+        raise _aws_error(exc, f"cannot describe stack {stack!r}") from None
+    except Exception as exc:
+        from botocore.exceptions import NoRegionError
+
+        if isinstance(exc, NoRegionError):
+            raise CliError(
+                EXIT_USAGE, "no AWS region: pass --region or set AWS_REGION (or AWS_DEFAULT_REGION)"
+            ) from None
+        raise _aws_error(exc, f"cannot describe stack {stack!r}") from None
+    outputs = stacks[0].get("Outputs", []) if stacks else []
+    return {o["OutputKey"]: o["OutputValue"] for o in outputs if "OutputKey" in o}
+
+
+def store_environ(
+    args: argparse.Namespace, environ: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """The environment the store factory reads for these options.
+
+    The process's environment, with the store the options name in place of its own:
+    --redis-url, --table, else the stack's outputs (cache before table, as the functions
+    choose). Without any of them the environment names the store (Redis first, as the
+    breaker does).
+    """
+    env = dict(os.environ if environ is None else environ)
+    if args.redis_url is not None or args.table is not None:
+        env[URL_ENV] = args.redis_url or ""
+        env[TABLE_ENV] = args.table or ""
+    elif args.stack is not None:
+        outputs = stack_outputs(args.stack, args.region)
+        if outputs.get(CACHE_OUTPUT):
+            env[URL_ENV] = f"rediss://{outputs[CACHE_OUTPUT]}"
+            # The stack's cache admits its IAM user only: sign in as it, with the operator's
+            # credentials (which need elasticache:Connect on the cache and the user).
+            if outputs.get(CACHE_USER_OUTPUT) and outputs.get(CACHE_NAME_OUTPUT):
+                env[IAM_USER_ENV] = outputs[CACHE_USER_OUTPUT]
+                env[IAM_CACHE_ENV] = outputs[CACHE_NAME_OUTPUT]
+        elif outputs.get(TABLE_OUTPUT):
+            env[URL_ENV] = ""
+            env[TABLE_ENV] = outputs[TABLE_OUTPUT]
+        else:
+            raise CliError(
+                EXIT_USAGE, f"stack {args.stack!r} has neither {TABLE_OUTPUT} nor {CACHE_OUTPUT}"
+            )
+    if args.region is not None:
+        # The region IAM auth tokens are signed for.
+        env["AWS_REGION"] = args.region
+    return env
+
+
+def open_store(args: argparse.Namespace) -> tuple[AdminStore, str]:
+    """The store the options name, and a description of it for messages.
+
+    The functions' factory (:class:`~fleetbreaker.stores.StoreSettings`) on
+    :func:`store_environ`, with the CLI's longer timeouts and region.
+    """
+    try:
+        settings = StoreSettings.from_env(store_environ(args))
+    except StoreNotNamedError:
+        raise CliError(
+            EXIT_USAGE,
+            f"no store: pass --table, --redis-url or --stack, or set {TABLE_ENV} or {URL_ENV}",
+        ) from None
+    except ConfigError as exc:
+        raise CliError(EXIT_USAGE, str(exc)) from None
+    client = None
+    if settings.redis_url is None:
+        client = _dynamodb_client(args)
+    store = settings.open(
+        boto3_client=client,
+        redis_options={
+            "socket_timeout": STORE_TIMEOUT_S,
+            "socket_connect_timeout": STORE_TIMEOUT_S,
+        },
+    )
+    return cast("AdminStore", store), settings.description
+
+
+def _dynamodb_client(args: argparse.Namespace) -> Any:
+    """The CLI's DynamoDB client; a set-up mistake is a usage error (exit 2) with a hint."""
+    import boto3
+    from botocore.exceptions import NoRegionError
+
+    endpoint = args.endpoint_url
+    if endpoint is not None:
+        from urllib.parse import urlsplit
+
+        parts = urlsplit(endpoint)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise CliError(
+                EXIT_USAGE,
+                f"--endpoint-url {printable(endpoint)!r} is not an http(s) URL: include the "
+                "scheme, e.g. http://localhost:8000",
+            )
+    no_region = CliError(
+        EXIT_USAGE, "no AWS region: pass --region or set AWS_REGION (or AWS_DEFAULT_REGION)"
+    )
+    session = boto3.session.Session(region_name=args.region or None)
+    if not session.region_name:  # unset, or set empty
+        raise no_region
+    try:
+        return session.client("dynamodb", endpoint_url=endpoint, config=_aws_config())
+    except NoRegionError:
+        raise no_region from None
+    except ValueError as exc:  # botocore's "Invalid endpoint" and the like
+        raise CliError(EXIT_USAGE, f"cannot set up the DynamoDB client: {exc}") from None
+
+
+def caller_identity(args: argparse.Namespace) -> str:
+    """Who is acting: the STS caller ARN on AWS, else the local user.
+
+    Best effort and bounded: an operator must never be stopped by STS. A local DynamoDB
+    (--endpoint-url) has no AWS identity, unless an STS endpoint is configured too.
+    """
+    sts_configured = os.environ.get("AWS_ENDPOINT_URL_STS") or os.environ.get("AWS_ENDPOINT_URL")
+    if args.endpoint_url is not None and not sts_configured:
+        return tuning.local_user()
+    try:
+        import boto3
+        from botocore.config import Config
+
+        config = Config(
+            connect_timeout=IDENTITY_TIMEOUT_S,
+            read_timeout=IDENTITY_TIMEOUT_S,
+            retries={"mode": "standard", "total_max_attempts": 1},
+        )
+        client = boto3.session.Session(region_name=args.region).client("sts", config=config)
+        arn = client.get_caller_identity()["Arn"]
+    except Exception:
+        return tuning.local_user()
+    return arn if isinstance(arn, str) and arn else tuning.local_user()

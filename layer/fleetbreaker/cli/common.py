@@ -1,0 +1,53 @@
+"""What every part of the command shares: exit codes, the one-line error, the CLI's defaults."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from fleetbreaker.config import BreakerConfig
+from fleetbreaker.state import Policy, iso_utc
+
+if TYPE_CHECKING:
+    pass
+
+EXIT_OK = 0
+EXIT_NOT_FOUND = 1
+EXIT_USAGE = 2
+EXIT_UNREACHABLE = 3
+
+# A CLI may wait longer than a breaker on the hot path, but not forever: an operator during an
+# incident must learn quickly that the store is out of reach (exit 3).
+STORE_TIMEOUT_S = 3.0
+IDENTITY_TIMEOUT_S = 2.0
+
+# Settings CLI callers cannot know (each container has its own config): the CLI checks tuned
+# values against BreakerConfig's defaults plus the values themselves.
+_DEFAULTS = BreakerConfig()
+_POLICY = Policy.from_config(_DEFAULTS)
+
+
+class CliError(Exception):
+    """A failure reported as one line and an exit code."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def _iso(epoch_ms: int) -> str | None:
+    """``state.iso_utc``, with no date for 0 and the number for a date it cannot show."""
+    if epoch_ms <= 0:
+        return None
+    # A hand-edited record (an action "at" 1e17 ms): show the number, never fail on it.
+    return iso_utc(epoch_ms) or f"{epoch_ms} ms (not a date)"
+
+
+def printable(text: str) -> str:
+    """``text`` with control characters (ESC, BEL, ...) escaped: a name or reason read from
+    the store must not drive the operator's terminal."""
+    if text.isprintable():
+        return text
+    return "".join(
+        c if c.isprintable() else (f"\\x{ord(c):02x}" if ord(c) < 256 else f"\\u{ord(c):04x}")
+        for c in text
+    )

@@ -1,0 +1,197 @@
+"""The command line's arguments: commands, global options, and their checks."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, NoReturn
+
+from fleetbreaker import tuning
+from fleetbreaker.config import MODES
+from fleetbreaker.stores import (
+    TABLE_ENV,
+)
+
+if TYPE_CHECKING:
+    pass
+from fleetbreaker.cli.common import (
+    EXIT_USAGE,
+    CliError,
+)
+from fleetbreaker.cli.view import WINDOW_ENV
+from fleetbreaker.stores import URL_ENV
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors (the usage line would make two) and exit code 2."""
+
+    def error(self, message: str) -> NoReturn:
+        hint = self._nearest_choice(message)
+        raise CliError(EXIT_USAGE, f"{message}{hint} (see {self.prog} --help)")
+
+    def _nearest_choice(self, message: str) -> str:
+        """ "; did you mean 'status'?" for a mistyped command (or other choice), else ""."""
+        import difflib
+        import re
+
+        typed = re.search(r"invalid choice: '([^']*)'", message)
+        if typed is None:
+            return ""
+        choices = [
+            str(choice) for action in self._actions if action.choices for choice in action.choices
+        ]
+        nearest = difflib.get_close_matches(typed.group(1), choices, n=1)
+        return f"; did you mean {nearest[0]!r}?" if nearest else ""
+
+
+def _option_name(setting: str) -> str:
+    return "--" + setting.replace("_", "-")
+
+
+def _number(kind: type[int] | type[float]) -> Callable[[str], int | float]:
+    def parse(raw: str) -> int | float:
+        try:
+            return kind(raw)
+        except ValueError:
+            what = "a whole number" if kind is int else "a number"
+            raise argparse.ArgumentTypeError(f"must be {what}, got {raw!r}") from None
+
+    parse.__name__ = kind.__name__  # argparse names the type in its messages
+    return parse
+
+
+def _positive_seconds(raw: str) -> float:
+    value = _number(float)(raw)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {raw!r}")
+    return value
+
+
+def _positive_count(raw: str) -> int:
+    value = int(_number(int)(raw))
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive whole number, got {raw!r}")
+    return value
+
+
+# Every operator action may say why; none must (an incident is no time to be stopped by a
+# missing flag). Who and when are always stored; status shows "-" for no reason.
+REASON_HELP = "why, stored with the action and shown by status (optional)"
+# The help of each tune option: what the setting does on the running fleet.
+TUNE_HELP = {
+    "failure_threshold": "failures, counted fleet-wide within the window, that open the breaker",
+    "window_seconds": "seconds the failures (or the rate policy's calls) are counted over",
+    "recovery_timeout": "seconds the breaker stays open before its first probe",
+    "half_open_max_probes": "probes admitted at once while half-open, fleet-wide",
+    "half_open_successes": "successful probes that close the breaker",
+    "failure_rate_threshold": "switch to the rate policy: open at this failure fraction "
+    "(0 < x <= 1) of the window's calls; --clear returns to the deployed policy",
+    "minimum_calls": "calls the window must hold before a rate can open the breaker",
+    "slow_call_duration": "seconds after which a call counts as slow, even while still running",
+    "slow_call_rate_threshold": "open at this fraction (0 < x <= 1) of slow calls in the window",
+    "min_containers": "open only when the failures came from this many containers (quorum)",
+    "mode": "enforce, or shadow: never reject, count what would have been rejected "
+    "(WouldReject); --clear returns to the deployed mode",
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    # The global options are accepted before or after the command: defaults are SUPPRESSed on
+    # the command's copy so it does not overwrite a value given before it.
+    def add_globals(parser: argparse.ArgumentParser, suppress: bool) -> None:
+        def default(value: Any) -> Any:
+            return argparse.SUPPRESS if suppress else value
+
+        parser.add_argument(
+            "--table", default=default(None), help=f"DynamoDB table (default: ${TABLE_ENV})"
+        )
+        parser.add_argument(
+            "--redis-url",
+            default=default(None),
+            help=f"Redis URL, redis:// or rediss:// (default: ${URL_ENV})",
+        )
+        parser.add_argument(
+            "--endpoint-url", default=default(None), help="DynamoDB endpoint (local DynamoDB)"
+        )
+        parser.add_argument("--region", default=default(None), help="AWS region")
+        parser.add_argument(
+            "--stack",
+            default=default(None),
+            help="CloudFormation stack whose outputs name the table and the cache",
+        )
+        parser.add_argument(
+            "--window",
+            type=_positive_seconds,
+            default=default(None),
+            metavar="SECONDS",
+            help=f"window the figures cover (default: ${WINDOW_ENV}, else 60)",
+        )
+        parser.add_argument(
+            "--json",
+            action="store_true",
+            default=default(False),
+            help="print JSON, one object per breaker and line",
+        )
+
+    parser = _Parser(
+        prog="fleetbreaker",
+        description="See and steer fleet-wide circuit breakers.",
+        epilog="Exit codes: 0 ok, 1 not found (create-table: the table differs), 2 usage or "
+        "validation error, 3 store unreachable.",
+    )
+    add_globals(parser, suppress=False)
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    commands.required = True
+
+    def command(name: str, help_text: str) -> argparse.ArgumentParser:
+        sub = commands.add_parser(name, help=help_text, description=help_text)
+        add_globals(sub, suppress=True)
+        return sub
+
+    command("list", "every breaker in the store, with its state")
+    command("status", "everything known about one breaker").add_argument("name")
+    for name, help_text in (
+        ("open", "force a breaker open: reject every call until reset"),
+        ("disable", "disable a breaker: allow every call and record nothing until reset"),
+        ("reset", "release an override, or close the breaker and forget its failures"),
+    ):
+        sub = command(name, help_text)
+        sub.add_argument("name")
+        sub.add_argument("--reason", help=REASON_HELP)
+    tune = command(
+        "tune",
+        "set a breaker's live settings (they replace earlier ones); every container applies "
+        "them within its cache_ttl",
+    )
+    tune.add_argument("name")
+    for setting, kind in tuning.TUNABLE.items():
+        if kind is str:  # mode: enforce or shadow
+            tune.add_argument(
+                _option_name(setting), dest=setting, choices=MODES, help=TUNE_HELP[setting]
+            )
+        elif kind is int or kind is float:
+            tune.add_argument(
+                _option_name(setting),
+                dest=setting,
+                type=_number(kind),
+                metavar=kind.__name__.upper(),
+                help=TUNE_HELP[setting],
+            )
+    tune.add_argument("--clear", action="store_true", help="remove every live setting")
+    tune.add_argument("--reason", help=REASON_HELP)
+    create = command(
+        "create-table",
+        "create a breaker table as template.yaml declares it: key name, on-demand, TTL on "
+        "expires_at, encrypted (exit 0 if it exists with that shape, 1 with the differences)",
+    )
+    create.add_argument("table_name", metavar="NAME", help="the table's name")
+    create.add_argument(
+        "--stream",
+        action="store_true",
+        help="with a stream of new and old images (the stack's BreakerEventsFunction reads it)",
+    )
+    watch = command("watch", "show a breaker's status every second until Ctrl-C")
+    watch.add_argument("name")
+    watch.add_argument("--interval", type=_positive_seconds, default=1.0, help=argparse.SUPPRESS)
+    watch.add_argument("--count", type=_positive_count, default=None, help=argparse.SUPPRESS)
+    return parser

@@ -1,0 +1,263 @@
+"""What the command shows of a breaker: its view, gathered from the store, rendered."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, TextIO
+
+from fleetbreaker import tuning
+from fleetbreaker.config import env_field, env_variable
+from fleetbreaker.errors import ConfigError, CorruptRecordError
+from fleetbreaker.state import Policy, Record, Snapshot, State, snapshot_of
+
+if TYPE_CHECKING:
+    from fleetbreaker.stores.base import AdminStore
+from fleetbreaker.cli.common import (
+    _DEFAULTS,
+    EXIT_USAGE,
+    CliError,
+    _iso,
+    printable,
+)
+
+# The record does not store its window's length (each container has it in its config): the
+# figures are counted over --window, default the functions' BREAKER_WINDOW_SECONDS, else 60.
+WINDOW_ENV = env_variable("window_seconds")
+
+_COLOURS = {
+    State.CLOSED.value: "32",  # green
+    State.OPEN.value: "31",  # red
+    State.FORCED_OPEN.value: "1;31",  # bold red
+    State.HALF_OPEN.value: "33",  # yellow
+    State.DISABLED.value: "35",  # magenta
+    "corrupt": "1;35",
+}
+
+
+class BreakerView:
+    """A breaker's :class:`~fleetbreaker.state.Snapshot` plus what only an operator sees.
+
+    The figures (state, generation, failures, calls, slow calls, containers, open until,
+    retry after, last change) are the snapshot's; the view adds the live-tuned settings, the
+    last operator action, and why a record could not be read (state "corrupt", no snapshot).
+    ``as_json`` gives the stable ``--json`` keys.
+    """
+
+    # The window's figures: the snapshot's, or unknown (None) without one (corrupt) or
+    # without a record, except the count policy's failures (0: nothing counted).
+    failures: int | None
+    calls: int | None
+    slow_calls: int | None
+    containers: int | None
+
+    def __init__(
+        self,
+        name: str,
+        snapshot: Snapshot | None,
+        *,
+        tuned: dict[str, Any] | None = None,
+        last_action: dict[str, Any] | None = None,
+        error: str | None = None,
+    ) -> None:
+        self.name = name
+        self.snapshot = snapshot
+        self.tuned = tuned
+        self.last_action = last_action
+        self.error = error
+        self.state = "corrupt" if snapshot is None else snapshot.state.value
+        self.generation = None if snapshot is None else snapshot.generation
+        until = None if snapshot is None else snapshot.open_until
+        self.open_until = None if until is None else _iso(until)
+        opened = snapshot is not None and snapshot.state is State.OPEN
+        self.retry_after = snapshot.retry_after if snapshot is not None and opened else None
+        updated = None if snapshot is None else snapshot.updated_at
+        self.last_change = None if updated is None else _iso(updated)
+        # "enforce" or "shadow" when tuned live; None: each container runs its deployed
+        # BREAKER_MODE (default enforce), which the record does not hold.
+        mode = (tuned or {}).get("mode")
+        self.mode = mode if isinstance(mode, str) else None
+        for figure in ("failures", "calls", "slow_calls", "containers"):
+            known = snapshot is not None and (
+                snapshot.updated_at is not None or figure == "failures"
+            )
+            setattr(self, figure, getattr(snapshot, figure) if known else None)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "state": self.state,
+            "generation": self.generation,
+            "failures": self.failures,
+            "calls": self.calls,
+            "slow_calls": self.slow_calls,
+            "containers": self.containers,
+            "open_until": self.open_until,
+            "retry_after": self.retry_after,
+            "tuned": self.tuned if self.tuned is not None else {},
+            "last_action": self.last_action,
+            "last_change": self.last_change,
+            "error": self.error,
+            "mode": self.mode,
+        }
+
+
+def view_of(
+    name: str,
+    record: Record | None,
+    now_ms: int,
+    error: str | None = None,
+    window_seconds: float = _DEFAULTS.window_seconds,
+) -> BreakerView:
+    """The view of one breaker from its record (None: no record, i.e. closed).
+
+    The figures are :func:`fleetbreaker.state.snapshot_of`'s, with a Policy from
+    BreakerConfig's defaults, ``window_seconds`` and the record's tuned settings.
+    """
+    if error is not None:
+        return BreakerView(name, None, error=error)
+    config = dataclasses.replace(_DEFAULTS, window_seconds=window_seconds)
+    tuned: dict[str, Any] = {}
+    if record is not None:
+        try:
+            tuned = tuning.decode_tuned(record.tuned)
+            config = tuning.apply_tuning(config, tuned)
+        except ConfigError as exc:
+            tuned, error = {}, str(exc)
+    snapshot = snapshot_of(name, record, Policy.from_config(config), now_ms)
+    action = tuning.Action.decode(record.last_action) if record is not None else None
+    last_action = None
+    if action is not None:
+        last_action = {
+            "action": action.action,
+            "by": action.by,
+            "reason": action.reason,
+            "at": _iso(action.at),
+        }
+    return BreakerView(name, snapshot, tuned=tuned, last_action=last_action, error=error)
+
+
+def gather_one(
+    store: AdminStore, name: str, now_ms: int, window_seconds: float = _DEFAULTS.window_seconds
+) -> BreakerView | None:
+    """One breaker's view, or None when the store holds no record of it."""
+    try:
+        record = store.load(name, now_ms)
+    except CorruptRecordError as exc:
+        return view_of(name, None, now_ms, str(exc))
+    return None if record is None else _safe_view(name, record, now_ms, None, window_seconds)
+
+
+def _safe_view(
+    name: str, record: Record | None, now_ms: int, error: str | None, window_seconds: float
+) -> BreakerView:
+    """view_of, or a "corrupt" view saying why a record could not be shown (never a crash)."""
+    try:
+        return view_of(name, record, now_ms, error, window_seconds)
+    except Exception as exc:
+        return BreakerView(name, None, error=f"cannot show it: {type(exc).__name__}: {exc}")
+
+
+def gather_all(
+    store: AdminStore, now_ms: int, window_seconds: float = _DEFAULTS.window_seconds
+) -> list[BreakerView]:
+    """Every breaker in the store, sorted by name; one bad record never ends the walk."""
+    views = [
+        _safe_view(e.name, e.record, now_ms, e.error, window_seconds)
+        for e in store.list_records(now_ms)
+    ]
+    return sorted(views, key=lambda view: view.name)
+
+
+def window_of(args: argparse.Namespace, environ: Any = None) -> float:
+    """Seconds of window the figures cover: --window, else BREAKER_WINDOW_SECONDS, else 60."""
+    if getattr(args, "window", None) is not None:
+        return float(args.window)
+    try:
+        seconds = env_field("window_seconds", environ)
+    except ConfigError as exc:
+        raise CliError(EXIT_USAGE, str(exc)) from None
+    return _DEFAULTS.window_seconds if seconds is None else float(seconds)
+
+
+# --------------------------------------------------------------------------- output
+
+
+def _colour(state: str, text: str, enabled: bool) -> str:
+    code = _COLOURS.get(state)
+    return f"\x1b[{code}m{text}\x1b[0m" if enabled and code else text
+
+
+def _colour_enabled(stream: TextIO) -> bool:
+    # https://no-color.org: any non-empty NO_COLOR turns colour off.
+    return stream.isatty() and not os.environ.get("NO_COLOR")
+
+
+def _dash(value: object) -> str:
+    return "-" if value is None else str(value)
+
+
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}s"
+
+
+def render_table(views: Sequence[BreakerView], colour: bool) -> str:
+    """Aligned columns; the state is padded before it is coloured so colour keeps alignment."""
+    header = ("NAME", "STATE", "FAILURES", "CALLS", "OPEN UNTIL", "LAST CHANGE")
+    rows = [
+        (
+            printable(v.name),
+            v.state,
+            _dash(v.failures),
+            _dash(v.calls),
+            _dash(v.open_until),
+            _dash(v.last_change),
+        )
+        for v in views
+    ]
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+    lines = []
+    for index, row in enumerate([header, *rows]):
+        cells = [cell.ljust(width) for cell, width in zip(row, widths, strict=True)]
+        if index > 0:
+            cells[1] = _colour(row[1], cells[1], colour)
+        lines.append("  ".join(cells).rstrip())
+    return "\n".join(lines)
+
+
+def render_status(view: BreakerView, colour: bool) -> str:
+    action = view.last_action
+    if action is None:
+        action_text = "-"
+    else:
+        reason = f": {action['reason']}" if action.get("reason") else ""
+        action_text = f"{action['action']} by {action['by']} at {action['at']}{reason}"
+    tuned = ", ".join(f"{k}={v}" for k, v in sorted((view.tuned or {}).items())) or "-"
+    fields = [
+        ("name", printable(view.name)),
+        ("state", _colour(view.state, view.state, colour)),
+        ("generation", _dash(view.generation)),
+        ("failures", _dash(view.failures)),
+        ("calls", _dash(view.calls)),
+        ("slow calls", _dash(view.slow_calls)),
+        ("containers", _dash(view.containers)),
+        ("open until", _dash(view.open_until)),
+        ("retry after", _seconds(view.retry_after)),
+        ("last change", _dash(view.last_change)),
+        ("mode", view.mode or f"as deployed ({env_variable('mode')})"),
+        ("tuned", printable(tuned)),
+        ("last action", printable(action_text)),
+    ]
+    if view.error:
+        fields.append(("error", printable(view.error)))
+    width = max(len(label) for label, _ in fields)
+    return "\n".join(f"{label.ljust(width)}  {value}" for label, value in fields)
+
+
+def _emit_json(out: TextIO, views: Sequence[BreakerView]) -> None:
+    # JSON Lines: one object per breaker, so `list` and `watch` stream and jq reads both.
+    for view in views:
+        out.write(json.dumps(view.as_json(), sort_keys=True) + "\n")
