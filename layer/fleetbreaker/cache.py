@@ -23,7 +23,7 @@ class RecordCache:
 
     def __init__(self, ttl_ms: int) -> None:
         self.ttl_ms = ttl_ms
-        # (record, stored at, fresh for): a large fleet keeps its view longer than ttl_ms
+        # (record, stored at, fresh until): a large fleet keeps its view longer than ttl_ms
         # (reporting.refresh_ms), so its refreshes stay inside one partition's read units.
         self._entry: tuple[Record | None, int, int] | None = None
         self._write = threading.Lock()
@@ -34,8 +34,8 @@ class RecordCache:
         entry = self._entry
         if entry is None or self.ttl_ms <= 0:
             return False, None
-        record, stored_at, fresh_ms = entry
-        if 0 <= now_ms - stored_at < fresh_ms:
+        record, stored_at, fresh_until = entry
+        if stored_at <= now_ms < fresh_until:
             return True, record
         return False, None
 
@@ -52,7 +52,8 @@ class RecordCache:
                 and 0 <= now_ms - entry[1] < self.ttl_ms
             ):
                 return
-            self._entry = (record, now_ms, self.ttl_ms if fresh_ms is None else fresh_ms)
+            fresh = self.ttl_ms if fresh_ms is None else fresh_ms
+            self._entry = (record, now_ms, now_ms + fresh)
 
     def begin_refresh(self, wait_s: float = 0.0) -> bool:
         """Claim the refresh; False when another thread kept it for ``wait_s`` seconds."""
