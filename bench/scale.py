@@ -1,31 +1,30 @@
-"""A simulated fleet on one breaker: spurious trips, trip latency and hot-key load at scale.
+"""A simulated fleet on one breaker: read and write units per item, trip latency, spurious trips.
 
     make scale
     .venv/bin/python bench/scale.py [--stores ddb-model,memory,moto] [--containers 100,1000,5000]
-        [--moto-containers 100] [--timeline 20,30,15] [--moto-timeline 10,10,10] [--ramp N]
-        [--output PATH]
+        [--arrivals burst,ramp100,lambda] [--policies count*,rate]
+        [--noise-policies count,rate@2%] [--timeline 10,20,10] [--moto-containers 100]
+        [--moto-timeline 5,5,5] [--output PATH]
 
-Each simulated container is a real CircuitBreaker (its own ``container_id`` and cache) on a
-virtual clock, and all of them share one store object: a MemoryStore; ``ddb-model``, a
-MemoryStore that also counts the write units DynamoDBStore's conditional writes spend (the
-default: DynamoDB's figures at 5,000 containers in minutes); or a DynamoDBStore talking to
-moto's server over loopback (opt-in: real HTTP, slow). 10,000 calls/s are spread evenly
-over the containers (each calls at a fixed period from a random phase, one call at a time,
-as a Lambda container does). The dependency fails 0.5 % of calls at random during the noise
-phase, then every call during the outage. Store time costs no virtual time, so the figures
-are the rules' and the report control's, not this machine's speed.
+Each simulated container is a real CircuitBreaker (its own ``container_id``, cache and report
+tally: the layer's rules, not a copy) on a virtual clock, and all of them share one store
+object: ``ddb-model`` (the default), a MemoryStore that also counts the write units
+DynamoDBStore's conditional writes spend, checked request for request against DynamoDBStore
+on moto by tests/bench; a plain MemoryStore; or a DynamoDBStore talking to moto's server
+over loopback (opt-in: real HTTP, slow). Containers join as ``--arrivals`` says (all within
+a second, 100 a second, or as Lambda scales a function); once all are in, 10,000 calls/s are
+spread evenly over them (each calls at a fixed period from a random phase, one call at a
+time, as a Lambda container does). The dependency fails a share of calls at random (the
+policy's noise), then every call during the outage. Store time costs no virtual time, so the
+figures are the rules', not this machine's speed.
 
-Per fleet size it runs three scenarios (four with ``--ramp``):
+``--policies`` run under every arrival, ``--noise-policies`` under the first only: ``count``
+(failure_threshold 5 in 60 s, 0.5 % noise), ``count*`` (the same without noise, so its
+outage starts from a closed breaker), ``rate`` (failure_rate_threshold 0.5, minimum_calls
+20, window 10 s, 0.5 % noise) and ``rate@2%`` (2 % noise).
 
-* ``count``: the count policy (failure_threshold 5 in 60 s, today's defaults) through noise
-  then the outage;
-* ``count*``: the same without noise, so its trip latency is measured from a closed breaker
-  (with noise it is usually open already when the outage starts);
-* ``rate``: failure_rate_threshold 0.5, minimum_calls 20, window 10 s, through noise then the
-  outage.
-
-See bench/README.md ("scale.py") for what each column means and the derivation of the write
-rate. Exit status: 0 when every scenario ran, whether or not a figure met its target.
+See bench/README.md ("scale.py") for each column, the targets and the derivations. Exit
+status: 0 when every scenario ran, whether or not a figure met its target.
 """
 
 from __future__ import annotations
