@@ -649,7 +649,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--moto-containers", default="100", help="fleet sizes (moto)")
     parser.add_argument("--arrivals", default=",".join(ARRIVALS), help=", ".join(ARRIVALS))
     parser.add_argument(
-        "--policies", default="count*,rate", help=f"under every arrival: {', '.join(POLICIES)}"
+        "--policies",
+        default="count*,rate",
+        # argparse formats help with %: the 2 % policy's name needs escaping.
+        help=f"under every arrival: {', '.join(POLICIES)}".replace("%", "%%"),
     )
     parser.add_argument(
         "--noise-policies", default="count,rate@2%", help="under the first arrival only"
