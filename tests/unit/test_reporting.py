@@ -253,8 +253,8 @@ def test_a_report_of_an_older_generation_is_not_carried() -> None:
     assert tally.take("c", 0, 1000).calls == 0
 
 
-def test_recent_counts_cover_the_last_one_to_two_spans() -> None:
-    # GIVEN 10 good calls, then a span ends, then another, then 3 failures
+def _ten_goods_then_three_failures() -> CallTally:
+    """A tally with 10 good calls, then two span ends, then 3 failures."""
     tally = CallTally(RATE, 1000)
     tally.start(0)
     for _ in range(10):
@@ -263,6 +263,12 @@ def test_recent_counts_cover_the_last_one_to_two_spans() -> None:
     tally.rotate(2 * RATE.bucket_ms)
     for _ in range(3):
         tally.bad(None, 2 * RATE.bucket_ms, True)
+    return tally
+
+
+def test_recent_counts_cover_the_last_one_to_two_spans() -> None:
+    # GIVEN 10 good calls, then a span ends, then another, then 3 failures
+    tally = _ten_goods_then_three_failures()
     # THEN only the 3 failures are recent: the goods are two span ends old
     assert tally.recent() == (3, 3, 0)
     assert tally.pending_calls() == 13
@@ -270,14 +276,7 @@ def test_recent_counts_cover_the_last_one_to_two_spans() -> None:
 
 def test_a_report_of_the_recent_calls_keeps_the_older_ones_pending() -> None:
     # GIVEN 10 older good calls and 3 recent failures
-    tally = CallTally(RATE, 1000)
-    tally.start(0)
-    for _ in range(10):
-        next(tally.good)
-    tally.rotate(RATE.bucket_ms)
-    tally.rotate(2 * RATE.bucket_ms)
-    for _ in range(3):
-        tally.bad(None, 2 * RATE.bucket_ms, True)
+    tally = _ten_goods_then_three_failures()
     # WHEN it reports the recent calls alone
     report = tally.take_recent("c", 2 * RATE.bucket_ms, 1000)
     # THEN they go out, and the 10 older calls go with the next full report: none lost
