@@ -10,12 +10,10 @@ botocore ``provide-client-params`` hook on the client, against moto in-process.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from devtools import servers
 from fleetbreaker import CircuitBreaker, DynamoDBStore
 from fleetbreaker.config import BreakerConfig
 from fleetbreaker.state import ProbeReport, State
@@ -41,20 +39,11 @@ class GetItems:
 
 
 @pytest.fixture
-def captured() -> Iterator[tuple[DynamoDBStore, GetItems]]:
-    from moto import mock_aws
-
-    with mock_aws():
-        client = servers.dynamodb_client(None)
-        client.create_table(
-            TableName="CircuitBreakers",
-            KeySchema=[{"AttributeName": "name", "KeyType": "HASH"}],
-            AttributeDefinitions=[{"AttributeName": "name", "AttributeType": "S"}],
-            BillingMode="PAY_PER_REQUEST",
-        )
-        gets = GetItems()
-        client.meta.events.register("provide-client-params.dynamodb.GetItem", gets)
-        yield DynamoDBStore("CircuitBreakers", boto3_client=client), gets
+def captured(moto_inprocess_store: DynamoDBStore) -> tuple[DynamoDBStore, GetItems]:
+    """The contract's moto in-process store, its GetItems captured on their way out."""
+    gets = GetItems()
+    moto_inprocess_store.client.meta.events.register("provide-client-params.dynamodb.GetItem", gets)
+    return moto_inprocess_store, gets
 
 
 def test_a_load_is_an_eventually_consistent_read(

@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from fleetbreaker.config import BreakerConfig
-from fleetbreaker.state import Policy, iso_utc
+from fleetbreaker.snapshot import iso_utc
+from fleetbreaker.state import Policy
 
 if TYPE_CHECKING:
     pass
@@ -35,7 +36,7 @@ class CliError(Exception):
 
 
 def _iso(epoch_ms: int) -> str | None:
-    """``state.iso_utc``, with no date for 0 and the number for a date it cannot show."""
+    """``snapshot.iso_utc``, with no date for 0 and the number for a date it cannot show."""
     if epoch_ms <= 0:
         return None
     # A hand-edited record (an action "at" 1e17 ms): show the number, never fail on it.

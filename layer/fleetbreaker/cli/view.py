@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Any, TextIO
 from fleetbreaker import tuning
 from fleetbreaker.config import env_field, env_variable
 from fleetbreaker.errors import ConfigError, CorruptRecordError
-from fleetbreaker.state import Policy, Record, Snapshot, State, snapshot_of
+from fleetbreaker.snapshot import Snapshot
+from fleetbreaker.state import Policy, Record, State, snapshot_of
 
 if TYPE_CHECKING:
     from fleetbreaker.stores.base import AdminStore
@@ -39,7 +40,7 @@ _COLOURS = {
 
 
 class BreakerView:
-    """A breaker's :class:`~fleetbreaker.state.Snapshot` plus what only an operator sees.
+    """A breaker's :class:`~fleetbreaker.snapshot.Snapshot` plus what only an operator sees.
 
     The figures (state, generation, failures, calls, slow calls, containers, open until,
     retry after, last change) are the snapshot's; the view adds the live-tuned settings, the
