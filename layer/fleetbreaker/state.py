@@ -49,7 +49,7 @@ from fleetbreaker.record import (
     parse_window,
 )
 from fleetbreaker.snapshot import Snapshot, iso_utc
-from fleetbreaker.window import SlidingWindow, WindowCounts
+from fleetbreaker.window import RECENT_BUCKETS, SlidingWindow, WindowCounts
 
 __all__ = [
     "BUCKET_CODES",
@@ -63,6 +63,7 @@ __all__ = [
     "QUORUM_CODES",
     "RECORD_NUMBERS",
     "RECORD_TEXTS",
+    "RECENT_BUCKETS",
     "RECOVERABLE",
     "WINDOW_BUCKETS",
     "Action",
