@@ -24,7 +24,7 @@ class RecordCache:
     def __init__(self, ttl_ms: int) -> None:
         self.ttl_ms = ttl_ms
         # (record, stored at, fresh until): a large fleet keeps its view longer than ttl_ms
-        # (reporting.refresh_ms), so its refreshes stay inside one partition's read units.
+        # (refresh.refresh_ms), so its refreshes stay inside one partition's read units.
         self._entry: tuple[Record | None, int, int] | None = None
         self._write = threading.Lock()
         self._refreshing = threading.Lock()

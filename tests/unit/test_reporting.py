@@ -147,7 +147,7 @@ def test_breaker_on_a_hot_record_refreshes_by_reading_not_writing() -> None:
     reads = store.stats.reads
 
     # WHEN its cache goes stale again with calls pending (a fleet this large keeps its view
-    # for up to reporting.MAX_REFRESH_STRETCH cache_ttl: 2 s)
+    # for up to refresh.MAX_REFRESH_STRETCH cache_ttl: 2 s)
     clock.advance(1.0)
     breaker.call(dependency)
 
