@@ -136,7 +136,9 @@ class ServerProcess:
         raise NotImplementedError
 
     def env(self) -> Mapping[str, str]:
-        return os.environ
+        # Not coverage's variables: a server runs none of the measured code, and tracing it
+        # (make test measures child processes) would only slow every test that uses it.
+        return {k: v for k, v in os.environ.items() if not k.startswith("COVERAGE_PROCESS_")}
 
     def is_ready(self) -> bool:
         raise NotImplementedError
@@ -287,7 +289,7 @@ class MotoServer(ServerProcess):
 
     def env(self) -> Mapping[str, str]:
         # Step Functions service integrations call back into moto at MOTO_PORT.
-        return {**os.environ, "MOTO_PORT": str(self.port), "PYTHONUNBUFFERED": "1"}
+        return {**super().env(), "MOTO_PORT": str(self.port), "PYTHONUNBUFFERED": "1"}
 
     def is_ready(self) -> bool:
         return _http_answers(self.port)

@@ -187,10 +187,12 @@ class LoggingListener(BreakerListener):
             },
         )
 
-    def on_transition(self, name: str, before: State, after: State) -> None:
+    def on_state_change(self, name: str, change: StateChange) -> None:
         # Lambda's Python runtime leaves the root logger at WARNING unless the function sets
         # a log level: a breaker that starts turning calls away, or stops protecting them,
-        # must show there. Recovery (half_open, closed) is routine news.
+        # must show there. Recovery (half_open, closed) is routine news. Logged here rather
+        # than in on_transition (the same change) for the reason and the generation.
+        before, after = change.before, change.after
         log = self.log.warning if after.value in _WARNING_STATES else self.log.info
         log(
             "circuit %s: %s -> %s",
@@ -202,6 +204,8 @@ class LoggingListener(BreakerListener):
                 "breaker_event": "transition",
                 "from_state": before.value,
                 "to_state": after.value,
+                "reason": change.reason.value,
+                "generation": change.generation,
             },
         )
 

@@ -10,6 +10,9 @@ Metrics (namespace ``POWERTOOLS_METRICS_NAMESPACE``, default ``FleetBreaker``; d
 ``Breaker`` and ``service``, the latter from ``POWERTOOLS_SERVICE_NAME``):
 
 - ``Transition`` (Count): state changes written by this container; extra dimension ``To``
+- ``Trip`` (Count): of those, the ones into ``open``; extra dimension ``Reason``, the
+  :class:`~fleetbreaker.state.TransitionReason` (``failure_threshold``, ``failure_rate``,
+  ``slow_call_rate``, ``probe_failed``)
 - ``Rejected`` (Count): calls rejected without running
 - ``WouldReject`` (Count): shadow mode: calls an enforcing breaker would have rejected (they ran)
 - ``Fallback`` (Count): rejected calls answered by the fallback
@@ -55,6 +58,7 @@ from fleetbreaker.errors import ConfigError
 from fleetbreaker.events import BreakerListener
 
 if TYPE_CHECKING:
+    from fleetbreaker.events import StateChange
     from fleetbreaker.state import State
 
 P = ParamSpec("P")
@@ -70,6 +74,7 @@ DEFAULT_SERVICE = "service_undefined"
 MAX_VALUES_PER_DOCUMENT = 100
 
 TRANSITION = "Transition"
+TRIP = "Trip"
 REJECTED = "Rejected"
 WOULD_REJECT = "WouldReject"
 FALLBACK = "Fallback"
@@ -147,6 +152,12 @@ class MetricsListener(BreakerListener):
 
     def on_transition(self, name: str, before: State, after: State) -> None:
         self._count((("Breaker", name), ("To", after.value)), TRANSITION)
+
+    def on_state_change(self, name: str, change: StateChange) -> None:
+        # Why the breaker opened, as its own count: the dashboards' Transition keeps its
+        # dimensions (Breaker, To), and a trip on noise reads apart from a real outage.
+        if change.after.value == "open":
+            self._count((("Breaker", name), ("Reason", change.reason.value)), TRIP)
 
     def on_rejected(self, name: str, state: State, retry_after: float) -> None:
         self._count((("Breaker", name),), REJECTED)

@@ -280,8 +280,10 @@ TEXT_FIELDS: dict[str, str] = {"tuned": TUNED, "last_action": LAST_ACTION}
 # A probe slot's lease: the token, the expiry and the grant time, each a field of its own.
 LEASE_PARTS = ("token", "until", "since")
 
-# How stores name a bucket's numbers: w<slot>_<code> (DynamoDB attributes, Redis fields).
-BUCKET_CODES = {"i": "idx", "c": "calls", "f": "failures", "s": "slow", "r": "reports"}
+# How stores name a bucket's numbers: w<slot>_<code> (DynamoDB attributes, Redis fields),
+# code -> Bucket attribute. BUCKET_INDEX is the code of the bucket's idx.
+BUCKET_INDEX = "i"
+BUCKET_CODES = {BUCKET_INDEX: "idx", "c": "calls", "f": "failures", "s": "slow", "r": "reports"}
 # The quorum maps: a DynamoDB map attribute named by the code; in Redis one field per
 # container, "<code><QUORUM_SEPARATOR><container id>".
 QUORUM_CODES = {"fq": "failing", "sq": "slowing"}

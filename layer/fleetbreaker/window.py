@@ -23,7 +23,8 @@ RECENT_BUCKETS = 2
 
 @frozen
 class WindowCounts:
-    """The fleet's calls in the sliding window, summed over its live buckets.
+    """The fleet's calls in the sliding window, summed over its live buckets, and how many
+    distinct containers the quorum maps hold in it (up to ``min_containers``).
 
     ``recent_*`` are the same sums over the newest RECENT_BUCKETS buckets, which cover the
     last ``recent_ms`` (the current bucket's elapsed part included); ``current_reports`` the
@@ -33,7 +34,7 @@ class WindowCounts:
     calls: int = 0
     failures: int = 0
     slow: int = 0
-    reports: int = 0
+    reports: int = 0  # reports written (the hot-key control counts them)
     failing_containers: int = 0
     slow_containers: int = 0
     recent_calls: int = 0

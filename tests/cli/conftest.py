@@ -3,23 +3,38 @@
 Every backend is a real server on loopback: moto's server and dynalite for DynamoDB, a
 redis-server for Redis. STS answers from moto's server (AWS_ENDPOINT_URL_STS), so the
 caller's identity the CLI records is a real GetCallerIdentity answer: moto's test user.
+
+One more backend, ``in_process``, runs the same tests through ``cli.main(argv)`` in the test's
+own process, against moto in-process (DynamoDB and STS): what mutation testing can follow
+(`make mutate`'s mutants live in this process, not in a console script's).
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
+import json
 import os
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import boto3
 import pytest
 
 from devtools import servers
-from fleetbreaker import BreakerConfig, CircuitBreaker, CircuitOpenError, DynamoDBStore, RedisStore
+from fleetbreaker import (
+    BreakerConfig,
+    CircuitBreaker,
+    CircuitOpenError,
+    DynamoDBStore,
+    RedisStore,
+    cli,
+)
 from fleetbreaker.breaker import system_clock
 from fleetbreaker.state import Policy
 from tests.support import Dependency, FakeClock
@@ -68,15 +83,104 @@ def run_cli(args: Sequence[str], env: dict[str, str] | None = None) -> Result:
     return Result(done.returncode, done.stdout, done.stderr)
 
 
+@contextlib.contextmanager
+def environ_with(values: Mapping[str, str]) -> Iterator[None]:
+    """os.environ with ``values`` set, as it was afterwards."""
+    saved = dict(os.environ)
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+def run_in_process(args: Sequence[str], env: Mapping[str, str] | None = None) -> Result:
+    """The CLI run by ``cli.main(argv)`` in this process, its exit code and output captured."""
+    out, err = io.StringIO(), io.StringIO()
+    with (
+        environ_with(env or {}),
+        contextlib.redirect_stdout(out),
+        contextlib.redirect_stderr(err),
+    ):
+        code = cli.main(list(args))
+    return Result(code, out.getvalue(), err.getvalue())
+
+
+@dataclass
+class InProcessBackend(Backend):
+    """The CLI run by ``cli.main(argv)`` in this process (moto in-process answers it)."""
+
+    def run(self, *args: str, env: dict[str, str] | None = None) -> Result:
+        return run_in_process([*self.options, *args], {**self.env, **(env or {})})
+
+
+@pytest.fixture
+def in_process_backend() -> Iterator[Backend]:
+    """moto in-process: a table for this test, DynamoDB and STS answered in this process."""
+    from moto import mock_aws
+
+    with mock_aws():
+        client = servers.dynamodb_client(None)
+        table = f"cli-{uuid.uuid4().hex[:8]}"
+        client.create_table(
+            TableName=table,
+            KeySchema=[{"AttributeName": "name", "KeyType": "HASH"}],
+            AttributeDefinitions=[{"AttributeName": "name", "AttributeType": "S"}],
+            BillingMode="PAY_PER_REQUEST",
+        )
+        store = DynamoDBStore(table, boto3_client=client)
+        yield InProcessBackend("in_process", ["--table", table], store)
+
+
+def stack_with_table(
+    endpoint: str | None,
+    table: str,
+    cache_endpoint: str | None = None,
+    cache_user: tuple[str, str] | None = None,
+) -> str:
+    """A stack with a breaker table and the outputs template.yaml gives it (endpoint None:
+    moto in-process)."""
+    stack = f"fleetbreaker-cli-{uuid.uuid4().hex[:8]}"
+    template: dict[str, Any] = {
+        "Resources": {
+            "Table": {
+                "Type": "AWS::DynamoDB::Table",
+                "Properties": {
+                    "TableName": table,
+                    "AttributeDefinitions": [{"AttributeName": "name", "AttributeType": "S"}],
+                    "KeySchema": [{"AttributeName": "name", "KeyType": "HASH"}],
+                    "BillingMode": "PAY_PER_REQUEST",
+                },
+            }
+        },
+        # The output name template.yaml gives the table.
+        "Outputs": {"CircuitBreakersTableName": {"Value": {"Ref": "Table"}}},
+    }
+    if cache_endpoint is not None:
+        template["Outputs"]["BreakerCacheEndpoint"] = {"Value": cache_endpoint}
+    if cache_user is not None:
+        # The outputs template.yaml gives the cache's IAM user and the cache's name.
+        template["Outputs"]["BreakerCacheUserId"] = {"Value": cache_user[0]}
+        template["Outputs"]["BreakerCacheName"] = {"Value": cache_user[1]}
+    client = boto3.client("cloudformation", endpoint_url=endpoint)
+    client.create_stack(StackName=stack, TemplateBody=json.dumps(template))
+    return stack
+
+
 @pytest.fixture(scope="session")
 def sts_env(moto_server: str) -> dict[str, str]:
     return {"AWS_ENDPOINT_URL_STS": moto_server}
 
 
-@pytest.fixture(params=["moto_server", "dynalite", "redis"])
-def backend(request: pytest.FixtureRequest, sts_env: dict[str, str]) -> Iterator[Backend]:
+@pytest.fixture(params=["moto_server", "dynalite", "redis", "in_process"])
+def backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
     """Each store the CLI supports, holding only this test's breakers."""
     kind = request.param
+    if kind == "in_process":
+        yield request.getfixturevalue("in_process_backend")
+        return
+    sts_env = request.getfixturevalue("sts_env")
     if kind == "redis":
         # The server is shared by the session: tests use unique breaker names, and `list`
         # may show other tests' breakers too.
@@ -97,6 +201,13 @@ def moto_server_backend(moto_server: str, sts_env: dict[str, str]) -> Backend:
     table = servers.make_table(moto_server)
     store = DynamoDBStore(table, boto3_client=servers.dynamodb_client(moto_server))
     return Backend("moto_server", ["--table", table, "--endpoint-url", moto_server], store, sts_env)
+
+
+@pytest.fixture(params=["moto_server", "in_process"])
+def dynamodb_backend(request: pytest.FixtureRequest) -> Backend:
+    """One DynamoDB: moto's server for the console script, moto in-process for cli.main."""
+    found: Backend = request.getfixturevalue(f"{request.param}_backend")
+    return found
 
 
 @pytest.fixture

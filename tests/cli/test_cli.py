@@ -311,25 +311,23 @@ def test_reset_of_an_unknown_breaker_exits_1_and_writes_nothing(
     ],
 )
 def test_an_action_without_a_reason_is_stored_without_one(
-    moto_server_backend: Backend, name: str, command: str, options: list[str], action: str
+    dynamodb_backend: Backend, name: str, command: str, options: list[str], action: str
 ) -> None:
     # WHEN an operator acts without --reason (optional on every command that acts)
-    result = moto_server_backend.run(command, name, *options, "--json")
+    result = dynamodb_backend.run(command, name, *options, "--json")
     # THEN it is done and stored with who and when, and no reason
     assert result.code == 0, result.err
     shown = result.json_lines()[0]["last_action"]
     assert (shown["action"], shown["by"], shown["reason"]) == (action, MOTO_ARN, None)
 
 
-def test_reset_without_a_reason_releases_the_override(
-    moto_server_backend: Backend, name: str
-) -> None:
-    assert moto_server_backend.run("open", name, "--reason", "drill").code == 0
+def test_reset_without_a_reason_releases_the_override(dynamodb_backend: Backend, name: str) -> None:
+    assert dynamodb_backend.run("open", name, "--reason", "drill").code == 0
 
-    result = moto_server_backend.run("reset", name)
+    result = dynamodb_backend.run("reset", name)
 
     assert result.code == 0, result.err
-    assert load(moto_server_backend, name).state is State.CLOSED
+    assert load(dynamodb_backend, name).state is State.CLOSED
 
 
 # -- tuning ----------------------------------------------------------------------------------
@@ -394,13 +392,13 @@ def test_tune_stores_the_settings_and_status_shows_them(backend: Backend, name: 
     ],
 )
 def test_a_bad_tuning_is_refused_with_exit_2_and_nothing_stored(
-    moto_server_backend: Backend, name: str, options: list[str], problem: str
+    dynamodb_backend: Backend, name: str, options: list[str], problem: str
 ) -> None:
-    result = moto_server_backend.run("tune", name, *options)
+    result = dynamodb_backend.run("tune", name, *options)
 
     assert result.code == 2
     assert problem in one_line_error(result)
-    assert load(moto_server_backend, name) is None
+    assert load(dynamodb_backend, name) is None
 
 
 def test_tune_mode_switches_the_fleet_and_status_shows_it(backend: Backend, name: str) -> None:
@@ -451,8 +449,8 @@ def test_watch_refreshes_the_status(backend: Backend, name: str) -> None:
     assert all(set(line) == JSON_KEYS | {"at"} for line in lines)
 
 
-def test_watch_of_an_unknown_breaker_exits_1(moto_server_backend: Backend, name: str) -> None:
-    result = moto_server_backend.run("watch", name, "--count", "1")
+def test_watch_of_an_unknown_breaker_exits_1(dynamodb_backend: Backend, name: str) -> None:
+    result = dynamodb_backend.run("watch", name, "--count", "1")
 
     assert result.code == 1
 

@@ -8,9 +8,8 @@ from datetime import datetime
 
 import pytest
 
-from devtools import servers
 from fleetbreaker import cli
-from tests.cli.conftest import Backend, fail, one_line_error, run_cli
+from tests.cli.conftest import Backend, fail, one_line_error, run_in_process
 
 
 def subcommand(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:
@@ -35,24 +34,24 @@ def test_tune_help_shows_each_settings_help() -> None:
     assert "--min-containers INT  open only when the failures came from" in text
 
 
-def test_an_empty_list_says_so(moto_server: str) -> None:
+def test_an_empty_list_says_so(dynamodb_backend: Backend) -> None:
     # GIVEN a table that holds no breaker
-    table = servers.make_table(moto_server)
+    table = dynamodb_backend.options[dynamodb_backend.options.index("--table") + 1]
     # WHEN list runs THEN it says the store is empty, and exits 0
-    result = run_cli(["--table", table, "--endpoint-url", moto_server, "list"])
+    result = dynamodb_backend.run("list")
     assert result.code == 0, result.err
     assert result.out == f"no breakers in table {table!r}\n"
     # AND as JSON Lines there is no line at all
-    as_json = run_cli(["--table", table, "--endpoint-url", moto_server, "list", "--json"])
+    as_json = dynamodb_backend.run("list", "--json")
     assert (as_json.code, as_json.out) == (0, "")
 
 
 def test_a_list_with_breakers_does_not_say_it_is_empty(
-    moto_server_backend: Backend, name: str
+    dynamodb_backend: Backend, name: str
 ) -> None:
-    fail(moto_server_backend, name, 1)
+    fail(dynamodb_backend, name, 1)
 
-    result = moto_server_backend.run("list")
+    result = dynamodb_backend.run("list")
 
     assert result.code == 0, result.err
     assert "no breakers" not in result.out
@@ -64,11 +63,11 @@ def iso(text: str) -> datetime:
 
 
 def test_piped_watch_frames_carry_the_time_they_were_read(
-    moto_server_backend: Backend, name: str
+    dynamodb_backend: Backend, name: str
 ) -> None:
     # GIVEN a breaker WHEN watch runs into a pipe for two frames
-    fail(moto_server_backend, name, 1)
-    result = moto_server_backend.run("watch", name, "--count", "2", "--interval", "0.05")
+    fail(dynamodb_backend, name, 1)
+    result = dynamodb_backend.run("watch", name, "--count", "2", "--interval", "0.05")
     # THEN each frame starts with the time it was read, in order
     assert result.code == 0, result.err
     frames = [frame for frame in result.out.split("\n\n") if frame.strip()]
@@ -78,10 +77,10 @@ def test_piped_watch_frames_carry_the_time_they_were_read(
     assert stamps[0] < stamps[1]
 
 
-def test_piped_watch_json_lines_carry_at(moto_server_backend: Backend, name: str) -> None:
-    fail(moto_server_backend, name, 1)
+def test_piped_watch_json_lines_carry_at(dynamodb_backend: Backend, name: str) -> None:
+    fail(dynamodb_backend, name, 1)
 
-    result = moto_server_backend.run("watch", name, "--count", "2", "--interval", "0.05", "--json")
+    result = dynamodb_backend.run("watch", name, "--count", "2", "--interval", "0.05", "--json")
 
     assert result.code == 0, result.err
     lines = result.json_lines()
@@ -94,14 +93,14 @@ def test_piped_watch_json_lines_carry_at(moto_server_backend: Backend, name: str
     [("stauts", "status"), ("lst", "list"), ("create-tabel", "create-table"), ("rest", "reset")],
 )
 def test_a_mistyped_command_suggests_the_nearest(typed: str, meant: str) -> None:
-    result = run_cli(["--table", "CircuitBreakers", typed, "x"])
+    result = run_in_process(["--table", "CircuitBreakers", typed, "x"])
 
     assert result.code == 2
     assert f"did you mean {meant!r}?" in one_line_error(result)
 
 
 def test_a_word_like_no_command_gets_no_suggestion() -> None:
-    result = run_cli(["--table", "CircuitBreakers", "explode"])
+    result = run_in_process(["--table", "CircuitBreakers", "explode"])
 
     assert result.code == 2
     assert "did you mean" not in one_line_error(result)

@@ -14,7 +14,6 @@ import sys
 import uuid
 from typing import Any
 
-import boto3
 import pytest
 
 from devtools import servers
@@ -32,6 +31,7 @@ from tests.cli.conftest import (
     load,
     one_line_error,
     run_cli,
+    stack_with_table,
 )
 
 # -- exit 3: store unreachable ---------------------------------------------------------------
@@ -130,43 +130,10 @@ def test_importing_the_package_does_not_load_the_cli() -> None:
 # -- --stack ---------------------------------------------------------------------------------
 
 
-def _stack_with_table(
-    moto_server: str,
-    table: str,
-    cache_endpoint: str | None = None,
-    cache_user: tuple[str, str] | None = None,
-) -> str:
-    stack = f"fleetbreaker-cli-{uuid.uuid4().hex[:8]}"
-    template: dict[str, Any] = {
-        "Resources": {
-            "Table": {
-                "Type": "AWS::DynamoDB::Table",
-                "Properties": {
-                    "TableName": table,
-                    "AttributeDefinitions": [{"AttributeName": "name", "AttributeType": "S"}],
-                    "KeySchema": [{"AttributeName": "name", "KeyType": "HASH"}],
-                    "BillingMode": "PAY_PER_REQUEST",
-                },
-            }
-        },
-        # The output name template.yaml gives the table.
-        "Outputs": {"CircuitBreakersTableName": {"Value": {"Ref": "Table"}}},
-    }
-    if cache_endpoint is not None:
-        template["Outputs"]["BreakerCacheEndpoint"] = {"Value": cache_endpoint}
-    if cache_user is not None:
-        # The outputs template.yaml gives the cache's IAM user and the cache's name.
-        template["Outputs"]["BreakerCacheUserId"] = {"Value": cache_user[0]}
-        template["Outputs"]["BreakerCacheName"] = {"Value": cache_user[1]}
-    client = boto3.client("cloudformation", endpoint_url=moto_server)
-    client.create_stack(StackName=stack, TemplateBody=json.dumps(template))
-    return stack
-
-
 def test_stack_names_the_table_through_its_outputs(moto_server: str, name: str) -> None:
     # GIVEN a stack whose CircuitBreakersTableName output names a table holding a breaker
     table = f"fleetbreaker-stack-{uuid.uuid4().hex[:8]}"
-    stack = _stack_with_table(moto_server, table)
+    stack = stack_with_table(moto_server, table)
     store = DynamoDBStore(table, boto3_client=servers.dynamodb_client(moto_server))
     fail(Backend("moto_server", [], store), name, 1)
 
@@ -188,7 +155,7 @@ def test_a_stack_with_a_cache_sends_the_cli_to_redis_over_tls(
     fail(Backend("redis", [], store), name, 1)
     store.close()
     table = f"fleetbreaker-stack-{uuid.uuid4().hex[:8]}"
-    stack = _stack_with_table(moto_server, table, cache_endpoint=f"{LOOPBACK}:{tls_redis.port}")
+    stack = stack_with_table(moto_server, table, cache_endpoint=f"{LOOPBACK}:{tls_redis.port}")
 
     # WHEN the operator names the stack (the test CA stands in for the system's CAs)
     env = {
@@ -382,7 +349,7 @@ def test_a_stack_with_an_iam_cache_user_signs_in_as_that_user(
     from fleetbreaker.stores.elasticache_iam import ElastiCacheIAMAuth
 
     table = f"fleetbreaker-stack-{uuid.uuid4().hex[:8]}"
-    stack = _stack_with_table(
+    stack = stack_with_table(
         moto_server,
         table,
         cache_endpoint=f"127.0.0.1:{refused_port}",

@@ -13,6 +13,7 @@ import json
 import re
 import shlex
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import boto3
@@ -25,7 +26,7 @@ from fleetbreaker.breaker import system_clock
 from fleetbreaker.state import Policy, State
 from fleetbreaker.stores.dynamodb import TTL_ATTRIBUTE
 from fleetbreaker.stores.dynamodb_table import create_request, differences, ttl_request
-from tests.cli.conftest import one_line_error, run_cli
+from tests.cli.conftest import one_line_error, run_cli, run_in_process
 
 # Every property of the template's table is compared below, except this one: point-in-time
 # recovery is a stack parameter (a backup choice), which the command leaves to the table's owner.
@@ -46,8 +47,26 @@ def table() -> str:
     return f"breakers-{uuid.uuid4().hex[:10]}"
 
 
-def create_table(endpoint: str, *args: str) -> Any:
+@pytest.fixture(params=["moto_server", "in_process"])
+def endpoint(request: pytest.FixtureRequest) -> Iterator[str | None]:
+    """moto's server for the console script; None: moto in-process, for cli.main in-process."""
+    if request.param == "moto_server":
+        yield request.getfixturevalue("moto_server")
+        return
+    from moto import mock_aws
+
+    with mock_aws():
+        yield None
+
+
+def create_table(endpoint: str | None, *args: str) -> Any:
+    if endpoint is None:
+        return run_in_process(["create-table", *args])
     return run_cli(["create-table", *args, "--endpoint-url", endpoint])
+
+
+def dynamodb(endpoint: str | None) -> Any:
+    return boto3.client("dynamodb") if endpoint is None else servers.dynamodb_client(endpoint)
 
 
 # -- the request is the template's table --------------------------------------------------------
@@ -80,9 +99,9 @@ def test_without_stream_the_request_has_none() -> None:
 # -- moto's server -------------------------------------------------------------------------
 
 
-def test_create_table_makes_the_templates_table(moto_server: str, table: str) -> None:
+def test_create_table_makes_the_templates_table(endpoint: str | None, table: str) -> None:
     # WHEN create-table runs for a new name
-    result = create_table(moto_server, table)
+    result = create_table(endpoint, table)
     # THEN it exits 0 and says what it made
     assert result.code == 0, result.err
     assert result.out == (
@@ -90,7 +109,7 @@ def test_create_table_makes_the_templates_table(moto_server: str, table: str) ->
         "encrypted with KMS (AWS managed key)\n"
     )
     # AND the table has the template's shape, read back from the server
-    client = servers.dynamodb_client(moto_server)
+    client = dynamodb(endpoint)
     described = client.describe_table(TableName=table)["Table"]
     ttl = client.describe_time_to_live(TableName=table)["TimeToLiveDescription"]
     assert ttl == {"TimeToLiveStatus": "ENABLED", "AttributeName": TTL_ATTRIBUTE}
@@ -104,43 +123,41 @@ def test_create_table_makes_the_templates_table(moto_server: str, table: str) ->
     assert differences(described, ttl) == []
 
 
-def test_stream_adds_new_and_old_images(moto_server: str, table: str) -> None:
-    result = create_table(moto_server, table, "--stream")
+def test_stream_adds_new_and_old_images(endpoint: str | None, table: str) -> None:
+    result = create_table(endpoint, table, "--stream")
 
     assert result.code == 0, result.err
-    described = servers.dynamodb_client(moto_server).describe_table(TableName=table)["Table"]
+    described = dynamodb(endpoint).describe_table(TableName=table)["Table"]
     assert described["StreamSpecification"] == {
         "StreamEnabled": True,
         "StreamViewType": "NEW_AND_OLD_IMAGES",
     }
 
 
-def test_a_second_run_finds_the_table_and_exits_0(moto_server: str, table: str) -> None:
+def test_a_second_run_finds_the_table_and_exits_0(endpoint: str | None, table: str) -> None:
     # GIVEN a table the command made
-    assert create_table(moto_server, table, "--stream").code == 0
+    assert create_table(endpoint, table, "--stream").code == 0
     # WHEN it runs again, as text and as JSON
-    text = create_table(moto_server, table, "--stream")
+    text = create_table(endpoint, table, "--stream")
     assert text.code == 0, text.err
     assert text.out.startswith(f"table {table!r} exists with that shape: key name (S)")
-    result = create_table(moto_server, table, "--stream", "--json")
+    result = create_table(endpoint, table, "--stream", "--json")
     # THEN the table is found with that shape, unchanged
     assert result.code == 0, result.err
     assert json.loads(result.out) == {"table": table, "created": False, "differences": []}
 
 
-def test_a_breaker_runs_on_the_table_it_made(moto_server: str, table: str) -> None:
+def test_a_breaker_runs_on_the_table_it_made(endpoint: str | None, table: str) -> None:
     # GIVEN a table from create-table
-    assert create_table(moto_server, table).code == 0
-    store = DynamoDBStore(table, boto3_client=servers.dynamodb_client(moto_server))
+    assert create_table(endpoint, table).code == 0
+    store = DynamoDBStore(table, boto3_client=dynamodb(endpoint))
     policy = Policy.from_config(BreakerConfig(failure_threshold=1))
     # WHEN a failure is counted THEN the breaker opens there, with its TTL attribute set
     now = system_clock()
     outcome = store.record_failure("payment-api", policy, now, None)
     assert outcome.record is not None
     assert outcome.record.state is State.OPEN
-    item = servers.dynamodb_client(moto_server).get_item(
-        TableName=table, Key={"name": {"S": "payment-api"}}
-    )["Item"]
+    item = dynamodb(endpoint).get_item(TableName=table, Key={"name": {"S": "payment-api"}})["Item"]
     assert int(item[TTL_ATTRIBUTE]["N"]) > now // 1000
 
 
@@ -160,9 +177,11 @@ def test_a_table_without_ttl_or_encryption_exits_1_naming_both(
     assert ttl["TimeToLiveDescription"]["TimeToLiveStatus"] == "DISABLED"
 
 
-def test_a_powertools_table_exits_1_naming_key_and_billing(moto_server: str, table: str) -> None:
+def test_a_powertools_table_exits_1_naming_key_and_billing(
+    endpoint: str | None, table: str
+) -> None:
     # GIVEN a table keyed on `id` with provisioned capacity (Powertools' default table)
-    client = servers.dynamodb_client(moto_server)
+    client = dynamodb(endpoint)
     client.create_table(
         TableName=table,
         AttributeDefinitions=[{"AttributeName": "id", "AttributeType": "S"}],
@@ -170,7 +189,7 @@ def test_a_powertools_table_exits_1_naming_key_and_billing(moto_server: str, tab
         ProvisionedThroughput={"ReadCapacityUnits": 1, "WriteCapacityUnits": 1},
     )
     # WHEN create-table is pointed at it, as JSON
-    result = create_table(moto_server, table, "--json")
+    result = create_table(endpoint, table, "--json")
     # THEN exit 1, and the differences are listed one by one
     assert result.code == 1
     found = json.loads(result.out)["differences"]
@@ -178,18 +197,18 @@ def test_a_powertools_table_exits_1_naming_key_and_billing(moto_server: str, tab
     assert "billing mode is PROVISIONED; want PAY_PER_REQUEST (on-demand)" in found
 
 
-def test_stream_is_a_difference_only_when_asked_for(moto_server: str, table: str) -> None:
+def test_stream_is_a_difference_only_when_asked_for(endpoint: str | None, table: str) -> None:
     # GIVEN a table made without a stream
-    assert create_table(moto_server, table).code == 0
+    assert create_table(endpoint, table).code == 0
     # WHEN it is checked with --stream THEN the missing stream is the difference
-    result = create_table(moto_server, table, "--stream")
+    result = create_table(endpoint, table, "--stream")
     assert result.code == 1
     assert "stream is off; want NEW_AND_OLD_IMAGES" in one_line_error(result)
 
 
 @pytest.mark.parametrize("bad", ["ab", "has space", "x" * 256])
-def test_a_name_dynamodb_refuses_exits_2(moto_server: str, bad: str) -> None:
-    result = create_table(moto_server, bad)
+def test_a_name_dynamodb_refuses_exits_2(endpoint: str | None, bad: str) -> None:
+    result = create_table(endpoint, bad)
 
     assert result.code == 2
     assert "table name must be 3 to 255" in one_line_error(result)

@@ -29,21 +29,40 @@ def test_healthy_calls_log_nothing_at_info(
     assert fleetbreaker_records(caplog) == []
 
 
-def test_transition_record_has_structured_fields(
+def trip_logged(
     make_breaker: BreakerFactory, caplog: pytest.LogCaptureFixture
-) -> None:
+) -> logging.LogRecord:
+    """The one log record of a logging breaker whose failures reach the threshold."""
     caplog.set_level(logging.INFO, logger="fleetbreaker")
     breaker = make_breaker(listeners=[LoggingListener()])
     for _ in range(3):
         with pytest.raises(Boom):
             breaker.call(fail)
     (record,) = fleetbreaker_records(caplog)
+    return record
+
+
+def test_transition_record_has_structured_fields(
+    make_breaker: BreakerFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    record = trip_logged(make_breaker, caplog)
     assert record.levelno == logging.WARNING
     assert record.getMessage() == "circuit payment-api: closed -> open"
     fields: dict[str, Any] = record.__dict__
     assert fields["breaker"] == "payment-api"
     assert fields["breaker_event"] == "transition"
     assert (fields["from_state"], fields["to_state"]) == ("closed", "open")
+
+
+def test_transition_record_says_why_and_which_generation(
+    make_breaker: BreakerFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    # GIVEN a breaker that logs, WHEN its failures reach the threshold
+    record = trip_logged(make_breaker, caplog)
+
+    # THEN the transition's log record carries the trip reason and the new generation
+    fields: dict[str, Any] = record.__dict__
+    assert (fields["reason"], fields["generation"]) == ("failure_threshold", 1)
 
 
 def test_store_error_and_degraded_mode_are_warnings_with_fields(

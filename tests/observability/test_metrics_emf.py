@@ -16,6 +16,7 @@ from .support import Boom, BreakerFactory, FakeClock, FlakyStore, fail, succeed
 # The contract users and alarms depend on: exact names and units.
 UNITS = {
     "Transition": "Count",
+    "Trip": "Count",
     "Rejected": "Count",
     "Fallback": "Count",
     "FailureRecorded": "Count",
@@ -96,13 +97,12 @@ def test_metric_names_units_and_dimensions_are_exact(lifecycle_output: str) -> N
     for point in points:
         assert point.unit == UNITS[point.name], point
         assert point.namespace == "FleetBreaker"
-    # AND every metric has exactly the dimensions Breaker and service (+ To for Transition)
+    # AND every metric has exactly the dimensions Breaker and service (+ To for Transition,
+    # + Reason for Trip)
+    extra = {"Transition": {"To"}, "Trip": {"Reason"}}
     for point in points:
         keys = {key for key, _ in point.dimensions}
-        expected = (
-            {"Breaker", "service", "To"} if point.name == "Transition" else {"Breaker", "service"}
-        )
-        assert keys == expected, point
+        assert keys == {"Breaker", "service"} | extra.get(point.name, set()), point
 
 
 def test_counts_match_the_lifecycle(lifecycle_output: str) -> None:
@@ -116,6 +116,9 @@ def test_counts_match_the_lifecycle(lifecycle_output: str) -> None:
     assert metric(points, "Transition", Breaker="payment-api", To="open").total == 2
     assert metric(points, "Transition", Breaker="payment-api", To="half_open").total == 2
     assert metric(points, "Transition", Breaker="payment-api", To="closed").total == 1
+    # AND each trip says why: the threshold first, then the failed probe
+    assert metric(points, "Trip", Breaker="payment-api", Reason="failure_threshold").total == 1
+    assert metric(points, "Trip", Breaker="payment-api", Reason="probe_failed").total == 1
     assert metric(points, "StoreError", Breaker="ledger").total == 1
     assert metric(points, "Degraded", Breaker="ledger").total == 1
 

@@ -76,6 +76,14 @@ def test_one_flush_writes_one_document_per_namespace_and_dimension_set(
             "FleetBreaker",
             (("Breaker", "payment-api"), ("To", "open"), ("service", "service_undefined")),
         ),
+        (
+            "FleetBreaker",
+            (
+                ("Breaker", "payment-api"),
+                ("Reason", "failure_threshold"),
+                ("service", "service_undefined"),
+            ),
+        ),
     }
 
 

@@ -2,14 +2,16 @@
 
 The Redis side of the seam is run for real in tests/redis/test_record_schema.py (a renamed
 schema reaches the scripts and the parser; a rename on one side only fails the first
-operation). These tests check the sources: the schema classifies every Record field, and no
-Lua script spells a stored name of its own.
+operation). These tests check the sources: the schema classifies every Record field, no Lua
+script spells a stored name of its own, and no Python module of the layer but the schema does.
 """
 
 from __future__ import annotations
 
+import ast
 import re
 from importlib import resources
+from pathlib import Path
 
 from fleetbreaker import record as schema
 from fleetbreaker.record import Record
@@ -108,3 +110,112 @@ def test_the_lua_sources_take_the_schema_through_placeholders() -> None:
         "__MAX_PROBE_SLOTS__",
     ):
         assert f"= {placeholder}" in common
+
+
+LAYER = Path(__file__).resolve().parents[2] / "layer" / "fleetbreaker"
+# The one module that spells stored names.
+SCHEMA_MODULE = "record.py"
+# Public output keys that share a word with a stored field: the snapshot's JSON, the CLI's
+# --json keys and status labels, the transition log's extra field. They name what those
+# outputs show, not where a store keeps it; a store never reads them.
+OUTPUT_KEYS = {
+    "snapshot.py": {"state", "failures", "open_until", "updated_at"},
+    "cli/view.py": {"state", "failures", "open_until", "tuned", "last_action"},
+    "events.py": {"state"},
+}
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    """The ids of a module's, classes' and functions' docstring nodes (prose, not names)."""
+    found = set()
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and body and isinstance(body[0], ast.Expr):
+            value = body[0].value
+            if isinstance(value, ast.Constant) and isinstance(value.value, str):
+                found.add(id(value))
+    return found
+
+
+def spelled_names(path: Path, names: set[str]) -> set[str]:
+    """The stored names ``path`` spells as string literals (docstrings aside), and any literal
+    that starts a lease or bucket field by hand ("probe", "w")."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    docs = _docstrings(tree)
+    spelled = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs:
+            text = node.value
+            if text in names or text in ("probe", "w"):
+                spelled.add(text)
+    return spelled
+
+
+def test_no_python_module_but_the_schema_spells_a_stored_name() -> None:
+    # GIVEN every module of the layer
+    modules = {path.relative_to(LAYER).as_posix(): path for path in LAYER.rglob("*.py")}
+    assert {"stores/redis.py", "stores/dynamodb/codec.py", "stores/memory.py"} <= set(modules)
+    names = stored_names()
+
+    # WHEN the string literals that are stored names are collected, module by module
+    spelled = {
+        module: found
+        for module, path in sorted(modules.items())
+        if module != SCHEMA_MODULE and (found := spelled_names(path, names))
+    }
+
+    # THEN only the public outputs' own keys remain, each still needed
+    assert spelled == OUTPUT_KEYS
+    assert spelled_names(modules[SCHEMA_MODULE], names) >= {schema.STATE, schema.GEN}
+
+
+# What a store may import from the package: the record and its schema, the rules below it,
+# and its own plumbing. (FallbackStore and the deadline wrap stores for the breaker: they
+# emit its events and read its limits, so they are not stores in this sense.)
+STORE_MAY_IMPORT = {
+    "fleetbreaker.errors",
+    "fleetbreaker.frozen",
+    "fleetbreaker.policy",
+    "fleetbreaker.record",
+    "fleetbreaker.state",
+    "fleetbreaker.window",
+}
+
+
+def package_imports(path: Path) -> set[str]:
+    """The fleetbreaker modules ``path`` imports (at any level, typing-only ones included)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            names = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
+        elif isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        else:
+            continue
+        found.update(name for name in names if name.startswith("fleetbreaker"))
+    return found
+
+
+def test_no_store_imports_anything_above_the_rules_and_the_schema() -> None:
+    # GIVEN every store module (the wrappers the breaker puts around a store aside)
+    stores = [
+        path
+        for path in (LAYER / "stores").rglob("*.py")
+        if path.name not in ("fallback.py", "deadline.py")
+    ]
+    assert len(stores) >= 8
+
+    # WHEN their imports from the package are collected
+    above = {
+        path.relative_to(LAYER).as_posix(): {
+            name
+            for name in package_imports(path)
+            if not name.startswith("fleetbreaker.stores")
+            and not any(name == m or name.startswith(f"{m}.") for m in STORE_MAY_IMPORT)
+            and name != "fleetbreaker"
+        }
+        for path in stores
+    }
+
+    # THEN none reaches the breaker, its config, tuning, listeners or reporting
+    assert {module: names for module, names in above.items() if names} == {}

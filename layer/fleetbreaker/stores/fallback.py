@@ -46,9 +46,9 @@ from fleetbreaker.stores.deadline import store_call_wrapper as store_call_wrappe
 from fleetbreaker.stores.memory import MemoryStore
 
 if TYPE_CHECKING:
+    from fleetbreaker.record import Action
     from fleetbreaker.state import Outcome, Policy, ProbeReport, Report
     from fleetbreaker.stores.base import Store
-    from fleetbreaker.tuning import Action
 
 T = TypeVar("T")
 Clock = Callable[[], int]

@@ -6,13 +6,14 @@
 --
 -- Conventions: KEYS[1] is the breaker's hash; ARGV[1] is the caller's epoch ms, or "" to use
 -- the server's TIME (the default: every container then shares one clock); ARGV[2] is the
--- policy, one JSON object (RedisStore's _policy_json); an operation's own arguments follow.
+-- policy, one JSON object (redis_scripts.policy_json); an operation's own arguments follow.
 -- Numbers are Lua doubles, exact for the integers used here (epoch ms, counters); they are
 -- stored and returned as decimal strings, never as floats.
 --
 -- The record's schema is fleetbreaker/record.py's: every upper-case placeholder wrapped in
--- double underscores is filled in from it by redis.py, so this file spells no stored field name. In memory a record is a table keyed
--- by the Python Record's attribute names (rec.open_until, rec.leases, ...), as the rules are.
+-- double underscores is filled in from it by redis_scripts.py, so this file spells no stored
+-- field name. In memory a record is a table keyed by the Python Record's attribute names
+-- (rec.open_until, rec.leases, ...), as the rules are.
 
 local MAX_SLOTS = __MAX_PROBE_SLOTS__
 local CLOCK_TOLERANCE_MS = __CLOCK_TOLERANCE_MS__

@@ -8,15 +8,19 @@ item is usable, a slot is held or a bucket is current.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
+from fleetbreaker import record as schema
 from fleetbreaker import state as rules
 from fleetbreaker.errors import CorruptRecordError
-from fleetbreaker.frozen import replace
-from fleetbreaker.state import MAX_PROBE_SLOTS, Lease, Policy, Record, State
+from fleetbreaker.record import MAX_PROBE_SLOTS, Bucket, Lease, Record, State
 
+if TYPE_CHECKING:
+    from fleetbreaker.policy import Policy
+
+# Every other attribute name comes from the record's schema (fleetbreaker.record).
 KEY_ATTRIBUTE = "name"
-TTL_ATTRIBUTE = "expires_at"
+TTL_ATTRIBUTE = schema.EXPIRES_AT
 # The id of the write that last changed the item (random, one per UpdateItem the store
 # sends). botocore re-sends a request after a read timeout although the first attempt may
 # have applied; every write requires a different id, so the re-sent one cannot apply again,
@@ -25,13 +29,15 @@ OP_ATTRIBUTE = "op"
 
 # Scalar attributes every usable item has, all numbers. The Python parser and the USABLE
 # condition below must agree, or a corrupt item could be both "absent" and "present".
-_NUMBERS = rules.RECORD_NUMBERS
+_NUMBERS = tuple(schema.NUMBER_FIELDS.values())
 assert TTL_ATTRIBUTE in _NUMBERS
 _STATES = tuple(state.value for state in State)
 
 
 def slot_names(slot: int) -> tuple[str, str]:
-    return f"probe{slot}_token", f"probe{slot}_until"
+    """The attributes of a probe slot's lease token and expiry."""
+    token, until, _ = schema.lease_fields(slot)
+    return token, until
 
 
 def holding(token_name: str, token: str) -> Callable[[dict[str, Any]], bool]:
@@ -41,7 +47,7 @@ def holding(token_name: str, token: str) -> Callable[[dict[str, Any]], bool]:
 
 def since_name(slot: int) -> str:
     """When the slot's lease was granted, on its claimer's clock (rules.lease_ended)."""
-    return f"probe{slot}_since"
+    return schema.lease_fields(slot)[2]
 
 
 def _number(item: dict[str, Any], name: str) -> int:
@@ -59,7 +65,7 @@ def _integer(name: str, raw: object) -> int:
     """
     if not _is_integer(raw):
         raise CorruptRecordError(
-            f"attribute {name!r} is not an integer of at most {rules.MAX_RECORD_DIGITS} digits: "
+            f"attribute {name!r} is not an integer of at most {schema.MAX_RECORD_DIGITS} digits: "
             f"{str(raw)[:40]!r}"
         )
     return int(cast("str", raw))
@@ -77,10 +83,14 @@ def parse_item(item: dict[str, Any] | None, now_ms: int) -> Record | None:
     """
     if not item:
         return None
-    raw_state = scalar(item, "state", "S")
+    raw_state = scalar(item, schema.STATE, "S")
     if raw_state not in _STATES:
-        raise CorruptRecordError(f"attribute 'state' is not a breaker state: {item.get('state')!r}")
-    numbers = {name: _number(item, name) for name in _NUMBERS}
+        raise CorruptRecordError(
+            f"attribute {schema.STATE!r} is not a breaker state: {item.get(schema.STATE)!r}"
+        )
+    numbers: dict[str, Any] = {
+        attribute: _number(item, name) for attribute, name in schema.NUMBER_FIELDS.items()
+    }
     leases: dict[int, Lease] = {}
     for slot in range(MAX_PROBE_SLOTS):
         token_name, until_name = slot_names(slot)
@@ -100,7 +110,7 @@ def parse_item(item: dict[str, Any] | None, now_ms: int) -> Record | None:
         granted = int(since) if _is_integer(since) else None
         leases[slot] = Lease(token, _integer(until_name, until), granted)
     quorum: dict[str, dict[str, int]] = {}
-    for code in rules.QUORUM_CODES:
+    for code in schema.QUORUM_CODES:
         raw_map = scalar(item, code, "M")
         entries = raw_map if isinstance(raw_map, dict) else {}
         quorum[code] = {
@@ -115,26 +125,18 @@ def parse_item(item: dict[str, Any] | None, now_ms: int) -> Record | None:
         raw = scalar(item, field, "N")
         return None if raw is None else _integer(field, raw)
 
-    rev = window_number("rev")
+    rev = window_number(schema.REV)
+    # Operator fields are text; anything else in them is left for the next tune to replace.
+    texts = {attribute: scalar(item, name, "S") for attribute, name in schema.TEXT_FIELDS.items()}
+    kept: dict[str, Any] = {k: v for k, v in texts.items() if isinstance(v, str)}
     record = Record(
         state=State(raw_state),
-        gen=numbers["gen"],
-        failures=numbers["failures"],
-        window_start=numbers["window_start"],
-        opened_at=numbers["opened_at"],
-        open_until=numbers["open_until"],
-        reopens=numbers["reopens"],
-        successes=numbers["successes"],
         leases=leases,
-        updated_at=numbers["updated_at"],
-        expires_at=numbers[TTL_ATTRIBUTE],
         rev=rev if rev is not None else 0,
-        **rules.parse_window(window_number, quorum),
+        **numbers,
+        **kept,
+        **schema.parse_window(window_number, quorum),
     )
-    # Operator fields are text; anything else in them is left for the next tune to replace.
-    texts = {name: scalar(item, name, "S") for name in rules.RECORD_TEXTS}
-    kept: dict[str, Any] = {k: v for k, v in texts.items() if isinstance(v, str)}
-    record = replace(record, **kept)
     return None if record.is_expired(now_ms) else record
 
 
@@ -157,7 +159,7 @@ def _is_integer(raw: object) -> bool:
     if not isinstance(raw, str) or not raw.isascii():
         return False
     digits = raw[1:] if raw.startswith("-") else raw
-    return digits.isdigit() and len(digits) <= rules.MAX_RECORD_DIGITS
+    return digits.isdigit() and len(digits) <= schema.MAX_RECORD_DIGITS
 
 
 # A report that also rewrites the quorum map tries that many times; later attempts send its
@@ -165,12 +167,12 @@ def _is_integer(raw: object) -> bool:
 # Everything the rate policy keeps in an item: the buckets, the quorum maps and their rev.
 _WINDOW_ATTRIBUTES = (
     *(
-        rules.bucket_field(slot, code)
-        for slot in range(rules.WINDOW_BUCKETS)
-        for code in rules.BUCKET_CODES
+        schema.bucket_field(slot, code)
+        for slot in range(schema.WINDOW_BUCKETS)
+        for code in schema.BUCKET_CODES
     ),
-    *rules.QUORUM_CODES,
-    "rev",
+    *schema.QUORUM_CODES,
+    schema.REV,
 )
 
 
@@ -178,8 +180,8 @@ _WINDOW_ATTRIBUTES = (
 # a corrupt item is fenced on them too.
 _FENCED = (
     *(slot_names(slot)[1] for slot in range(MAX_PROBE_SLOTS)),
-    *(rules.bucket_field(slot, "i") for slot in range(rules.WINDOW_BUCKETS)),
-    "rev",
+    *(schema.bucket_field(slot, schema.BUCKET_INDEX) for slot in range(schema.WINDOW_BUCKETS)),
+    schema.REV,
 )
 
 
@@ -194,7 +196,7 @@ class Write:
         self.names: dict[str, str] = {}
         self.values: dict[str, dict[str, Any]] = {}
         self.now_ms = now_ms
-        self.set("updated_at", now_ms)
+        self.set(schema.UPDATED_AT, now_ms)
         ttl_s = rules.ttl_seconds(policy, state) if state is not None else policy.ttl_s
         self.set(TTL_ATTRIBUTE, now_ms // 1000 + ttl_s)
 
@@ -241,7 +243,7 @@ class Write:
         number = self.value("N")
         typed = " AND ".join(f"attribute_type({self.name(n)}, {number})" for n in _NUMBERS)
         alive = f"{self.name(TTL_ATTRIBUTE)} > {self.value(self.now_ms // 1000)}"
-        return f"{self.name('state')} IN ({states}) AND {typed} AND {alive}"
+        return f"{self.name(schema.STATE)} IN ({states}) AND {typed} AND {alive}"
 
     def replaceable(self, corrupt: dict[str, Any] | None) -> str:
         """The condition of a write that replaces an absent, expired or corrupt item.
@@ -255,7 +257,7 @@ class Write:
         if not corrupt:
             return absent
         fence = []
-        for attribute in ("state", *_NUMBERS, *_FENCED):
+        for attribute in (schema.STATE, *_NUMBERS, *_FENCED):
             raw = corrupt.get(attribute)
             if raw is None:
                 fence.append(f"attribute_not_exists({self.name(attribute)})")
@@ -283,26 +285,45 @@ def write_record(write: Write, record: Record) -> Write:
     The rate policy's window goes: a whole-record write starts a new state or generation.
     """
     write.remove_window()
-    write.set("state", record.state.value)
-    for attribute in (
-        "failures",
-        "window_start",
-        "opened_at",
-        "open_until",
-        "reopens",
-        "successes",
-    ):
-        write.set(attribute, getattr(record, attribute))
+    write.set(schema.STATE, record.state.value)
+    for attribute, name in schema.NUMBER_FIELDS.items():
+        if name not in _SET_APART:
+            write.set(name, getattr(record, attribute))
     return write
+
+
+# Numbers write_record leaves to others: Write sets the times, callers ADD or SET gen.
+_SET_APART = (schema.GEN, schema.UPDATED_AT, schema.EXPIRES_AT)
 
 
 def write_window(write: Write, record: Record) -> Write:
     """SET a fresh record's window: its buckets and quorum maps."""
     for slot, bucket in record.buckets.items():
-        for code, attr in rules.BUCKET_CODES.items():
-            write.set(rules.bucket_field(slot, code), getattr(bucket, attr))
-    write.set("fq", record.failing).set("sq", record.slowing)
+        write_bucket(write, slot, bucket)
+    write_quorum(write, record)
     # Drop the REMOVEs of the attributes just set (one expression cannot name one twice).
     set_names = {part.split(" = ")[0] for part in write.sets}
     write.removes = [name for name in write.removes if name not in set_names]
+    return write
+
+
+def write_bucket(write: Write, slot: int, bucket: Bucket) -> Write:
+    """SET every number of the window's bucket in ``slot``."""
+    for code, attribute in schema.BUCKET_CODES.items():
+        write.set(schema.bucket_field(slot, code), getattr(bucket, attribute))
+    return write
+
+
+def add_to_bucket(write: Write, slot: int, added: Bucket) -> Write:
+    """ADD ``added``'s counts to the bucket in ``slot`` (its idx is fenced, not written)."""
+    for code, attribute in schema.BUCKET_CODES.items():
+        if code != schema.BUCKET_INDEX:
+            write.add(schema.bucket_field(slot, code), getattr(added, attribute))
+    return write
+
+
+def write_quorum(write: Write, record: Record) -> Write:
+    """SET the quorum maps (a map attribute each) to ``record``'s."""
+    for code, attribute in schema.QUORUM_CODES.items():
+        write.set(code, getattr(record, attribute))
     return write

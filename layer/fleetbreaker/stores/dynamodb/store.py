@@ -11,20 +11,25 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from fleetbreaker import record as schema
 from fleetbreaker import state as rules
 from fleetbreaker.errors import ConfigError, CorruptRecordError, StoreError
-from fleetbreaker.state import MAX_PROBE_SLOTS, Outcome, Policy, ProbeReport, Record, Report, State
+from fleetbreaker.policy import Policy
+from fleetbreaker.record import MAX_PROBE_SLOTS, Bucket, Outcome, ProbeReport, Record, Report, State
 from fleetbreaker.stores import TABLE_ENV, default_table_name
 from fleetbreaker.stores.base import Listing, StoreStats
 from fleetbreaker.stores.dynamodb.codec import (
     KEY_ATTRIBUTE,
     Write,
+    add_to_bucket,
     holding,
     parse_item,
     parse_or_corrupt,
     scalar,
     since_name,
     slot_names,
+    write_bucket,
+    write_quorum,
     write_record,
     write_window,
 )
@@ -36,7 +41,7 @@ if TYPE_CHECKING:
     from botocore.config import Config
     from mypy_boto3_dynamodb.client import DynamoDBClient
 
-    from fleetbreaker.tuning import Action
+    from fleetbreaker.record import Action
 
 # A report that also rewrites the quorum map tries that many times; later attempts send its
 # counts alone (see DynamoDBStore.report).
@@ -222,17 +227,17 @@ class DynamoDBStore:
             write = Write(now_ms, policy)
             if seen is None:
                 # Absent, expired or corrupt: write a whole fresh record over it.
-                write_record(write, planned.record).set("gen", planned.record.gen)
+                write_record(write, planned.record).set(schema.GEN, planned.record.gen)
                 write.remove_leases(range(MAX_PROBE_SLOTS)).require(write.replaceable(corrupt))
                 return _Step(write, _changed(planned.transition))
-            write.require(write.usable()).require(write.is_("state", State.CLOSED.value))
-            write.require(write.is_("gen", seen.gen))
-            write.require(write.is_("window_start", seen.window_start))
+            write.require(write.usable()).require(write.is_(schema.STATE, State.CLOSED.value))
+            write.require(write.is_(schema.GEN, seen.gen))
+            write.require(write.is_(schema.WINDOW_START, seen.window_start))
             if seen.window_start and now_ms - seen.window_start < policy.window_ms:
                 # ADD, not SET: concurrent failures in one window all count.
-                write.add("failures", 1)
+                write.add(schema.FAILURES, 1)
             else:
-                write.set("failures", 1).set("window_start", now_ms)
+                write.set(schema.FAILURES, 1).set(schema.WINDOW_START, now_ms)
 
             def counted(record: Record | None) -> Outcome:
                 if record is None or record.failures < policy.failure_threshold:
@@ -252,10 +257,10 @@ class DynamoDBStore:
         # record that stopped them (their count did land: changed).
         def plan(seen: Record | None, _: dict[str, Any] | None, __: int) -> _Step:
             opened = rules.trip(counted, policy, now_ms)
-            write = write_record(Write(now_ms, policy), opened).add("gen", 1)
+            write = write_record(Write(now_ms, policy), opened).add(schema.GEN, 1)
             write.remove_leases(range(MAX_PROBE_SLOTS))
-            write.require(write.usable()).require(write.is_("state", State.CLOSED.value))
-            write.require(write.is_("gen", counted.gen))
+            write.require(write.usable()).require(write.is_(schema.STATE, State.CLOSED.value))
+            write.require(write.is_(schema.GEN, counted.gen))
             return _Step(write, _changed((State.CLOSED, State.OPEN)))
 
         return self._fenced_write(
@@ -274,18 +279,18 @@ class DynamoDBStore:
             assert slot is not None  # make_token wrote it
             token_name, until_name = slot_names(slot)
             write = Write(now_ms, policy)
-            write.require(write.usable()).require(write.is_("gen", seen.gen))
+            write.require(write.usable()).require(write.is_(schema.GEN, seen.gen))
             lease = planned.record.leases[slot]
             write.set(token_name, token).set(until_name, lease.until)
             write.set(since_name(slot), now_ms)
             if planned.transition is not None:  # open -> half_open: the first lease
-                write.set("state", planned.record.state.value)
-                write.set("successes", planned.record.successes).add("gen", 1)
+                write.set(schema.STATE, planned.record.state.value)
+                write.set(schema.SUCCESSES, planned.record.successes).add(schema.GEN, 1)
                 write.remove_leases(range(1, MAX_PROBE_SLOTS))
-                write.require(write.is_("state", State.OPEN.value))
-                write.require(f"{write.name('open_until')} <= {write.value(now_ms)}")
+                write.require(write.is_(schema.STATE, State.OPEN.value))
+                write.require(f"{write.name(schema.OPEN_UNTIL)} <= {write.value(now_ms)}")
             else:
-                write.require(write.is_("state", State.HALF_OPEN.value))
+                write.require(write.is_(schema.STATE, State.HALF_OPEN.value))
                 held_until = write.name(until_name)
                 # A slot whose expiry is not a number is free (parse_item agrees), and so is
                 # one whose lease has ended on this clock (rules.lease_ended).
@@ -320,16 +325,16 @@ class DynamoDBStore:
             after = planned.record
             assert after is not None
             write = Write(now_ms, policy)
-            write.require(write.usable()).require(write.is_("state", State.HALF_OPEN.value))
-            write.require(write.is_("gen", seen.gen)).require(write.is_(token_name, token))
+            write.require(write.usable()).require(write.is_(schema.STATE, State.HALF_OPEN.value))
+            write.require(write.is_(schema.GEN, seen.gen)).require(write.is_(token_name, token))
             write.require(f"{write.name(until_name)} > {write.value(now_ms)}")
             # Concurrent successes of several probes must add up, not overwrite each other.
-            write.require(write.is_("successes", seen.successes))
+            write.require(write.is_(schema.SUCCESSES, seen.successes))
             if planned.transition is None:
-                write.set("successes", after.successes)
+                write.set(schema.SUCCESSES, after.successes)
                 write.removes.extend(write.name(a) for a in lease_names)
             else:
-                write_record(write, after).add("gen", 1).remove_leases(range(MAX_PROBE_SLOTS))
+                write_record(write, after).add(schema.GEN, 1).remove_leases(range(MAX_PROBE_SLOTS))
             return _Step(write, _changed(planned.transition))
 
         seen = _alive(observed, now_ms)
@@ -364,43 +369,37 @@ class DynamoDBStore:
             write = Write(now_ms, policy)
             if seen is None:
                 after = planned.record
-                write_record(write, after).set("gen", after.gen)
+                write_record(write, after).set(schema.GEN, after.gen)
                 if planned.transition is None:
                     write_window(write, after)
                 write.remove_leases(range(MAX_PROBE_SLOTS)).require(write.replaceable(corrupt))
                 return _Step(write, _changed(planned.transition))
-            write.require(write.usable()).require(write.is_("state", State.CLOSED.value))
+            write.require(write.usable()).require(write.is_(schema.STATE, State.CLOSED.value))
             if report.gen is not None:
-                write.require(write.is_("gen", seen.gen))
+                write.require(write.is_(schema.GEN, seen.gen))
             counted = rules.add_report(seen, policy, now_ms, report)
             bucket = counted.buckets[slot]
-            names = {code: rules.bucket_field(slot, code) for code in rules.BUCKET_CODES}
+            index = schema.bucket_field(slot, schema.BUCKET_INDEX)
             held = seen.buckets.get(slot)
             if held is not None and held.idx == idx:
-                write.require(write.is_(names["i"], idx))
-                for code, amount in (
-                    ("c", report.calls),
-                    ("f", report.failures),
-                    ("s", report.slow),
-                    ("r", 1),
-                ):
-                    write.add(names[code], amount)
+                write.require(write.is_(index, idx))
+                added = Bucket(idx, report.calls, report.failures, report.slow, reports=1)
+                add_to_bucket(write, slot, added)
             else:
                 # The slot holds an older bucket (or none): start this one over it.
-                old_idx = write.name(names["i"])
                 if held is None:
-                    write.require(f"NOT attribute_type({old_idx}, {write.value('N')})")
+                    write.require(f"NOT attribute_type({write.name(index)}, {write.value('N')})")
                 else:
-                    write.require(write.is_(names["i"], held.idx))
-                for code, attr in rules.BUCKET_CODES.items():
-                    write.set(names[code], getattr(bucket, attr))
+                    write.require(write.is_(index, held.idx))
+                write_bucket(write, slot, bucket)
             noting = counted.failing != seen.failing or counted.slowing != seen.slowing
             if noting and attempt < _MAP_ATTEMPTS:
-                write.set("fq", counted.failing).set("sq", counted.slowing)
-                write.set("rev", seen.rev + 1)
-                rev = write.name("rev")
+                write_quorum(write, counted).set(schema.REV, seen.rev + 1)
+                rev = write.name(schema.REV)
                 write.require(
-                    f"attribute_not_exists({rev})" if seen.rev == 0 else write.is_("rev", seen.rev)
+                    f"attribute_not_exists({rev})"
+                    if seen.rev == 0
+                    else write.is_(schema.REV, seen.rev)
                 )
             return _Step(write, reported)
 
@@ -423,14 +422,14 @@ class DynamoDBStore:
             planned = rules.apply_force(seen, policy, now_ms, target)
             after = planned.record
             assert after is not None
-            write = write_record(Write(now_ms, policy, target), after).set("gen", after.gen)
+            write = write_record(Write(now_ms, policy, target), after).set(schema.GEN, after.gen)
             write.remove_leases(range(MAX_PROBE_SLOTS))
             if action is not None:
-                write.set("last_action", action.encode())
+                write.set(schema.LAST_ACTION, action.encode())
             if seen is None:
                 write.require(write.replaceable(corrupt))
             else:
-                write.require(write.usable()).require(write.is_("gen", seen.gen))
+                write.require(write.usable()).require(write.is_(schema.GEN, seen.gen))
             return _Step(write, _changed(planned.transition))
 
         seen, corrupt = parse_or_corrupt(self._get(name), now_ms)
@@ -477,18 +476,19 @@ class DynamoDBStore:
         def plan(seen: Record | None, corrupt: dict[str, Any] | None, _: int) -> _Step:
             write = Write(now_ms, policy, seen.state if seen is not None else State.CLOSED)
             if tuned:
-                write.set("tuned", tuned)
+                write.set(schema.TUNED, tuned)
             else:
-                write.removes.append(write.name("tuned"))
+                write.removes.append(write.name(schema.TUNED))
             if action is not None:
-                write.set("last_action", action.encode())
+                write.set(schema.LAST_ACTION, action.encode())
             if seen is None:
                 # No live record: a fresh closed one carries the settings.
-                write_record(write, Record()).set("gen", 0).remove_leases(range(MAX_PROBE_SLOTS))
+                write_record(write, Record()).set(schema.GEN, 0)
+                write.remove_leases(range(MAX_PROBE_SLOTS))
                 write.require(write.replaceable(corrupt))
             else:
                 # Fenced on the generation: the TTL written depends on the state it found.
-                write.require(write.usable()).require(write.is_("gen", seen.gen))
+                write.require(write.usable()).require(write.is_(schema.GEN, seen.gen))
             return _Step(write, _changed(None))
 
         seen, corrupt = parse_or_corrupt(self._get(name), now_ms)

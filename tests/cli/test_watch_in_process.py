@@ -1,0 +1,153 @@
+"""`watch` through cli.main in-process: a terminal's frames clear the screen (piped ones and
+JSON Lines never do), an unknown breaker is named with its store, a count must be positive."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+from collections.abc import Callable
+
+import pytest
+
+from fleetbreaker import cli
+from fleetbreaker.breaker import system_clock
+from tests.cli.conftest import POLICY, Backend, fail, one_line_error
+from tests.cli.test_cli import report_calls
+
+CLEAR = "\x1b[H\x1b[2J"
+
+
+class Terminal(io.StringIO):
+    """Standard output as a terminal: isatty() is what watch asks."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def watch_on_terminal(backend: Backend, *args: str) -> str:
+    screen = Terminal()
+    with contextlib.redirect_stdout(screen):
+        code = cli.main([*backend.options, "watch", *args, "--count", "2", "--interval", "0.01"])
+    assert code == 0
+    return screen.getvalue()
+
+
+def test_watch_on_a_terminal_clears_the_screen_before_each_frame(
+    in_process_backend: Backend, name: str
+) -> None:
+    fail(in_process_backend, name, 1)
+
+    shown = watch_on_terminal(in_process_backend, name)
+
+    assert shown.count(CLEAR) == 2
+    assert shown.startswith(CLEAR)
+
+
+def test_watch_as_json_on_a_terminal_never_clears_it(
+    in_process_backend: Backend, name: str
+) -> None:
+    fail(in_process_backend, name, 1)
+
+    shown = watch_on_terminal(in_process_backend, name, "--json")
+
+    assert CLEAR not in shown
+    assert len(shown.splitlines()) == 2
+
+
+def test_watch_of_an_unknown_breaker_names_it_and_the_store(
+    in_process_backend: Backend, name: str
+) -> None:
+    table = in_process_backend.options[in_process_backend.options.index("--table") + 1]
+
+    result = in_process_backend.run("watch", name, "--count", "1")
+
+    assert result.code == 1
+    assert f"breaker {name!r} not found in table {table!r}" in one_line_error(result)
+
+
+@pytest.mark.parametrize("count", ["0", "-1"])
+def test_a_count_under_one_is_refused_saying_what_it_must_be(
+    in_process_backend: Backend, name: str, count: str
+) -> None:
+    result = in_process_backend.run("watch", name, "--count", count)
+
+    assert result.code == 2
+    assert f"must be a positive whole number, got {count!r}" in one_line_error(result)
+
+
+def watch_with(backend: Backend, between_frames: list[Callable[[], None]], *args: str) -> str:
+    """``watch`` for one frame more than ``between_frames``, running each between two frames."""
+    steps = iter(between_frames)
+    parsed = cli.build_parser().parse_args(
+        [*backend.options, "watch", *args, "--count", str(len(between_frames) + 1)]
+    )
+    out = io.StringIO()
+    assert cli.run(parsed, out, system_clock, lambda _seconds: next(steps)()) == 0
+    return out.getvalue()
+
+
+def drop_table(backend: Backend) -> None:
+    backend.store.client.delete_table(TableName=backend.store.table_name)
+
+
+def test_watch_carries_on_after_a_store_error_and_says_so_as_a_json_line(
+    in_process_backend: Backend, name: str
+) -> None:
+    # GIVEN a watched breaker WHEN its table is gone for the second frame
+    fail(in_process_backend, name, 1)
+    shown = watch_with(in_process_backend, [lambda: drop_table(in_process_backend)], name, "--json")
+
+    # THEN the second frame is a JSON line naming the breaker, the error and when
+    first, second = (json.loads(line) for line in shown.splitlines())
+    assert first["failures"] == 1
+    assert list(second) == ["at", "error", "name"]  # sorted, as every frame's keys
+    assert second["name"] == name
+    assert second["error"].startswith("store error: ")
+    assert second["at"].endswith("Z")
+
+
+def test_watch_carries_on_after_a_store_error_and_says_so_as_text(
+    in_process_backend: Backend, name: str
+) -> None:
+    fail(in_process_backend, name, 1)
+
+    shown = watch_with(in_process_backend, [lambda: drop_table(in_process_backend)], name)
+
+    (error,) = [line for line in shown.splitlines() if "store error" in line]
+    stamp, _, problem = error.partition("  ")
+    assert stamp.endswith("Z")
+    assert problem.startswith("store error: ")
+
+
+def test_watch_of_a_breaker_removed_meanwhile_shows_it_closed_and_empty(
+    in_process_backend: Backend, name: str
+) -> None:
+    # GIVEN a watched open breaker WHEN its record is deleted before the second frame
+    fail(in_process_backend, name, POLICY.failure_threshold)
+
+    def delete_record() -> None:
+        in_process_backend.store.client.delete_item(
+            TableName=in_process_backend.store.table_name, Key={"name": {"S": name}}
+        )
+
+    shown = watch_with(in_process_backend, [delete_record], name, "--json")
+
+    # THEN the second frame still names it, closed, with nothing counted
+    first, second = (json.loads(line) for line in shown.splitlines())
+    assert (first["state"], second["state"]) == ("open", "closed")
+    assert (second["name"], second["generation"], second["failures"]) == (name, 0, 0)
+
+
+def test_watch_counts_the_window_it_is_given(in_process_backend: Backend, name: str) -> None:
+    # GIVEN calls reported into a 30 s window
+    report_calls(in_process_backend, name)
+
+    # WHEN watch is asked for that window
+    shown = watch_with(in_process_backend, [], name, "--json", "--window", "30")
+
+    # THEN its frame shows the window's figures
+    (frame,) = (json.loads(line) for line in shown.splitlines())
+    assert (frame["calls"], frame["failures"], frame["slow_calls"]) == (15, 5, 1)
+    # AND its keys come in one order, sorted, frame after frame (a diff of two frames is clean)
+    assert list(frame) == sorted(frame)

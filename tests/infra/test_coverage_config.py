@@ -1,0 +1,74 @@
+"""`make test`'s coverage: branches, a floor, and code run in child processes measured too.
+
+The CLI's console script and `create-table` are mostly tested as child processes; coverage.py
+measures them through its ``patch = ["subprocess"]`` setting (pyproject.toml) and the .pth
+file its wheel installs, which starts it in every Python child that inherits the variable it
+sets. These tests check that configuration from both sides: the settings as written, and a
+real child process under ``coverage run`` with them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import tomllib
+
+ROOT = Path(__file__).resolve().parents[2]
+CONFIG = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["coverage"]
+
+
+def test_coverage_measures_branches_of_the_layer_and_the_functions_with_a_floor() -> None:
+    assert CONFIG["run"]["branch"] is True
+    assert set(CONFIG["run"]["source"]) == {"layer/fleetbreaker", "functions"}
+    assert CONFIG["report"]["fail_under"] >= 91
+
+
+def test_make_test_prints_the_table_by_default() -> None:
+    makefile = (ROOT / "Makefile").read_text()
+    (default,) = re.findall(r"^COVERAGE \?= (.*)$", makefile, re.M)
+    assert default.split() == ["--cov", "--cov-report=term"]
+    assert re.search(r"^\t\$\(PYTEST\) .*\$\(COVERAGE\)", makefile, re.M)
+
+
+def test_code_run_in_a_child_python_process_is_measured(tmp_path: Path) -> None:
+    # GIVEN a parent process that never imports the package, run by `coverage run` with the
+    # repository's settings (and none of an enclosing run's variables)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("COVERAGE_")}
+    data = tmp_path / ".coverage"
+    parent = tmp_path / "parent.py"
+    parent.write_text(
+        "import subprocess, sys\n"
+        "subprocess.run([sys.executable, '-m', 'fleetbreaker', '--help'], check=True)\n"
+    )
+    coverage = [sys.executable, "-m", "coverage"]
+    options = [f"--rcfile={ROOT / 'pyproject.toml'}", f"--data-file={data}"]
+    subprocess.run(
+        [*coverage, "run", *options, str(parent)],
+        cwd=ROOT,
+        env=env,
+        check=True,
+        timeout=120,
+        capture_output=True,
+    )
+
+    # WHEN the data are combined and read back
+    subprocess.run([*coverage, "combine", *options], cwd=ROOT, env=env, check=True, timeout=60)
+    report = tmp_path / "coverage.json"
+    subprocess.run(
+        [*coverage, "json", *options, "--fail-under=0", "-o", str(report)],
+        cwd=ROOT,
+        env=env,
+        check=True,
+        timeout=60,
+        capture_output=True,
+    )
+
+    # THEN the CLI's lines that the child ran are counted (the parent ran none of them)
+    files = json.loads(report.read_text())["files"]
+    cli = [summary for path, summary in files.items() if "fleetbreaker/cli" in path]
+    assert sum(summary["summary"]["covered_lines"] for summary in cli) > 0

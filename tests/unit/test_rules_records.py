@@ -1,0 +1,98 @@
+"""What the write rules put in the record, field by field: the generation and outage start a
+settled probe or an operator's action writes, whose lease counts, and which containers the
+quorum's map keeps (pure: no store, no clock)."""
+
+from __future__ import annotations
+
+from fleetbreaker import BreakerConfig, State
+from fleetbreaker import state as rules
+from fleetbreaker.frozen import replace
+from fleetbreaker.state import Lease, Policy, ProbeReport, Record
+
+T0 = 1_700_000_000_000
+POLICY = Policy.from_config(BreakerConfig(failure_threshold=3, half_open_max_probes=1))
+TOKEN = rules.make_token(0, "probe")
+
+
+def half_open(**fields: int) -> Record:
+    """A half-open record whose one slot TOKEN holds until T0 + 5 s."""
+    return Record(state=State.HALF_OPEN, gen=7, leases={0: Lease(TOKEN, T0 + 5_000)}, **fields)
+
+
+def test_a_successful_probe_closes_with_the_next_generation_and_the_outage_s_start() -> None:
+    outcome = rules.apply_settle(
+        half_open(opened_at=T0 - 9_000), POLICY, T0, ProbeReport(TOKEN, True)
+    )
+
+    assert outcome.record is not None
+    assert (outcome.record.state, outcome.record.gen) == (State.CLOSED, 8)
+    assert outcome.record.opened_at == T0 - 9_000
+
+
+def test_a_successful_probe_of_a_record_with_no_outage_start_dates_it_now() -> None:
+    outcome = rules.apply_settle(half_open(), POLICY, T0, ProbeReport(TOKEN, True))
+
+    assert outcome.record is not None
+    assert outcome.record.opened_at == T0
+
+
+def test_a_failed_probe_reopens_with_the_next_generation() -> None:
+    outcome = rules.apply_settle(half_open(), POLICY, T0, ProbeReport(TOKEN, False))
+
+    assert outcome.record is not None
+    assert (outcome.record.state, outcome.record.gen, outcome.record.reopens) == (State.OPEN, 8, 1)
+
+
+def test_a_lease_kept_in_a_record_that_is_not_half_open_is_no_lease() -> None:
+    # GIVEN an open record that still lists the lease (hand-written, or left by another writer)
+    record = replace(half_open(), state=State.OPEN)
+
+    # THEN the token holds nothing, and settling with it changes nothing
+    assert not rules.holds_lease(record, TOKEN, T0)
+    assert not rules.apply_settle(record, POLICY, T0, ProbeReport(TOKEN, False)).changed
+
+
+def test_forcing_a_breaker_with_no_record_writes_generation_1() -> None:
+    outcome = rules.apply_force(None, POLICY, T0, State.FORCED_OPEN)
+
+    assert outcome.record is not None
+    assert outcome.record.gen == 1
+
+
+def test_a_reset_of_an_outage_keeps_when_it_opened() -> None:
+    record = Record(state=State.OPEN, gen=3, opened_at=T0 - 9_000, updated_at=T0 - 50)
+
+    outcome = rules.apply_force(record, POLICY, T0, State.CLOSED)
+
+    assert outcome.record is not None
+    assert outcome.record.opened_at == T0 - 9_000
+
+
+def test_a_reset_of_an_outage_with_no_start_dates_it_from_its_last_write() -> None:
+    record = Record(state=State.FORCED_OPEN, gen=3, updated_at=T0 - 50)
+
+    outcome = rules.apply_force(record, POLICY, T0, State.CLOSED)
+
+    assert outcome.record is not None
+    assert outcome.record.opened_at == T0 - 50
+
+
+def quorum(containers: int) -> Policy:
+    return replace(POLICY, min_containers=containers)
+
+
+def test_without_a_quorum_no_container_is_noted() -> None:
+    assert rules.note_container({}, "a", quorum(1), T0) == {}
+
+
+def test_the_quorum_map_keeps_the_newest_containers() -> None:
+    # GIVEN "z" noted before "a" WHEN "b" is noted THEN the two newest stay, whatever their names
+    seen = {"z": T0 - 10, "a": T0}
+
+    assert rules.note_container(seen, "b", quorum(2), T0 + 1) == {"a": T0, "b": T0 + 1}
+
+
+def test_the_quorum_map_breaks_a_tie_by_name_so_every_store_keeps_the_same() -> None:
+    seen = {"a": T0, "b": T0}
+
+    assert rules.note_container(seen, "c", quorum(2), T0) == {"b": T0, "c": T0}
