@@ -71,7 +71,7 @@ def test_a_container_ahead_of_the_server_asks_once_then_keeps_the_servers_answer
     assert {a.decision for a in answers} == {Decision.REJECT}
     assert store.stats.writes - before == 1
     # AND the wait it names is the server's: about 6 s from the trip, less the time gone
-    assert 2.0 < answers[0].retry_after <= 6.0
+    assert 2.0 < answers[0].retry_after_s <= 6.0
 
 
 def test_the_kept_answer_ends_with_the_generation_it_was_given_for(

@@ -180,7 +180,7 @@ def test_check_says_what_enforce_would_have_decided(store, clock) -> None:
     assert admission.allowed
     assert admission.would_reject
     assert admission.token is None
-    assert admission.retry_after == 0.0
+    assert admission.retry_after_s == 0.0
 
 
 # -- recovery ------------------------------------------------------------------------------
