@@ -1,38 +1,37 @@
-"""A simulated fleet on one breaker: spurious trips, trip latency and hot-key load at scale.
+"""A simulated fleet on one breaker: read and write units per item, trip latency, spurious trips.
 
     make scale
     .venv/bin/python bench/scale.py [--stores ddb-model,memory,moto] [--containers 100,1000,5000]
-        [--moto-containers 100] [--timeline 20,30,15] [--moto-timeline 10,10,10] [--ramp N]
-        [--output PATH]
+        [--arrivals burst,ramp100,lambda] [--policies count*,rate]
+        [--noise-policies count,rate@2%] [--timeline 10,20,10] [--moto-containers 100]
+        [--moto-timeline 5,5,5] [--output PATH]
 
-Each simulated container is a real CircuitBreaker (its own ``container_id`` and cache) on a
-virtual clock, and all of them share one store object: a MemoryStore; ``ddb-model``, a
-MemoryStore that also counts the write units DynamoDBStore's conditional writes spend (the
-default: DynamoDB's figures at 5,000 containers in minutes); or a DynamoDBStore talking to
-moto's server over loopback (opt-in: real HTTP, slow). 10,000 calls/s are spread evenly
-over the containers (each calls at a fixed period from a random phase, one call at a time,
-as a Lambda container does). The dependency fails 0.5 % of calls at random during the noise
-phase, then every call during the outage. Store time costs no virtual time, so the figures
-are the rules' and the report control's, not this machine's speed.
+Each simulated container is a real CircuitBreaker (its own ``container_id``, cache and report
+tally: the layer's rules, not a copy) on a virtual clock, and all of them share one store
+object: ``ddb-model`` (the default), a MemoryStore that also counts the write units
+DynamoDBStore's conditional writes spend, checked request for request against DynamoDBStore
+on moto by tests/bench; a plain MemoryStore; or a DynamoDBStore talking to moto's server
+over loopback (opt-in: real HTTP, slow). Containers join as ``--arrivals`` says (all within
+a second, 100 a second, or as Lambda scales a function); once all are in, 10,000 calls/s are
+spread evenly over them (each calls at a fixed period from a random phase, one call at a
+time, as a Lambda container does). The dependency fails a share of calls at random (the
+policy's noise), then every call during the outage. Store time costs no virtual time, so the
+figures are the rules', not this machine's speed.
 
-Per fleet size it runs three scenarios (four with ``--ramp``):
+``--policies`` run under every arrival, ``--noise-policies`` under the first only: ``count``
+(failure_threshold 5 in 60 s, 0.5 % noise), ``count*`` (the same without noise, so its
+outage starts from a closed breaker), ``rate`` (failure_rate_threshold 0.5, minimum_calls
+20, window 10 s, 0.5 % noise) and ``rate@2%`` (2 % noise).
 
-* ``count``: the count policy (failure_threshold 5 in 60 s, today's defaults) through noise
-  then the outage;
-* ``count*``: the same without noise, so its trip latency is measured from a closed breaker
-  (with noise it is usually open already when the outage starts);
-* ``rate``: failure_rate_threshold 0.5, minimum_calls 20, window 10 s, through noise then the
-  outage.
-
-See bench/README.md ("scale.py") for what each column means and the derivation of the write
-rate. Exit status: 0 when every scenario ran, whether or not a figure met its target.
+See bench/README.md ("scale.py") for each column, the targets and the derivations. Exit
+status: 0 when every scenario ran, whether or not a figure met its target.
 """
 
 from __future__ import annotations
 
 import argparse
+import heapq
 import json
-import math
 import random
 import signal
 import sys
@@ -65,77 +64,116 @@ DEFAULT_OUTPUT = REPO_ROOT / "bench" / "results" / "scale.json"
 
 CALLS_PER_S = 10_000
 NOISE = 0.005
-ITEM_WRITE_CAP = 1_000  # writes/s one DynamoDB item takes
-# On-demand list prices assumed (us-east-1, not verified here): per million request units. A
-# report or failure is one UpdateItem on an item under 1 KB (1 WRU, also when its condition
-# fails); a load is one strongly consistent GetItem under 4 KB (1 RRU).
+# One DynamoDB partition serves 1,000 write units/s and 3,000 read units/s, and one item lives
+# in one partition; the targets keep 20 % of the reads spare.
+ITEM_WRITE_CAP = 1_000
+ITEM_READ_TARGET = 2_400
+OPEN_WITHIN_S = 3.0  # a full outage opens the fleet within this (rate policy)
+# Units per request, for items under 1 KB (the record is a few hundred bytes): a write is one
+# unit, also when its condition fails; a cache refresh is one eventually consistent GetItem,
+# half a unit (a strongly consistent one is a whole unit).
+WRITE_UNITS = 1.0
+READ_UNITS = 0.5
+# On-demand list prices assumed (us-east-1, as published in late 2024; not verified here):
+# dollars per million request units.
 PRICE_PER_M_WRITES = 0.625
 PRICE_PER_M_READS = 0.125
+# ElastiCache Serverless for Valkey, same region and date, assumed: dollars per million ECPUs,
+# dollars per GB-hour of data stored (billed at least 100 MB), and the ECPUs one EVALSHA of a
+# fleetbreaker script is assumed to take (about 1 per KB moved, more for the server time a Lua
+# script spends: not measured on ElastiCache).
+PRICE_PER_M_ECPU = 0.0023
+PRICE_PER_GB_HOUR = 0.084
+MIN_GB = 0.1
+ECPU_PER_REQUEST = 2.0
+HOURS_PER_MONTH = 730
 SAMPLE_MS = 100  # store counters are sampled this often; peaks are over any 10 samples (1 s)
 START_MS = 1_800_000_000_000  # virtual epoch ms (2027-01-15): far from any real record
+
+# How containers arrive (each calls only once it has joined):
+ARRIVALS = {
+    "burst": "every container joins within the first second",
+    "ramp100": "100 new containers a second",
+    "lambda": "1,000 within the first second, then 1,000 more every 10 s (Lambda's scaling)",
+}
+
+
+def join_times_ms(arrival: str, containers: int, rng: random.Random) -> list[int]:
+    """When each container joins, ms from the start, sorted."""
+    if arrival == "burst":
+        joins = [rng.randrange(1000) for _ in range(containers)]
+    elif arrival == "ramp100":
+        joins = [i * 10 + rng.randrange(10) for i in range(containers)]
+    elif arrival == "lambda":
+        joins = [(i // 1000) * 10_000 + rng.randrange(1000) for i in range(containers)]
+    else:
+        raise ValueError(f"unknown arrival {arrival!r}: choose from {', '.join(ARRIVALS)}")
+    return sorted(joins)
 
 
 @dataclass(frozen=True)
 class Scenario:
-    """One simulated run: a fleet, a policy and a timeline."""
+    """One simulated run: a fleet, its arrival, a policy and a timeline."""
 
     containers: int
     policy: str  # "count" or "rate"
+    arrival: str = "burst"
     noise: float = NOISE
-    noise_s: float = 30.0
-    outage_s: float = 15.0
-    warmup_s: float = 20.0  # noise before the measured phases: the report control settles
+    noise_s: float = 20.0
+    outage_s: float = 10.0
+    settle_s: float = 10.0  # noise after the last arrival, before the measured phases
     calls_per_s: int = CALLS_PER_S
     seed: int = 1
-    # Containers joining per second during the warm-up (0: all within the first second), as
-    # Lambda adds containers while the load grows; each calls only once it has joined.
-    ramp_per_s: float = 0.0
 
     @property
     def label(self) -> str:
-        label = self.policy if self.noise else f"{self.policy}*"
-        return f"{label} ramp {self.ramp_per_s:g}/s" if self.ramp_per_s else label
+        return f"{self.policy} {self.arrival} noise {self.noise:.1%}"
+
+    def warmup_s(self, joins: Sequence[int]) -> float:
+        return joins[-1] / 1000 + self.settle_s
 
 
 @dataclass
 class Result:
-    """What one scenario measured (times in virtual seconds)."""
+    """What one scenario measured (times in virtual seconds, units per second per item)."""
 
     store: str
-    containers: int
     policy: str
+    containers: int
+    arrival: str
+    noise: float
+    peak_read_units_per_s: float = 0.0
+    peak_write_units_per_s: float = 0.0
+    mean_read_units_per_s: float = 0.0
+    mean_write_units_per_s: float = 0.0
     spurious_trips: int = 0
-    noise_calls: int = 0
-    noise_rejected: int = 0
-    trip_s: float | None = None  # outage start -> first trip (0: already open)
-    fleet_rejecting_s: float | None = None  # outage start -> every container rejected once
-    failing_sent: int = 0  # dependency calls from outage start until the fleet rejects
-    invocations: int = 0
+    seconds_to_open: float | None = None  # outage start -> the trip (0: already open)
+    seconds_to_fleet_rejecting: float | None = None  # ... -> every container rejected once
+    failing_calls_sent: int = 0  # dependency calls from outage start until the fleet rejects
+    healthy_rejected: int = 0
+    healthy_calls: int = 0
     reads: int = 0
     writes: int = 0
-    peak_requests_per_s: int = 0
-    peak_writes_per_s: int = 0
-    mean_requests_per_s: float = 0.0
-    mean_writes_per_s: float = 0.0
-    noise_reads: int = 0
-    noise_writes: int = 0
-    warmup_peak_writes_per_s: int = 0
+    # Per phase, units per second: warm-up (arrivals) peak, noise mean, outage mean.
+    warmup_peak_read_units_per_s: float = 0.0
+    warmup_peak_write_units_per_s: float = 0.0
+    healthy_read_units_per_s: float = 0.0
+    healthy_write_units_per_s: float = 0.0
+    outage_read_units_per_s: float = 0.0
+    outage_write_units_per_s: float = 0.0
     wall_s: float = 0.0
-    writes_per_s: list[int] = field(default_factory=list)  # per whole virtual second
+    read_units_per_s: list[float] = field(default_factory=list)  # per whole virtual second
+    write_units_per_s: list[float] = field(default_factory=list)
 
     @property
-    def noise_rejected_pct(self) -> float:
-        return 100 * self.noise_rejected / self.noise_calls if self.noise_calls else 0.0
+    def healthy_rejected_pct(self) -> float:
+        return 100 * self.healthy_rejected / self.healthy_calls if self.healthy_calls else 0.0
 
-    @property
-    def cost_per_m(self) -> float:
-        """DynamoDB $ per 1M invocations in the noise phase (a healthy fleet's steady cost)."""
-        if not self.noise_calls:
-            return 0.0
-        dollars = (
-            self.noise_writes * PRICE_PER_M_WRITES + self.noise_reads * PRICE_PER_M_READS
-        ) / 1e6
-        return dollars / self.noise_calls * 1e6
+    def meets_units(self) -> bool:
+        return (
+            self.peak_read_units_per_s <= ITEM_READ_TARGET
+            and self.peak_write_units_per_s <= ITEM_WRITE_CAP
+        )
 
 
 def config_for(policy: str) -> BreakerConfig:
@@ -205,7 +243,9 @@ def _fence_fails(
     """Whether DynamoDBStore.report's first conditional write would fail on ``current``."""
     seen = observed if observed is not None and not observed.is_expired(now_ms) else None
     if seen is None:
-        return current is not None  # it writes a fresh record, fenced on there being none
+        # It writes a fresh record, fenced on there being none; when there is one, it tries
+        # again on the record the failed write returned only if that one is closed.
+        return current is not None and current.state is State.CLOSED
     if current is None or seen.state is not State.CLOSED or current.state is not State.CLOSED:
         return False  # no write planned, or the one write fails and the report stops there
     idx = bucket_index(policy, now_ms)
@@ -232,14 +272,18 @@ def simulate(scenario: Scenario, store: Any, store_label: str, name: str) -> Res
     trips = TripLog(clock)
     rejected = object()
     rng = random.Random(scenario.seed)
-    breakers = []
-    joins = [round(i * 1000 / scenario.ramp_per_s) if scenario.ramp_per_s else 0 for i in range(n)]
-    if joins[-1] >= scenario.warmup_s * 1000:
-        raise ValueError(f"{n} containers at {scenario.ramp_per_s:g}/s need a longer warm-up")
-    for i in range(n):
-        # Containers started at different moments: their cache refreshes and report times
-        # are spread over a second, as in a real fleet, not all on the same millisecond.
-        clock.now_ms = START_MS + joins[i] - rng.randrange(1000)
+    joins = join_times_ms(scenario.arrival, n, rng)
+    warm_ms = round(scenario.warmup_s(joins) * 1000)
+    outage_ms = warm_ms + round(scenario.noise_s * 1000)
+    end_ms = outage_ms + round(scenario.outage_s * 1000)
+    period_ms = n * 1000 / scenario.calls_per_s
+    # Container i calls every period_ms from its own phase, once it has joined: the fleet
+    # makes calls_per_s once every container is in, each one call at a time.
+    phases = [rng.random() * period_ms for _ in range(n)]
+    breakers: list[CircuitBreaker | None] = [None] * n
+
+    def join(i: int) -> CircuitBreaker:
+        clock.now_ms = START_MS + joins[i]
         breaker = CircuitBreaker(
             name,
             store=store,
@@ -250,15 +294,9 @@ def simulate(scenario: Scenario, store: Any, store_label: str, name: str) -> Res
             rng=random.Random(scenario.seed * 100_003 + i),
             container_id=f"c{i:05d}",
         )
-        breaker.state  # noqa: B018 (the container's first read, at its own start)
-        breakers.append(breaker)
-    period_ms = n * 1000 / scenario.calls_per_s
-    order = sorted(range(n), key=lambda _i: rng.random())
-    phases = sorted(rng.random() * period_ms for _ in range(n))
-    warm_ms = round(scenario.warmup_s * 1000)
-    outage_ms = warm_ms + round(scenario.noise_s * 1000)
-    end_ms = outage_ms + round(scenario.outage_s * 1000)
-    total_calls = math.ceil(end_ms / period_ms) * n
+        breaker.state  # noqa: B018 (a container's first read, as it starts)
+        breakers[i] = breaker
+        return breaker
 
     failing = False
 
@@ -266,115 +304,129 @@ def simulate(scenario: Scenario, store: Any, store_label: str, name: str) -> Res
         if failing or rng.random() < scenario.noise:
             raise DependencyDown
 
-    result = Result(store_label, n, scenario.label)
-    warm_samples: list[int] = [store.stats.writes]
-    samples: list[tuple[int, int]] = []
+    # Events in time order: (ms, kind, container); kind 0 joins, 1 calls.
+    events: list[tuple[float, int, int]] = [(float(joins[i]), 0, i) for i in range(n)]
+    for i in range(n):
+        first = joins[i] + phases[i]
+        events.append((first, 1, i))
+    heapq.heapify(events)
+
+    result = Result(store_label, scenario.policy, n, scenario.arrival, scenario.noise)
+    samples: list[tuple[int, int]] = [(store.stats.reads, store.stats.writes)]
     next_sample = SAMPLE_MS
     first_reject: dict[int, int] = {}
-    noise_snapshot: tuple[int, int] | None = None
-    trips_before_outage = 0
-    for j in range(total_calls):
-        offset = (j // n) * period_ms + phases[j % n]
-        if offset >= end_ms:
+    trips_before_outage: int | None = None
+    while events:
+        at_f, kind, i = heapq.heappop(events)
+        if at_f >= end_ms:
             break
-        at = round(offset)
+        at = round(at_f)
         while at >= next_sample:
-            if next_sample <= warm_ms:
-                warm_samples.append(store.stats.writes)
-            if next_sample >= warm_ms:
-                samples.append((store.stats.reads, store.stats.writes))
-            next_sample += SAMPLE_MS
-        if at < warm_ms:
-            container = order[j % n]
-            if at >= joins[container]:
-                clock.now_ms = START_MS + at
-                with contextlib.suppress(DependencyDown):
-                    breakers[container].call(dependency)
-            continue
-        if not samples:  # no warm-up
             samples.append((store.stats.reads, store.stats.writes))
+            next_sample += SAMPLE_MS
+        if kind == 0:
+            join(i)
+            continue
+        heapq.heappush(events, (at_f + period_ms, 1, i))
+        breaker = breakers[i]
+        assert breaker is not None
         if not failing and at >= outage_ms:
             failing = True
-            noise_snapshot = (store.stats.reads, store.stats.writes)
             trips_before_outage = len(trips.at_ms)
         clock.now_ms = START_MS + at
-        container = order[j % n]
         outcome: object = None
         with contextlib.suppress(DependencyDown):
-            outcome = breakers[container].call(dependency)
-        result.invocations += 1
+            outcome = breaker.call(dependency)
+        if at < warm_ms:
+            continue
         if not failing:
-            result.noise_calls += 1
-            result.noise_rejected += outcome is rejected
+            result.healthy_calls += 1
+            result.healthy_rejected += outcome is rejected
         elif outcome is rejected:
-            first_reject.setdefault(container, at)
+            first_reject.setdefault(i, at)
         elif len(first_reject) < n:
-            result.failing_sent += 1
-    samples.append((store.stats.reads, store.stats.writes))
-    if noise_snapshot is None:
-        noise_snapshot = samples[-1]
+            result.failing_calls_sent += 1
+    while next_sample <= end_ms:
+        samples.append((store.stats.reads, store.stats.writes))
+        next_sample += SAMPLE_MS
+    if trips_before_outage is None:
         trips_before_outage = len(trips.at_ms)
 
     result.spurious_trips = trips_before_outage
-    step = 1000 // SAMPLE_MS
-    result.warmup_peak_writes_per_s = max(
-        (warm_samples[i + step] - warm_samples[i] for i in range(len(warm_samples) - step)),
-        default=0,
-    )
     outage_trips = [t - START_MS - outage_ms for t in trips.at_ms[trips_before_outage:]]
     if len(first_reject) == n:
-        result.fleet_rejecting_s = (max(first_reject.values()) - outage_ms) / 1000
+        result.seconds_to_fleet_rejecting = (max(first_reject.values()) - outage_ms) / 1000
     if outage_trips:
-        result.trip_s = outage_trips[0] / 1000
+        result.seconds_to_open = outage_trips[0] / 1000
     elif first_reject:
-        result.trip_s = 0.0  # open (or opened by noise) before the outage began
-    base_reads, base_writes = samples[0]
-    result.reads = samples[-1][0] - base_reads
-    result.writes = samples[-1][1] - base_writes
-    result.noise_reads = noise_snapshot[0] - base_reads
-    result.noise_writes = noise_snapshot[1] - base_writes
-    per_sample = [(b[0] - a[0] + b[1] - a[1], b[1] - a[1]) for a, b in itertools.pairwise(samples)]
-    sliding = [
-        (sum(r for r, _ in per_sample[i : i + step]), sum(w for _, w in per_sample[i : i + step]))
-        for i in range(max(1, len(per_sample) - step + 1))
-    ]
-    result.peak_requests_per_s = max(r for r, _ in sliding)
-    result.peak_writes_per_s = max(w for _, w in sliding)
-    span_s = (end_ms - warm_ms) / 1000
-    result.mean_requests_per_s = (result.reads + result.writes) / span_s
-    result.mean_writes_per_s = result.writes / span_s
-    result.writes_per_s = [
-        sum(w for _, w in per_sample[i : i + step]) for i in range(0, len(per_sample), step)
-    ]
+        result.seconds_to_open = 0.0  # open (or opened by noise) before the outage began
+    result.reads = samples[-1][0] - samples[0][0]
+    result.writes = samples[-1][1] - samples[0][1]
+    _units(result, samples, warm_ms, outage_ms, end_ms)
     result.wall_s = time.perf_counter() - started
     return result
+
+
+def _units(
+    result: Result, samples: Sequence[tuple[int, int]], warm_ms: int, outage_ms: int, end_ms: int
+) -> None:
+    """Read and write units per second on the item, from the 100 ms samples of its counters."""
+    step = 1000 // SAMPLE_MS
+    deltas = [
+        ((b[0] - a[0]) * READ_UNITS, (b[1] - a[1]) * WRITE_UNITS)
+        for a, b in itertools.pairwise(samples)
+    ]
+    # sliding[k]: the second that starts at sample k.
+    sliding = [
+        (sum(r for r, _ in deltas[k : k + step]), sum(w for _, w in deltas[k : k + step]))
+        for k in range(max(1, len(deltas) - step + 1))
+    ]
+    result.peak_read_units_per_s = max(r for r, _ in sliding)
+    result.peak_write_units_per_s = max(w for _, w in sliding)
+    warm = sliding[: max(1, warm_ms // SAMPLE_MS - step + 1)]
+    result.warmup_peak_read_units_per_s = max(r for r, _ in warm)
+    result.warmup_peak_write_units_per_s = max(w for _, w in warm)
+
+    def mean(first_ms: int, last_ms: int) -> tuple[float, float]:
+        part = deltas[first_ms // SAMPLE_MS : last_ms // SAMPLE_MS]
+        span_s = max(len(part), 1) * SAMPLE_MS / 1000
+        return sum(r for r, _ in part) / span_s, sum(w for _, w in part) / span_s
+
+    result.mean_read_units_per_s, result.mean_write_units_per_s = mean(warm_ms, end_ms)
+    result.healthy_read_units_per_s, result.healthy_write_units_per_s = mean(warm_ms, outage_ms)
+    result.outage_read_units_per_s, result.outage_write_units_per_s = mean(outage_ms, end_ms)
+    result.read_units_per_s = [
+        round(sum(r for r, _ in deltas[k : k + step]), 1) for k in range(0, len(deltas), step)
+    ]
+    result.write_units_per_s = [
+        round(sum(w for _, w in deltas[k : k + step]), 1) for k in range(0, len(deltas), step)
+    ]
 
 
 # --------------------------------------------------------------------------- runs and table
 
 
-POLICY_LABELS = ("count", "count*", "rate")
+# A policy and its noise: "count*" runs without noise, so its outage starts from a closed
+# breaker (with noise the count policy is usually open already); "rate@2%" at 2 % noise.
+POLICIES = {"count": ("count", NOISE), "count*": ("count", 0.0), "rate": ("rate", NOISE)}
+POLICIES["rate@2%"] = ("rate", 0.02)
 
 
 def scenarios_for(
     containers: int,
-    warmup_s: float,
-    noise_s: float,
-    outage_s: float,
-    ramp_per_s: float = 0.0,
-    policies: Sequence[str] = POLICY_LABELS,
+    arrivals: Sequence[str],
+    policies: Sequence[str],
+    noise_policies: Sequence[str],
+    timeline: tuple[float, float, float],
 ) -> list[Scenario]:
-    timeline = {"warmup_s": warmup_s, "noise_s": noise_s, "outage_s": outage_s}
+    """``policies`` under every arrival; ``noise_policies`` under the first one only."""
+    settle_s, noise_s, outage_s = timeline
+    phases = {"settle_s": settle_s, "noise_s": noise_s, "outage_s": outage_s}
     scenarios = []
-    if "count" in policies:
-        scenarios.append(Scenario(containers, "count", **timeline))
-    if "count*" in policies:
-        scenarios.append(Scenario(containers, "count", noise=0.0, **timeline))
-    if "rate" in policies:
-        scenarios.append(Scenario(containers, "rate", **timeline))
-    if ramp_per_s:
-        ramped = {**timeline, "warmup_s": warmup_s + containers / ramp_per_s}
-        scenarios.append(Scenario(containers, "rate", ramp_per_s=ramp_per_s, **ramped))
+    for number, arrival in enumerate(arrivals):
+        for label in [*policies, *(noise_policies if number == 0 else ())]:
+            policy, noise = POLICIES[label]
+            scenarios.append(Scenario(containers, policy, arrival, noise, **phases))
     return scenarios
 
 
@@ -385,50 +437,108 @@ def _seconds(value: float | None, limit: float) -> str:
 COLUMNS = (
     "store",
     "containers",
+    "arrival",
     "policy",
+    "noise",
     "spurious trips",
     "healthy rejected",
-    "trip s",
-    "fleet rejecting s",
+    "s to open",
+    "s to fleet rejecting",
     "failing calls sent",
-    "req/s peak",
-    "req/s mean",
-    "writes/s peak",
-    "writes/s mean",
-    "warm-up writes/s peak",
-    "$ per 1M inv.",
+    "read units/s peak",
+    "read units/s mean",
+    "write units/s peak",
+    "write units/s mean",
+    "meets 2,400 / 1,000",
 )
 
 
-def table_rows(results: Sequence[Result], outage_s: dict[int, float]) -> list[list[str]]:
+def table_rows(results: Sequence[Result], outage_s: float) -> list[list[str]]:
     rows = []
     for r in results:
-        limit = outage_s.get(r.containers, 0.0)
         rows.append(
             [
                 r.store,
                 f"{r.containers:,}",
+                r.arrival,
                 r.policy,
-                "-" if r.policy.endswith("*") else str(r.spurious_trips),
-                "-" if r.policy.endswith("*") else f"{r.noise_rejected_pct:.1f} %",
-                _seconds(r.trip_s, limit),
-                _seconds(r.fleet_rejecting_s, limit),
-                f"{r.failing_sent:,}",
-                f"{r.peak_requests_per_s:,}",
-                f"{r.mean_requests_per_s:,.0f}",
-                f"{r.peak_writes_per_s:,}",
-                f"{r.mean_writes_per_s:,.0f}",
-                f"{r.warmup_peak_writes_per_s:,}",
-                f"{r.cost_per_m:.3f}",
+                f"{r.noise:.1%}",
+                str(r.spurious_trips),
+                f"{r.healthy_rejected_pct:.1f} %",
+                _seconds(r.seconds_to_open, outage_s),
+                _seconds(r.seconds_to_fleet_rejecting, outage_s),
+                f"{r.failing_calls_sent:,}",
+                f"{r.peak_read_units_per_s:,.0f}",
+                f"{r.mean_read_units_per_s:,.0f}",
+                f"{r.peak_write_units_per_s:,.0f}",
+                f"{r.mean_write_units_per_s:,.0f}",
+                "yes" if r.meets_units() else "NO",
             ]
         )
     return rows
 
 
-def markdown_table(rows: Sequence[Sequence[str]]) -> str:
-    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+def markdown_table(rows: Sequence[Sequence[str]], columns: Sequence[str] = COLUMNS) -> str:
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     lines += ["| " + " | ".join(row) + " |" for row in rows]
     return "\n".join(lines)
+
+
+def dynamodb_dollars_per_s(read_units_per_s: float, write_units_per_s: float) -> float:
+    return (read_units_per_s * PRICE_PER_M_READS + write_units_per_s * PRICE_PER_M_WRITES) / 1e6
+
+
+def valkey_dollars_per_s(read_units_per_s: float, write_units_per_s: float) -> float:
+    """The same requests as EVALSHAs on ElastiCache Serverless (Valkey), storage minimum included.
+
+    A DynamoDB read unit is half a refresh; every write unit is taken as one script call
+    (DynamoDB's lost fences count too: a slight overestimate for Redis, which has none).
+    """
+    requests = read_units_per_s / READ_UNITS + write_units_per_s / WRITE_UNITS
+    storage = MIN_GB * PRICE_PER_GB_HOUR / 3600
+    return requests * ECPU_PER_REQUEST * PRICE_PER_M_ECPU / 1e6 + storage
+
+
+COST_COLUMNS = (
+    "containers",
+    "policy",
+    "store",
+    "$ per 1M invocations, healthy",
+    "$ per 1M invocations, outage",
+    "$ per healthy hour",
+    "$ per outage hour",
+    "$ per month, healthy",
+)
+
+
+def cost_rows(results: Sequence[Result], calls_per_s: int = CALLS_PER_S) -> list[list[str]]:
+    """The cost table: one row per fleet size, policy and store, from the burst runs."""
+    rows = []
+    for r in results:
+        if r.arrival != "burst" or (r.policy == "count" and r.noise):
+            continue
+        if r.policy == "rate" and r.noise != NOISE:
+            continue
+        for label, price in (
+            ("DynamoDB on-demand", dynamodb_dollars_per_s),
+            ("ElastiCache Serverless (Valkey)", valkey_dollars_per_s),
+        ):
+            healthy = price(r.healthy_read_units_per_s, r.healthy_write_units_per_s)
+            outage = price(r.outage_read_units_per_s, r.outage_write_units_per_s)
+            per_m = 1e6 / calls_per_s
+            rows.append(
+                [
+                    f"{r.containers:,}",
+                    r.policy,
+                    label,
+                    f"{healthy * per_m:.4f}",
+                    f"{outage * per_m:.4f}",
+                    f"{healthy * 3600:.2f}",
+                    f"{outage * 3600:.2f}",
+                    f"{healthy * 3600 * HOURS_PER_MONTH:,.0f}",
+                ]
+            )
+    return rows
 
 
 def _log(message: str) -> None:
@@ -439,15 +549,15 @@ def run(
     stores: Sequence[str],
     containers: Sequence[int],
     moto_containers: Sequence[int],
+    arrivals: Sequence[str],
+    policies: Sequence[str],
+    noise_policies: Sequence[str],
     timeline: tuple[float, float, float],
     moto_timeline: tuple[float, float, float],
-    ramp_per_s: float = 0.0,
-    policies: Sequence[str] = POLICY_LABELS,
     progress: Callable[[str], None] = _log,
-) -> tuple[list[Result], dict[str, dict[int, float]]]:
-    """Every scenario on every store; the results and each store's outage length."""
+) -> list[Result]:
+    """Every scenario on every store."""
     results: list[Result] = []
-    outages: dict[str, dict[int, float]] = {}
     for store_kind in stores:
         server = None
         try:
@@ -467,12 +577,10 @@ def run(
                 raise SystemExit(f"unknown store {store_kind!r}: choose memory, ddb-model or moto")
             else:
                 phases, sizes = timeline, containers
-            outages[store_kind] = {}
             for size in sizes:
-                outages[store_kind][size] = phases[2]
-                planned = scenarios_for(size, *phases, ramp_per_s, policies)
+                planned = scenarios_for(size, arrivals, policies, noise_policies, phases)
                 for number, scenario in enumerate(planned):
-                    name = f"scale-{size}-{scenario.label}-{number}"
+                    name = f"scale-{size}-{scenario.policy}-{scenario.arrival}-{number}"
                     store: Any
                     if store_kind == "memory":
                         store = MemoryStore()
@@ -482,14 +590,21 @@ def run(
                         store = DynamoDBStore(table, boto3_client=client)
                     result = simulate(scenario, store, store_kind, name)
                     progress(
-                        f"{store_kind} {size:>5} {scenario.label:<6} done in {result.wall_s:.1f} s"
-                        f" (virtual {scenario.warmup_s + sum(phases[1:]):g} s)"
+                        f"{store_kind} {size:>5} {scenario.label:<28} done in {result.wall_s:.1f} s"
                     )
                     results.append(result)
         finally:
             if server is not None:
                 server.stop()
-    return results, outages
+    return results
+
+
+def _names(text: str, known: Sequence[str], what: str) -> list[str]:
+    names = [part.strip() for part in text.split(",") if part.strip()]
+    unknown = sorted(set(names) - set(known))
+    if unknown:
+        raise SystemExit(f"unknown {what} {unknown}: choose from {', '.join(known)}")
+    return names
 
 
 def _numbers(text: str, kind: Callable[[str], Any]) -> list[Any]:
@@ -499,8 +614,30 @@ def _numbers(text: str, kind: Callable[[str], Any]) -> list[Any]:
 def _timeline(text: str) -> tuple[float, float, float]:
     parts = _numbers(text, float)
     if len(parts) != 3 or min(parts) < 0:
-        raise SystemExit(f"a timeline is warm-up,noise,outage seconds (>= 0), got {text!r}")
+        raise SystemExit(f"a timeline is settle,noise,outage seconds (>= 0), got {text!r}")
     return parts[0], parts[1], parts[2]
+
+
+def verdicts(results: Sequence[Result]) -> list[str]:
+    """The issue's targets, each line saying whether this run met it."""
+    lines = []
+    big = [r for r in results if r.containers >= 5_000]
+    for r in big:
+        if not r.meets_units():
+            lines.append(
+                f"MISSED units: {r.store} {r.containers} {r.arrival} {r.policy} "
+                f"noise {r.noise:.1%}: peak {r.peak_read_units_per_s:,.0f} read / "
+                f"{r.peak_write_units_per_s:,.0f} write units/s"
+            )
+    for r in results:
+        if r.policy == "rate" and r.containers >= 1_000:
+            opened = r.seconds_to_open
+            if r.spurious_trips or opened is None or opened > OPEN_WITHIN_S:
+                lines.append(
+                    f"MISSED trip: {r.store} {r.containers} {r.arrival} noise {r.noise:.1%}: "
+                    f"{r.spurious_trips} spurious, open after {opened} s"
+                )
+    return lines or ["every target met"]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -508,57 +645,55 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--stores", default="ddb-model", help="any of ddb-model, memory, moto (comma-separated)"
     )
-    parser.add_argument("--containers", default="100,1000,5000", help="fleet sizes (memory)")
+    parser.add_argument("--containers", default="100,1000,5000", help="fleet sizes (model)")
     parser.add_argument("--moto-containers", default="100", help="fleet sizes (moto)")
-    parser.add_argument("--timeline", default="20,30,15", help="warm-up,noise,outage s (memory)")
-    parser.add_argument("--moto-timeline", default="10,10,10", help="warm-up,noise,outage s (moto)")
-    parser.add_argument(
-        "--ramp",
-        type=float,
-        default=0.0,
-        help="also run the rate policy with containers joining at this many per second",
-    )
+    parser.add_argument("--arrivals", default=",".join(ARRIVALS), help=", ".join(ARRIVALS))
     parser.add_argument(
         "--policies",
-        default=",".join(POLICY_LABELS),
-        help="any of count, count* (no noise), rate (comma-separated); --ramp adds rate ramped",
+        default="count*,rate",
+        # argparse formats help with %: the 2 % policy's name needs escaping.
+        help=f"under every arrival: {', '.join(POLICIES)}".replace("%", "%%"),
     )
+    parser.add_argument(
+        "--noise-policies", default="count,rate@2%", help="under the first arrival only"
+    )
+    parser.add_argument("--timeline", default="10,20,10", help="settle,noise,outage s (model)")
+    parser.add_argument("--moto-timeline", default="5,5,5", help="settle,noise,outage s (moto)")
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
     args = parser.parse_args(argv)
-    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
-    unknown = sorted(set(policies) - set(POLICY_LABELS))
-    if unknown:
-        parser.error(f"unknown policies {unknown}: choose from {', '.join(POLICY_LABELS)}")
 
     def stop(signum: int, _frame: object) -> None:
         # SIGTERM becomes an exception, so the moto server is stopped on the way out.
         raise SystemExit(128 + signum)
 
     signal.signal(signal.SIGTERM, stop)
-    stores = [s.strip() for s in args.stores.split(",") if s.strip()]
-    results, outages = run(
+    stores = _names(args.stores, ("ddb-model", "memory", "moto"), "stores")
+    timeline = _timeline(args.timeline)
+    results = run(
         stores,
         _numbers(args.containers, int),
         _numbers(args.moto_containers, int),
-        _timeline(args.timeline),
+        _names(args.arrivals, tuple(ARRIVALS), "arrivals"),
+        _names(args.policies, tuple(POLICIES), "policies"),
+        _names(args.noise_policies, tuple(POLICIES), "policies"),
+        timeline,
         _timeline(args.moto_timeline),
-        args.ramp,
-        policies,
     )
-    rows = []
-    for store_kind in stores:
-        rows += table_rows([r for r in results if r.store == store_kind], outages[store_kind])
-    print(markdown_table(rows))
-    over = [r for r in results if r.policy == "rate" and r.peak_writes_per_s > ITEM_WRITE_CAP]
-    for r in over:
-        print(f"rate policy over {ITEM_WRITE_CAP} writes/s: {r.store} {r.containers}")
+    print(markdown_table(table_rows(results, timeline[2])))
+    print()
+    print(markdown_table(cost_rows(results), COST_COLUMNS))
+    print()
+    print("\n".join(verdicts(results)))
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(
         json.dumps(
             {
                 "prices_assumed": {
-                    "per_million_writes": PRICE_PER_M_WRITES,
-                    "per_million_reads": PRICE_PER_M_READS,
+                    "dynamodb_per_million_write_units": PRICE_PER_M_WRITES,
+                    "dynamodb_per_million_read_units": PRICE_PER_M_READS,
+                    "valkey_per_million_ecpu": PRICE_PER_M_ECPU,
+                    "valkey_per_gb_hour": PRICE_PER_GB_HOUR,
+                    "valkey_ecpu_per_request": ECPU_PER_REQUEST,
                 },
                 "results": [asdict(r) for r in results],
             },

@@ -23,7 +23,9 @@ class RecordCache:
 
     def __init__(self, ttl_ms: int) -> None:
         self.ttl_ms = ttl_ms
-        self._entry: tuple[Record | None, int] | None = None
+        # (record, stored at, fresh until): a large fleet keeps its view longer than ttl_ms
+        # (refresh.refresh_ms), so its refreshes stay inside one partition's read units.
+        self._entry: tuple[Record | None, int, int] | None = None
         self._write = threading.Lock()
         self._refreshing = threading.Lock()
 
@@ -32,12 +34,13 @@ class RecordCache:
         entry = self._entry
         if entry is None or self.ttl_ms <= 0:
             return False, None
-        record, stored_at = entry
-        if 0 <= now_ms - stored_at < self.ttl_ms:
+        record, stored_at, fresh_until = entry
+        if stored_at <= now_ms < fresh_until:
             return True, record
         return False, None
 
-    def put(self, record: Record | None, now_ms: int) -> None:
+    def put(self, record: Record | None, now_ms: int, fresh_ms: int | None = None) -> None:
+        """Keep ``record`` as seen at ``now_ms``, fresh for ``fresh_ms`` (default ttl_ms)."""
         with self._write:
             entry = self._entry
             # Keep the newest generation: a slow answer must not roll back a faster one.
@@ -49,7 +52,8 @@ class RecordCache:
                 and 0 <= now_ms - entry[1] < self.ttl_ms
             ):
                 return
-            self._entry = (record, now_ms)
+            fresh = self.ttl_ms if fresh_ms is None else fresh_ms
+            self._entry = (record, now_ms, now_ms + fresh)
 
     def begin_refresh(self, wait_s: float = 0.0) -> bool:
         """Claim the refresh; False when another thread kept it for ``wait_s`` seconds."""

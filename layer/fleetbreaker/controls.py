@@ -169,8 +169,11 @@ class OperatorControls:
         return self._state_of(outcome.record)
 
     def _answered(self, record: Record | None, now: int) -> None:
-        # Every shared-store answer refreshes the cache; local answers never do.
-        self._cache.put(record, now)
+        # Every shared-store answer refreshes the cache (fresh longer for a large fleet:
+        # refresh.refresh_ms); local answers never do.
+        reporting = self._reporting
+        fresh = reporting.fresh_ms(record, now) if reporting is not None else None
+        self._cache.put(record, now, fresh)
         self._observe(record)
         # Live tuning travels with the record: a container applies it with the answer that
         # brings it, within cache_ttl, and the hot path reads a plain attribute.

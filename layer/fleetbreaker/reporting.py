@@ -23,6 +23,12 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from fleetbreaker import state as rules
+from fleetbreaker.refresh import (
+    MAX_REFRESH_STRETCH,
+    TARGET_REFRESHES_PER_S,
+    fleet_size,
+    refresh_ms,
+)
 from fleetbreaker.state import State
 from fleetbreaker.tally import CallTally
 from fleetbreaker.watcher import SLOW_WATCH_MAX_PERIOD_S, SlowCallWatcher
@@ -39,11 +45,38 @@ R = TypeVar("R")
 # out-of-turn reports it may add: together well under one DynamoDB item's 1,000 writes/s.
 TARGET_REPORTS_PER_S = 250.0
 URGENT_REPORTS_PER_S = 200.0
+# The longest report interval, in windows. Past one window a report carries calls older than
+# the window, and the window holds about half the fleet's reports; the rates it shows are
+# the same, and 5,000 containers then send 250 reports/s, not 500 (a margin under one item's
+# 1,000 writes/s for lost fences, newcomers and out-of-turn reports).
+MAX_INTERVAL_WINDOWS = 2
 
 
 def write_rate(counts: WindowCounts, policy: Policy) -> float:
-    """Reports per second the record took over the window (its load as a hot key)."""
-    return counts.reports * 1000 / policy.window_ms
+    """Reports per second the record takes (its load as a hot key).
+
+    The largest of the window's average, the newest buckets' rate and the current bucket's
+    (over at least a tenth of a bucket): the average lags a fleet that just grew (a thousand
+    containers starting in the same second) by up to a window, and the newcomers of such a
+    fleet must see it within a fraction of a second.
+    """
+    average = counts.reports * 1000 / policy.window_ms
+    if counts.recent_ms <= 0:
+        return average
+    recent = counts.recent_reports * 1000 / counts.recent_ms
+    current = counts.current_reports * 1000 / max(counts.current_ms, policy.bucket_ms / 10, 1)
+    return max(average, recent, current)
+
+
+def recent_failing(recent: tuple[int, int, int], policy: Policy) -> bool:
+    """Whether a container's own recent calls fail (or run slow) at the policy's rate."""
+    calls, failures, slow = recent
+    if calls <= 0:
+        return False
+    ratio = policy.failure_ratio
+    if ratio is not None and failures and rules.reaches(failures, calls, ratio):
+        return True
+    return policy.slow_ms is not None and slow > 0 and rules.reaches(slow, calls, policy.slow_ratio)
 
 
 def next_interval_ms(current_ms: int, base_ms: int, counts: WindowCounts, policy: Policy) -> int:
@@ -53,13 +86,18 @@ def next_interval_ms(current_ms: int, base_ms: int, counts: WindowCounts, policy
     fleet size; scaling the base interval by W / TARGET settles at sqrt(C * TARGET / base)
     instead (1,414 writes/s for 5,000 containers at a 1 s base) and oscillates. The square
     root damps the correction: the window's rate lags a change by up to a window. The
-    interval stays between ``base_ms`` and ``window_ms``.
+    interval stays between ``base_ms`` and ``max_interval_ms``.
     """
     rate = write_rate(counts, policy)
     if rate <= 0:
         return base_ms
     wanted = round(current_ms * math.sqrt(rate / TARGET_REPORTS_PER_S))
-    return max(base_ms, min(wanted, policy.window_ms))
+    return max(base_ms, min(wanted, max_interval_ms(policy)))
+
+
+def max_interval_ms(policy: Policy) -> int:
+    """The longest report interval (MAX_INTERVAL_WINDOWS windows)."""
+    return MAX_INTERVAL_WINDOWS * policy.window_ms
 
 
 def fleet_interval_ms(
@@ -104,17 +142,12 @@ def wants_urgent_report(
     """Whether this container's pending counts should reach the store before they are due.
 
     When they would open the breaker as this container last saw it; or, while the interval
-    is stretched, when its own pending calls fail (or run slow) at the policy's rate: the
+    is stretched, when its own recent calls fail (or run slow) at the policy's rate: the
     fleet's counts then reach the store up to a whole interval late, and without this a
     large fleet would trip that much later than a small one.
     """
-    if tally.stretched and (calls := tally.pending_calls()):
-        ratio = policy.failure_ratio
-        if ratio is not None and tally.failures and rules.reaches(tally.failures, calls, ratio):
-            return True
-        slow = tally.slow
-        if policy.slow_ms is not None and slow and rules.reaches(slow, calls, policy.slow_ratio):
-            return True
+    if tally.stretched and recent_failing(tally.recent(), policy):
+        return True
     counts = rules.window_counts(record, policy, now_ms)
     noted = record is not None and container in record.failing
     return rules.should_trip(tally.projected(counts, noted), policy)
@@ -156,6 +189,13 @@ class Reporter:
         self._base_interval_ms = max(1, round(config.effective_report_interval * 1000))
         self._interval_ms = self._base_interval_ms
         self._has_reported = False  # a newcomer adopts the fleet's interval once
+        # Whether the record showed no reports when this container first read it: it may be
+        # one of a crowd that started together (see _join_fleet). None: not read yet.
+        self._started_cold: bool | None = None
+        # Containers on this breaker, as the last closed record with reports showed (kept
+        # while open: the fleet's refreshes must stay spread while it waits out an outage).
+        self._fleet = 0.0
+        self._reported = False  # whether a report of this container has reached the store
         self._started_ms = clock()
         self.policy: Policy = rules.Policy.from_config(config)
         self.tally: CallTally | None = None
@@ -175,7 +215,7 @@ class Reporter:
         tally = self.tally
         if tally is None:
             tally = CallTally(policy, self._base_interval_ms)
-            tally.due_ms = self._clock() + self._base_interval_ms
+            tally.start(self._clock())
         tally.slow_ms = policy.slow_ms
         if config.slow_call_duration is not None:
             # A quarter of the duration: a hung call is reported within 1.25 times it.
@@ -204,7 +244,7 @@ class Reporter:
         hung = tally.sweep(now)
         if hung:
             # Out of turn: the Lambda timeout may kill this container before the call ends.
-            self.flush(now)
+            self.flush(now, urgent=True)
         return hung
 
     def count(self, success: bool, now: int) -> None:
@@ -212,7 +252,7 @@ class Reporter:
         tally = self.tally
         assert tally is not None
         if now >= tally.due_ms:
-            self.flush(now)
+            self._due(tally, now)
         if success:
             next(tally.good)
         else:
@@ -236,7 +276,7 @@ class Reporter:
         tally = self.tally
         assert tally is not None
         if now >= tally.due_ms:
-            self.flush(now)
+            self._due(tally, now)
         slow_ms = tally.slow_ms
         if slow_ms is None:
             try:
@@ -308,20 +348,38 @@ class Reporter:
         tally.urgent_after_ms = now + self._cache.ttl_ms
         counts = rules.window_counts(record, self.policy, now)
         if urgent_allowed(counts, self.policy, self._interval_ms, self._cache.ttl_ms, self._rng):
-            self.flush(now)
+            self.flush(now, urgent=True)
 
-    def flush(self, now: int, load_if_empty: bool = False) -> Record | None:
+    def _due(self, tally: CallTally, now: int) -> None:
+        """The hot path's check fired: the report is due, or only the tally's span ended."""
+        if now >= tally.report_due_ms:
+            self.flush(now)
+        else:
+            tally.rotate(now)
+
+    def flush(self, now: int, load_if_empty: bool = False, urgent: bool = False) -> Record | None:
         """Report the tally in one write; the answer refreshes the cache."""
         tally = self.tally
         assert tally is not None
-        if not self._has_reported and self._join_fleet(tally, now):
-            # The first report waits for the fleet's interval: no write now.
-            return self._store.load(self.name, now) if load_if_empty else self._cache.last_seen
-        report = tally.take(self._container_key, now, self._interval_ms)
-        if not report:
-            return self._store.load(self.name, now) if load_if_empty else self._cache.last_seen
+        tally.rotate(now)
+        read = not self._has_reported and not urgent
+        if read and self._join_fleet(tally, now):
+            # The first report waits for the fleet's interval: no write now. (It has just
+            # read the record: that read is this refresh.)
+            return self._cache.last_seen
         policy = self.policy
+        if recent_failing(tally.recent(), policy):
+            # Its own recent calls are failing: those alone, so the newest buckets show the
+            # outage (state.should_trip's short window); the older counts follow later.
+            report = tally.take_recent(self._container_key, now, self._interval_ms)
+        else:
+            report = tally.take(self._container_key, now, self._interval_ms)
+        if not report:
+            if load_if_empty and not read:
+                return self._store.load(self.name, now)
+            return self._cache.last_seen
         outcome = self._store.report(self.name, policy, now, report, self._cache.last_seen)
+        self._reported = True
         after = outcome.record
         if (
             not outcome.changed
@@ -340,7 +398,7 @@ class Reporter:
             self._has_reported = True
             joined = fleet_interval_ms(counts, policy, report.calls, now - self._started_ms)
             if joined is not None:
-                interval = max(interval, min(joined, policy.window_ms))
+                interval = max(interval, min(joined, max_interval_ms(policy)))
         if interval != self._interval_ms:
             self._interval_ms = interval
             tally.reschedule(self._container_key, now, interval)
@@ -353,22 +411,66 @@ class Reporter:
     def _join_fleet(self, tally: CallTally, now: int) -> bool:
         """A newcomer whose first report is due: join the interval a hot fleet already uses.
 
-        The record it has read (its first call loads it) tells how many calls the fleet's
-        reports carry, and its own calls so far how fast it gathers them: together, the
-        interval the others report at. Joining before the first write, not after it, keeps
-        a hundred containers joining a second from adding a hundred writes a second.
+        It reads the record first (one read in its life, and this refresh): the record tells
+        how many calls the fleet's reports carry, and its own calls so far how fast it
+        gathers them: together, the interval the others report at. Its newest buckets tell
+        how fast reports arrive, which is all a fleet that started at once has to go on.
+        Joining before the first write, not after it, keeps a thousand containers starting
+        in the same second from adding a thousand writes a second.
         True when it joined (the counts then wait, spread by the interval's jitter).
         """
-        record = self._cache.last_seen
-        if record is None:
+        record = self._store.load(self.name, now)
+        policy = self.policy
+        counts = rules.window_counts(record, policy, now)
+        if self._started_cold is None:
+            self._started_cold = counts.reports == 0
+        rate = write_rate(counts, policy)
+        pending = tally.pending_calls()
+        if rate < TARGET_REPORTS_PER_S / 2 or not pending:
+            # A quiet record; or its first read, before any call of its own shows how fast
+            # it gathers calls (nothing to report either).
             return False
-        counts = rules.window_counts(record, self.policy, now)
-        joined = fleet_interval_ms(
-            counts, self.policy, tally.pending_calls(), now - self._started_ms
-        )
-        if joined is None or joined <= self._interval_ms:
+        longest = max_interval_ms(policy)
+        if self._started_cold:
+            # The record was quiet when it started and is hot now: it started with a crowd
+            # (Lambda adds up to 1,000 containers a second) whose size no record shows yet.
+            # The longest interval is safe, the first report anywhere in it so the crowd's
+            # first reports spread evenly; the report control shortens it if the crowd
+            # turns out small.
+            self._has_reported = True
+            self._interval_ms = longest
+            base = self._base_interval_ms
+            tally.defer(now, longest, base + round(self._rng.random() * (longest - base)))
+            self._refreshed(record, now)
+            return True
+        joined = fleet_interval_ms(counts, policy, pending, now - self._started_ms)
+        by_rate = round(self._interval_ms * rate / TARGET_REPORTS_PER_S)
+        interval = min(max(joined or 0, by_rate), longest)
+        if interval <= self._interval_ms:
             return False
         self._has_reported = True  # joined: the first report's answer need not do it again
-        self._interval_ms = min(joined, self.policy.window_ms)
+        self._interval_ms = interval
         tally.reschedule(self._container_key, now, self._interval_ms)
+        self._refreshed(record, now)
         return True
+
+    def _refreshed(self, record: Record | None, now: int) -> None:
+        """Keep the record just read as fresh as the interval just joined says (the read's
+        answer was cached under the base interval's estimate of the fleet)."""
+        self._cache.put(record, now, self.fresh_ms(record, now))
+
+    def fresh_ms(self, record: Record | None, now: int) -> int:
+        """How long a store answer stays fresh: cache_ttl, longer for a large fleet."""
+        tally = self.tally
+        assert tally is not None
+        counts = rules.window_counts(record, self.policy, now)
+        own_calls = tally.taken + tally.pending_calls()
+        fleet = fleet_size(counts, self.policy, own_calls, now - self._started_ms)
+        if not self._reported and self._started_cold and self._has_reported:
+            # One of a crowd, waiting for its first report: the crowd's calls are not in the
+            # window yet, so nothing shows its size. Refresh as a fleet large enough for the
+            # longest wait (jittered), until its own report shows more.
+            fleet = TARGET_REFRESHES_PER_S * MAX_REFRESH_STRETCH * self._cache.ttl_ms / 1000
+        if fleet is not None:
+            self._fleet = fleet
+        return refresh_ms(self._fleet, self._cache.ttl_ms, self._rng)

@@ -52,7 +52,7 @@ from fleetbreaker.record import (
 
 if TYPE_CHECKING:
     from fleetbreaker.snapshot import Snapshot, iso_utc
-    from fleetbreaker.window import SlidingWindow, WindowCounts
+    from fleetbreaker.window import RECENT_BUCKETS, SlidingWindow, WindowCounts
 
 __all__ = [
     "BUCKET_CODES",
@@ -66,6 +66,7 @@ __all__ = [
     "QUORUM_CODES",
     "RECORD_NUMBERS",
     "RECORD_TEXTS",
+    "RECENT_BUCKETS",
     "RECOVERABLE",
     "WINDOW_BUCKETS",
     "Action",
@@ -349,17 +350,12 @@ def apply_force(record: Record | None, policy: Policy, now_ms: int, target: Stat
 
 # -- rate policy, slow calls and quorum: the window's answers, as rules --------------------
 
-# fleetbreaker.window's class, loaded by the rate policy's first use (never by a count policy)
-_sliding_window: type[SlidingWindow] | None = None
-
 
 def _window(policy: Policy) -> SlidingWindow:
-    global _sliding_window
-    if _sliding_window is None:
-        from fleetbreaker.window import SlidingWindow
+    # fleetbreaker.window loads with the rate policy's first use, never with a count policy's.
+    from fleetbreaker.window import SlidingWindow
 
-        _sliding_window = SlidingWindow
-    return _sliding_window(policy)
+    return SlidingWindow(policy)
 
 
 def bucket_index(policy: Policy, now_ms: int) -> int:
@@ -489,7 +485,7 @@ def snapshot_of(
 
 # Importable from here, loaded on first use: presentation, and the rate policy's window.
 _LAZY = {"Snapshot": "snapshot", "iso_utc": "snapshot", "SlidingWindow": "window"}
-_LAZY["WindowCounts"] = "window"
+_LAZY.update(WindowCounts="window", RECENT_BUCKETS="window")
 
 
 def __getattr__(name: str) -> Any:

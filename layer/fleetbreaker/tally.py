@@ -34,9 +34,20 @@ class CallTally:
         self._good_base = 0  # the counter's value just after the last take
         self._peeks = 0  # next() calls made by peeks since then (not calls)
         self.calls = 0  # bad calls, and calls the watcher reported
+        self.taken = 0  # calls taken into reports, ever (this container's call rate)
         self.failures = 0
         self.slow = 0
-        self.due_ms = 0  # the pending counts must be reported by then
+        # The hot path's one check: ``now >= due_ms`` is the earlier of the report's due time
+        # and the end of the current span (see rotate).
+        self.due_ms = 0
+        self.report_due_ms = 0  # the pending counts must be reported by then
+        self.span_ms = policy.bucket_ms
+        self.span_end_ms = 0
+        # The pending counts (all calls, failures, slow) as they stood at the last two span
+        # ends: what the pending counts hold beyond ``_older`` are the recent calls (one to
+        # two spans of them), which a report may send alone (see take_recent).
+        self._older = (0, 0, 0)
+        self._mid = (0, 0, 0)
         self.urgent_after_ms = 0  # an out-of-turn report is considered again from then
         self.running: dict[int, int] = {}  # call number -> start, epoch ms
         self.numbers = itertools.count()
@@ -94,7 +105,56 @@ class CallTally:
             goods = mark - self._good_base - self._peeks
             self._good_base, self._peeks = mark + 1, 0
             report = Report(container, self.calls + goods, self.failures, self.slow, self.gen)
+            self.taken += report.calls
             self.calls = self.failures = self.slow = 0
+            self._older = self._mid = (0, 0, 0)
+            self._schedule(container, now_ms, interval_ms)
+            return report
+
+    def _totals(self) -> tuple[int, int, int]:
+        # Caller holds the lock.
+        return self.calls + self._goods(), self.failures, self.slow
+
+    def rotate(self, now_ms: int) -> None:
+        """A span ended: the calls before the previous span's end stop being recent."""
+        with self._lock:
+            if now_ms < self.span_end_ms:
+                return
+            self._older, self._mid = self._mid, self._totals()
+            self.span_end_ms = now_ms + self.span_ms
+            self.due_ms = min(self.report_due_ms, self.span_end_ms)
+
+    def recent(self) -> tuple[int, int, int]:
+        """(calls, failures, slow) pending from the last one to two spans."""
+        with self._lock:
+            calls, failures, slow = self._totals()
+            old_calls, old_failures, old_slow = self._older
+            return calls - old_calls, failures - old_failures, slow - old_slow
+
+    def take_recent(self, container: str, now_ms: int, interval_ms: int) -> Report:
+        """Only the recent counts as one report; the older ones stay pending.
+
+        A container whose own recent calls fail at the policy's rate sends these alone: a
+        report of a whole stretched interval (up to a window of calls, mostly from before an
+        outage) would land in the newest bucket and hide the outage from the short window.
+        The older counts follow with a later report, or are dropped by a trip.
+        """
+        with self._lock:
+            mark = next(self.good)
+            goods = mark - self._good_base - self._peeks
+            self._good_base, self._peeks = mark + 1, 0
+            old_calls, old_failures, old_slow = self._older
+            report = Report(
+                container,
+                self.calls + goods - old_calls,
+                self.failures - old_failures,
+                self.slow - old_slow,
+                self.gen,
+            )
+            self.taken += report.calls
+            # Goods kept as plain calls: ``calls`` counts every call, good or bad.
+            self.calls, self.failures, self.slow = self._older
+            self._mid = self._older
             self._schedule(container, now_ms, interval_ms)
             return report
 
@@ -108,6 +168,7 @@ class CallTally:
                 mark = next(self.good)
                 self._good_base, self._peeks = mark + 1, 0
                 self.calls = self.failures = self.slow = 0
+                self._older = self._mid = (0, 0, 0)
             self.gen = gen
 
     def carry(self, report: Report) -> None:
@@ -120,12 +181,30 @@ class CallTally:
             self.calls += report.calls
             self.failures += report.failures
             self.slow += report.slow
+            # Carried counts are older than anything pending since.
+            carried = (report.calls, report.failures, report.slow)
+            self._older = _plus(self._older, carried)
+            self._mid = _plus(self._mid, carried)
 
     def reschedule(self, container: str, now_ms: int, interval_ms: int) -> None:
         """Set the next report ``interval_ms`` after ``now_ms`` (the report's answer may
         have changed the interval)."""
         with self._lock:
             self._schedule(container, now_ms, interval_ms)
+
+    def defer(self, now_ms: int, interval_ms: int, delay_ms: int) -> None:
+        """Use ``interval_ms`` from now on, the next report due ``delay_ms`` from ``now_ms``."""
+        with self._lock:
+            self.interval_ms = interval_ms
+            self.report_due_ms = now_ms + delay_ms
+            self.due_ms = min(self.report_due_ms, max(self.span_end_ms, now_ms))
+
+    def start(self, now_ms: int) -> None:
+        """The first report is due one base interval from ``now_ms``."""
+        with self._lock:
+            self.report_due_ms = now_ms + self.base_ms
+            self.span_end_ms = now_ms + self.span_ms
+            self.due_ms = min(self.report_due_ms, self.span_end_ms)
 
     def _schedule(self, container: str, now_ms: int, interval_ms: int) -> None:
         self.interval_ms = interval_ms
@@ -135,7 +214,8 @@ class CallTally:
             if self._jitter is None:
                 self._jitter = random.Random(zlib.crc32(container.encode()))
             interval_ms = round(interval_ms * (0.75 + self._jitter.random() / 2))
-        self.due_ms = now_ms + interval_ms
+        self.report_due_ms = now_ms + interval_ms
+        self.due_ms = min(self.report_due_ms, max(self.span_end_ms, now_ms))
 
     @property
     def stretched(self) -> bool:
@@ -163,3 +243,7 @@ class CallTally:
             counts.failing_containers + adds_failing,
             counts.slow_containers + adds_slow,
         )
+
+
+def _plus(a: tuple[int, int, int], b: tuple[int, int, int]) -> tuple[int, int, int]:
+    return a[0] + b[0], a[1] + b[1], a[2] + b[2]

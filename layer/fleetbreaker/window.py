@@ -14,11 +14,22 @@ from fleetbreaker.frozen import frozen, replace
 from fleetbreaker.policy import Policy, reaches
 from fleetbreaker.record import WINDOW_BUCKETS, Bucket, Record, Report, State, TransitionReason
 
+# The short window judged beside the whole one: the newest RECENT_BUCKETS buckets (the current
+# one included, so between one and two tenths of the window). A sharp outage fills it with
+# failures within a bucket or two, while the whole window still holds up to a window of healthy
+# calls; it has its own ``minimum_calls``, so a quiet breaker is judged on the whole window.
+RECENT_BUCKETS = 2
+
 
 @frozen
 class WindowCounts:
     """The fleet's calls in the sliding window, summed over its live buckets, and how many
-    distinct containers the quorum maps hold in it (up to ``min_containers``)."""
+    distinct containers the quorum maps hold in it (up to ``min_containers``).
+
+    ``recent_*`` are the same sums over the newest RECENT_BUCKETS buckets, which cover the
+    last ``recent_ms`` (the current bucket's elapsed part included); ``current_reports`` the
+    reports in the current bucket, ``current_ms`` into it.
+    """
 
     calls: int = 0
     failures: int = 0
@@ -26,6 +37,13 @@ class WindowCounts:
     reports: int = 0  # reports written (the hot-key control counts them)
     failing_containers: int = 0
     slow_containers: int = 0
+    recent_calls: int = 0
+    recent_failures: int = 0
+    recent_slow: int = 0
+    recent_reports: int = 0
+    recent_ms: int = 0
+    current_reports: int = 0
+    current_ms: int = 0
 
     @property
     def failure_rate(self) -> float:
@@ -55,12 +73,22 @@ class SlidingWindow:
             return WindowCounts()
         current = self.index(now_ms)
         calls = failures = slow = reports = 0
+        r_calls = r_failures = r_slow = r_reports = 0
+        now_reports = 0
         for bucket in record.buckets.values():
             if current - WINDOW_BUCKETS < bucket.idx <= current:
                 calls += bucket.calls
                 failures += bucket.failures
                 slow += bucket.slow
                 reports += bucket.reports
+                if bucket.idx > current - RECENT_BUCKETS:
+                    r_calls += bucket.calls
+                    r_failures += bucket.failures
+                    r_slow += bucket.slow
+                    r_reports += bucket.reports
+                if bucket.idx == current:
+                    now_reports = bucket.reports
+        bucket_ms = self.policy.bucket_ms
         return WindowCounts(
             calls,
             failures,
@@ -68,6 +96,13 @@ class SlidingWindow:
             reports,
             self.live(record.failing, now_ms),
             self.live(record.slowing, now_ms),
+            r_calls,
+            r_failures,
+            r_slow,
+            r_reports,
+            now_ms - (current - RECENT_BUCKETS + 1) * bucket_ms,
+            now_reports,
+            now_ms - current * bucket_ms,
         )
 
     def live(self, seen: Mapping[str, int], now_ms: int) -> int:
@@ -78,6 +113,9 @@ class SlidingWindow:
         """Why ``counts`` open the breaker under the policy and its quorum; None: they do not.
 
         Failures are checked first: a window that reaches both thresholds trips on failures.
+        A rate is judged twice, each time with ``minimum_calls``: over the whole window (a slow
+        burn) and over its newest RECENT_BUCKETS buckets (a sharp outage, which the whole
+        window's healthy calls would otherwise dilute for up to half a window).
         """
         policy = self.policy
         quorum = policy.min_containers
@@ -87,9 +125,13 @@ class SlidingWindow:
                 if policy.failure_ratio is None
                 else TransitionReason.FAILURE_RATE
             )
-        if policy.slow_ms is None or counts.calls < policy.minimum_calls:
+        if policy.slow_ms is None:
             return None
-        slow = counts.slow > 0 and reaches(counts.slow, counts.calls, policy.slow_ratio)
+        minimum, ratio = policy.minimum_calls, policy.slow_ratio
+        slow = (counts.slow > 0 and judged(counts.slow, counts.calls, minimum, ratio)) or (
+            counts.recent_slow > 0
+            and judged(counts.recent_slow, counts.recent_calls, minimum, ratio)
+        )
         if slow and (quorum <= 1 or counts.slow_containers >= quorum):
             return TransitionReason.SLOW_CALL_RATE
         return None
@@ -100,8 +142,9 @@ class SlidingWindow:
         ratio = policy.failure_ratio
         if ratio is None:
             return counts.failures >= policy.failure_threshold
-        return counts.calls >= policy.minimum_calls and reaches(
-            counts.failures, counts.calls, ratio
+        minimum = policy.minimum_calls
+        return judged(counts.failures, counts.calls, minimum, ratio) or judged(
+            counts.recent_failures, counts.recent_calls, minimum, ratio
         )
 
     def note(self, seen: Mapping[str, int], container: str, now_ms: int) -> Mapping[str, int]:
@@ -159,3 +202,8 @@ class SlidingWindow:
         return replace(
             record, buckets={**record.buckets, slot: bucket}, failing=failing, slowing=slowing
         )
+
+
+def judged(part: int, calls: int, minimum: int, ratio: tuple[int, int]) -> bool:
+    """Whether ``part`` of ``calls`` reaches ``ratio`` with at least ``minimum`` calls seen."""
+    return calls >= minimum and reaches(part, calls, ratio)

@@ -102,6 +102,35 @@ def test_reaching_the_rate_trips_once_and_clears_the_window(store: Any, name: st
 EXACT_THRESHOLDS = [(55, 100, 0.55), (7, 25, 0.28), (7, 50, 0.14), (7, 100, 0.07)]
 
 
+def test_a_sharp_outage_trips_on_the_newest_buckets_before_the_window(
+    store: Any, name: str
+) -> None:
+    # GIVEN eight healthy buckets of 100 calls each (800 calls, no failure)
+    for bucket in range(8):
+        send(store, name, Report("a", calls=100), now=T0 + bucket * RATE.bucket_ms)
+    # WHEN the next two buckets take 60 calls, all failing: 10 % of the window, but 100 % of
+    # its newest two buckets
+    now = T0 + 8 * RATE.bucket_ms
+    first = send(store, name, Report("b", calls=30, failures=30), now=now)
+    second = send(store, name, Report("b", calls=30, failures=30), now=now + RATE.bucket_ms)
+    # THEN the first leaves it closed (30 failing calls against the previous bucket's 100
+    # healthy ones) and the second trips it (state.RECENT_BUCKETS)
+    assert first.transition is None
+    assert second.transition == (State.CLOSED, State.OPEN)
+
+
+def test_the_newest_buckets_need_minimum_calls_of_their_own(store: Any, name: str) -> None:
+    # GIVEN a healthy window, WHEN the newest buckets hold 9 calls, all failing (under the
+    # policy's minimum of 10)
+    for bucket in range(8):
+        send(store, name, Report("a", calls=100), now=T0 + bucket * RATE.bucket_ms)
+    now = T0 + 9 * RATE.bucket_ms
+    outcome = send(store, name, Report("b", calls=9, failures=9), now=now)
+    # THEN it stays closed: neither window is judged below its minimum or under its rate
+    assert outcome.transition is None
+    assert store.load(name, now).state is State.CLOSED
+
+
 @pytest.mark.parametrize(("failures", "calls", "threshold"), EXACT_THRESHOLDS)
 def test_a_failure_rate_exactly_at_the_threshold_trips(
     store: Any, name: str, failures: int, calls: int, threshold: float

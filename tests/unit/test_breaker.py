@@ -190,7 +190,7 @@ def test_fallback_gets_the_admission_and_the_call_arguments(store, clock, dep) -
     assert (order, amount) == ("order-1", 5)
     assert circuit.decision is Decision.REJECT
     assert circuit.state is State.OPEN
-    assert circuit.retry_after == pytest.approx(10.0)
+    assert circuit.retry_after_s == pytest.approx(10.0)
 
 
 def test_decorator_forms_keep_the_function_and_its_name(store, clock, dep) -> None:

@@ -3,13 +3,23 @@
 from __future__ import annotations
 
 import math
+import random
+
+import pytest
 
 from fleetbreaker import BreakerConfig, CircuitBreaker
 from fleetbreaker.reporting import (
+    MAX_REFRESH_STRETCH,
+    TARGET_REFRESHES_PER_S,
     TARGET_REPORTS_PER_S,
     CallTally,
+    fleet_size,
+    max_interval_ms,
     next_interval_ms,
+    recent_failing,
+    refresh_ms,
     wants_urgent_report,
+    write_rate,
 )
 from fleetbreaker.state import WINDOW_BUCKETS, Bucket, Policy, Record, WindowCounts, bucket_index
 from fleetbreaker.stores.memory import MemoryStore
@@ -39,7 +49,7 @@ def test_refresh_is_a_read_while_the_interval_is_stretched() -> None:
     next(tally.good)
     # THEN a cache refresh does not write them early, but they are still due at the interval
     assert tally.stretched
-    assert tally.due_ms > 100
+    assert tally.report_due_ms > 100
     assert tally.pending_calls() == 1
 
 
@@ -49,7 +59,7 @@ def test_stretched_interval_is_jittered_around_the_interval() -> None:
     gaps = set()
     for _ in range(50):
         tally.take("c1", 0, 4000)
-        gaps.add(tally.due_ms)
+        gaps.add(tally.report_due_ms)
     assert min(gaps) >= 3000
     assert max(gaps) <= 5000
     assert len(gaps) > 10
@@ -62,9 +72,9 @@ def test_fleet_of_any_size_settles_at_the_target_write_rate() -> None:
         for _ in range(60):
             rate = containers * 1000 / interval
             interval = next_interval_ms(interval, 1000, _counts_at(rate), RATE)
-        # THEN the record's write rate ends near TARGET (or at the window cap's C / window)
+        # THEN the record's write rate ends near TARGET (or at the cap's C / longest interval)
         settled = containers * 1000 / interval
-        floor = containers * 1000 / RATE.window_ms
+        floor = containers * 1000 / max_interval_ms(RATE)
         assert settled <= max(TARGET_REPORTS_PER_S * 1.05, floor * 1.001)
         assert math.isclose(settled, max(TARGET_REPORTS_PER_S, floor), rel_tol=0.05)
 
@@ -136,7 +146,9 @@ def test_breaker_on_a_hot_record_refreshes_by_reading_not_writing() -> None:
     writes = store.stats.writes
     reads = store.stats.reads
 
-    # WHEN its cache goes stale again with calls pending
+    # WHEN its cache goes stale again with calls pending (a fleet this large keeps its view
+    # for up to refresh.MAX_REFRESH_STRETCH cache_ttl: 2 s)
+    clock.advance(1.0)
     breaker.call(dependency)
 
     # THEN the refresh is a read: the pending counts wait for the stretched interval
@@ -152,7 +164,9 @@ def test_a_newcomer_joins_at_the_interval_the_fleet_already_uses_before_writing(
     reports = round(TARGET_REPORTS_PER_S * RATE.window_ms / 1000)
     busy = Bucket(idx, calls=reports * 40, failures=0, slow=0, reports=reports)
     record = Record(buckets={idx % WINDOW_BUCKETS: busy}, expires_at=clock() // 1000 + 3600)
-    # (container "newcomer": its jitter makes the joined 10 s interval 7.815 s)
+    # (container "newcomer": its jitter makes the joined 20 s interval 15.63 s)
+    # AND a new container that reads it at its first call (0 s) and again before its first
+    # report is due (1 s): a newcomer reads before it reports
     breaker, store = _breaker_on(record, clock, container_id="newcomer")
     dependency = Dependency()
 
@@ -162,25 +176,24 @@ def test_a_newcomer_joins_at_the_interval_the_fleet_already_uses_before_writing(
         clock.advance(0.5)
 
     # THEN its first report did not go out at the base interval: it joined the fleet's
-    # (capped at the 10 s window, jittered by at most 25 %: at least 7.5 s) without a write,
+    # (at most two 10 s windows, jittered by at most 25 %: at least 15 s) without a write,
     # so a hundred containers joining a second add no hundred writes a second
     assert store.stats.writes == 0
-    for _ in range(12):
+    for _ in range(30):
         breaker.call(dependency)
         clock.advance(0.5)
     assert store.stats.writes == 0
 
     # AND its counts go out in one report at its first call past that interval (joined at
-    # 1 s, due at 8.815 s), carrying every call made before it: none lost
-    for _ in range(3):  # calls at 7.5, 8 and 8.5 s
-        breaker.call(dependency)
-        clock.advance(0.5)
+    # 1 s, due at 16.63 s), carrying every call made before it: none lost
+    breaker.call(dependency)  # at 16.5 s
     assert store.stats.writes == 0
-    breaker.call(dependency)  # at 9 s
+    clock.advance(0.5)
+    breaker.call(dependency)  # at 17 s
     assert store.stats.writes == 1
     fleet = store.load("payment-api", clock())
     assert fleet is not None
-    assert sum(b.calls for b in fleet.buckets.values()) == reports * 40 + 18  # 0 to 8.5 s
+    assert sum(b.calls for b in fleet.buckets.values()) == reports * 40 + 34  # 0 to 16.5 s
 
 
 def test_a_newcomer_to_a_quiet_record_reports_at_its_own_interval() -> None:
@@ -238,3 +251,101 @@ def test_a_report_of_an_older_generation_is_not_carried() -> None:
     tally.carry(lost)
 
     assert tally.take("c", 0, 1000).calls == 0
+
+
+def _ten_goods_then_three_failures() -> CallTally:
+    """A tally with 10 good calls, then two span ends, then 3 failures."""
+    tally = CallTally(RATE, 1000)
+    tally.start(0)
+    for _ in range(10):
+        next(tally.good)
+    tally.rotate(RATE.bucket_ms)
+    tally.rotate(2 * RATE.bucket_ms)
+    for _ in range(3):
+        tally.bad(None, 2 * RATE.bucket_ms, True)
+    return tally
+
+
+def test_recent_counts_cover_the_last_one_to_two_spans() -> None:
+    # GIVEN 10 good calls, then a span ends, then another, then 3 failures
+    tally = _ten_goods_then_three_failures()
+    # THEN only the 3 failures are recent: the goods are two span ends old
+    assert tally.recent() == (3, 3, 0)
+    assert tally.pending_calls() == 13
+
+
+def test_a_report_of_the_recent_calls_keeps_the_older_ones_pending() -> None:
+    # GIVEN 10 older good calls and 3 recent failures
+    tally = _ten_goods_then_three_failures()
+    # WHEN it reports the recent calls alone
+    report = tally.take_recent("c", 2 * RATE.bucket_ms, 1000)
+    # THEN they go out, and the 10 older calls go with the next full report: none lost
+    assert (report.calls, report.failures) == (3, 3)
+    assert tally.recent() == (0, 0, 0)
+    later = tally.take("c", 3 * RATE.bucket_ms, 1000)
+    assert (later.calls, later.failures) == (10, 0)
+
+
+def test_a_container_sees_its_own_recent_calls_failing_at_the_rate() -> None:
+    assert recent_failing((4, 2, 0), RATE)
+    assert not recent_failing((4, 1, 0), RATE)
+    assert not recent_failing((0, 0, 0), RATE)
+
+
+def test_refreshes_stretch_with_the_fleet_up_to_twice_cache_ttl() -> None:
+    rng = random.Random(7)
+    # GIVEN fleets whose refreshes at cache_ttl stay under the target: cache_ttl
+    assert refresh_ms(100, 1000, rng) == 1000
+    assert refresh_ms(TARGET_REFRESHES_PER_S, 1000, rng) == 1000
+    # WHEN 5,000 containers share the record, THEN each refresh waits longer, jittered, so
+    # the fleet's refreshes average the target; never past MAX_REFRESH_STRETCH cache_ttl
+    waits = [refresh_ms(5_000, 1000, rng) for _ in range(2_000)]
+    assert min(waits) >= 1000
+    assert max(waits) <= MAX_REFRESH_STRETCH * 1000
+    mean_s = sum(waits) / len(waits) / 1000
+    assert 5_000 / mean_s == pytest.approx(TARGET_REFRESHES_PER_S, rel=0.05)
+    assert refresh_ms(1_000_000, 1000, rng) == MAX_REFRESH_STRETCH * 1000
+    # AND a disabled cache stays disabled
+    assert refresh_ms(5_000, 0, rng) == 0
+
+
+def test_fleet_size_is_the_fleets_call_rate_over_the_containers_own() -> None:
+    # GIVEN a window of 10 s holding 100,000 calls (10,000/s), and a container making 2/s
+    counts = WindowCounts(calls=100_000, reports=2_500)
+    # THEN the fleet is about 5,000 containers, whatever interval they report at
+    assert fleet_size(counts, RATE, own_calls=20, own_ms=10_000) == pytest.approx(5_000)
+    assert fleet_size(counts, RATE, own_calls=0, own_ms=10_000) is None
+
+
+def test_write_rate_sees_a_crowd_in_the_current_bucket_at_once() -> None:
+    # GIVEN a quiet window whose current bucket took 200 reports in its first 200 ms
+    counts = WindowCounts(reports=200, recent_reports=200, recent_ms=1_200)
+    crowd = WindowCounts(
+        reports=200, recent_reports=200, recent_ms=1_200, current_reports=200, current_ms=200
+    )
+    # THEN the rate counts the current bucket's 1,000 reports/s, not the window's 20/s
+    assert write_rate(counts, RATE) == pytest.approx(200 * 1000 / 1_200)
+    assert write_rate(crowd, RATE) == pytest.approx(1_000)
+
+
+def test_a_crowd_that_started_together_spreads_its_first_reports() -> None:
+    # GIVEN a breaker that first read an empty record (one of a crowd starting together)
+    clock = FakeClock()
+    breaker, store = _breaker_on(Record(expires_at=clock() // 1000 + 3600), clock)
+    store.seed("payment-api", None)
+    dependency = Dependency()
+    breaker.call(dependency)
+    # AND a second later the record is hot: 600 reports in the current bucket's first 300 ms
+    clock.advance(1.0)
+    store.seed("payment-api", _busy_record(clock() - 300, 600))
+    # WHEN its first report falls due
+    breaker.call(dependency)
+    # THEN it does not write: it read (a newcomer reads before it reports), took the longest
+    # interval, and put its first report anywhere in it
+    assert store.stats.writes == 0
+    reporter = breaker._reporter
+    assert reporter is not None
+    assert reporter._interval_ms == max_interval_ms(RATE)
+    tally = reporter.tally
+    assert tally is not None
+    assert clock() + 1000 <= tally.report_due_ms <= clock() + max_interval_ms(RATE)

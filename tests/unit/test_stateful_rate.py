@@ -74,13 +74,20 @@ class Journal:
     def _model(self, now: int) -> rules.WindowCounts:
         current = rules.bucket_index(self.policy, now)
         calls = failures = slow = 0
+        # The short window: reports in the newest RECENT_BUCKETS buckets (rules.should_trip).
+        recent_calls = recent_failures = recent_slow = 0
         failing: dict[str, int] = {}
         slowing: dict[str, int] = {}
         for at, report in self.accepted:
-            if current - rules.WINDOW_BUCKETS < rules.bucket_index(self.policy, at) <= current:
+            bucket = rules.bucket_index(self.policy, at)
+            if current - rules.WINDOW_BUCKETS < bucket <= current:
                 calls += report.calls
                 failures += report.failures
                 slow += report.slow
+            if current - rules.RECENT_BUCKETS < bucket <= current:
+                recent_calls += report.calls
+                recent_failures += report.failures
+                recent_slow += report.slow
             if report.failures:
                 failing[report.container] = at
             if report.slow:
@@ -93,6 +100,9 @@ class Journal:
             0,
             sum(1 for at in failing.values() if now - at < window),
             sum(1 for at in slowing.values() if now - at < window),
+            recent_calls,
+            recent_failures,
+            recent_slow,
         )
 
     def report(self, name: str, policy: Policy, now: int, report: Report, observed: Any) -> Any:

@@ -29,6 +29,8 @@ local LEASE_FIELDS = __LEASE_FIELDS__
 -- name (by slot), and the quorum maps (code -> Record attribute): fields
 -- <code><QUORUM_SEPARATOR><container>, each the epoch ms of that container's latest.
 local WINDOW_BUCKETS = __WINDOW_BUCKETS__
+-- The short window judged beside the whole one (window.RECENT_BUCKETS).
+local RECENT_BUCKETS = __RECENT_BUCKETS__
 local BUCKET_FIELDS = __BUCKET_FIELDS__
 local QUORUM_MAPS = __QUORUM_MAPS__
 local QUORUM_SEPARATOR = __QUORUM_SEPARATOR__

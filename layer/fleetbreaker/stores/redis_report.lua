@@ -93,27 +93,42 @@ counted.buckets[slot] = {
 if failures > 0 and not unchanged(counted.failing) then note(counted.failing) end
 if slow > 0 and not unchanged(counted.slowing) then note(counted.slowing) end
 
+-- The whole window and its newest RECENT_BUCKETS buckets (state.window_counts).
 local total = {calls = 0, failures = 0, slow = 0}
+local recent = {calls = 0, failures = 0, slow = 0}
 for _, b in pairs(counted.buckets) do
   if idx - WINDOW_BUCKETS < b.idx and b.idx <= idx then
     total.calls = total.calls + b.calls
     total.failures = total.failures + b.failures
     total.slow = total.slow + b.slow
+    if b.idx > idx - RECENT_BUCKETS then
+      recent.calls = recent.calls + b.calls
+      recent.failures = recent.failures + b.failures
+      recent.slow = recent.slow + b.slow
+    end
   end
 end
 
+-- window.judged: each window with its own minimum of calls.
+local function judged(part, whole, frac)
+  return whole >= minimum_calls and reaches(part, whole, frac)
+end
+
+-- window.SlidingWindow.trip_reason
 local trips = false
 local failing
 if failure_rate == nil then
   failing = total.failures >= policy.failure_threshold
 else
-  failing = total.calls >= minimum_calls and reaches(total.failures, total.calls, failure_rate)
+  failing = judged(total.failures, total.calls, failure_rate)
+    or judged(recent.failures, recent.calls, failure_rate)
 end
+local slowing = slow_ms ~= nil and (
+  (total.slow > 0 and judged(total.slow, total.calls, slow_rate))
+  or (recent.slow > 0 and judged(recent.slow, recent.calls, slow_rate)))
 if failing and (min_containers <= 1 or live(counted.failing) >= min_containers) then
   trips = true
-elseif slow_ms ~= nil and total.calls >= minimum_calls and total.slow > 0
-    and reaches(total.slow, total.calls, slow_rate)
-    and (min_containers <= 1 or live(counted.slowing) >= min_containers) then
+elseif slowing and (min_containers <= 1 or live(counted.slowing) >= min_containers) then
   trips = true
 end
 

@@ -82,6 +82,7 @@ def _schema_constants() -> dict[str, str]:
         "__BUCKET_FIELDS__": f"{{{buckets}}}",
         "__QUORUM_MAPS__": f"{{{quorum}}}",
         "__QUORUM_SEPARATOR__": _lua_string(schema.QUORUM_SEPARATOR),
+        "__RECENT_BUCKETS__": str(rules.RECENT_BUCKETS),
     }
 
 
