@@ -6,7 +6,9 @@ caller's identity the CLI records is a real GetCallerIdentity answer: moto's tes
 
 One more backend, ``in_process``, runs the same tests through ``cli.main(argv)`` in the test's
 own process, against moto in-process (DynamoDB and STS): what mutation testing can follow
-(`make mutate`'s mutants live in this process, not in a console script's).
+(`make mutate`'s mutants live in this process, not in a console script's). And ``memory``:
+``cli.main(argv)`` on a MemoryStore, its AWS part (the client, STS) replaced: the commands,
+parser and views in milliseconds a test, what `make mutate` runs per CLI mutant.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from fleetbreaker import (
     CircuitBreaker,
     CircuitOpenError,
     DynamoDBStore,
+    MemoryStore,
     RedisStore,
     cli,
 )
@@ -133,6 +136,24 @@ def in_process_backend() -> Iterator[Backend]:
         yield InProcessBackend("in_process", ["--table", table], store)
 
 
+@pytest.fixture
+def memory_backend(monkeypatch: pytest.MonkeyPatch) -> Backend:
+    """cli.main(argv) on a MemoryStore: the CLI's own options name the store (store_environ and
+    its description are the real ones), only the store and the STS caller are replaced."""
+    from fleetbreaker.cli import aws, commands
+    from fleetbreaker.stores import StoreSettings
+
+    store = MemoryStore()
+
+    def open_memory(args: Any) -> tuple[MemoryStore, str]:
+        return store, StoreSettings.from_env(aws.store_environ(args)).description
+
+    monkeypatch.setattr(commands, "open_store", open_memory)
+    # The identity moto's STS gives the other backends (caller_identity is tested on them).
+    monkeypatch.setattr(commands, "caller_identity", lambda args: MOTO_ARN)
+    return InProcessBackend("memory", ["--table", "cli-memory"], store)
+
+
 def stack_with_table(
     endpoint: str | None,
     table: str,
@@ -173,12 +194,12 @@ def sts_env(moto_server: str) -> dict[str, str]:
     return {"AWS_ENDPOINT_URL_STS": moto_server}
 
 
-@pytest.fixture(params=["moto_server", "dynalite", "redis", "in_process"])
+@pytest.fixture(params=["moto_server", "dynalite", "redis", "in_process", "memory"])
 def backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
     """Each store the CLI supports, holding only this test's breakers."""
     kind = request.param
-    if kind == "in_process":
-        yield request.getfixturevalue("in_process_backend")
+    if kind in ("in_process", "memory"):
+        yield request.getfixturevalue(f"{kind}_backend")
         return
     sts_env = request.getfixturevalue("sts_env")
     if kind == "redis":
@@ -203,9 +224,10 @@ def moto_server_backend(moto_server: str, sts_env: dict[str, str]) -> Backend:
     return Backend("moto_server", ["--table", table, "--endpoint-url", moto_server], store, sts_env)
 
 
-@pytest.fixture(params=["moto_server", "in_process"])
+@pytest.fixture(params=["moto_server", "in_process", "memory"])
 def dynamodb_backend(request: pytest.FixtureRequest) -> Backend:
-    """One DynamoDB: moto's server for the console script, moto in-process for cli.main."""
+    """One DynamoDB: moto's server for the console script, moto in-process for cli.main; and
+    cli.main on a MemoryStore, for what does not depend on the store (`make mutate`)."""
     found: Backend = request.getfixturevalue(f"{request.param}_backend")
     return found
 
