@@ -49,6 +49,7 @@ RULES = [
     "tests/unit/test_transition_reason.py",
     "tests/unit/test_verdict_and_snapshot.py",
     "tests/unit/test_rules_records.py",
+    "tests/unit/test_window.py",
     "tests/unit/test_ramp.py",
     "tests/unit/test_clock_skew.py",
     *BREAKER,
