@@ -149,6 +149,30 @@ def test_only_the_fresh_record_written_on_closing_has_a_close_time() -> None:
     assert closed_at(None) is None
 
 
+def test_a_record_still_open_has_no_close_time_though_it_keeps_its_outage_start() -> None:
+    # GIVEN an open record of a later generation, with its outage's start
+    still_open = Record(State.OPEN, gen=4, opened_at=100, updated_at=123)
+
+    # THEN it did not close: no ramp is counted from it
+    assert closed_at(still_open) is None
+
+
+def test_a_generation_0_record_never_closed_an_outage() -> None:
+    # GIVEN the first generation, closed, with an outage start (as a hand-edited record may be)
+    first = Record(State.CLOSED, gen=0, opened_at=100, updated_at=123)
+
+    # THEN only a write on closing (which moves the generation on) has a close time
+    assert closed_at(first) is None
+
+
+def test_an_outage_that_began_at_1_ms_still_has_a_close_time() -> None:
+    # GIVEN an outage whose start a clock counting from 0 stamped 1 ms
+    closed = Record(State.CLOSED, gen=1, opened_at=1, updated_at=123)
+
+    # THEN any outage start counts: the close ramps
+    assert closed_at(closed) == 123
+
+
 # -- the breaker -------------------------------------------------------------------------------
 
 
