@@ -32,6 +32,15 @@ def test_a_ttl_of_zero_turns_caching_off() -> None:
     assert cache.last_seen == record(1)
 
 
+def test_a_ttl_of_one_millisecond_still_caches_for_that_millisecond() -> None:
+    # GIVEN a 1 ms TTL (cache_ttl=0.001)
+    cache = RecordCache(1)
+    cache.put(record(1), T)
+
+    # THEN a read in the same millisecond is a hit
+    assert cache.get(T) == (True, record(1))
+
+
 def test_a_slow_answer_of_an_older_generation_does_not_roll_back_a_fresh_newer_one() -> None:
     # GIVEN a fresh entry of generation 5
     cache = RecordCache(TTL_MS)
