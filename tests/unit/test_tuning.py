@@ -210,6 +210,55 @@ def test_an_infinite_setting_is_refused_by_name() -> None:
     assert str(refused.value) == "recovery_timeout must be a finite number, got inf"
 
 
+def test_an_integer_past_any_double_is_refused_as_not_finite() -> None:
+    # GIVEN a stored window of 10**400 seconds (JSON integers have no bound; doubles do)
+    with pytest.raises(ConfigError) as refused:
+        apply_tuning(BreakerConfig(), {"window_seconds": 10**400})
+
+    # THEN it is refused by name, showing the value's first 40 characters only
+    assert str(refused.value) == "window_seconds must be a finite number, got 1" + "0" * 39
+
+
+def test_a_mode_is_tuned_as_its_text() -> None:
+    tuned = apply_tuning(BreakerConfig(), {"mode": "shadow"})
+
+    assert tuned.mode == "shadow"
+
+
+def test_an_unknown_mode_is_refused_naming_the_setting_and_the_value() -> None:
+    with pytest.raises(ConfigError) as refused:
+        apply_tuning(BreakerConfig(), {"mode": "lenient"})
+
+    assert str(refused.value) == "mode must be one of enforce, shadow, got 'lenient'"
+
+
+def test_unreadable_tuned_text_is_logged_naming_the_breaker_and_the_problem(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # GIVEN tuned text that is not JSON
+    with caplog.at_level(logging.WARNING, logger="fleetbreaker"):
+        tuned = retuned(BreakerConfig(), "not json", "payment-api")
+
+    # THEN the breaker keeps its config and the one warning names it and what is wrong
+    assert tuned == BreakerConfig()
+    (line,) = [r.getMessage() for r in caplog.records]
+    with pytest.raises(ConfigError) as problem:
+        decode_tuned("not json")
+    assert line == f"circuit payment-api: ignoring its tuned settings: {problem.value}"
+
+
+def test_an_unusable_tuned_setting_is_logged_naming_the_breaker_the_setting_and_why(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="fleetbreaker"):
+        retuned(BreakerConfig(), '{"failure_threshold": 0}', "payment-api")
+
+    (line,) = [r.getMessage() for r in caplog.records]
+    with pytest.raises(ConfigError) as problem:
+        apply_tuning(BreakerConfig(), {"failure_threshold": 0})
+    assert line == f"circuit payment-api: ignoring tuned failure_threshold: {problem.value}"
+
+
 def test_a_reason_is_text_of_at_most_500_characters() -> None:
     assert check_reason(None) is None
     assert check_reason("r" * MAX_REASON_CHARS) == "r" * MAX_REASON_CHARS
