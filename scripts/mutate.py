@@ -30,11 +30,9 @@ ROOT = Path(__file__).resolve().parents[1]
 SCRATCH = ROOT / "build" / "mutate"
 MUTMUT = Path(sys.executable).with_name("mutmut")
 
-# The store contract and the breaker on MemoryStore only: the servers, and moto in-process
-# (half a second a test), are too slow to run once per mutant; MemoryStore reaches the same
-# rules (every store applies them through `state`), and the stores' own parsing is tested
-# apart.
-CONTRACT_ON_MEMORY = ["tests/contract", "-k", "memory and not degraded"]
+# The store contract on MemoryStore only: the servers, and moto in-process (half a second a
+# test), are too slow to run once per mutant; MemoryStore reaches the same rules (every store
+# applies them through `state`), and the stores' own parsing is tested apart.
 BREAKER = ["tests/unit/test_breaker.py", "tests/unit/test_rate_breaker.py"]
 
 # The rules: the store contract on MemoryStore, the rules', the report control's and the
@@ -93,7 +91,13 @@ MODULES: dict[str, list[str]] = {
         "tests/unit/test_reporting.py",
     ],
     "tuning": ["tests/unit/test_tuning.py", *BREAKER],
-    "stores/memory": [*CONTRACT_ON_MEMORY],
+    # The contract, and the report control's tests: they start breakers from a seeded record.
+    "stores/memory": [
+        "tests/contract",
+        "tests/unit/test_reporting.py",
+        "-k",
+        "memory and not degraded or test_reporting",
+    ],
     "config": [
         "tests/unit/test_from_env.py",
         "tests/unit/test_docstrings.py",
