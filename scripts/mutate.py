@@ -30,11 +30,11 @@ ROOT = Path(__file__).resolve().parents[1]
 SCRATCH = ROOT / "build" / "mutate"
 MUTMUT = Path(sys.executable).with_name("mutmut")
 
+BREAKER = ["tests/unit/test_breaker.py", "tests/unit/test_rate_breaker.py"]
+
 # The store contract on MemoryStore only: the servers, and moto in-process (half a second a
 # test), are too slow to run once per mutant; MemoryStore reaches the same rules (every store
 # applies them through `state`), and the stores' own parsing is tested apart.
-BREAKER = ["tests/unit/test_breaker.py", "tests/unit/test_rate_breaker.py"]
-
 # The rules: the store contract on MemoryStore, the rules', the report control's and the
 # breaker's unit tests. (-k filters every selected test: it keeps the unit tests, whose names
 # do not say "memory", through their module's name only if it matches; hence the second
