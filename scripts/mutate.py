@@ -100,6 +100,7 @@ MODULES: dict[str, list[str]] = {
     ],
     "config": [
         "tests/unit/test_from_env.py",
+        "tests/unit/test_config_checks.py",
         "tests/unit/test_docstrings.py",
         "tests/unit/test_tuning.py",
         *BREAKER,
