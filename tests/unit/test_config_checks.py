@@ -41,7 +41,10 @@ def test_an_integer_of_21_digits_is_shown_by_its_size() -> None:
     assert str(refused.value).endswith(", got an integer of 21 digits")
 
 
-def test_a_list_of_exception_classes_is_kept_as_a_tuple() -> None:
-    config = BreakerConfig(failure_exceptions=[TimeoutError, ConnectionError])
+def test_powertools_list_of_exception_classes_is_kept_as_a_tuple() -> None:
+    # GIVEN Powertools' handled_exceptions as a list, as Powertools accepts it
+    config = BreakerConfig(handled_exceptions=[TimeoutError, ConnectionError])
+
+    # THEN the breaker counts exactly those classes
 
     assert config.failure_exceptions == (TimeoutError, ConnectionError)
