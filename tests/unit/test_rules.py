@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from fleetbreaker import state as rules
+from fleetbreaker.record import MAX_TOKEN_CHARS
 from fleetbreaker.state import Decision, Lease, Policy, Record, State
 
 T0 = 1_700_000_000_000
@@ -131,6 +132,22 @@ def test_settle_with_an_expired_lease_is_ignored() -> None:
 @pytest.mark.parametrize("token", ["", "abc", "-x", "0-", "100-x", "x-1", "²-x", "٣-x"])
 def test_malformed_tokens_name_no_slot(token: str) -> None:
     assert rules.lease_slot(token) is None
+
+
+def test_a_token_of_the_longest_length_names_its_slot() -> None:
+    token = rules.make_token(3, "n" * (MAX_TOKEN_CHARS - 2))
+
+    assert len(token) == MAX_TOKEN_CHARS
+    assert rules.lease_slot(token) == 3
+
+
+def test_a_nonce_holding_dashes_still_names_the_slot_before_the_first() -> None:
+    assert rules.lease_slot(rules.make_token(1, "a-b-c")) == 1
+
+
+def test_a_two_digit_slot_is_read_whole() -> None:
+    # GIVEN the last slot of 16 probes at once (half_open_max_probes allows up to 16)
+    assert rules.lease_slot(rules.make_token(15, "x")) == 15
 
 
 def test_overrides_outlive_the_idle_ttl() -> None:

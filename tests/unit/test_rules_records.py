@@ -96,3 +96,15 @@ def test_the_quorum_map_breaks_a_tie_by_name_so_every_store_keeps_the_same() -> 
     seen = {"a": T0, "b": T0}
 
     assert rules.note_container(seen, "c", quorum(2), T0) == {"b": T0, "c": T0}
+
+
+def test_a_probe_period_starts_with_no_successes_whatever_the_open_record_held() -> None:
+    # GIVEN an open record carrying a success count (another version's, or a hand edit)
+    record = Record(state=State.OPEN, gen=3, open_until=T0, successes=1)
+
+    # WHEN the first probe claims its lease
+    outcome = rules.apply_claim(record, POLICY, T0, "probe")
+
+    # THEN the half-open period counts its successes from 0
+    assert outcome.record is not None
+    assert (outcome.record.state, outcome.record.successes) == (State.HALF_OPEN, 0)

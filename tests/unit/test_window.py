@@ -6,6 +6,7 @@ not make)."""
 from __future__ import annotations
 
 from fleetbreaker import BreakerConfig
+from fleetbreaker import state as rules
 from fleetbreaker.frozen import replace
 from fleetbreaker.state import Policy, Record, Report, TransitionReason
 from fleetbreaker.window import SlidingWindow, WindowCounts
@@ -115,3 +116,14 @@ def test_a_report_without_slow_calls_leaves_the_slow_map_alone() -> None:
 
     # THEN only the failing map notes it
     assert (added.failing, added.slowing) == ({"a": T0}, {})
+
+
+def test_the_rules_count_the_containers_whose_last_bad_call_is_inside_the_window() -> None:
+    seen = {"old": T0 - QUORUM.window_ms, "new": T0 - QUORUM.window_ms + 1}
+
+    assert rules.live_containers(seen, QUORUM, T0) == 1
+
+
+def test_the_rules_skip_noting_a_container_noted_within_the_bucket() -> None:
+    assert rules.quorum_unchanged({"a": T0}, "a", QUORUM, T0 + 1)
+    assert not rules.quorum_unchanged({"a": T0}, "b", QUORUM, T0 + 1)
