@@ -150,6 +150,13 @@ def test_a_two_digit_slot_is_read_whole() -> None:
     assert rules.lease_slot(rules.make_token(15, "x")) == 15
 
 
+def test_a_name_the_rules_do_not_have_is_an_attribute_error_naming_it() -> None:
+    with pytest.raises(AttributeError) as missing:
+        rules.no_such_rule  # noqa: B018
+
+    assert str(missing.value) == "module 'fleetbreaker.state' has no attribute 'no_such_rule'"
+
+
 def test_overrides_outlive_the_idle_ttl() -> None:
     forced = rules.apply_force(None, POLICY, T0, State.FORCED_OPEN).record
 

@@ -108,3 +108,23 @@ def test_a_probe_period_starts_with_no_successes_whatever_the_open_record_held()
     # THEN the half-open period counts its successes from 0
     assert outcome.record is not None
     assert (outcome.record.state, outcome.record.successes) == (State.HALF_OPEN, 0)
+
+
+def test_a_second_probe_s_lease_records_when_it_was_granted() -> None:
+    # GIVEN a half-open record whose slot 0 is held, under a policy of two probes at once
+    two = Policy.from_config(BreakerConfig(failure_threshold=3, half_open_max_probes=2))
+
+    # WHEN a second caller claims
+    outcome = rules.apply_claim(half_open(), two, T0, "second")
+
+    # THEN its lease, in slot 1, says it was granted now (what a clock-skew check reads)
+    assert outcome.record is not None
+    assert outcome.record.leases[1] == Lease(rules.make_token(1, "second"), T0 + two.lease_ms, T0)
+
+
+def test_a_claim_before_the_open_window_ends_answers_the_record_unchanged() -> None:
+    record = Record(state=State.OPEN, gen=3, open_until=T0 + 1)
+
+    outcome = rules.apply_claim(record, POLICY, T0, "early")
+
+    assert (outcome.record, outcome.changed, outcome.token) == (record, False, None)
