@@ -7,6 +7,7 @@ from __future__ import annotations
 from fleetbreaker import BreakerConfig, State
 from fleetbreaker import state as rules
 from fleetbreaker.frozen import replace
+from fleetbreaker.policy import ttl_seconds
 from fleetbreaker.state import Lease, Policy, ProbeReport, Record
 
 T0 = 1_700_000_000_000
@@ -128,3 +129,28 @@ def test_a_claim_before_the_open_window_ends_answers_the_record_unchanged() -> N
     outcome = rules.apply_claim(record, POLICY, T0, "early")
 
     assert (outcome.record, outcome.changed, outcome.token) == (record, False, None)
+
+
+def test_a_trip_records_when_the_outage_began() -> None:
+    # GIVEN a closed record one failure short of the threshold
+    record = Record(failures=POLICY.failure_threshold - 1, window_start=T0 - 1)
+
+    # WHEN the next failure trips it
+    outcome = rules.apply_failure(record, POLICY, T0)
+
+    # THEN the open record says the outage began now (a later close ramps from it)
+    assert outcome.record is not None
+    assert (outcome.record.state, outcome.record.opened_at) == (State.OPEN, T0)
+
+
+def test_a_record_expires_on_a_whole_second() -> None:
+    # GIVEN a write half-way through a second
+    now = T0 + 500
+
+    outcome = rules.apply_failure(None, POLICY, now)
+
+    # THEN its expiry (DynamoDB's TTL attribute: epoch seconds) is a whole number of seconds
+    assert outcome.record is not None
+    expires_at = outcome.record.expires_at
+    assert type(expires_at) is int
+    assert expires_at == now // 1000 + ttl_seconds(POLICY, State.CLOSED)
