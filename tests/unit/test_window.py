@@ -8,7 +8,7 @@ from __future__ import annotations
 from fleetbreaker import BreakerConfig
 from fleetbreaker import state as rules
 from fleetbreaker.frozen import replace
-from fleetbreaker.state import Policy, Record, Report, TransitionReason
+from fleetbreaker.state import Bucket, Policy, Record, Report, TransitionReason
 from fleetbreaker.window import SlidingWindow, WindowCounts
 
 T0 = 1_700_000_000_000
@@ -54,6 +54,28 @@ def test_one_slow_call_in_the_newest_buckets_trips_when_it_reaches_the_rate_ther
 
     # THEN the newest buckets' rate alone opens the breaker
     assert reason is TransitionReason.SLOW_CALL_RATE
+
+
+def test_one_slow_call_over_the_whole_window_trips_when_it_reaches_the_rate() -> None:
+    # GIVEN 2 calls, 1 slow (50 %), none of them in the newest buckets
+    window = SlidingWindow(replace(QUORUM, min_containers=1))
+
+    reason = window.trip_reason(WindowCounts(calls=2, slow=1))
+
+    # THEN the whole window's rate alone opens the breaker
+    assert reason is TransitionReason.SLOW_CALL_RATE
+
+
+def test_a_report_lands_in_its_second_s_bucket_in_that_bucket_s_slot_of_the_ring() -> None:
+    # GIVEN a 10 s window (ten 1 s buckets) and a report 1.5 s past T0
+    window = SlidingWindow(QUORUM)
+    now = T0 + 1_500
+
+    added = window.add(Record(), now, Report("a", calls=1))
+
+    # THEN it is counted in bucket number now // 1 s, kept in slot number % 10
+    number = now // BUCKET_MS
+    assert added.buckets == {number % 10: Bucket(number, calls=1, reports=1)}
 
 
 def test_a_container_failing_again_within_a_bucket_keeps_its_first_stamp() -> None:
