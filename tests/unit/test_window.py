@@ -26,6 +26,49 @@ QUORUM = Policy.from_config(
 BUCKET_MS = QUORUM.bucket_ms
 
 
+def ring(*buckets: Bucket) -> Record:
+    return Record(buckets={bucket.idx % 10: bucket for bucket in buckets})
+
+
+def test_the_counts_sum_the_window_and_its_two_newest_buckets_apart() -> None:
+    # GIVEN buckets now, one before, and five before (still in the 10-bucket window)
+    window = SlidingWindow(QUORUM)
+    current = T0 // BUCKET_MS
+    now = current * BUCKET_MS + 300
+    record = ring(
+        Bucket(current, calls=1, failures=1, slow=1, reports=1),
+        Bucket(current - 1, calls=20, failures=2, slow=3, reports=4),
+        Bucket(current - 5, calls=300, failures=30, slow=50, reports=70),
+    )
+
+    # WHEN the window counts at 300 ms into the current bucket
+    counts = window.counts(record, now)
+
+    # THEN the whole window, the newest two buckets, and the current one each add up
+    assert counts == WindowCounts(
+        calls=321,
+        failures=33,
+        slow=54,
+        reports=75,
+        recent_calls=21,
+        recent_failures=3,
+        recent_slow=4,
+        recent_reports=5,
+        recent_ms=BUCKET_MS + 300,
+        current_reports=1,
+        current_ms=300,
+    )
+
+
+def test_no_report_yet_in_the_current_bucket_counts_none_there() -> None:
+    window = SlidingWindow(QUORUM)
+    current = T0 // BUCKET_MS
+
+    counts = window.counts(ring(Bucket(current - 1, calls=2, reports=2)), current * BUCKET_MS)
+
+    assert counts.current_reports == 0
+
+
 def test_the_count_policy_trips_on_its_failure_threshold() -> None:
     window = SlidingWindow(Policy.from_config(BreakerConfig(failure_threshold=3)))
 
