@@ -109,6 +109,23 @@ def test_one_slow_call_over_the_whole_window_trips_when_it_reaches_the_rate() ->
     assert reason is TransitionReason.SLOW_CALL_RATE
 
 
+def test_slow_calls_from_fewer_containers_than_the_quorum_do_not_trip() -> None:
+    # GIVEN a quorum of 2 and a slow rate reached by one container's calls
+    window = SlidingWindow(QUORUM)
+
+    reason = window.trip_reason(WindowCounts(calls=2, slow=1, slow_containers=1))
+
+    assert reason is None
+
+
+def test_slow_calls_from_exactly_the_quorum_trip() -> None:
+    window = SlidingWindow(QUORUM)
+
+    reason = window.trip_reason(WindowCounts(calls=2, slow=1, slow_containers=2))
+
+    assert reason is TransitionReason.SLOW_CALL_RATE
+
+
 def test_a_report_lands_in_its_second_s_bucket_in_that_bucket_s_slot_of_the_ring() -> None:
     # GIVEN a 10 s window (ten 1 s buckets) and a report 1.5 s past T0
     window = SlidingWindow(QUORUM)
