@@ -104,3 +104,15 @@ def test_a_word_like_no_command_gets_no_suggestion() -> None:
 
     assert result.code == 2
     assert "did you mean" not in one_line_error(result)
+
+
+def test_a_reason_past_500_characters_exits_2_with_the_limit_in_one_line() -> None:
+    # GIVEN a reason one character past the limit (checked before any store is reached)
+    result = run_in_process(["--table", "CircuitBreakers", "open", "x", "--reason", "r" * 501])
+
+    # THEN the command is refused as a usage error naming the limit, and nothing else
+    assert result.code == 2
+    assert one_line_error(result) == (
+        "fleetbreaker: error: reason is 501 characters; the limit is 500"
+    )
+    assert result.out == ""
