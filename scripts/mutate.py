@@ -63,6 +63,7 @@ RULES = [
 CLI_COMMANDS = [
     "tests/cli/test_cli.py",
     "tests/cli/test_cli_polish.py",
+    "tests/cli/test_main_exits.py",
     "tests/cli/test_watch_in_process.py",
     "tests/cli/test_create_table.py",
     "-k",
