@@ -6,7 +6,8 @@ After a deliberate change, rewrite the file and review its diff:
 
     COLUMNS=100 .venv/bin/python -c \
         'import tests.cli.test_help as t; t.REVIEWED.write_text(t.every_help())'
- (argparse's layout is the dev venv's Python's, 3.11.)
+
+argparse's layout is that of the dev venv's Python (3.11).
 """
 
 from __future__ import annotations
