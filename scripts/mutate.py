@@ -65,6 +65,7 @@ CLI_COMMANDS = [
     "tests/cli/test_cli_polish.py",
     "tests/cli/test_main_exits.py",
     "tests/cli/test_help.py",
+    "tests/cli/test_common.py",
     "tests/cli/test_watch_in_process.py",
     "tests/cli/test_create_table.py",
     "-k",
