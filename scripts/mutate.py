@@ -66,11 +66,13 @@ CLI_COMMANDS = [
     "tests/cli/test_main_exits.py",
     "tests/cli/test_help.py",
     "tests/cli/test_common.py",
+    "tests/cli/test_parser.py",
     "tests/cli/test_watch_in_process.py",
     "tests/cli/test_create_table.py",
     "-k",
     "memory or not (moto_server or dynalite or redis or in_process or region or documented"
-    " or without_ttl) or test_watch_in_process or in_process and (test_create_table or corrupt)",
+    " or without_ttl) or test_watch_in_process or in_process and (test_create_table or corrupt)"
+    " or test_parser",
 ]
 # Where the CLI meets AWS (cli/aws: the store's options, the client, STS, a stack's outputs):
 # the in-process tests on moto, narrowed to those that open a store a different way.
