@@ -67,6 +67,7 @@ CLI_COMMANDS = [
     "tests/cli/test_help.py",
     "tests/cli/test_common.py",
     "tests/cli/test_parser.py",
+    "tests/cli/test_view.py",
     "tests/cli/test_watch_in_process.py",
     "tests/cli/test_create_table.py",
     "-k",

@@ -1,0 +1,103 @@
+"""What `list` and `status` print, character for character, from records built by hand
+(pure: no store): aligned columns coloured after padding, unknown figures as dashes, every
+status field, and JSON Lines with sorted keys."""
+
+from __future__ import annotations
+
+import io
+import json
+
+from fleetbreaker.cli.view import BreakerView, _emit_json, render_status, render_table, view_of
+from fleetbreaker.state import Record, State
+from fleetbreaker.tuning import Action
+
+T = 1_764_561_600_000  # 2025-12-01T04:00:00Z
+
+
+def forced_open() -> BreakerView:
+    """Open for 30 s more since 5 s ago; an operator acted 1 s ago, giving no reason."""
+    record = Record(
+        State.OPEN,
+        gen=2,
+        opened_at=T - 5_000,
+        open_until=T + 30_000,
+        updated_at=T - 5_000,
+        last_action=Action("forced_open", "ops", None, T - 1_000).encode(),
+    )
+    return view_of("payment-api", record, T)
+
+
+def tuned_closed() -> BreakerView:
+    """Closed with 2 failures counted and two settings tuned live."""
+    record = Record(
+        State.CLOSED,
+        gen=3,
+        failures=2,
+        window_start=T - 100,
+        updated_at=T - 100,
+        tuned='{"recovery_timeout":45,"failure_threshold":9}',
+    )
+    return view_of("ledger", record, T)
+
+
+def test_the_table_colours_each_state_after_padding_it() -> None:
+    shown = render_table([tuned_closed(), forced_open()], colour=True)
+
+    assert shown.splitlines() == [
+        "NAME         STATE   FAILURES  CALLS  OPEN UNTIL                LAST CHANGE",
+        "ledger       \x1b[32mclosed\x1b[0m  2         0      -                         "
+        "2025-12-01T03:59:59.900Z",
+        "payment-api  \x1b[31mopen  \x1b[0m  0         0      2025-12-01T04:00:30.000Z  "
+        "2025-12-01T03:59:55.000Z",
+    ]
+
+
+def test_the_table_shows_unknown_figures_as_dashes_without_trailing_spaces() -> None:
+    # GIVEN a breaker with no record (nothing known of its calls or times) after an open one
+    shown = render_table([forced_open(), view_of("x", None, T)], colour=False)
+
+    assert shown.splitlines() == [
+        "NAME         STATE   FAILURES  CALLS  OPEN UNTIL                LAST CHANGE",
+        "payment-api  open    0         0      2025-12-01T04:00:30.000Z  2025-12-01T03:59:55.000Z",
+        "x            closed  0         -      -                         -",
+    ]
+
+
+def test_status_shows_every_figure_and_an_action_given_without_a_reason() -> None:
+    assert render_status(forced_open(), colour=False).splitlines() == [
+        "name         payment-api",
+        "state        open",
+        "generation   2",
+        "failures     0",
+        "calls        0",
+        "slow calls   0",
+        "containers   0",
+        "open until   2025-12-01T04:00:30.000Z",
+        "retry after  30.0s",
+        "last change  2025-12-01T03:59:55.000Z",
+        "mode         as deployed (BREAKER_MODE)",
+        "tuned        -",
+        "last action  forced_open by ops at 2025-12-01T03:59:59.000Z",
+    ]
+
+
+def test_status_lists_tuned_settings_sorted_and_no_action_or_retry_as_dashes() -> None:
+    shown = render_status(tuned_closed(), colour=False).splitlines()
+
+    assert shown[8:] == [
+        "retry after  -",
+        "last change  2025-12-01T03:59:59.900Z",
+        "mode         as deployed (BREAKER_MODE)",
+        "tuned        failure_threshold=9, recovery_timeout=45",
+        "last action  -",
+    ]
+
+
+def test_json_lines_carry_their_keys_sorted() -> None:
+    out = io.StringIO()
+
+    _emit_json(out, [forced_open()])
+
+    (line,) = out.getvalue().splitlines()
+    keys = list(json.loads(line))
+    assert keys == sorted(keys)
