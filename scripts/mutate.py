@@ -12,7 +12,9 @@ modules the tests import. Not part of CI: a whole run takes tens of minutes.
 
 prints, per module, the mutants killed, survived, timed out and untested, and the score
 (killed and timed out over all), and lists the survivors (`mutmut show NAME` in the module's
-scratch directory shows one). Results go to build/mutate/summary.json too.
+scratch directory shows one); then the total time and the load average. Modules that share
+a test selection are mutated in one mutmut run (one stats pass instead of one each); their
+line gives that run's time. Results go to build/mutate/summary.json too.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRATCH = ROOT / "build" / "mutate"
@@ -137,36 +140,45 @@ if not hasattr(_pytest.nodes.Node, "_nodeid"):
 STATUSES = ("killed", "survived", "timeout", "no tests", "suspicious", "skipped", "segfault")
 
 
-def scratch_copy(module: str) -> Path:
-    """The tracked files of the working tree, in build/mutate/<module>/, with src -> layer."""
-    target = SCRATCH / module.replace("/", "-")
+def scratch_copy(name: str) -> Path:
+    """The tracked files of the working tree, in build/mutate/<name>/, with src -> layer."""
+    target = SCRATCH / name.replace("/", "-")
     shutil.rmtree(target, ignore_errors=True)
     files = subprocess.run(
         ["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True
     ).stdout.split(b"\0")
-    for name in filter(None, files):
-        source = ROOT / os.fsdecode(name)
+    for file in filter(None, files):
+        source = ROOT / os.fsdecode(file)
         if source.is_file():
-            (target / os.fsdecode(name)).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(source, target / os.fsdecode(name))
+            (target / os.fsdecode(file)).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, target / os.fsdecode(file))
     (target / "src").symlink_to("layer")
     with (target / "tests" / "conftest.py").open("a") as conftest:
         conftest.write(PYTEST_SHIM)
     return target
 
 
-def configure(target: Path, module: str) -> None:
-    tests = MODULES[module]
+def configure(target: Path, modules: list[str]) -> None:
+    tests = MODULES[modules[0]]
     options = ["-p", "no:cacheprovider", "-p", "no:cov", "-x", "-q"]
+    paths = [f"src/fleetbreaker/{module}.py" for module in modules]
     config = (
         "\n[tool.mutmut]\n"
         'source_paths = ["src"]\n'
-        f'only_mutate = ["src/fleetbreaker/{module}.py"]\n'
+        f"only_mutate = {json.dumps(paths)}\n"
         f"pytest_add_cli_args = {json.dumps(options)}\n"
         f"pytest_add_cli_args_test_selection = {json.dumps(tests)}\n"
     )
     with (target / "pyproject.toml").open("a") as file:
         file.write(config)
+
+
+def module_of(mutant: str) -> str:
+    """The module a mutant's name places it in: fleetbreaker.cli.x_main__mutmut_1 is
+    cli/__init__, fleetbreaker.cli.view.x_... is cli/view."""
+    dotted = mutant.split(".x_")[0].split(".xǁ")[0].removeprefix("fleetbreaker.")
+    path = dotted.replace(".", "/")
+    return f"{path}/__init__" if (ROOT / "layer" / "fleetbreaker" / path).is_dir() else path
 
 
 def results(target: Path) -> dict[str, str]:
@@ -185,9 +197,28 @@ def results(target: Path) -> dict[str, str]:
     return found
 
 
-def run(module: str, children: int) -> dict[str, object]:
-    target = scratch_copy(module)
-    configure(target, module)
+def outcome_of(
+    module: str, statuses: dict[str, str], seconds: float, target: Path
+) -> dict[str, Any]:
+    mine = {name: status for name, status in statuses.items() if module_of(name) == module}
+    counts = {status: sum(1 for s in mine.values() if s == status) for status in STATUSES}
+    total = len(mine)
+    score = (counts["killed"] + counts["timeout"]) / total if total else 0.0
+    return {
+        "module": module,
+        "mutants": total,
+        **counts,
+        "score": round(score, 3),
+        "seconds": round(seconds),
+        "survivors": {n: s for n, s in sorted(mine.items()) if s not in ("killed", "timeout")},
+        "scratch": str(target.relative_to(ROOT)),
+    }
+
+
+def run(modules: list[str], children: int) -> list[dict[str, Any]]:
+    """One mutmut run over ``modules`` (which share a test selection: one stats pass)."""
+    target = scratch_copy("+".join(modules))
+    configure(target, modules)
     began = time.monotonic()
     log = target / "mutmut.log"
     with log.open("w") as out:
@@ -200,18 +231,15 @@ def run(module: str, children: int) -> dict[str, object]:
         )
     seconds = time.monotonic() - began
     statuses = results(target)
-    counts = {status: sum(1 for s in statuses.values() if s == status) for status in STATUSES}
-    total = len(statuses)
-    score = (counts["killed"] + counts["timeout"]) / total if total else 0.0
-    return {
-        "module": module,
-        "mutants": total,
-        **counts,
-        "score": round(score, 3),
-        "seconds": round(seconds),
-        "survivors": {n: s for n, s in sorted(statuses.items()) if s not in ("killed", "timeout")},
-        "scratch": str(target.relative_to(ROOT)),
-    }
+    return [outcome_of(module, statuses, seconds, target) for module in modules]
+
+
+def groups(modules: list[str]) -> list[list[str]]:
+    """``modules`` gathered by test selection, in order: each group is one mutmut run."""
+    by_tests: dict[tuple[str, ...], list[str]] = {}
+    for module in modules:
+        by_tests.setdefault(tuple(MODULES[module]), []).append(module)
+    return list(by_tests.values())
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -226,19 +254,19 @@ def main(argv: list[str] | None = None) -> int:
     summary_path = SCRATCH / "summary.json"
     summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
     began = time.monotonic()
-    for module in args.modules or DEFAULT:
-        outcome = run(module, args.children)
-        summary[module] = outcome
-        summary_path.write_text(json.dumps(summary, indent=2) + "\n")
-        print(
-            f"{module:14} {outcome['mutants']:4} mutants  killed {outcome['killed']:4}  "
-            f"survived {outcome['survived']:3}  timeout {outcome['timeout']:3}  "
-            f"untested {outcome['no tests']:3}  score {outcome['score']:.1%}  "
-            f"({outcome['seconds']} s)",
-            flush=True,
-        )
-        for name, status in outcome["survivors"].items():  # type: ignore[attr-defined]
-            print(f"    {status:9} {name}")
+    for group in groups(args.modules or DEFAULT):
+        for outcome in run(group, args.children):
+            summary[outcome["module"]] = outcome
+            summary_path.write_text(json.dumps(summary, indent=2) + "\n")
+            print(
+                f"{outcome['module']:14} {outcome['mutants']:4} mutants  killed "
+                f"{outcome['killed']:4}  survived {outcome['survived']:3}  timeout "
+                f"{outcome['timeout']:3}  untested {outcome['no tests']:3}  score "
+                f"{outcome['score']:.1%}  ({outcome['seconds']} s for {'+'.join(group)})",
+                flush=True,
+            )
+            for name, status in outcome["survivors"].items():
+                print(f"    {status:9} {name}")
     load = os.getloadavg()
     print(
         f"total {time.monotonic() - began:.0f} s, load average now"
