@@ -1,13 +1,27 @@
 """What `list` and `status` print, character for character, from records built by hand
 (pure: no store): aligned columns coloured after padding, unknown figures as dashes, every
-status field, and JSON Lines with sorted keys."""
+status field, JSON Lines with sorted keys; colour only on a terminal without NO_COLOR; a
+record that cannot be read shown under its name."""
 
 from __future__ import annotations
 
 import io
 import json
+from typing import Any
 
-from fleetbreaker.cli.view import BreakerView, _emit_json, render_status, render_table, view_of
+import pytest
+
+from fleetbreaker import MemoryStore
+from fleetbreaker.cli.view import (
+    BreakerView,
+    _colour_enabled,
+    _emit_json,
+    gather_one,
+    render_status,
+    render_table,
+    view_of,
+)
+from fleetbreaker.errors import CorruptRecordError
 from fleetbreaker.state import Record, State
 from fleetbreaker.tuning import Action
 
@@ -101,3 +115,36 @@ def test_json_lines_carry_their_keys_sorted() -> None:
     (line,) = out.getvalue().splitlines()
     keys = list(json.loads(line))
     assert keys == sorted(keys)
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_a_terminal_gets_colour(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("NO_COLOR", raising=False)
+
+    assert _colour_enabled(Terminal())
+
+
+def test_no_color_turns_a_terminal_s_colour_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NO_COLOR", "1")
+
+    assert not _colour_enabled(Terminal())
+
+
+class CorruptStore(MemoryStore):
+    def load(self, name: str, now_ms: int) -> Any:
+        raise CorruptRecordError("state 'melted' is not a state")
+
+
+def test_a_record_that_cannot_be_read_is_shown_corrupt_under_its_name() -> None:
+    view = gather_one(CorruptStore(), "payment-api", T)
+
+    assert view is not None
+    assert (view.name, view.state, view.error) == (
+        "payment-api",
+        "corrupt",
+        "state 'melted' is not a state",
+    )
