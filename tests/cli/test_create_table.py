@@ -265,3 +265,46 @@ def test_dynalite_table_is_created_and_the_missing_ttl_api_named(
     assert described["TableStatus"] == "ACTIVE"
     assert described["KeySchema"] == [{"AttributeName": "name", "KeyType": "HASH"}]
     assert described["BillingModeSummary"]["BillingMode"] == "PAY_PER_REQUEST"
+
+
+# -- in-process, what the console script's tests above check in a child process -------------
+
+NO_REGION = {"AWS_DEFAULT_REGION": "", "AWS_REGION": "", "AWS_CONFIG_FILE": "/dev/null"}
+
+
+def test_in_process_without_a_region_exits_2_saying_how_to_give_one(table: str) -> None:
+    result = run_in_process(["create-table", table], NO_REGION)
+
+    assert result.code == 2
+    assert one_line_error(result) == (
+        "fleetbreaker: error: no AWS region: pass --region or set AWS_REGION"
+    )
+
+
+def test_in_process_the_region_option_is_the_table_s_region(table: str) -> None:
+    from moto import mock_aws
+
+    with mock_aws():
+        # GIVEN no region in the environment, and --region eu-west-1
+        result = run_in_process(["create-table", table, "--region", "eu-west-1"], NO_REGION)
+
+        # THEN the table is made there
+        assert result.code == 0, result.err
+        client = boto3.client("dynamodb", region_name="eu-west-1")
+        assert table in client.list_tables()["TableNames"]
+
+
+def test_in_process_an_unreachable_endpoint_exits_3_naming_the_table_and_the_endpoint(
+    table: str,
+) -> None:
+    from moto import mock_aws
+
+    with mock_aws():
+        # GIVEN an endpoint nothing listens on (moto in-process would answer any other)
+        result = run_in_process(["create-table", table, "--endpoint-url", "http://127.0.0.1:9"])
+
+    assert result.code == 3
+    assert one_line_error(result) == (
+        f"fleetbreaker: error: cannot create table {table!r}: Could not connect to the"
+        ' endpoint URL: "http://127.0.0.1:9/"'
+    )

@@ -81,3 +81,24 @@ def test_json_is_kept_before_or_after_the_command(where: str) -> None:
     given = ["--json", "list"] if where == "before" else ["list", "--json"]
 
     assert cli.build_parser().parse_args(given).json is True
+
+
+def test_tune_without_settings_names_every_option_it_takes() -> None:
+    result = run_in_process(["--table", "T", "tune", "x"])
+
+    assert result.code == 2
+    assert one_line_error(result) == (
+        "fleetbreaker: error: tune needs at least one of --failure-threshold, --window-seconds,"
+        " --recovery-timeout, --half-open-max-probes, --half-open-successes,"
+        " --failure-rate-threshold, --minimum-calls, --slow-call-duration,"
+        " --slow-call-rate-threshold, --min-containers, --mode, or --clear"
+    )
+
+
+def test_tune_with_settings_and_clear_is_refused() -> None:
+    result = run_in_process(["--table", "T", "tune", "x", "--clear", "--minimum-calls", "3"])
+
+    assert result.code == 2
+    assert one_line_error(result) == (
+        "fleetbreaker: error: tune takes settings or --clear, not both"
+    )

@@ -1,21 +1,25 @@
 """What `list` and `status` print, character for character, from records built by hand
 (pure: no store): aligned columns coloured after padding, unknown figures as dashes, every
 status field, JSON Lines with sorted keys; colour only on a terminal without NO_COLOR; a
-record that cannot be read shown under its name."""
+record that cannot be read shown under its name; and `list` and `status` on a terminal
+(cli.main on the memory backend) printing exactly that."""
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 from typing import Any
 
 import pytest
 
-from fleetbreaker import MemoryStore
+from fleetbreaker import MemoryStore, cli
+from fleetbreaker.breaker import system_clock
 from fleetbreaker.cli.view import (
     BreakerView,
     _colour_enabled,
     _emit_json,
+    gather_all,
     gather_one,
     render_status,
     render_table,
@@ -24,6 +28,7 @@ from fleetbreaker.cli.view import (
 from fleetbreaker.errors import CorruptRecordError
 from fleetbreaker.state import Record, State
 from fleetbreaker.tuning import Action
+from tests.cli.conftest import Backend, fail
 
 T = 1_764_561_600_000  # 2025-12-01T04:00:00Z
 
@@ -148,3 +153,35 @@ def test_a_record_that_cannot_be_read_is_shown_corrupt_under_its_name() -> None:
         "corrupt",
         "state 'melted' is not a state",
     )
+
+
+def on_terminal(backend: Backend, *args: str) -> str:
+    screen = Terminal()
+    with contextlib.redirect_stdout(screen):
+        assert cli.main([*backend.options, *args]) == 0
+    return screen.getvalue()
+
+
+def test_list_on_a_terminal_prints_the_coloured_table_and_one_newline(
+    memory_backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN one breaker, and a terminal that allows colour
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    fail(memory_backend, "payment-api", 1)
+
+    shown = on_terminal(memory_backend, "list")
+
+    views = gather_all(memory_backend.store, system_clock())
+    assert shown == render_table(views, colour=True) + "\n"
+    assert "\x1b[32m" in shown
+
+
+def test_status_on_a_terminal_is_coloured(
+    memory_backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    fail(memory_backend, "payment-api", 1)
+
+    shown = on_terminal(memory_backend, "status", "payment-api")
+
+    assert "state        \x1b[32mclosed\x1b[0m\n" in shown
