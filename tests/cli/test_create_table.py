@@ -308,3 +308,50 @@ def test_in_process_an_unreachable_endpoint_exits_3_naming_the_table_and_the_end
         f"fleetbreaker: error: cannot create table {table!r}: Could not connect to the"
         ' endpoint URL: "http://127.0.0.1:9/"'
     )
+
+
+def test_in_process_a_table_made_with_a_stream_says_so(table: str) -> None:
+    from moto import mock_aws
+
+    with mock_aws():
+        result = run_in_process(["create-table", table, "--stream"])
+
+    assert result.code == 0, result.err
+    assert result.out == (
+        f"created table {table!r}: key name (S), on-demand, TTL on expires_at, encrypted with"
+        " KMS (AWS managed key), stream NEW_AND_OLD_IMAGES\n"
+    )
+
+
+def test_in_process_the_json_answer_has_its_keys_sorted(table: str) -> None:
+    from moto import mock_aws
+
+    with mock_aws():
+        result = run_in_process(["create-table", table, "--json"])
+
+    assert result.out == f'{{"created": true, "differences": [], "table": "{table}"}}\n'
+
+
+def test_in_process_each_difference_is_named_in_the_one_line(table: str) -> None:
+    from moto import mock_aws
+
+    with mock_aws():
+        # GIVEN Powertools' default table: keyed on `id`, provisioned
+        boto3.client("dynamodb").create_table(
+            TableName=table,
+            AttributeDefinitions=[{"AttributeName": "id", "AttributeType": "S"}],
+            KeySchema=[{"AttributeName": "id", "KeyType": "HASH"}],
+            ProvisionedThroughput={"ReadCapacityUnits": 1, "WriteCapacityUnits": 1},
+        )
+
+        result = run_in_process(["create-table", table])
+
+    # THEN exit 1, the differences separated by "; " after what the table is not
+    assert result.code == 1
+    line = one_line_error(result)
+    prefix = (
+        f"fleetbreaker: error: table {table!r} exists but is not a breaker table as"
+        " template.yaml declares it: "
+    )
+    assert line.startswith(prefix)
+    assert "key is id (S, HASH); want name (S, HASH) only; billing mode is PROVISIONED" in line
