@@ -10,10 +10,11 @@ with the one in the file instead of the source's modification time, which a zip 
 does not keep to the second. A pyc that no longer matches its source is ignored, never run.
 
 A runtime with no interpreter here is skipped with a line saying so (its cold starts compile
-the source, as before); a file one interpreter cannot compile (another version's syntax in a
-bundled dependency) is listed and left as source. A fleetbreaker module that does not compile
-fails the build. No interpreter for any of the runtimes is a warning: the layer then works as
-before, compiling at each cold start.
+the source, as before); a file of a bundled dependency (one pip installed: listed in a
+``*.dist-info/RECORD``) that an interpreter cannot compile (another version's syntax) is
+listed and left as source. Any other file that does not compile (the package's, a
+function's own modules) fails the build. No interpreter for any of the runtimes is a warning:
+the layer then works as before, compiling at each cold start.
 
     python compile_bytecode.py DIRECTORY 3.11 3.12 3.13 3.14
 """
@@ -43,7 +44,16 @@ for path in sorted(Path(sys.argv[1]).rglob("*.py")):
 print("\\n".join(failed))
 """
 
-PACKAGE = "fleetbreaker"
+
+def installed_files(directory: Path) -> set[str]:
+    """The files pip installed under ``directory`` (relative, "/"-separated), from RECORDs."""
+    files: set[str] = set()
+    for record in directory.glob("*.dist-info/RECORD"):
+        for line in record.read_text().splitlines():
+            path = line.rsplit(",", 2)[0]
+            if path:
+                files.add(path.replace(os.sep, "/"))
+    return files
 
 
 def interpreter(version: str) -> str | None:
@@ -89,7 +99,10 @@ def main(argv: list[str]) -> int:
             print(f"compile_bytecode: python{version} failed:\n{result.stderr}", file=sys.stderr)
             return 1
         failed = [line for line in result.stdout.splitlines() if line]
-        ours = [path for path in failed if f"/{PACKAGE}/" in path.replace(os.sep, "/")]
+        installed = installed_files(directory)
+        ours = [
+            path for path in failed if Path(path).relative_to(directory).as_posix() not in installed
+        ]
         if ours:
             print(f"compile_bytecode: python{version} cannot compile {ours}", file=sys.stderr)
             return 1

@@ -210,6 +210,21 @@ def test_the_layer_build_compiles_for_exactly_the_declared_runtimes() -> None:
     assert slim["CompatibleRuntimes"] == declared_runtimes()
 
 
+def test_every_function_build_compiles_for_exactly_the_runtimes_the_template_allows() -> None:
+    # GIVEN the template's Runtime parameter, and the include every function's Makefile uses
+    include = (REPO_ROOT / "functions" / "shared" / "bytecode.mk").read_text()
+    versions = re.search(r"^BYTECODE_VERSIONS \?= (.+)$", include, re.MULTILINE)
+    assert versions is not None
+    allowed = load_template()["Parameters"]["Runtime"]["AllowedValues"]
+
+    # THEN the functions' bytecode covers exactly those runtimes, and every build writes it
+    assert [f"python{v}" for v in versions.group(1).split()] == allowed
+    for makefile in sorted((REPO_ROOT / "functions").glob("*/Makefile")):
+        text = makefile.read_text()
+        assert "include $(SHARED)/bytecode.mk" in text, makefile
+        assert "\t$(COMPILE_BYTECODE)" in text, makefile
+
+
 def test_function_holds_its_code_and_requests(build_dir: Path) -> None:
     function = build_dir / "PaymentFunction"
     assert (function / "app.py").is_file()
@@ -324,8 +339,16 @@ IMPORT_EVERYTHING = textwrap.dedent(
 
 INVOKE_FUNCTION = textwrap.dedent(
     """
-    import json, sys
+    import builtins, json, sys
     sys.path[:0] = json.loads(sys.argv[1])
+    built = tuple(sys.path[:2])  # the function's code, then the layer
+    compiled = []  # the built sources this interpreter had to compile (no bytecode for it)
+    compile_source = builtins.compile
+    def spy(source, filename, *args, **kwargs):
+        if str(filename).startswith(built):
+            compiled.append(str(filename))
+        return compile_source(source, filename, *args, **kwargs)
+    builtins.compile = spy
     import app
     from types import SimpleNamespace
     context = SimpleNamespace(function_name="payment", memory_limit_in_mb=256,
@@ -336,7 +359,7 @@ INVOKE_FUNCTION = textwrap.dedent(
         with open(path) as f:
             response = app.lambda_handler(json.load(f), context)
         answers[path.rsplit("/", 1)[-1]] = response["statusCode"]
-    print(json.dumps(answers))
+    print(json.dumps({"answers": answers, "compiled": compiled}))
     """
 )
 
@@ -404,11 +427,13 @@ def test_built_function_answers_on_declared_runtime(
         }
 
         # WHEN sample events are invoked through the built lambda_handler
-        answers = isolated(python, INVOKE_FUNCTION, json.dumps(paths), *events, env=env)
+        result = isolated(python, INVOKE_FUNCTION, json.dumps(paths), *events, env=env)
 
-    # THEN the payment is charged through the provider and the bad body is a 400
-    assert answers == {"payment-ok.json": 200, "payment-bad-body.json": 400}
+    # THEN the payment is charged through the provider and the bad body is a 400, from the
+    # build's bytecode: neither the handler, its dependencies nor the layer was compiled
+    assert result["answers"] == {"payment-ok.json": 200, "payment-bad-body.json": 400}
     assert api.calls == 1
+    assert result["compiled"] == []
 
 
 # --------------------------------------------------------------------------- the slim layer

@@ -70,12 +70,31 @@ def test_a_package_module_that_does_not_compile_fails_the_build(tmp_path: Path) 
     assert "fleetbreaker/broken.py" in result.stderr
 
 
+def test_a_function_module_that_does_not_compile_fails_the_build(tmp_path: Path) -> None:
+    # GIVEN a function's directory: its own handler (broken) beside a dependency pip installed
+    write(tmp_path / "app.py", "def handler(event, context:\n")
+    write(tmp_path / "dependency" / "core.py", "VALUE = 1\n")
+    write(tmp_path / "dependency-1.0.dist-info" / "RECORD", "dependency/core.py,sha256=x,10\n")
+
+    # WHEN the bytecode is compiled
+    result = compile_layer(tmp_path, HERE)
+
+    # THEN the build fails and names the handler: only what pip installed may stay source
+    assert result.returncode == 1
+    assert "app.py" in result.stderr
+
+
 def test_a_dependency_file_that_does_not_compile_is_listed_and_left_as_source(
     tmp_path: Path,
 ) -> None:
-    # GIVEN a bundled dependency with a file this Python cannot compile (another version's)
+    # GIVEN a dependency pip installed (its RECORD lists the file) with a file this Python
+    # cannot compile (another version's syntax)
     write(tmp_path / "fleetbreaker" / "__init__.py", "VALUE = 1\n")
     write(tmp_path / "dependency" / "py2_only.py", "print 'hello'\n")
+    write(
+        tmp_path / "dependency-1.0.dist-info" / "RECORD",
+        "dependency/py2_only.py,sha256=x,14\ndependency-1.0.dist-info/RECORD,,\n",
+    )
 
     # WHEN the bytecode is compiled
     result = compile_layer(tmp_path, HERE)
