@@ -137,6 +137,12 @@ if not hasattr(_pytest.nodes.Node, "_nodeid"):
     _pytest.nodes.Node._nodeid = property(lambda node: node.nodeid)
 """
 
+# A mutant whose tests run past this many times their measured time (plus 1 s) is stopped
+# and counted a timeout (killed). mutmut's default, 15, let each mutant that loops `watch`
+# forever (it sleeps, so no CPU limit stops it) hold the run for minutes; the tests are
+# deterministic, and the stats pass measures them under the same load.
+TIMEOUT_MULTIPLIER = 5
+
 STATUSES = ("killed", "survived", "timeout", "no tests", "suspicious", "skipped", "segfault")
 
 
@@ -168,6 +174,7 @@ def configure(target: Path, modules: list[str]) -> None:
         f"only_mutate = {json.dumps(paths)}\n"
         f"pytest_add_cli_args = {json.dumps(options)}\n"
         f"pytest_add_cli_args_test_selection = {json.dumps(tests)}\n"
+        f"timeout_multiplier = {TIMEOUT_MULTIPLIER}\n"
     )
     with (target / "pyproject.toml").open("a") as file:
         file.write(config)
