@@ -81,13 +81,14 @@ CLI_COMMANDS = [
 # Where the CLI meets AWS (cli/aws: the store's options, the client, STS, a stack's outputs):
 # the in-process tests on moto, narrowed to those that open a store a different way.
 CLI_AWS = [
+    "tests/cli/test_aws_in_process.py",
     "tests/cli/test_store_environ.py",
     "tests/cli/test_stack_in_process.py",
     "tests/cli/test_create_table.py",
     "tests/cli/test_cli.py",
     "-k",
-    "test_store_environ or test_stack_in_process or in_process and (test_create_table"
-    " or open_forces or status_of_an)",
+    "test_store_environ or test_stack_in_process or test_aws_in_process"
+    " or in_process and (test_create_table or open_forces or status_of_an)",
 ]
 
 # Module (under layer/fleetbreaker) -> the tests that cover it.

@@ -1,0 +1,115 @@
+"""Where the CLI meets AWS, in-process (moto in-process where AWS must answer): an endpoint
+or a region missing is a usage error saying what to pass, the caller's identity comes from
+STS when there is one and is the local user otherwise, and a stack's outputs name the cache
+(as rediss://, with its IAM user) or the table."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Iterator
+
+import pytest
+
+from fleetbreaker import tuning
+from fleetbreaker.cli import build_parser, store_environ
+from fleetbreaker.cli.aws import caller_identity
+from fleetbreaker.stores import IAM_CACHE_ENV, IAM_USER_ENV, TABLE_ENV, URL_ENV
+from tests.cli.conftest import MOTO_ARN, one_line_error, run_in_process, stack_with_table
+
+NO_REGION = {"AWS_DEFAULT_REGION": "", "AWS_REGION": "", "AWS_CONFIG_FILE": "/dev/null"}
+NO_STS = {"AWS_ENDPOINT_URL_STS": "", "AWS_ENDPOINT_URL": ""}
+
+
+@pytest.fixture
+def aws() -> Iterator[None]:
+    from moto import mock_aws
+
+    with mock_aws():
+        yield
+
+
+def parse(*argv: str) -> argparse.Namespace:
+    return build_parser().parse_args([*argv, "list"])
+
+
+def test_an_endpoint_without_a_scheme_is_a_usage_error_showing_one() -> None:
+    result = run_in_process(["--table", "T", "--endpoint-url", "localhost:8000", "list"])
+
+    assert result.code == 2
+    assert one_line_error(result) == (
+        "fleetbreaker: error: --endpoint-url 'localhost:8000' is not an http(s) URL: include"
+        " the scheme, e.g. http://localhost:8000"
+    )
+
+
+def test_no_region_is_a_usage_error_saying_how_to_give_one() -> None:
+    result = run_in_process(["--table", "T", "list"], NO_REGION)
+
+    assert result.code == 2
+    assert one_line_error(result) == (
+        "fleetbreaker: error: no AWS region: pass --region or set AWS_REGION"
+        " (or AWS_DEFAULT_REGION)"
+    )
+
+
+def test_a_local_dynamodb_without_sts_records_the_local_user(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for variable in NO_STS:
+        monkeypatch.delenv(variable, raising=False)
+
+    who = caller_identity(parse("--table", "T", "--endpoint-url", "http://localhost:8000"))
+
+    assert who == tuning.local_user()
+
+
+def test_the_caller_is_who_sts_says(aws: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    for variable in NO_STS:
+        monkeypatch.delenv(variable, raising=False)
+
+    assert caller_identity(parse("--table", "T")) == MOTO_ARN
+
+
+def test_an_sts_that_does_not_answer_leaves_the_local_user(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # GIVEN an STS endpoint nothing listens on
+    monkeypatch.setenv("AWS_ENDPOINT_URL_STS", "http://127.0.0.1:9")
+
+    who = caller_identity(parse("--table", "T"))
+
+    assert who == tuning.local_user()
+
+
+def test_a_stack_s_cache_is_reached_over_tls_as_its_iam_user(aws: None) -> None:
+    # GIVEN a stack whose outputs name a table, a cache and the cache's IAM user
+    stack = stack_with_table(None, "breakers", "cache.example:6379", ("user-1", "cache-1"))
+
+    env = store_environ(parse("--stack", stack), {})
+
+    # THEN the cache wins, over TLS, signed in as its user
+    assert (env[URL_ENV], env[IAM_USER_ENV], env[IAM_CACHE_ENV]) == (
+        "rediss://cache.example:6379",
+        "user-1",
+        "cache-1",
+    )
+    assert TABLE_ENV not in env
+
+
+def test_a_stack_without_a_store_output_is_a_usage_error_naming_both(aws: None) -> None:
+    import json
+
+    import boto3
+
+    boto3.client("cloudformation").create_stack(
+        StackName="empty",
+        TemplateBody=json.dumps({"Resources": {"Q": {"Type": "AWS::SQS::Queue"}}}),
+    )
+
+    result = run_in_process(["--stack", "empty", "list"])
+
+    assert result.code == 2
+    assert one_line_error(result) == (
+        "fleetbreaker: error: stack 'empty' has neither CircuitBreakersTableName nor"
+        " BreakerCacheEndpoint"
+    )
