@@ -105,8 +105,9 @@ MODULES: dict[str, list[str]] = {
     "stores/memory": [
         "tests/contract",
         "tests/unit/test_reporting.py",
+        "tests/unit/test_memory_store.py",
         "-k",
-        "memory and not degraded or test_reporting",
+        "memory and not degraded or test_reporting or test_memory_store",
     ],
     "config": [
         "tests/unit/test_from_env.py",
