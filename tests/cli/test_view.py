@@ -185,3 +185,12 @@ def test_status_on_a_terminal_is_coloured(
     shown = on_terminal(memory_backend, "status", "payment-api")
 
     assert "state        \x1b[32mclosed\x1b[0m\n" in shown
+
+
+def test_status_of_a_record_that_cannot_be_read_ends_with_why() -> None:
+    view = gather_one(CorruptStore(), "payment-api", T)
+    assert view is not None
+
+    shown = render_status(view, colour=False).splitlines()
+
+    assert shown[-1] == "error        state 'melted' is not a state"
