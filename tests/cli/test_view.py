@@ -29,6 +29,7 @@ from fleetbreaker.errors import CorruptRecordError
 from fleetbreaker.state import Record, State
 from fleetbreaker.tuning import Action
 from tests.cli.conftest import Backend, fail
+from tests.cli.test_watch_in_process import Terminal
 
 T = 1_764_561_600_000  # 2025-12-01T04:00:00Z
 
@@ -120,11 +121,6 @@ def test_json_lines_carry_their_keys_sorted() -> None:
     (line,) = out.getvalue().splitlines()
     keys = list(json.loads(line))
     assert keys == sorted(keys)
-
-
-class Terminal(io.StringIO):
-    def isatty(self) -> bool:
-        return True
 
 
 def test_a_terminal_gets_colour(monkeypatch: pytest.MonkeyPatch) -> None:
