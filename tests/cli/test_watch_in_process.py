@@ -7,11 +7,13 @@ import contextlib
 import io
 import json
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
-from fleetbreaker import cli
+from fleetbreaker import MemoryStore, StoreError, cli
 from fleetbreaker.breaker import system_clock
+from fleetbreaker.cli import commands
 from tests.cli.conftest import POLICY, Backend, fail, one_line_error
 from tests.cli.test_cli import report_calls
 
@@ -151,3 +153,37 @@ def test_watch_counts_the_window_it_is_given(in_process_backend: Backend, name: 
     assert (frame["calls"], frame["failures"], frame["slow_calls"]) == (15, 5, 1)
     # AND its keys come in one order, sorted, frame after frame (a diff of two frames is clean)
     assert list(frame) == sorted(frame)
+
+
+class FailingStore(MemoryStore):
+    """A MemoryStore that, once given ``answers``, answers that many reads, then fails every
+    read with ``message``."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__()
+        self.message = message
+        self.answers: int | None = None
+
+    def load(self, name: str, now_ms: int) -> Any:
+        if self.answers is not None:
+            if self.answers == 0:
+                raise StoreError(self.message)
+            self.answers -= 1
+        return super().load(name, now_ms)
+
+
+def test_watch_shows_the_store_s_own_words_escaped_after_a_store_error(
+    memory_backend: Backend, name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN a watched breaker whose store answers one read, then fails with a BEL in its text
+    store = FailingStore("throttled\x07")
+    fail(Backend("memory", [], store), name, 1)
+    store.answers = 1
+    monkeypatch.setattr(commands, "open_store", lambda args: (store, "table T"))
+
+    # WHEN watch shows its one frame
+    shown = watch_with(memory_backend, [], name)
+
+    # THEN the frame quotes the error, its control character escaped
+    (error,) = [line for line in shown.splitlines() if "store error" in line]
+    assert error.partition("  ")[2] == "store error: throttled\\x07"
