@@ -102,3 +102,10 @@ def test_tune_with_settings_and_clear_is_refused() -> None:
     assert one_line_error(result) == (
         "fleetbreaker: error: tune takes settings or --clear, not both"
     )
+
+
+def test_an_empty_breaker_name_is_refused_before_any_store_is_opened() -> None:
+    result = run_in_process(["--table", "CircuitBreakers", "status", ""])
+
+    assert result.code == 2
+    assert one_line_error(result) == "fleetbreaker: error: breaker name must not be empty"
