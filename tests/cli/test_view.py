@@ -24,6 +24,7 @@ from fleetbreaker.cli.view import (
     render_status,
     render_table,
     view_of,
+    window_of,
 )
 from fleetbreaker.errors import CorruptRecordError
 from fleetbreaker.state import Record, State
@@ -190,3 +191,44 @@ def test_status_of_a_record_that_cannot_be_read_ends_with_why() -> None:
     shown = render_status(view, colour=False).splitlines()
 
     assert shown[-1] == "error        state 'melted' is not a state"
+
+
+def test_unusable_tuned_settings_are_shown_as_the_error_they_are() -> None:
+    # GIVEN a record carrying a threshold no BreakerConfig accepts
+    record = Record(State.CLOSED, gen=1, tuned='{"failure_threshold":0}', updated_at=T)
+
+    view = view_of("payment-api", record, T)
+
+    # THEN the view shows no tuning, and says why
+    assert (view.tuned, view.error) == (
+        {},
+        "failure_threshold must be a positive integer up to 1,000,000,000, got 0",
+    )
+
+
+def test_a_record_the_view_cannot_show_is_listed_corrupt_under_its_name_saying_why() -> None:
+    # GIVEN a record whose window holds something that is no bucket (under the rate policy)
+    store = MemoryStore()
+    junk = Record(
+        State.CLOSED,
+        gen=1,
+        buckets={0: "junk"},  # type: ignore[dict-item]
+        tuned='{"failure_rate_threshold":0.5}',
+        updated_at=T,
+        expires_at=T // 1000 + 3600,
+    )
+    store.seed("payment-api", junk)
+
+    (view,) = gather_all(store, T)
+
+    assert (view.name, view.state, view.error) == (
+        "payment-api",
+        "corrupt",
+        "cannot show it: AttributeError: 'str' object has no attribute 'idx'",
+    )
+
+
+def test_the_window_is_read_from_the_environment_given() -> None:
+    args = cli.build_parser().parse_args(["status", "x"])
+
+    assert window_of(args, {"BREAKER_WINDOW_SECONDS": "30"}) == 30.0
