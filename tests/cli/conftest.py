@@ -37,6 +37,7 @@ from fleetbreaker import (
     MemoryStore,
     RedisStore,
     cli,
+    tuning,
 )
 from fleetbreaker.breaker import system_clock
 from fleetbreaker.state import Policy
@@ -148,9 +149,13 @@ def memory_backend(monkeypatch: pytest.MonkeyPatch) -> Backend:
     def open_memory(args: Any) -> tuple[MemoryStore, str]:
         return store, StoreSettings.from_env(aws.store_environ(args)).description
 
+    def identity(args: Any) -> str:
+        # What caller_identity (tested on the other backends) answers from these options:
+        # the local user for a local endpoint, else the identity moto's STS gives.
+        return tuning.local_user() if args.endpoint_url is not None else MOTO_ARN
+
     monkeypatch.setattr(commands, "open_store", open_memory)
-    # The identity moto's STS gives the other backends (caller_identity is tested on them).
-    monkeypatch.setattr(commands, "caller_identity", lambda args: MOTO_ARN)
+    monkeypatch.setattr(commands, "caller_identity", identity)
     return InProcessBackend("memory", ["--table", "cli-memory"], store)
 
 

@@ -29,7 +29,8 @@ from fleetbreaker.cli.view import (
 from fleetbreaker.errors import CorruptRecordError
 from fleetbreaker.state import Record, State
 from fleetbreaker.tuning import Action
-from tests.cli.conftest import Backend, fail
+from tests.cli.conftest import Backend, fail, one_line_error
+from tests.cli.test_cli import report_calls
 from tests.cli.test_watch_in_process import Terminal
 
 T = 1_764_561_600_000  # 2025-12-01T04:00:00Z
@@ -232,3 +233,37 @@ def test_the_window_is_read_from_the_environment_given() -> None:
     args = cli.build_parser().parse_args(["status", "x"])
 
     assert window_of(args, {"BREAKER_WINDOW_SECONDS": "30"}) == 30.0
+
+
+def test_list_counts_each_breaker_over_the_window_given(memory_backend: Backend) -> None:
+    # GIVEN reports into a 30 s rate-policy window
+    report_calls(memory_backend, "payment-api")
+
+    result = memory_backend.run("list", "--json", "--window", "30")
+
+    (listed,) = result.json_lines()
+    assert (listed["calls"], listed["failures"], listed["containers"]) == (15, 5, 2)
+
+
+@pytest.mark.parametrize("command", ["status", "reset"])
+def test_an_unknown_breaker_is_not_found_in_the_store_named(
+    memory_backend: Backend, command: str
+) -> None:
+    result = memory_backend.run(command, "nope")
+
+    assert result.code == 1
+    assert one_line_error(result) == (
+        "fleetbreaker: error: breaker 'nope' not found in table 'cli-memory'"
+    )
+
+
+def test_tune_records_the_reason_given(memory_backend: Backend) -> None:
+    result = memory_backend.run(
+        "tune", "payment-api", "--minimum-calls", "3", "--reason", "flapping", "--json"
+    )
+
+    (shown,) = result.json_lines()
+    assert (shown["last_action"]["action"], shown["last_action"]["reason"]) == (
+        "tune",
+        "flapping",
+    )
