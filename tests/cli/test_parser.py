@@ -109,3 +109,13 @@ def test_an_empty_breaker_name_is_refused_before_any_store_is_opened() -> None:
 
     assert result.code == 2
     assert one_line_error(result) == "fleetbreaker: error: breaker name must not be empty"
+
+
+def test_no_command_is_a_usage_error_asking_for_one() -> None:
+    result = run_in_process(["--table", "CircuitBreakers"])
+
+    assert result.code == 2
+    assert one_line_error(result) == (
+        "fleetbreaker: error: the following arguments are required: COMMAND"
+        " (see fleetbreaker --help)"
+    )

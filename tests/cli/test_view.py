@@ -29,7 +29,7 @@ from fleetbreaker.cli.view import (
 from fleetbreaker.errors import CorruptRecordError
 from fleetbreaker.state import Record, State
 from fleetbreaker.tuning import Action
-from tests.cli.conftest import Backend, fail, one_line_error
+from tests.cli.conftest import POLICY, Backend, fail, one_line_error
 from tests.cli.test_cli import report_calls
 from tests.cli.test_watch_in_process import Terminal
 
@@ -267,3 +267,27 @@ def test_tune_records_the_reason_given(memory_backend: Backend) -> None:
         "tune",
         "flapping",
     )
+
+
+def test_tune_shows_an_open_breaker_s_retry_after_as_of_now(memory_backend: Backend) -> None:
+    # GIVEN an open breaker (30 s open window)
+    fail(memory_backend, "payment-api", POLICY.failure_threshold)
+
+    # WHEN it is tuned
+    result = memory_backend.run("tune", "payment-api", "--minimum-calls", "3", "--json")
+
+    # THEN the status shown after is read now: the retry comes within the open window
+    (shown,) = result.json_lines()
+    assert shown["state"] == "open"
+    assert 0 < shown["retry_after"] <= 30
+
+
+def test_tune_shows_the_figures_over_the_window_given(memory_backend: Backend) -> None:
+    report_calls(memory_backend, "payment-api")
+
+    result = memory_backend.run(
+        "tune", "payment-api", "--minimum-calls", "3", "--json", "--window", "30"
+    )
+
+    (shown,) = result.json_lines()
+    assert (shown["calls"], shown["failures"]) == (15, 5)
