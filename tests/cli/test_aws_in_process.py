@@ -134,3 +134,63 @@ def test_any_other_failure_is_exit_3_named_by_its_class() -> None:
     error = _aws_error(ValueError("bad endpoint"), "cannot create table 't'")
 
     assert (error.code, str(error)) == (3, "cannot create table 't': ValueError: bad endpoint")
+
+
+def test_the_table_is_read_at_the_endpoint_given(aws: None) -> None:
+    # GIVEN an https endpoint nothing listens on (moto in-process answers any other)
+    result = run_in_process(
+        ["--table", "Tab", "--endpoint-url", "https://127.0.0.1:9", "status", "x"]
+    )
+
+    # THEN the CLI tried there: unreachable (3), not a usage error or moto's answer
+    assert result.code == 3
+    assert one_line_error(result) == (
+        "fleetbreaker: error: DynamoDB unreachable for table 'Tab': Could not connect to the"
+        ' endpoint URL: "https://127.0.0.1:9/"'
+    )
+
+
+def test_an_endpoint_with_a_scheme_but_no_host_is_a_usage_error() -> None:
+    result = run_in_process(["--table", "T", "--endpoint-url", "ftp://h", "list"])
+
+    assert result.code == 2
+    assert "--endpoint-url 'ftp://h' is not an http(s) URL" in one_line_error(result)
+
+
+def test_an_endpoint_the_client_refuses_is_a_usage_error_quoting_why() -> None:
+    result = run_in_process(["--table", "T", "--endpoint-url", "http://exa mple:80", "list"])
+
+    assert result.code == 2
+    assert one_line_error(result) == (
+        "fleetbreaker: error: cannot set up the DynamoDB client: Invalid endpoint:"
+        " http://exa mple:80"
+    )
+
+
+def test_no_store_named_is_a_usage_error_listing_the_ways_to_name_one() -> None:
+    result = run_in_process(
+        ["list"], {"CIRCUIT_BREAKER_TABLE": "", "CIRCUIT_BREAKER_REDIS_URL": ""}
+    )
+
+    assert result.code == 2
+    assert one_line_error(result) == (
+        "fleetbreaker: error: no store: pass --table, --redis-url or --stack, or set"
+        " CIRCUIT_BREAKER_TABLE or CIRCUIT_BREAKER_REDIS_URL"
+    )
+
+
+def test_the_region_option_is_the_table_s_region(aws: None) -> None:
+    import boto3
+
+    # GIVEN a table in eu-west-1 only, and no region in the environment
+    boto3.client("dynamodb", region_name="eu-west-1").create_table(
+        TableName="Tab",
+        KeySchema=[{"AttributeName": "name", "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": "name", "AttributeType": "S"}],
+        BillingMode="PAY_PER_REQUEST",
+    )
+
+    result = run_in_process(["--table", "Tab", "--region", "eu-west-1", "list"], NO_REGION)
+
+    # THEN the CLI reads it there
+    assert (result.code, result.out) == (0, "no breakers in table 'Tab'\n")
