@@ -187,3 +187,18 @@ def test_watch_shows_the_store_s_own_words_escaped_after_a_store_error(
     # THEN the frame quotes the error, its control character escaped
     (error,) = [line for line in shown.splitlines() if "store error" in line]
     assert error.partition("  ")[2] == "store error: throttled\\x07"
+
+
+def test_watch_waits_one_second_between_frames_by_default(
+    memory_backend: Backend, name: str
+) -> None:
+    # GIVEN a breaker, watched for two frames without --interval
+    fail(memory_backend, name, 1)
+    parsed = cli.build_parser().parse_args([*memory_backend.options, "watch", name, "--count", "2"])
+    waits: list[float] = []
+
+    # WHEN it runs (its sleep recorded, not slept)
+    assert cli.run(parsed, io.StringIO(), system_clock, waits.append) == 0
+
+    # THEN it waited once, one second
+    assert waits == [1.0]
