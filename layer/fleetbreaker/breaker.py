@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from typing import ParamSpec
 
     from fleetbreaker.ramp import RecoveryRamp
+    from fleetbreaker.refresh import Census
     from fleetbreaker.reporting import Reporter
     from fleetbreaker.shadow import ShadowMode
     from fleetbreaker.snapshot import Snapshot
@@ -159,6 +160,10 @@ class CircuitBreaker(OperatorControls):
         # reporter, built (with its module) when the settings first ask for one.
         self._reporter: Reporter | None = None
         self._reporting: Reporter | None = None  # the reporter while the settings report
+        # The plain count policy's fleet-size signal, built (with its module) at the first
+        # refresh: its census writes stretch a large fleet's refreshes and thin its failure
+        # writes (fleetbreaker.refresh.Census).
+        self._census: Census | None = None
         if config.reporting and not callable(getattr(self.store, "report", None)):
             raise ConfigError(
                 f"{type(self.store).__name__} has no report operation: the rate policy, slow "
@@ -389,7 +394,16 @@ class CircuitBreaker(OperatorControls):
 
     def _count_failure(self, now: int) -> RecordResult:
         observed = self._cache.last_seen
-        outcome = self._store.record_failure(self.name, self._policy, now, observed)
+        census = self._census
+        weight = census.failure_weight() if census is not None else 1
+        if weight > 1 and not self._store.degraded:
+            # A large fleet: written with probability 1 / weight, counted weight times.
+            if self.rng.random() * weight >= 1:
+                state = self._state_of(observed)
+                return RecordResult(False, state, f"failure not written: 1 in {weight} is")
+            outcome = self._store.record_failure(self.name, self._policy, now, observed, weight)
+        else:
+            outcome = self._store.record_failure(self.name, self._policy, now, observed)
         state = self._state_of(outcome.record)
         if outcome.changed:
             self._emit("on_failure_recorded", self.name, state)
@@ -437,10 +451,30 @@ class CircuitBreaker(OperatorControls):
             if reporting is not None and reporting.refreshes_by_report:
                 # The report's answer is the fleet's record: it replaces the refresh read.
                 return reporting.flush(now, load_if_empty=True)
+            if reporting is None:
+                # The plain count policy: a read, or now and then a census write instead.
+                return self._count_census(now).refresh(self._policy, now, self._cache.last_seen)
             # If the refresh this thread waited for failed, this answers locally.
             return self._store.load(self.name, now)
         finally:
             self._cache.end_refresh()
+
+    def _count_census(self, now: int) -> Census:
+        census = self._census
+        if census is None:
+            from fleetbreaker.naming import container_key
+            from fleetbreaker.refresh import Census
+
+            census = self._census = Census(
+                self.name,
+                self._store,
+                self._cache.ttl_ms,
+                container_key(self.container_id),
+                self.rng,
+                now,
+                round(self.config.recovery_ramp_seconds * 1000),
+            )
+        return census
 
 
 def _default_store() -> Store:

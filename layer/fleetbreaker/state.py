@@ -93,6 +93,7 @@ __all__ = [
     "apply_settle",
     "bucket_field",
     "bucket_index",
+    "check_weight",
     "exact_ratio",
     "free_slot",
     "holds_lease",
@@ -220,19 +221,31 @@ def verdict(record: Record | None, policy: Policy, now_ms: int) -> Verdict:
     return Verdict(Decision.REJECT, state, max(1, soonest - now_ms))
 
 
-def apply_failure(record: Record | None, policy: Policy, now_ms: int) -> Outcome:
-    """Count one failure of a call admitted while closed; trip on reaching the threshold."""
+def apply_failure(record: Record | None, policy: Policy, now_ms: int, weight: int = 1) -> Outcome:
+    """Count a failure of a call admitted while closed; trip on reaching the threshold.
+
+    ``weight``: how many failures this one counts for. A large count-policy fleet writes
+    each failure with probability 1 / weight (:func:`fleetbreaker.refresh.failure_weight`),
+    so its outage's first second stays inside one item's writes; 1 otherwise.
+    """
+    check_weight(weight)
     current = record if record is not None else Record()
     if current.state is not State.CLOSED:
         return Outcome(record)
     if current.window_start and now_ms - current.window_start < policy.window_ms:
-        counted = replace(current, failures=current.failures + 1)
+        counted = replace(current, failures=current.failures + weight)
     else:
-        counted = replace(current, failures=1, window_start=now_ms)
+        counted = replace(current, failures=weight, window_start=now_ms)
     if counted.failures < policy.failure_threshold:
         return Outcome(_stamp(counted, policy, now_ms), changed=True)
     opened = trip(current, policy, now_ms)
     return Outcome(opened, changed=True, transition=(State.CLOSED, State.OPEN))
+
+
+def check_weight(weight: int) -> None:
+    """Refuse a failure weight that is not a whole number of at least 1 (a caller's bug)."""
+    if isinstance(weight, bool) or not isinstance(weight, int) or weight < 1:
+        raise ValueError(f"a failure's weight is a whole number of at least 1, got {weight!r}")
 
 
 def trip(record: Record, policy: Policy, now_ms: int) -> Record:
@@ -451,15 +464,18 @@ def snapshot_of(
 
     counts = window_counts(record, policy, now_ms)
     failures, calls = counts.failures, counts.calls
-    # The plain count policy keeps its own window: failures since window_start.
-    if (
-        record is not None
-        and record.state is State.CLOSED
-        and not record.buckets
-        and record.window_start
-        and now_ms - record.window_start < policy.window_ms
-    ):
-        failures = record.failures
+    if not policy.reporting:
+        # The plain count policy keeps its own window (failures since window_start); its
+        # buckets hold census writes (fleetbreaker.refresh.Census), not the fleet's calls.
+        calls = 0
+        failures = (
+            record.failures
+            if record is not None
+            and record.state is State.CLOSED
+            and record.window_start
+            and now_ms - record.window_start < policy.window_ms
+            else 0
+        )
     decided = verdict(record, policy, now_ms)
     state = record.state if record is not None else State.CLOSED
     return Snapshot(
