@@ -11,7 +11,6 @@ import pytest
 from fleetbreaker import BreakerConfig, CircuitBreaker, CircuitOpenError
 from fleetbreaker.refresh import (
     CENSUS_MEAN_MS,
-    MAX_REFRESH_STRETCH,
     TARGET_FAILURE_WRITES_PER_S,
     census_fleet_size,
     failure_weight,
@@ -82,7 +81,8 @@ def test_a_fleet_that_just_grew_shows_in_its_newest_buckets() -> None:
 
     # WHEN read at the end of the next bucket's first moment, THEN most of them show
     size = census_fleet_size(record, COUNT, current * COUNT.bucket_ms)
-    assert size is not None and size >= 4_900
+    assert size is not None
+    assert size >= 4_900
 
 
 @pytest.mark.parametrize(
@@ -171,7 +171,6 @@ def test_a_large_fleet_keeps_its_view_longer_but_at_most_twice_cache_ttl(
     clock.advance(0.1)
     breaker.state  # noqa: B018
     assert store.stats.reads == reads + 1
-    assert 5_000 / 3.0 <= MAX_REFRESH_STRETCH * CONFIG.cache_ttl * 1000
 
 
 def test_a_small_fleet_writes_every_failure(clock: FakeClock) -> None:
