@@ -247,6 +247,8 @@ class CircuitBreaker(OperatorControls):
         if verdict.decision is _PROBE and self._shadow is not None:
             # No lease while the call runs: an enforcing container must be able to probe.
             return self._shadow.admission(verdict, _PROBE)
+        if verdict.decision is _PROBE and self._census is not None:
+            verdict = self._thin_claim(verdict)
         if verdict.decision is _PROBE:
             nonce = secrets.token_hex(8)
             outcome = self._store.claim_probe(self.name, self._policy, now, nonce, record)
@@ -290,6 +292,22 @@ class CircuitBreaker(OperatorControls):
             except Exception:
                 self._hooks.failed(hook, "on_decision")
         return admission
+
+    def _thin_claim(self, verdict: rules.Verdict) -> rules.Verdict:
+        """A large count-policy fleet: claim a probe with probability 1 / weight.
+
+        When an open window ends, every container whose view says so races for the probe
+        lease with a write: thousands in one second, for a lease one of them wins. Thinned
+        as failures are (refresh.failure_weight), they stay near the same few hundred a
+        second; a container that does not claim is turned away as a lost race is.
+        """
+        census = self._census
+        if census is None or self._store.degraded:
+            return verdict
+        weight = census.failure_weight()
+        if weight <= 1 or self.rng.random() * weight < 1:
+            return verdict
+        return rules.Verdict(_REJECT, verdict.state, 100)
 
     def _keep_refusal(
         self, record: Record | None, verdict: rules.Verdict, now: int

@@ -231,3 +231,35 @@ def test_a_count_policy_snapshot_shows_no_census_as_calls(clock: FakeClock) -> N
     snapshot = breaker.snapshot()
 
     assert (snapshot.calls, snapshot.failures, snapshot.failure_rate) == (0, 0, None)
+
+
+def test_a_large_fleet_claims_the_probe_only_when_it_draws(clock: FakeClock) -> None:
+    # GIVEN 5,000 containers' census seen, then an open breaker whose window has ended
+    store = MemoryStore()
+    store.seed(NAME, census_record(5_000, clock()))
+    breaker = breaker_on(store, clock, Draws(0.5))
+    breaker.state  # noqa: B018
+    store.record_failure(NAME, COUNT, clock(), None, CONFIG.failure_threshold)
+    clock.advance(CONFIG.recovery_timeout)
+    writes = store.stats.writes
+
+    # WHEN it draws over 1 / 17, THEN it is turned away without a claim write
+    with pytest.raises(CircuitOpenError):
+        breaker.call(lambda: None)
+    assert store.stats.writes == writes
+
+    # WHEN it draws under 1 / 17, THEN it claims the probe
+    breaker.rng.draw = 0.01  # type: ignore[attr-defined]
+    assert breaker.call(lambda: "probed") == "probed"
+    assert store.load(NAME, clock()).state is State.CLOSED
+
+
+def test_a_small_fleet_claims_the_probe_on_its_first_call(clock: FakeClock) -> None:
+    store = MemoryStore()
+    store.seed(NAME, census_record(16, clock()))
+    breaker = breaker_on(store, clock, Draws(0.99))
+    breaker.state  # noqa: B018
+    store.record_failure(NAME, COUNT, clock(), None, CONFIG.failure_threshold)
+    clock.advance(CONFIG.recovery_timeout)
+
+    assert breaker.call(lambda: "probed") == "probed"
