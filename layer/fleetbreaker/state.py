@@ -464,18 +464,15 @@ def snapshot_of(
 
     counts = window_counts(record, policy, now_ms)
     failures, calls = counts.failures, counts.calls
-    if not policy.reporting:
-        # The plain count policy keeps its own window (failures since window_start); its
-        # buckets hold census writes (fleetbreaker.refresh.Census), not the fleet's calls.
-        calls = 0
-        failures = (
-            record.failures
-            if record is not None
-            and record.state is State.CLOSED
-            and record.window_start
-            and now_ms - record.window_start < policy.window_ms
-            else 0
-        )
+    # The plain count policy keeps its own window: failures since window_start (its buckets,
+    # if any, hold census writes, fleetbreaker.refresh.Census: one call each, no failures).
+    if (
+        record is not None
+        and record.state is State.CLOSED
+        and record.window_start
+        and now_ms - record.window_start < policy.window_ms
+    ):
+        failures = max(failures, record.failures)
     decided = verdict(record, policy, now_ms)
     state = record.state if record is not None else State.CLOSED
     return Snapshot(

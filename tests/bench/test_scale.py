@@ -18,6 +18,7 @@ from bench.scale import (
     Scenario,
     join_times_ms,
     simulate,
+    verdicts,
 )
 from devtools.servers import dynamodb_client, make_table
 from fleetbreaker import DynamoDBStore, MemoryStore
@@ -90,6 +91,31 @@ def test_units_stay_inside_one_partition(rate: Result, count: Result) -> None:
         assert result.writes > 0
         assert result.peak_write_units_per_s <= ITEM_WRITE_CAP
         assert result.peak_read_units_per_s <= ITEM_READ_TARGET
+
+
+def _over_reads(arrival: str) -> Result:
+    result = Result("ddb-model", "count", 5_000, arrival, 0.0)
+    result.peak_read_units_per_s = ITEM_READ_TARGET + 100
+    return result
+
+
+def test_a_burst_over_the_targets_is_reported_outside_them() -> None:
+    # GIVEN a 5,000-container burst whose first second reads over the target
+    lines = verdicts([_over_reads("burst")])
+
+    # THEN it is reported, marked outside the target, and the targets still count as met
+    assert lines[0].startswith("over (outside target) units: ddb-model 5000 burst")
+    assert lines[-1] == "every target met"
+
+
+@pytest.mark.parametrize("arrival", ["lambda", "ramp100"])
+def test_an_arrival_lambda_allows_over_the_targets_misses_them(arrival: str) -> None:
+    lines = verdicts([_over_reads(arrival)])
+
+    assert lines == [
+        f"MISSED units: ddb-model 5000 {arrival} count noise 0.0%: peak 2,500 read / 0 write "
+        "units/s"
+    ]
 
 
 def test_read_units_are_half_a_unit_per_refresh(rate: Result) -> None:

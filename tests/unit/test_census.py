@@ -223,14 +223,19 @@ def test_a_large_fleet_skips_a_failure_it_does_not_draw(clock: FakeClock) -> Non
     assert "1 in 17" in result.detail
 
 
-def test_a_count_policy_snapshot_shows_no_census_as_calls(clock: FakeClock) -> None:
+def test_a_count_policy_snapshot_shows_its_failures_beside_the_census(clock: FakeClock) -> None:
+    # GIVEN 5,000 containers' census and two failures counted
     store = MemoryStore()
     store.seed(NAME, census_record(5_000, clock()))
-    breaker = breaker_on(store, clock)
+    breaker = breaker_on(store, clock, Draws(0.01))
+    for _ in range(2):
+        store.record_failure(NAME, COUNT, clock(), None)
 
     snapshot = breaker.snapshot()
 
-    assert (snapshot.calls, snapshot.failures, snapshot.failure_rate) == (0, 0, None)
+    # THEN it shows the two failures, and the census writes as the window's calls
+    assert snapshot.failures == 2
+    assert snapshot.calls == sum(b.calls for b in store.load(NAME, clock()).buckets.values())
 
 
 def test_a_large_fleet_claims_the_probe_only_when_it_draws(clock: FakeClock) -> None:
