@@ -242,13 +242,13 @@ class CircuitBreaker(OperatorControls):
     def _admit(self, now: int) -> Admission:
         record = self._read(now)
         verdict = rules.verdict(record, self._policy, now)
-        if verdict.decision is _PROBE and self._claim_barred is not None:
+        if verdict.decision is _PROBE and (
+            self._claim_barred is not None or self._census is not None
+        ):
             verdict = self._keep_refusal(record, verdict, now)
         if verdict.decision is _PROBE and self._shadow is not None:
             # No lease while the call runs: an enforcing container must be able to probe.
             return self._shadow.admission(verdict, _PROBE)
-        if verdict.decision is _PROBE and self._census is not None:
-            verdict = self._thin_claim(verdict)
         if verdict.decision is _PROBE:
             nonce = secrets.token_hex(8)
             outcome = self._store.claim_probe(self.name, self._policy, now, nonce, record)
@@ -302,7 +302,7 @@ class CircuitBreaker(OperatorControls):
         second; a container that does not claim is turned away as a lost race is.
         """
         census = self._census
-        if census is None or self._store.degraded:
+        if census is None or self._store.degraded or self._shadow is not None:
             return verdict
         weight = census.failure_weight()
         if weight <= 1 or self.rng.random() * weight < 1:
@@ -314,11 +314,12 @@ class CircuitBreaker(OperatorControls):
     ) -> rules.Verdict:
         """The store refused a claim on its own clock, for this generation: ours runs ahead.
 
-        Keep its answer until it said, instead of asking again on every call.
+        Keep its answer until it said, instead of asking again on every call. Else, in a
+        large count-policy fleet, claim only with probability 1 / weight (_thin_claim).
         """
         barred = self._claim_barred
         if barred is None or record is None or record.gen != barred[0] or now >= barred[1]:
-            return verdict
+            return self._thin_claim(verdict)
         return rules.Verdict(_REJECT, verdict.state, barred[1] - now)
 
     def record(self, success: bool, token: str | None = None) -> RecordResult:
