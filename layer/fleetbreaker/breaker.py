@@ -294,13 +294,9 @@ class CircuitBreaker(OperatorControls):
         return admission
 
     def _thin_claim(self, verdict: rules.Verdict) -> rules.Verdict:
-        """A large count-policy fleet: claim a probe with probability 1 / weight.
-
-        When an open window ends, every container whose view says so races for the probe
-        lease with a write: thousands in one second, for a lease one of them wins. Thinned
-        as failures are (refresh.failure_weight), they stay near the same few hundred a
-        second; a container that does not claim is turned away as a lost race is.
-        """
+        """A large count-policy fleet claims a probe with probability 1 / weight, as it writes
+        failures (refresh.failure_weight): not thousands of claim writes in the second an
+        open window ends. One that does not claim is turned away as a lost race is."""
         census = self._census
         if census is None or self._store.degraded or self._shadow is not None:
             return verdict

@@ -22,6 +22,7 @@ from fleetbreaker.policy import (
     OVERRIDE_TTL_S,
     Policy,
     alone,
+    check_weight,
     exact_ratio,
     open_duration_ms,
     reaches,
@@ -222,12 +223,8 @@ def verdict(record: Record | None, policy: Policy, now_ms: int) -> Verdict:
 
 
 def apply_failure(record: Record | None, policy: Policy, now_ms: int, weight: int = 1) -> Outcome:
-    """Count a failure of a call admitted while closed; trip on reaching the threshold.
-
-    ``weight``: how many failures this one counts for. A large count-policy fleet writes
-    each failure with probability 1 / weight (:func:`fleetbreaker.refresh.failure_weight`),
-    so its outage's first second stays inside one item's writes; 1 otherwise.
-    """
+    """Count ``weight`` failures of a call admitted while closed (a large count-policy fleet
+    writes each with probability 1 / weight); trip on reaching the threshold."""
     check_weight(weight)
     current = record if record is not None else Record()
     if current.state is not State.CLOSED:
@@ -240,12 +237,6 @@ def apply_failure(record: Record | None, policy: Policy, now_ms: int, weight: in
         return Outcome(_stamp(counted, policy, now_ms), changed=True)
     opened = trip(current, policy, now_ms)
     return Outcome(opened, changed=True, transition=(State.CLOSED, State.OPEN))
-
-
-def check_weight(weight: int) -> None:
-    """Refuse a failure weight that is not a whole number of at least 1 (a caller's bug)."""
-    if isinstance(weight, bool) or not isinstance(weight, int) or weight < 1:
-        raise ValueError(f"a failure's weight is a whole number of at least 1, got {weight!r}")
 
 
 def trip(record: Record, policy: Policy, now_ms: int) -> Record:
@@ -464,8 +455,7 @@ def snapshot_of(
 
     counts = window_counts(record, policy, now_ms)
     failures, calls = counts.failures, counts.calls
-    # The plain count policy keeps its own window: failures since window_start (its buckets,
-    # if any, hold census writes, fleetbreaker.refresh.Census: one call each, no failures).
+    # The plain count policy keeps its own window: failures since window_start (+ a census).
     if (
         record is not None
         and record.state is State.CLOSED
