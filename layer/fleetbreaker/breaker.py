@@ -298,7 +298,9 @@ class CircuitBreaker(OperatorControls):
         failures (refresh.failure_weight): not thousands of claim writes in the second an
         open window ends. One that does not claim is turned away as a lost race is."""
         census = self._census
-        if census is None or self._store.degraded or self._shadow is not None:
+        if census is None or self._reporting is not None or self._shadow is not None:
+            return verdict
+        if self._store.degraded:
             return verdict
         weight = census.failure_weight()
         if weight <= 1 or self.rng.random() * weight < 1:
