@@ -15,6 +15,11 @@ One untimed warm-up pair first fills the bytecode caches.
 Then, as a breakdown, each case below runs in a fresh interpreter that times its own imports
 with perf_counter (interpreter start-up excluded), interleaved, medians shown.
 
+Last, what the layer's bytecode saves each cold start where Lambda puts the layer (/opt,
+read-only: an interpreter that finds no bytecode compiles the source and cannot keep it):
+the same A with the package as the layer build leaves it (`layer/compile_bytecode.py`) and
+without bytecode, bytecode writing off on both sides.
+
 On a busy machine the spread is wide and the median moves: the load average at the start and
 the end is printed with the figures; quote them together.
 
@@ -27,9 +32,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -92,12 +99,12 @@ def run_case(setup: str, statement: str) -> dict[str, float | bool]:
     return result
 
 
-def run_whole(statement: str) -> tuple[float, float]:
+def run_whole(statement: str, env: dict[str, str] | None = None) -> tuple[float, float]:
     """(wall ms, CPU ms) of one interpreter that runs ``statement`` and exits."""
     started = time.perf_counter()
     child = subprocess.Popen(
         [sys.executable, "-c", statement],
-        env=ENV,
+        env=env or ENV,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -146,6 +153,52 @@ def whole_process(runs: int) -> tuple[float, float]:
     return statistics.median(ratio_wall), statistics.median(extra_wall)
 
 
+def read_only_layer(runs: int) -> float:
+    """Print what the layer's bytecode saves where Lambda puts it; return the median ms saved.
+
+    Lambda unpacks a layer under /opt, read-only: without bytecode in the layer, every cold
+    start compiles each module it imports and cannot keep the result. Two copies of the
+    package, one as the layer build leaves it (checked-hash bytecode from
+    ``layer/compile_bytecode.py``) and one without bytecode, are imported with bytecode
+    writing off (PYTHONDONTWRITEBYTECODE), in alternating pairs.
+    """
+    version = "{}.{}".format(*sys.version_info[:2])
+    with tempfile.TemporaryDirectory() as scratch:
+        envs = {}
+        for kind in ("bytecode", "source"):
+            target = Path(scratch, kind)
+            shutil.copytree(
+                LAYER / "fleetbreaker",
+                target / "fleetbreaker",
+                ignore=shutil.ignore_patterns("__pycache__", "*.pyc"),
+            )
+            if kind == "bytecode":
+                subprocess.run(
+                    [sys.executable, str(LAYER / "compile_bytecode.py"), str(target), version],
+                    check=True,
+                    capture_output=True,
+                )
+            envs[kind] = {**ENV, "PYTHONPATH": str(target), "PYTHONDONTWRITEBYTECODE": "1"}
+        walls: dict[str, list[float]] = {"bytecode": [], "source": []}
+        cpus: dict[str, list[float]] = {"bytecode": [], "source": []}
+        for kind in envs:
+            run_whole(WHOLE_A, envs[kind])
+        for _ in range(runs):
+            for kind, env in envs.items():
+                wall, cpu = run_whole(WHOLE_A, env)
+                walls[kind].append(wall)
+                cpus[kind].append(cpu)
+    saved_wall = [s - b for s, b in zip(walls["source"], walls["bytecode"], strict=True)]
+    saved_cpu = [s - b for s, b in zip(cpus["source"], cpus["bytecode"], strict=True)]
+    print(f"\nas Lambda loads the layer (read-only, no bytecode written), {runs} pairs:")
+    print(f"  {WHOLE_A!r}")
+    print(f"  with the layer's bytecode  wall {spread(walls['bytecode'], ' ms')}")
+    print(f"  source only (before)      wall {spread(walls['source'], ' ms')}")
+    print(f"  saved per cold start      wall {spread(saved_wall, ' ms')}", end="")
+    print(f"   cpu {spread(saved_cpu, ' ms')}")
+    return statistics.median(saved_wall)
+
+
 def breakdown(runs: int) -> bool:
     """Print the in-process table; return True if aws_xray_sdk was never imported."""
     for setup, statement in CASES.values():  # warm-up: bytecode caches, page cache
@@ -184,6 +237,7 @@ def main() -> int:
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} cores, load {load_start}\n")
     ratio, extra_ms = whole_process(args.runs)
     clean = breakdown(args.runs)
+    read_only_layer(args.runs)
     load_end = [round(x, 2) for x in os.getloadavg()]
     met = ratio <= TARGET_RATIO and extra_ms <= TARGET_EXTRA_MS
     print(

@@ -145,7 +145,9 @@ def test_layer_holds_the_package_and_only_pure_python(build_dir: Path) -> None:
     layer = build_dir / "FleetbreakerLayer" / "python"
     assert (layer / "fleetbreaker" / "__init__.py").is_file()
     assert (layer / "fleetbreaker" / "py.typed").is_file()
-    assert not list(layer.rglob("__pycache__")), "bytecode of the build machine's Python"
+    assert not [str(p) for p in layer.rglob("*.pyc") if pyc_flags(p) != CHECKED_HASH], (
+        "bytecode that is not checked against its source"
+    )
     # Nothing the runtime already has (a copy would shadow the runtime's boto3).
     present = {path.name for path in layer.iterdir()}
     assert not present & set(RUNTIME_PACKAGES)
@@ -160,6 +162,67 @@ def test_layer_holds_the_package_and_only_pure_python(build_dir: Path) -> None:
     size = tree_size(layer)
     print(f"\nlayer: {size / 1e6:.1f} MB unzipped, {len(wheels)} bundled distributions")
     assert size < 50e6, "Lambda allows 250 MB for function and layers together"
+
+
+# A pyc's flags word (PEP 552): bit 0 hash-based, bit 1 checked against the source.
+CHECKED_HASH = 0b11
+
+
+def pyc_flags(path: Path) -> int:
+    with path.open("rb") as f:
+        return int.from_bytes(f.read(8)[4:8], "little")
+
+
+@pytest.mark.parametrize("layer_name", ["FleetbreakerLayer", "FleetbreakerSlimLayer"])
+def test_the_layer_carries_checked_bytecode_for_every_runtime_built_here(
+    layer_name: str, build_dir: Path
+) -> None:
+    # GIVEN the built layer, and the declared runtimes with an interpreter on this machine
+    layer = build_dir / layer_name / "python"
+    tags = [f"cpython-{r.removeprefix('python').replace('.', '')}" for r in runtimes_here()]
+
+    # WHEN we look for each package module's bytecode, per runtime
+    sources = sorted(layer.joinpath("fleetbreaker").rglob("*.py"))
+    missing = [
+        f"{source.relative_to(layer)} ({tag})"
+        for source in sources
+        for tag in tags
+        if not (source.parent / "__pycache__" / f"{source.stem}.{tag}.pyc").is_file()
+    ]
+
+    # THEN every module has checked-hash bytecode for every runtime built here
+    assert len(sources) >= 20
+    assert missing == []
+    assert {pyc_flags(pyc) for pyc in layer.joinpath("fleetbreaker").rglob("*.pyc")} == {
+        CHECKED_HASH
+    }
+
+
+def test_the_layer_build_compiles_for_exactly_the_declared_runtimes() -> None:
+    # GIVEN the layers' CompatibleRuntimes in the template, and the layer Makefile
+    makefile = (REPO_ROOT / "layer" / "Makefile").read_text()
+    versions = re.search(r"^BYTECODE_VERSIONS \?= (.+)$", makefile, re.MULTILINE)
+    assert versions is not None
+
+    # THEN the build writes bytecode for each declared runtime, and for no other
+    assert [f"python{v}" for v in versions.group(1).split()] == declared_runtimes()
+    slim = load_template()["Resources"]["FleetbreakerSlimLayer"]["Properties"]
+    assert slim["CompatibleRuntimes"] == declared_runtimes()
+
+
+def test_every_function_build_compiles_for_exactly_the_runtimes_the_template_allows() -> None:
+    # GIVEN the template's Runtime parameter, and the include every function's Makefile uses
+    include = (REPO_ROOT / "functions" / "shared" / "bytecode.mk").read_text()
+    versions = re.search(r"^BYTECODE_VERSIONS \?= (.+)$", include, re.MULTILINE)
+    assert versions is not None
+    allowed = load_template()["Parameters"]["Runtime"]["AllowedValues"]
+
+    # THEN the functions' bytecode covers exactly those runtimes, and every build writes it
+    assert [f"python{v}" for v in versions.group(1).split()] == allowed
+    for makefile in sorted((REPO_ROOT / "functions").glob("*/Makefile")):
+        text = makefile.read_text()
+        assert "include $(SHARED)/bytecode.mk" in text, makefile
+        assert "\t$(COMPILE_BYTECODE)" in text, makefile
 
 
 def test_function_holds_its_code_and_requests(build_dir: Path) -> None:
@@ -244,8 +307,15 @@ def test_built_charge_function_validates_with_the_shared_module(
 # Run inside each interpreter with only the built artifacts and boto3 on sys.path.
 IMPORT_EVERYTHING = textwrap.dedent(
     """
-    import importlib, json, pkgutil, sys
+    import builtins, importlib, json, pkgutil, sys
     sys.path[:0] = json.loads(sys.argv[1])
+    compiled = []  # the layer's sources this interpreter had to compile (no bytecode for it)
+    compile_source = builtins.compile
+    def spy(source, filename, *args, **kwargs):
+        if str(filename).startswith(sys.path[0]):
+            compiled.append(str(filename)[len(sys.path[0]):])
+        return compile_source(source, filename, *args, **kwargs)
+    builtins.compile = spy
     import fleetbreaker
     modules = [m.name for m in pkgutil.walk_packages(fleetbreaker.__path__, "fleetbreaker.")]
     for name in modules:
@@ -262,14 +332,23 @@ IMPORT_EVERYTHING = textwrap.dedent(
                              listeners=default_listeners(Logger()))
     assert breaker.call(lambda: "ok") == "ok"
     assert fleetbreaker.__file__.startswith(sys.path[0])
-    print(json.dumps({"python": "%d.%d" % sys.version_info[:2], "modules": len(modules)}))
+    print(json.dumps({"python": "%d.%d" % sys.version_info[:2], "modules": len(modules),
+                      "compiled": compiled}))
     """
 )
 
 INVOKE_FUNCTION = textwrap.dedent(
     """
-    import json, sys
+    import builtins, json, sys
     sys.path[:0] = json.loads(sys.argv[1])
+    built = tuple(sys.path[:2])  # the function's code, then the layer
+    compiled = []  # the built sources this interpreter had to compile (no bytecode for it)
+    compile_source = builtins.compile
+    def spy(source, filename, *args, **kwargs):
+        if str(filename).startswith(built):
+            compiled.append(str(filename))
+        return compile_source(source, filename, *args, **kwargs)
+    builtins.compile = spy
     import app
     from types import SimpleNamespace
     context = SimpleNamespace(function_name="payment", memory_limit_in_mb=256,
@@ -280,7 +359,7 @@ INVOKE_FUNCTION = textwrap.dedent(
         with open(path) as f:
             response = app.lambda_handler(json.load(f), context)
         answers[path.rsplit("/", 1)[-1]] = response["statusCode"]
-    print(json.dumps(answers))
+    print(json.dumps({"answers": answers, "compiled": compiled}))
     """
 )
 
@@ -288,8 +367,9 @@ INVOKE_FUNCTION = textwrap.dedent(
 def isolated(python: str, script: str, *args: str, env: dict[str, str] | None = None) -> Any:
     # -I: no user site, no PYTHON* variables, no script dir; -S: not even the interpreter's
     # own site-packages. sys.path is then the standard library plus what the script adds.
+    # -B: no bytecode written, as under Lambda's read-only /opt and /var/task.
     result = subprocess.run(
-        [python, "-I", "-S", "-c", script, *args],
+        [python, "-I", "-S", "-B", "-c", script, *args],
         capture_output=True,
         text=True,
         timeout=120,
@@ -313,9 +393,11 @@ def test_built_layer_imports_on_declared_runtime(
     layer = build_dir / "FleetbreakerLayer" / "python"
     answer = isolated(python, IMPORT_EVERYTHING, json.dumps([str(layer), str(runtime_boto3)]))
 
-    # THEN every fleetbreaker module and bundled dependency imports, and a breaker works
+    # THEN every fleetbreaker module and bundled dependency imports, and a breaker works,
+    # from the layer's own bytecode: nothing it imported was compiled from source
     assert answer["python"] == runtime.removeprefix("python")
     assert answer["modules"] >= 10
+    assert answer["compiled"] == []
 
 
 @pytest.mark.parametrize("runtime", runtimes_here())
@@ -345,11 +427,13 @@ def test_built_function_answers_on_declared_runtime(
         }
 
         # WHEN sample events are invoked through the built lambda_handler
-        answers = isolated(python, INVOKE_FUNCTION, json.dumps(paths), *events, env=env)
+        result = isolated(python, INVOKE_FUNCTION, json.dumps(paths), *events, env=env)
 
-    # THEN the payment is charged through the provider and the bad body is a 400
-    assert answers == {"payment-ok.json": 200, "payment-bad-body.json": 400}
+    # THEN the payment is charged through the provider and the bad body is a 400, from the
+    # build's bytecode: neither the handler, its dependencies nor the layer was compiled
+    assert result["answers"] == {"payment-ok.json": 200, "payment-bad-body.json": 400}
     assert api.calls == 1
+    assert result["compiled"] == []
 
 
 # --------------------------------------------------------------------------- the slim layer
