@@ -222,8 +222,10 @@ class DynamoDBModelStore(MemoryStore):
 
     DynamoDBStore.report is one UpdateItem fenced on what the container last saw of the
     report's bucket slot; when another container has started the bucket since, the condition
-    fails (a write unit spent) and it writes again. A trip is one more UpdateItem. This
-    counts both, so 5,000 containers can be priced without 5,000 containers' worth of HTTP.
+    fails (a write unit spent) and it writes again. record_failure is fenced on the
+    generation and window the container saw, the same way. A trip is one more UpdateItem.
+    This counts them, so 5,000 containers can be priced without 5,000 containers' worth of
+    HTTP.
     """
 
     def __init__(self) -> None:
@@ -243,6 +245,35 @@ class DynamoDBModelStore(MemoryStore):
         outcome = super().report(name, policy, now_ms, report, observed)
         if outcome.transition is not None:
             self.stats.count_write()  # DynamoDBStore trips in a second, fenced write
+        return outcome
+
+    def record_failure(
+        self, name: str, policy: Policy, now_ms: int, observed: Record | None, weight: int = 1
+    ) -> Outcome:
+        # DynamoDBStore.record_failure is fenced on the generation and window_start it saw
+        # (or, on an absent view, on there being no record): a stale closed view of a closed
+        # record loses once and writes again. A failure that reaches the threshold trips in
+        # a second write.
+        current = self._records.get(name)
+        if current is not None and current.is_expired(now_ms):
+            current = None
+        seen = observed if observed is not None and not observed.is_expired(now_ms) else None
+        if (
+            current is not None
+            and current.state is State.CLOSED
+            and (
+                seen is None
+                or (
+                    seen.state is State.CLOSED
+                    and (seen.gen, seen.window_start) != (current.gen, current.window_start)
+                )
+            )
+        ):
+            self.fence_misses += 1
+            self.stats.count_write()
+        outcome = super().record_failure(name, policy, now_ms, observed, weight)
+        if outcome.transition is not None:
+            self.stats.count_write()
         return outcome
 
 

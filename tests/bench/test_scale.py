@@ -135,19 +135,23 @@ def test_lambda_arrival_adds_a_thousand_containers_every_ten_seconds() -> None:
     assert max(joins) < 21_000
 
 
-def test_dynamodb_model_counts_the_requests_dynamodb_store_makes(moto_server: str) -> None:
-    # GIVEN the same rate-policy run of 100 containers on DynamoDBStore (moto's server) and
-    # on the model that prices 5,000: MemoryStore's rules plus DynamoDBStore's lost fences
+@pytest.mark.parametrize("policy", ["rate", "count"])
+def test_dynamodb_model_counts_the_requests_dynamodb_store_makes(
+    moto_server: str, policy: str
+) -> None:
+    # GIVEN the same run of 100 containers on DynamoDBStore (moto's server) and on the model
+    # that prices 5,000: MemoryStore's rules plus DynamoDBStore's lost fences (the count
+    # policy's run: its census writes, its failures, the trip)
     scenario = Scenario(
-        100, "rate", "burst", 0.005, settle_s=1.0, noise_s=2.0, outage_s=3.0, calls_per_s=600
+        100, policy, "burst", 0.005, settle_s=1.0, noise_s=2.0, outage_s=3.0, calls_per_s=600
     )
     table = make_table(moto_server)
     real = DynamoDBStore(table, boto3_client=dynamodb_client(moto_server))
     model = DynamoDBModelStore()
 
     # WHEN both run it
-    on_dynamodb = simulate(scenario, real, "moto", "model-check")
-    on_model = simulate(scenario, model, "ddb-model", "model-check")
+    on_dynamodb = simulate(scenario, real, "moto", f"model-check-{policy}")
+    on_model = simulate(scenario, model, "ddb-model", f"model-check-{policy}")
 
     # THEN they made the same store requests, reads and lost fences included, second by second
     assert model.fence_misses > 0
