@@ -490,6 +490,7 @@ class CircuitBreaker(OperatorControls):
                 self.rng,
                 now,
                 round(self.config.recovery_ramp_seconds * 1000),
+                callable(getattr(self.store, "report", None)),
             )
         return census
 

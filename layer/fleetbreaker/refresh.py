@@ -123,9 +123,11 @@ class Census:
         rng: random.Random,
         now_ms: int,
         ramp_ms: int = 0,
+        writes: bool = True,
     ) -> None:
         self.name = name
         self._ramp_ms = ramp_ms
+        self._writes = writes  # False: a store of its own without a report operation
         self._store = store
         self._cache_ms = cache_ms
         self._container = container
@@ -142,7 +144,8 @@ class Census:
         """The cache's refresh: a read, or the census write when one is due."""
         store = self._store
         if (
-            now_ms < self._due_ms
+            not self._writes
+            or now_ms < self._due_ms
             or store.degraded
             or (seen is not None and seen.state is not State.CLOSED)
         ):

@@ -268,3 +268,29 @@ def test_a_small_fleet_claims_the_probe_on_its_first_call(clock: FakeClock) -> N
     clock.advance(CONFIG.recovery_timeout)
 
     assert breaker.call(lambda: "probed") == "probed"
+
+
+class StoreWithoutReport:
+    """A store written before the report operation: it has the five count-policy ones."""
+
+    def __init__(self) -> None:
+        self.inner = MemoryStore()
+        self.stats = self.inner.stats
+
+    def __getattr__(self, operation: str) -> Any:
+        if operation == "report":
+            raise AttributeError(operation)
+        return getattr(self.inner, operation)
+
+
+def test_a_store_without_a_report_operation_is_read_never_written(clock: FakeClock) -> None:
+    # GIVEN a count-policy breaker on such a store, its census due at once
+    store = StoreWithoutReport()
+    breaker = CircuitBreaker(
+        NAME, store=store, config=CONFIG, clock=clock, rng=Draws(0.0), listeners=[]
+    )
+
+    # WHEN it refreshes, THEN it reads (no census write it cannot send, no degradation)
+    assert breaker.state is State.CLOSED
+    assert (store.stats.reads, store.stats.writes) == (1, 0)
+    assert not breaker.degraded

@@ -13,6 +13,7 @@ step:
 from __future__ import annotations
 
 import contextlib
+import random
 from typing import Any
 
 import pytest
@@ -83,11 +84,18 @@ class FleetMachine(RuleBasedStateMachine):
 
         self.store.record_failure = weighed
         self.journal = Journal(self.clock)
+        # Seeded random sources: census times and thinned writes must replay the same way
+        # for Hypothesis to shrink an example.
         self.breakers = [
             CircuitBreaker(
-                NAME, store=self.store, config=CONFIG, clock=self.clock, listeners=[self.journal]
+                NAME,
+                store=self.store,
+                config=CONFIG,
+                clock=self.clock,
+                listeners=[self.journal],
+                rng=random.Random(index),
             )
-            for _ in range(CONTAINERS)
+            for index in range(CONTAINERS)
         ]
         self.held: list[tuple[int, Admission, int]] = []  # (container, probe, claimed at)
         self.trip_gens: list[int] = []
