@@ -260,6 +260,7 @@ def test_a_large_fleet_claims_the_probe_only_when_it_draws(clock: FakeClock) -> 
 
 
 def test_a_small_fleet_claims_the_probe_on_its_first_call(clock: FakeClock) -> None:
+    # GIVEN 16 containers' census seen (weight 1), then an open breaker whose window has ended
     store = MemoryStore()
     store.seed(NAME, census_record(16, clock()))
     breaker = breaker_on(store, clock, Draws(0.99))
@@ -267,6 +268,7 @@ def test_a_small_fleet_claims_the_probe_on_its_first_call(clock: FakeClock) -> N
     store.record_failure(NAME, COUNT, clock(), None, CONFIG.failure_threshold)
     clock.advance(CONFIG.recovery_timeout)
 
+    # WHEN a call comes, whatever it draws, THEN it claims the probe
     assert breaker.call(lambda: "probed") == "probed"
 
 
