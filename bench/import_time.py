@@ -23,8 +23,10 @@ without bytecode, bytecode writing off on both sides.
 On a busy machine the spread is wide and the median moves: the load average at the start and
 the end is printed with the figures; quote them together.
 
-Usage: python bench/import_time.py [--runs 15] [--check]
-(--check exits 1 if the target is missed or aws_xray_sdk is imported.)
+Usage: python bench/import_time.py [--runs 15] [--check] [--instructions]
+(--check exits 1 if the target is missed or aws_xray_sdk is imported; --instructions also
+counts A's and B's instructions under valgrind, which the load does not move, and converts
+the difference to ms at the run's own median `import boto3`.)
 """
 
 from __future__ import annotations
@@ -124,8 +126,46 @@ def spread(values: list[float], unit: str = "", digits: int = 1) -> str:
     )
 
 
-def whole_process(runs: int) -> tuple[float, float]:
-    """Print the A/B figures; return (median ratio of wall times, median extra wall ms)."""
+def instructions(statement: str) -> int:
+    """Instructions one interpreter running ``statement`` executes (valgrind callgrind).
+
+    Load-independent where wall time is not: a fixed hash seed and, where ``setarch`` can,
+    address randomisation off (either moves the count of the same import by up to 2 M).
+    """
+    command = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null"]
+    command += [sys.executable, "-c", statement]
+    if shutil.which("setarch"):
+        command = ["setarch", os.uname().machine, "-R", *command]
+    result = subprocess.run(
+        command,
+        env={**ENV, "PYTHONHASHSEED": "0"},
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=600,
+    )
+    for line in result.stderr.splitlines():
+        if "Collected :" in line:
+            return int(line.rsplit(":", 1)[1].strip())
+    raise SystemExit(f"valgrind printed no count for {statement!r}")
+
+
+def instruction_figures(base_wall_ms: float) -> None:
+    """Print A and B in instructions, and what A - B is at this run's `import boto3` speed."""
+    run_whole(WHOLE_A)  # bytecode caches
+    a, b = instructions(WHOLE_A), instructions(WHOLE_B)
+    print(
+        f"\ninstructions (valgrind callgrind, one run each): A {a / 1e6:.1f} M, B {b / 1e6:.1f} M"
+    )
+    print(
+        f"  A - B {(a - b) / 1e6:+.1f} M, A / B {a / b:.3f}: about "
+        f"{(a - b) / b * base_wall_ms:.1f} ms at this run's median `import boto3` "
+        f"({base_wall_ms:.0f} ms)"
+    )
+
+
+def whole_process(runs: int) -> tuple[float, float, float]:
+    """Print the A/B figures; return the medians of the wall ratio, the extra wall ms and B."""
     run_whole(WHOLE_A)
     run_whole(WHOLE_B)
     wall_a: list[float] = []
@@ -150,7 +190,7 @@ def whole_process(runs: int) -> tuple[float, float]:
     print(f"  cpu  A {spread(cpu_a, ' ms')}   B {spread(cpu_b, ' ms')}")
     print(f"  A - B wall {spread(extra_wall, ' ms')}   cpu {spread(extra_cpu, ' ms')}")
     print(f"  A / B wall {spread(ratio_wall, '', 3)}   cpu {spread(ratio_cpu, '', 3)}")
-    return statistics.median(ratio_wall), statistics.median(extra_wall)
+    return statistics.median(ratio_wall), statistics.median(extra_wall), statistics.median(wall_b)
 
 
 def read_only_layer(runs: int) -> float:
@@ -229,13 +269,22 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=15, help="pairs and runs per case (15)")
     parser.add_argument("--check", action="store_true", help="exit 1 if the target is missed")
+    parser.add_argument(
+        "--instructions",
+        action="store_true",
+        help="also count A's and B's instructions under valgrind (load-independent)",
+    )
     args = parser.parse_args()
     if args.runs < 1:
         parser.error("--runs must be at least 1")
 
     load_start = [round(x, 2) for x in os.getloadavg()]
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} cores, load {load_start}\n")
-    ratio, extra_ms = whole_process(args.runs)
+    ratio, extra_ms, base_ms = whole_process(args.runs)
+    if args.instructions:
+        if not shutil.which("valgrind"):
+            parser.error("--instructions needs valgrind on PATH")
+        instruction_figures(base_ms)
     clean = breakdown(args.runs)
     read_only_layer(args.runs)
     load_end = [round(x, 2) for x in os.getloadavg()]

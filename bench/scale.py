@@ -96,6 +96,10 @@ ARRIVALS = {
     "ramp100": "100 new containers a second",
     "lambda": "1,000 within the first second, then 1,000 more every 10 s (Lambda's scaling)",
 }
+# The arrivals the read and write targets apply to: those Lambda allows one function.
+# ``burst`` is reported beside them: 5,000 containers joining in one second read the record
+# once each (half a unit), 2,500 read units in that second whatever the rules.
+TARGET_ARRIVALS = ("ramp100", "lambda")
 
 
 def join_times_ms(arrival: str, containers: int, rng: random.Random) -> list[int]:
@@ -169,6 +173,11 @@ class Result:
     def healthy_rejected_pct(self) -> float:
         return 100 * self.healthy_rejected / self.healthy_calls if self.healthy_calls else 0.0
 
+    @property
+    def in_target(self) -> bool:
+        """Whether the unit targets apply to this run's arrival (TARGET_ARRIVALS)."""
+        return self.arrival in TARGET_ARRIVALS
+
     def meets_units(self) -> bool:
         return (
             self.peak_read_units_per_s <= ITEM_READ_TARGET
@@ -213,8 +222,10 @@ class DynamoDBModelStore(MemoryStore):
 
     DynamoDBStore.report is one UpdateItem fenced on what the container last saw of the
     report's bucket slot; when another container has started the bucket since, the condition
-    fails (a write unit spent) and it writes again. A trip is one more UpdateItem. This
-    counts both, so 5,000 containers can be priced without 5,000 containers' worth of HTTP.
+    fails (a write unit spent) and it writes again. record_failure is fenced on the
+    generation and window the container saw, the same way. A trip is one more UpdateItem.
+    This counts them, so 5,000 containers can be priced without 5,000 containers' worth of
+    HTTP.
     """
 
     def __init__(self) -> None:
@@ -234,6 +245,35 @@ class DynamoDBModelStore(MemoryStore):
         outcome = super().report(name, policy, now_ms, report, observed)
         if outcome.transition is not None:
             self.stats.count_write()  # DynamoDBStore trips in a second, fenced write
+        return outcome
+
+    def record_failure(
+        self, name: str, policy: Policy, now_ms: int, observed: Record | None, weight: int = 1
+    ) -> Outcome:
+        # DynamoDBStore.record_failure is fenced on the generation and window_start it saw
+        # (or, on an absent view, on there being no record): a stale closed view of a closed
+        # record loses once and writes again. A failure that reaches the threshold trips in
+        # a second write.
+        current = self._records.get(name)
+        if current is not None and current.is_expired(now_ms):
+            current = None
+        seen = observed if observed is not None and not observed.is_expired(now_ms) else None
+        if (
+            current is not None
+            and current.state is State.CLOSED
+            and (
+                seen is None
+                or (
+                    seen.state is State.CLOSED
+                    and (seen.gen, seen.window_start) != (current.gen, current.window_start)
+                )
+            )
+        ):
+            self.fence_misses += 1
+            self.stats.count_write()
+        outcome = super().record_failure(name, policy, now_ms, observed, weight)
+        if outcome.transition is not None:
+            self.stats.count_write()
         return outcome
 
 
@@ -449,7 +489,7 @@ COLUMNS = (
     "read units/s mean",
     "write units/s peak",
     "write units/s mean",
-    "meets 2,400 / 1,000",
+    "meets 2,400 / 1,000 (lambda, ramp100)",
 )
 
 
@@ -472,7 +512,7 @@ def table_rows(results: Sequence[Result], outage_s: float) -> list[list[str]]:
                 f"{r.mean_read_units_per_s:,.0f}",
                 f"{r.peak_write_units_per_s:,.0f}",
                 f"{r.mean_write_units_per_s:,.0f}",
-                "yes" if r.meets_units() else "NO",
+                _meets(r),
             ]
         )
     return rows
@@ -607,6 +647,12 @@ def _names(text: str, known: Sequence[str], what: str) -> list[str]:
     return names
 
 
+def _meets(r: Result) -> str:
+    if r.in_target:
+        return "yes" if r.meets_units() else "NO"
+    return "yes (outside target)" if r.meets_units() else "no (outside target)"
+
+
 def _numbers(text: str, kind: Callable[[str], Any]) -> list[Any]:
     return [kind(part) for part in text.split(",") if part.strip()]
 
@@ -624,8 +670,9 @@ def verdicts(results: Sequence[Result]) -> list[str]:
     big = [r for r in results if r.containers >= 5_000]
     for r in big:
         if not r.meets_units():
+            missed = "MISSED units" if r.in_target else "over (outside target) units"
             lines.append(
-                f"MISSED units: {r.store} {r.containers} {r.arrival} {r.policy} "
+                f"{missed}: {r.store} {r.containers} {r.arrival} {r.policy} "
                 f"noise {r.noise:.1%}: peak {r.peak_read_units_per_s:,.0f} read / "
                 f"{r.peak_write_units_per_s:,.0f} write units/s"
             )
@@ -637,7 +684,9 @@ def verdicts(results: Sequence[Result]) -> list[str]:
                     f"MISSED trip: {r.store} {r.containers} {r.arrival} noise {r.noise:.1%}: "
                     f"{r.spurious_trips} spurious, open after {opened} s"
                 )
-    return lines or ["every target met"]
+    if not any(line.startswith("MISSED") for line in lines):
+        lines.append("every target met")
+    return lines
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -15,6 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from botocore.exceptions import ClientError
+
 Handler = Callable[[dict[str, Any], Any], dict[str, Any]]
 
 
@@ -95,9 +97,16 @@ class SqsEventSource:
     def expire_visibility(self) -> None:
         """Make the failed messages visible again now, as their visibility timeout would."""
         for handle in self._in_flight.values():
-            self.client.change_message_visibility(
-                QueueUrl=self.queue_url, ReceiptHandle=handle, VisibilityTimeout=0
-            )
+            try:
+                self.client.change_message_visibility(
+                    QueueUrl=self.queue_url, ReceiptHandle=handle, VisibilityTimeout=0
+                )
+            except ClientError as error:
+                # A loaded machine can let the queue's own visibility timeout run out first:
+                # another poll then received the message again and settled it, and the old
+                # handle names nothing (ReceiptHandleIsInvalid). Nothing is left to expire.
+                if error.response.get("Error", {}).get("Code") != "ReceiptHandleIsInvalid":
+                    raise
         self._in_flight.clear()
 
     def messages_left(self) -> int:

@@ -4,6 +4,7 @@ dependency that counts its calls, and the helpers that build and trip breakers."
 from __future__ import annotations
 
 import dataclasses
+import random
 import threading
 from collections.abc import Iterable
 from typing import Any
@@ -154,3 +155,13 @@ def function_reads(source: str, variable: str) -> bool:
         return True
     from_env = {f"BREAKER_{field.upper()}" for field in ENV_FIELDS}
     return variable in from_env and "BreakerConfig.from_env(" in source
+
+
+def quiet_rng() -> random.Random:
+    """A seeded random source for a count-policy breaker whose test counts store requests.
+
+    Such a breaker sends a census write instead of a refresh read about once per 200 s, at
+    times drawn from its random source (fleetbreaker.refresh.Census). Seeded with 0, its
+    first census is 372 s after its first refresh: past any test that counts requests.
+    """
+    return random.Random(0)

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from typing import ParamSpec
 
     from fleetbreaker.ramp import RecoveryRamp
+    from fleetbreaker.refresh import Census
     from fleetbreaker.reporting import Reporter
     from fleetbreaker.shadow import ShadowMode
     from fleetbreaker.snapshot import Snapshot
@@ -159,6 +160,10 @@ class CircuitBreaker(OperatorControls):
         # reporter, built (with its module) when the settings first ask for one.
         self._reporter: Reporter | None = None
         self._reporting: Reporter | None = None  # the reporter while the settings report
+        # The plain count policy's fleet-size signal, built (with its module) at the first
+        # refresh: its census writes stretch a large fleet's refreshes and thin its failure
+        # writes (fleetbreaker.refresh.Census).
+        self._census: Census | None = None
         if config.reporting and not callable(getattr(self.store, "report", None)):
             raise ConfigError(
                 f"{type(self.store).__name__} has no report operation: the rate policy, slow "
@@ -237,7 +242,9 @@ class CircuitBreaker(OperatorControls):
     def _admit(self, now: int) -> Admission:
         record = self._read(now)
         verdict = rules.verdict(record, self._policy, now)
-        if verdict.decision is _PROBE and self._claim_barred is not None:
+        if verdict.decision is _PROBE and (
+            self._claim_barred is not None or self._census is not None
+        ):
             verdict = self._keep_refusal(record, verdict, now)
         if verdict.decision is _PROBE and self._shadow is not None:
             # No lease while the call runs: an enforcing container must be able to probe.
@@ -286,16 +293,31 @@ class CircuitBreaker(OperatorControls):
                 self._hooks.failed(hook, "on_decision")
         return admission
 
+    def _thin_claim(self, verdict: rules.Verdict) -> rules.Verdict:
+        """A large count-policy fleet claims a probe with probability 1 / weight, as it writes
+        failures (refresh.failure_weight): not thousands of claim writes in the second an
+        open window ends. One that does not claim is turned away as a lost race is."""
+        census = self._census
+        if census is None or self._reporting is not None or self._shadow is not None:
+            return verdict
+        if self._store.degraded:
+            return verdict
+        weight = census.failure_weight()
+        if weight <= 1 or self.rng.random() * weight < 1:
+            return verdict
+        return rules.Verdict(_REJECT, verdict.state, 100)
+
     def _keep_refusal(
         self, record: Record | None, verdict: rules.Verdict, now: int
     ) -> rules.Verdict:
         """The store refused a claim on its own clock, for this generation: ours runs ahead.
 
-        Keep its answer until it said, instead of asking again on every call.
+        Keep its answer until it said, instead of asking again on every call. Else, in a
+        large count-policy fleet, claim only with probability 1 / weight (_thin_claim).
         """
         barred = self._claim_barred
         if barred is None or record is None or record.gen != barred[0] or now >= barred[1]:
-            return verdict
+            return self._thin_claim(verdict)
         return rules.Verdict(_REJECT, verdict.state, barred[1] - now)
 
     def record(self, success: bool, token: str | None = None) -> RecordResult:
@@ -389,7 +411,16 @@ class CircuitBreaker(OperatorControls):
 
     def _count_failure(self, now: int) -> RecordResult:
         observed = self._cache.last_seen
-        outcome = self._store.record_failure(self.name, self._policy, now, observed)
+        census = self._census
+        weight = census.failure_weight() if census is not None else 1
+        if weight > 1 and not self._store.degraded:
+            # A large fleet: written with probability 1 / weight, counted weight times.
+            if self.rng.random() * weight >= 1:
+                state = self._state_of(observed)
+                return RecordResult(False, state, f"failure not written: 1 in {weight} is")
+            outcome = self._store.record_failure(self.name, self._policy, now, observed, weight)
+        else:
+            outcome = self._store.record_failure(self.name, self._policy, now, observed)
         state = self._state_of(outcome.record)
         if outcome.changed:
             self._emit("on_failure_recorded", self.name, state)
@@ -437,10 +468,31 @@ class CircuitBreaker(OperatorControls):
             if reporting is not None and reporting.refreshes_by_report:
                 # The report's answer is the fleet's record: it replaces the refresh read.
                 return reporting.flush(now, load_if_empty=True)
+            if reporting is None:
+                # The plain count policy: a read, or now and then a census write instead.
+                return self._count_census(now).refresh(self._policy, now, self._cache.last_seen)
             # If the refresh this thread waited for failed, this answers locally.
             return self._store.load(self.name, now)
         finally:
             self._cache.end_refresh()
+
+    def _count_census(self, now: int) -> Census:
+        census = self._census
+        if census is None:
+            from fleetbreaker.naming import container_key
+            from fleetbreaker.refresh import Census
+
+            census = self._census = Census(
+                self.name,
+                self._store,
+                self._cache.ttl_ms,
+                container_key(self.container_id),
+                self.rng,
+                now,
+                round(self.config.recovery_ramp_seconds * 1000),
+                callable(getattr(self.store, "report", None)),
+            )
+        return census
 
 
 def _default_store() -> Store:

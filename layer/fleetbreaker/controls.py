@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 
     from fleetbreaker.breaker import CircuitBreaker
     from fleetbreaker.cache import RecordCache
+    from fleetbreaker.refresh import Census
     from fleetbreaker.reporting import Reporter
     from fleetbreaker.shadow import ShadowMode
     from fleetbreaker.state import Record
@@ -48,6 +49,7 @@ class OperatorControls:
     _shadow: ShadowMode | None
     _reporter: Reporter | None
     _reporting: Reporter | None
+    _census: Census | None
     _tuned_text: str
     _emit: Callable[..., None]
     _judge: Callable[[Any], bool]
@@ -172,7 +174,13 @@ class OperatorControls:
         # Every shared-store answer refreshes the cache (fresh longer for a large fleet:
         # refresh.refresh_ms); local answers never do.
         reporting = self._reporting
-        fresh = reporting.fresh_ms(record, now) if reporting is not None else None
+        census = self._census
+        if reporting is not None:
+            fresh: int | None = reporting.fresh_ms(record, now)
+        elif census is not None:
+            fresh = census.fresh_ms(record, self._policy, now)
+        else:
+            fresh = None
         self._cache.put(record, now, fresh)
         self._observe(record)
         # Live tuning travels with the record: a container applies it with the answer that

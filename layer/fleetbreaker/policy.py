@@ -111,6 +111,12 @@ def alone(policy: Policy) -> Policy:
     return policy if policy.min_containers <= 1 else replace(policy, min_containers=1)
 
 
+def check_weight(weight: int) -> None:
+    """Refuse a failure weight that is not a whole number of at least 1 (a caller's bug)."""
+    if isinstance(weight, bool) or not isinstance(weight, int) or weight < 1:
+        raise ValueError(f"a failure's weight is a whole number of at least 1, got {weight!r}")
+
+
 def open_duration_ms(policy: Policy, reopens: int, jitter: float) -> int:
     """How long the breaker stays open after ``reopens`` failed recoveries.
 

@@ -22,6 +22,7 @@ from fleetbreaker.policy import (
     OVERRIDE_TTL_S,
     Policy,
     alone,
+    check_weight,
     exact_ratio,
     open_duration_ms,
     reaches,
@@ -93,6 +94,7 @@ __all__ = [
     "apply_settle",
     "bucket_field",
     "bucket_index",
+    "check_weight",
     "exact_ratio",
     "free_slot",
     "holds_lease",
@@ -220,15 +222,17 @@ def verdict(record: Record | None, policy: Policy, now_ms: int) -> Verdict:
     return Verdict(Decision.REJECT, state, max(1, soonest - now_ms))
 
 
-def apply_failure(record: Record | None, policy: Policy, now_ms: int) -> Outcome:
-    """Count one failure of a call admitted while closed; trip on reaching the threshold."""
+def apply_failure(record: Record | None, policy: Policy, now_ms: int, weight: int = 1) -> Outcome:
+    """Count ``weight`` failures of a call admitted while closed (a large count-policy fleet
+    writes each with probability 1 / weight); trip on reaching the threshold."""
+    check_weight(weight)
     current = record if record is not None else Record()
     if current.state is not State.CLOSED:
         return Outcome(record)
     if current.window_start and now_ms - current.window_start < policy.window_ms:
-        counted = replace(current, failures=current.failures + 1)
+        counted = replace(current, failures=current.failures + weight)
     else:
-        counted = replace(current, failures=1, window_start=now_ms)
+        counted = replace(current, failures=weight, window_start=now_ms)
     if counted.failures < policy.failure_threshold:
         return Outcome(_stamp(counted, policy, now_ms), changed=True)
     opened = trip(current, policy, now_ms)
@@ -451,15 +455,14 @@ def snapshot_of(
 
     counts = window_counts(record, policy, now_ms)
     failures, calls = counts.failures, counts.calls
-    # The plain count policy keeps its own window: failures since window_start.
+    # The plain count policy keeps its own window: failures since window_start (+ a census).
     if (
         record is not None
         and record.state is State.CLOSED
-        and not record.buckets
         and record.window_start
         and now_ms - record.window_start < policy.window_ms
     ):
-        failures = record.failures
+        failures = max(failures, record.failures)
     decided = verdict(record, policy, now_ms)
     state = record.state if record is not None else State.CLOSED
     return Snapshot(

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from fleetbreaker.state import Policy, ProbeReport, State, lease_slot
+from fleetbreaker.state import Policy, ProbeReport, Report, State, lease_slot
 
 T0 = 1_700_000_000_000  # an arbitrary "now", in epoch ms
 
@@ -326,6 +326,73 @@ def test_reset_of_an_open_breaker_closes_it_and_forgets_backoff(
     assert record.state is State.CLOSED
     assert record.reopens == 0
     assert record.gen == 2
+
+
+# -- weighted failures and census writes (a large count-policy fleet) ---------------------
+# A fleet too large for every container to write its failures writes each with probability
+# 1 / weight and counts it weight times; its containers' census writes (a report of one call)
+# tell them its size. Every shared store applies the same rule (state.apply_failure); a
+# degraded container's local twin counts its own failures once each (test_fallback_store).
+
+
+def test_a_weighted_failure_counts_its_weight(shared_store: Any, name: str) -> None:
+    outcome = shared_store.record_failure(name, POLICY, T0, None, 2)
+
+    assert outcome.changed
+    assert outcome.transition is None
+    record = shared_store.load(name, T0)
+    assert (record.state, record.failures, record.window_start) == (State.CLOSED, 2, T0)
+
+
+def test_a_weighted_failure_that_reaches_the_threshold_trips_once(
+    shared_store: Any, name: str
+) -> None:
+    # GIVEN one failure of a threshold of 3
+    first = shared_store.record_failure(name, POLICY, T0, None).record
+
+    # WHEN a failure counting 2 is written on that view
+    outcome = shared_store.record_failure(name, POLICY, T0 + 1, first, 2)
+
+    # THEN it trips, with one generation bump
+    assert outcome.transition == (State.CLOSED, State.OPEN)
+    assert shared_store.load(name, T0 + 1).gen == first.gen + 1
+
+
+def test_a_weighted_failure_in_a_new_window_starts_the_count_at_its_weight(
+    shared_store: Any, name: str
+) -> None:
+    fail_n(shared_store, name, 2, now=T0)
+    later = T0 + POLICY.window_ms
+
+    shared_store.record_failure(name, POLICY, later, shared_store.load(name, later), 2)
+
+    record = shared_store.load(name, later)
+    assert (record.state, record.failures, record.window_start) == (State.CLOSED, 2, later)
+
+
+def test_a_weight_below_one_is_refused(shared_store: Any, name: str) -> None:
+    with pytest.raises(ValueError, match="weight"):
+        shared_store.record_failure(name, POLICY, T0, None, 0)
+
+
+def test_census_writes_never_trip_and_leave_the_failures_counted(store: Any, name: str) -> None:
+    # GIVEN two failures of a threshold of 3, and more census writes than the threshold
+    fail_n(store, name, 2)
+    for i in range(POLICY.failure_threshold + 1):
+        outcome = store.report(
+            name, POLICY, T0 + i, Report(f"c{i}", calls=1), store.load(name, T0 + i)
+        )
+        assert outcome.transition is None
+
+    # THEN the record is closed with its two failures and the census in its buckets
+    record = store.load(name, T0 + 10)
+    assert (record.state, record.failures) == (State.CLOSED, 2)
+    assert sum(bucket.reports for bucket in record.buckets.values()) == POLICY.failure_threshold + 1
+
+    # AND the next failure still trips it, and the trip clears the census
+    outcome = store.record_failure(name, POLICY, T0 + 10, record)
+    assert outcome.transition == (State.CLOSED, State.OPEN)
+    assert store.load(name, T0 + 10).buckets == {}
 
 
 # -- TTL -------------------------------------------------------------------------------------

@@ -527,3 +527,51 @@ def test_a_breaker_without_a_store_uses_redis_when_its_url_is_set(
     assert isinstance(breaker.store, RedisStore)
     assert breaker.call(lambda: "ran") == "ran"
     breaker.store.close()
+
+
+# -- the failure weight across the Python <-> Lua seam ---------------------------------------
+
+
+def _record_failure_script(store: RedisStore, name: str, *args: str) -> None:
+    """Run record_failure's script itself, with exactly the ARGV given."""
+    from fleetbreaker.stores.redis_scripts import policy_json
+
+    script = store._scripts["record_failure"]
+    keys = store.keys(name)
+    store.client.eval(script.source, len(keys), *keys, str(T0), policy_json(POLICY), *args)
+
+
+def test_the_script_counts_the_weight_it_is_given(make_store: MakeStore, name: str) -> None:
+    store = make_store()
+
+    _record_failure_script(store, name, "2")
+
+    assert store.load(name, T0).failures == 2
+
+
+def test_the_script_counts_one_when_no_weight_is_given(make_store: MakeStore, name: str) -> None:
+    # GIVEN a caller from before failure weights (its ARGV ends with the policy)
+    store = make_store()
+
+    _record_failure_script(store, name)
+
+    assert store.load(name, T0).failures == 1
+
+
+def test_the_store_sends_the_weight_as_the_scripts_third_argument(
+    make_store: MakeStore, name: str
+) -> None:
+    store = make_store()
+    sent: list[tuple[Any, ...]] = []
+    evalsha = store.client.evalsha
+
+    def recording(sha: str, numkeys: int, *rest: Any) -> Any:
+        sent.append(rest[numkeys:])
+        return evalsha(sha, numkeys, *rest)
+
+    store.client.evalsha = recording  # type: ignore[method-assign]
+
+    store.record_failure(name, POLICY, T0, None, 3)
+
+    assert sent[-1][2] == "3"
+    assert store.load(name, T0).state is State.OPEN

@@ -20,7 +20,7 @@ from fleetbreaker import (
     MemoryStore,
     State,
 )
-from tests.support import Dependency, FakeClock, FlakyStore, trip
+from tests.support import Dependency, FakeClock, FlakyStore, quiet_rng, trip
 
 CONFIG = BreakerConfig(failure_threshold=3, recovery_timeout=10, recovery_jitter=0.0)
 
@@ -36,6 +36,7 @@ def dep() -> Dependency:
 
 
 def make(store: Any, clock: FakeClock, config: BreakerConfig = CONFIG, **kw: Any) -> CircuitBreaker:
+    kw.setdefault("rng", quiet_rng())  # no census write inside a test that counts requests
     return CircuitBreaker("payment-api", store=store, config=config, clock=clock, **kw)
 
 

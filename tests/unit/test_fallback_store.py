@@ -360,3 +360,29 @@ def test_a_thousand_breakers_built_and_dropped_keep_the_threads_bounded() -> Non
     # THEN the process never held more than the shared pool's idle workers, a call's
     # worker and the one slow-call watcher on top of what it had
     assert peak - baseline <= fallback.MAX_IDLE_WORKERS + 2
+
+
+def test_a_weighted_failure_counts_its_weight_on_the_shared_store(
+    store: FallbackStore, shared: FlakyStore, clock: FakeClock
+) -> None:
+    # GIVEN a threshold of 2, WHEN one failure counting 2 is written
+    outcome = store.record_failure(NAME, POLICY, clock(), None, 2)
+
+    # THEN the shared store opened on it
+    assert outcome.transition is not None
+    assert shared.load(NAME, clock()).state is State.OPEN
+
+
+def test_a_degraded_container_counts_its_own_failures_once_each(
+    store: FallbackStore, shared: FlakyStore, clock: FakeClock
+) -> None:
+    # GIVEN an unreachable shared store: the local twin is this container alone
+    shared.down = True
+
+    # WHEN a failure weighted for the fleet reaches it
+    outcome = store.record_failure(NAME, POLICY, clock(), None, 2)
+
+    # THEN it counts one failure (a threshold of 2 is not reached)
+    assert store.degraded
+    assert outcome.record is not None
+    assert (outcome.record.state, outcome.record.failures) == (State.CLOSED, 1)

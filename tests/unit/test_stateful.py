@@ -3,7 +3,9 @@ breakers ("containers") sharing one store, and checks the fleet-wide invariants 
 step:
 
 - at most one trip per generation (generations only grow across trips);
-- never open without `failure_threshold` counted failures inside one window;
+- never open without `failure_threshold` counted failures inside one window (a failure
+  written by a container that believes its fleet large counts its weight; census writes,
+  which such fleets send, count nothing);
 - live admitted probes never exceed `half_open_max_probes`;
 - the breaker is closed as soon as enough probes succeeded.
 """
@@ -11,6 +13,7 @@ step:
 from __future__ import annotations
 
 import contextlib
+import random
 from typing import Any
 
 import pytest
@@ -71,12 +74,28 @@ class FleetMachine(RuleBasedStateMachine):
     def setup(self) -> None:
         self.clock = FakeClock()
         self.store = type(self).store_factory()
+        # The weight of every failure the breakers write (the store is what they count on).
+        self.weights: list[int] = []
+        write_failure = self.store.record_failure
+
+        def weighed(name: str, policy: Any, now: int, observed: Any, weight: int = 1) -> Any:
+            self.weights.append(weight)
+            return write_failure(name, policy, now, observed, weight)
+
+        self.store.record_failure = weighed
         self.journal = Journal(self.clock)
+        # Seeded random sources: census times and thinned writes must replay the same way
+        # for Hypothesis to shrink an example.
         self.breakers = [
             CircuitBreaker(
-                NAME, store=self.store, config=CONFIG, clock=self.clock, listeners=[self.journal]
+                NAME,
+                store=self.store,
+                config=CONFIG,
+                clock=self.clock,
+                listeners=[self.journal],
+                rng=random.Random(index),
             )
-            for _ in range(CONTAINERS)
+            for index in range(CONTAINERS)
         ]
         self.held: list[tuple[int, Admission, int]] = []  # (container, probe, claimed at)
         self.trip_gens: list[int] = []
@@ -94,9 +113,35 @@ class FleetMachine(RuleBasedStateMachine):
             return "ok"
 
         before = len(self.journal.events)
+        self.weights.clear()
         with contextlib.suppress(ConnectionError, CircuitOpenError):
             self.breakers[container].call(dependency)
+        self._weigh(before, self.weights[-1] if self.weights else 1)
         self._after_step(before)
+
+    @rule(container=st.integers(0, CONTAINERS - 1), fleet=st.sampled_from([0, 600, 1_500]))
+    def believe_fleet(self, container: int, fleet: int) -> None:
+        # What this container's census reading says: past 300 containers its failures are
+        # written with probability 1 / weight and count weight times.
+        self.breakers[container]._count_census(self.clock()).fleet = float(fleet)
+
+    @rule(container=st.integers(0, CONTAINERS - 1))
+    def census(self, container: int) -> None:
+        breaker = self.breakers[container]
+        now = self.clock()
+        census = breaker._count_census(now)
+        census._due_ms = now  # its census write is due: the refresh sends it
+        before = len(self.journal.events)
+        census.refresh(breaker._policy, now, breaker._cache.last_seen)
+        self._after_step(before)
+
+    def _weigh(self, before: int, weight: int) -> None:
+        """Tag the failures a step wrote with the weight they were written with."""
+        events = self.journal.events
+        for index in range(before, len(events)):
+            kind, at, _ = events[index]
+            if kind == "failure":
+                events[index] = (kind, at, weight)
 
     @rule(container=st.integers(0, CONTAINERS - 1))
     def probe_and_hold(self, container: int) -> None:
@@ -148,13 +193,14 @@ class FleetMachine(RuleBasedStateMachine):
         # The tripping failure is reported just after the transition; count back to the
         # previous transition of any kind.
         counted = 0
-        for kind, _, _ in self.journal.events[index + 1 : index + 2]:
-            counted += kind == "failure"
-        for kind, when, _ in reversed(self.journal.events[:index]):
+        for kind, _, weight in self.journal.events[index + 1 : index + 2]:
+            if kind == "failure":
+                counted += weight if isinstance(weight, int) else 1
+        for kind, when, weight in reversed(self.journal.events[:index]):
             if kind == "transition":
                 break
             if kind == "failure" and when > at - CONFIG.window_seconds * 1000:
-                counted += 1
+                counted += weight if isinstance(weight, int) else 1
         assert counted >= CONFIG.failure_threshold, f"opened after {counted} failures"
 
     @invariant()

@@ -60,9 +60,10 @@ class Store(Protocol):
         ...
 
     def record_failure(
-        self, name: str, policy: Policy, now_ms: int, observed: Record | None
+        self, name: str, policy: Policy, now_ms: int, observed: Record | None, weight: int = 1
     ) -> Outcome:
-        """Count a failure in the current window; trip (once) at the threshold."""
+        """Count a failure (``weight`` failures) in the current window; trip (once) at the
+        threshold. The breaker passes ``weight`` only when it is not 1."""
         ...
 
     def claim_probe(

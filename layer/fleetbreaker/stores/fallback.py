@@ -223,9 +223,19 @@ class FallbackStore:
         return record
 
     def record_failure(
-        self, name: str, policy: Policy, now_ms: int, observed: Record | None
+        self, name: str, policy: Policy, now_ms: int, observed: Record | None, weight: int = 1
     ) -> Outcome:
-        return self._forward("record_failure", name, policy, now_ms, observed, alone=True)
+        if weight == 1:
+            return self._forward("record_failure", name, policy, now_ms, observed, alone=True)
+        rules.check_weight(weight)  # a caller's bug: raised, not taken for a store failure
+
+        def send(store: Store) -> Outcome:
+            if store is not self.shared:
+                # The local twin is this container alone: its failures count once each.
+                return store.record_failure(name, rules.alone(policy), now_ms, observed)
+            return store.record_failure(name, policy, now_ms, observed, weight)
+
+        return self._operation("record_failure", name, now_ms, send, _reason_by_states(policy))
 
     def claim_probe(
         self, name: str, policy: Policy, now_ms: int, nonce: str, observed: Record | None

@@ -69,9 +69,9 @@ class MemoryStore:
             self._records.clear()
 
     def record_failure(
-        self, name: str, policy: Policy, now_ms: int, observed: Record | None
+        self, name: str, policy: Policy, now_ms: int, observed: Record | None, weight: int = 1
     ) -> Outcome:
-        return self._apply(name, now_ms, lambda r: rules.apply_failure(r, policy, now_ms))
+        return self._apply(name, now_ms, lambda r: rules.apply_failure(r, policy, now_ms, weight))
 
     def claim_probe(
         self, name: str, policy: Policy, now_ms: int, nonce: str, observed: Record | None

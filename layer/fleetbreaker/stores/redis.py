@@ -288,10 +288,11 @@ class RedisStore:
         return self._outcome("load", name, self._eval("load", name, [self._now_arg(now_ms)])).record
 
     def record_failure(
-        self, name: str, policy: Policy, now_ms: int, observed: Record | None
+        self, name: str, policy: Policy, now_ms: int, observed: Record | None, weight: int = 1
     ) -> Outcome:
         # `observed` is not needed: the script reads the current record under Redis' lock.
-        return self._operation("record_failure", name, self._args(now_ms, policy))
+        rules.check_weight(weight)
+        return self._operation("record_failure", name, self._args(now_ms, policy, str(weight)))
 
     def claim_probe(
         self, name: str, policy: Policy, now_ms: int, nonce: str, observed: Record | None

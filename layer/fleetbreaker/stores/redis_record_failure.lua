@@ -1,6 +1,9 @@
--- record_failure: count one failure in the current window; trip (once) at the threshold.
+-- record_failure: count a failure (ARGV[3] failures: its weight, state.apply_failure) in the
+-- current window; trip (once) at the threshold.
 local now = clock(ARGV[1])
 local policy = policy_from(ARGV)
+-- Absent (a caller from before weights) counts one; RedisStore sends only whole numbers >= 1.
+local weight = math.max(1, math.floor(tonumber(ARGV[3]) or 1))
 local key = KEYS[1]
 -- Absent, expired or corrupt: counted as a fresh closed record (and a corrupt one replaced).
 local rec, _, old = read(key, now)
@@ -9,9 +12,9 @@ if current.state ~= 'closed' then return reply(rec, now, false) end
 
 local counted = copy(current)
 if current.window_start ~= 0 and now - current.window_start < policy.window_ms then
-  counted.failures = current.failures + 1
+  counted.failures = current.failures + weight
 else
-  counted.failures = 1
+  counted.failures = weight
   counted.window_start = now
 end
 if counted.failures < policy.failure_threshold then

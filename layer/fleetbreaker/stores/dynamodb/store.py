@@ -218,10 +218,10 @@ class DynamoDBStore:
         return gave_up(seen)
 
     def record_failure(
-        self, name: str, policy: Policy, now_ms: int, observed: Record | None
+        self, name: str, policy: Policy, now_ms: int, observed: Record | None, weight: int = 1
     ) -> Outcome:
         def plan(seen: Record | None, corrupt: dict[str, Any] | None, _: int) -> _Step | Outcome:
-            planned = rules.apply_failure(seen, policy, now_ms)
+            planned = rules.apply_failure(seen, policy, now_ms, weight)
             if not planned.changed or planned.record is None:
                 return Outcome(seen)
             write = Write(now_ms, policy)
@@ -235,9 +235,9 @@ class DynamoDBStore:
             write.require(write.is_(schema.WINDOW_START, seen.window_start))
             if seen.window_start and now_ms - seen.window_start < policy.window_ms:
                 # ADD, not SET: concurrent failures in one window all count.
-                write.add(schema.FAILURES, 1)
+                write.add(schema.FAILURES, weight)
             else:
-                write.set(schema.FAILURES, 1).set(schema.WINDOW_START, now_ms)
+                write.set(schema.FAILURES, weight).set(schema.WINDOW_START, now_ms)
 
             def counted(record: Record | None) -> Outcome:
                 if record is None or record.failures < policy.failure_threshold:
