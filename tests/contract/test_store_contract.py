@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from fleetbreaker.frozen import replace
 from fleetbreaker.state import Policy, ProbeReport, Report, State, lease_slot
 
 T0 = 1_700_000_000_000  # an arbitrary "now", in epoch ms
@@ -115,7 +116,7 @@ def test_stale_closed_view_of_an_open_breaker_learns_it_is_open(store: Any, name
 
 
 def test_threshold_of_one_trips_on_the_first_failure(store: Any, name: str) -> None:
-    policy = Policy(**{**POLICY.__dict__, "failure_threshold": 1})
+    policy = replace(POLICY, failure_threshold=1)
 
     outcome = store.record_failure(name, policy, T0, None)
 
@@ -193,7 +194,7 @@ def test_claims_with_a_stale_open_view_lose_to_the_first(store: Any, name: str) 
 
 
 def test_exactly_max_probes_leases_are_granted(store: Any, name: str) -> None:
-    policy = Policy(**{**POLICY.__dict__, "max_probes": 3})
+    policy = replace(POLICY, max_probes=3)
     opened = open_breaker(store, name, policy)
     now = opened.open_until
 
@@ -220,7 +221,7 @@ def test_probe_success_closes_and_resets(store: Any, name: str) -> None:
 
 
 def test_several_successes_needed_keep_it_half_open(store: Any, name: str) -> None:
-    policy = Policy(**{**POLICY.__dict__, "successes_needed": 2})
+    policy = replace(POLICY, successes_needed=2)
     now, token = half_open(store, name, policy)
 
     first = store.settle_probe(
