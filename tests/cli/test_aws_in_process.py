@@ -194,3 +194,13 @@ def test_the_region_option_is_the_table_s_region(aws: None) -> None:
 
     # THEN the CLI reads it there
     assert (result.code, result.out) == (0, "no breakers in table 'Tab'\n")
+
+
+def test_a_stack_without_a_region_is_a_usage_error_saying_how_to_give_one() -> None:
+    result = run_in_process(["--stack", "fleetbreaker", "list"], NO_REGION)
+
+    assert result.code == 2
+    assert one_line_error(result) == (
+        "fleetbreaker: error: no AWS region: pass --region or set AWS_REGION"
+        " (or AWS_DEFAULT_REGION)"
+    )
