@@ -67,10 +67,13 @@ def stack_outputs(stack: str, region: str | None) -> dict[str, str]:
     import boto3
     from botocore.exceptions import ClientError
 
-    try:
-        client = boto3.session.Session(region_name=region).client(
-            "cloudformation", config=_aws_config()
+    session = boto3.session.Session(region_name=region or None)
+    if not session.region_name:  # unset, or set empty (as _dynamodb_client checks)
+        raise CliError(
+            EXIT_USAGE, "no AWS region: pass --region or set AWS_REGION (or AWS_DEFAULT_REGION)"
         )
+    try:
+        client = session.client("cloudformation", config=_aws_config())
         stacks = client.describe_stacks(StackName=stack)["Stacks"]
     except ClientError as exc:
         if exc.response.get("Error", {}).get("Code") == "ValidationError":
