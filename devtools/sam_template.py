@@ -64,6 +64,25 @@ def load_template(path: Path = TEMPLATE) -> dict[str, Any]:
     return template
 
 
+def table_stack(table: str) -> dict[str, Any]:
+    """A CloudFormation template holding only a breakers table named ``table``, with the
+    output name template.yaml gives it: the stack the CLI's ``--stack`` reads."""
+    return {
+        "Resources": {
+            "Table": {
+                "Type": "AWS::DynamoDB::Table",
+                "Properties": {
+                    "TableName": table,
+                    "AttributeDefinitions": [{"AttributeName": "name", "AttributeType": "S"}],
+                    "KeySchema": [{"AttributeName": "name", "KeyType": "HASH"}],
+                    "BillingMode": "PAY_PER_REQUEST",
+                },
+            }
+        },
+        "Outputs": {"CircuitBreakersTableName": {"Value": {"Ref": "Table"}}},
+    }
+
+
 def translate(parameters: Mapping[str, str]) -> dict[str, Any]:
     """SAM's translation of template.yaml, code pointing at S3 as `sam package` leaves it."""
     from samtranslator.translator.transform import transform

@@ -62,15 +62,18 @@ def interpreter(version: str) -> str | None:
     candidates = [
         shutil.which(f"python{version}"),
         *sorted(glob.glob(f"{pyenv_root}/versions/{version}.*/bin/python{version}"), reverse=True),
+        f"/usr/bin/python{version}",
+        f"/usr/local/bin/python{version}",
     ]
     for candidate in candidates:
-        if not candidate:
+        if not candidate or not os.access(candidate, os.X_OK):
             continue
         # A pyenv shim exists for every installed version but runs only the selected ones.
         probe = subprocess.run(
             [candidate, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
             capture_output=True,
             text=True,
+            timeout=30,
             check=False,
         )
         if probe.returncode == 0 and probe.stdout.strip() == version:

@@ -29,6 +29,7 @@ import boto3
 import pytest
 
 from devtools import servers
+from devtools.sam_template import table_stack
 from fleetbreaker import (
     BreakerConfig,
     CircuitBreaker,
@@ -168,21 +169,7 @@ def stack_with_table(
     """A stack with a breaker table and the outputs template.yaml gives it (endpoint None:
     moto in-process)."""
     stack = f"fleetbreaker-cli-{uuid.uuid4().hex[:8]}"
-    template: dict[str, Any] = {
-        "Resources": {
-            "Table": {
-                "Type": "AWS::DynamoDB::Table",
-                "Properties": {
-                    "TableName": table,
-                    "AttributeDefinitions": [{"AttributeName": "name", "AttributeType": "S"}],
-                    "KeySchema": [{"AttributeName": "name", "KeyType": "HASH"}],
-                    "BillingMode": "PAY_PER_REQUEST",
-                },
-            }
-        },
-        # The output name template.yaml gives the table.
-        "Outputs": {"CircuitBreakersTableName": {"Value": {"Ref": "Table"}}},
-    }
+    template = table_stack(table)
     if cache_endpoint is not None:
         template["Outputs"]["BreakerCacheEndpoint"] = {"Value": cache_endpoint}
     if cache_user is not None:

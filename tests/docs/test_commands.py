@@ -18,6 +18,7 @@ import boto3
 import pytest
 
 from devtools import servers
+from devtools.sam_template import table_stack
 from fleetbreaker import BreakerConfig, CircuitBreaker, DynamoDBStore, State, cli
 from tests.docs.blocks import DOCS, every_block
 
@@ -44,20 +45,7 @@ def runbook_stack(moto_server: str, monkeypatch: pytest.MonkeyPatch) -> Iterator
     for service in ("CLOUDFORMATION", "DYNAMODB", "STS"):
         monkeypatch.setenv(f"AWS_ENDPOINT_URL_{service}", moto_server)
     table = f"runbook-{uuid.uuid4().hex[:8]}"
-    template = {
-        "Resources": {
-            "Table": {
-                "Type": "AWS::DynamoDB::Table",
-                "Properties": {
-                    "TableName": table,
-                    "AttributeDefinitions": [{"AttributeName": "name", "AttributeType": "S"}],
-                    "KeySchema": [{"AttributeName": "name", "KeyType": "HASH"}],
-                    "BillingMode": "PAY_PER_REQUEST",
-                },
-            }
-        },
-        "Outputs": {"CircuitBreakersTableName": {"Value": {"Ref": "Table"}}},
-    }
+    template = table_stack(table)
     cloudformation = boto3.client("cloudformation", endpoint_url=moto_server)
     cloudformation.create_stack(StackName=STACK, TemplateBody=json.dumps(template))
     store = DynamoDBStore(table, boto3_client=servers.dynamodb_client(moto_server))

@@ -7,10 +7,10 @@ nothing else: each interpreter starts isolated (-I -S), without its own site-pac
 
 from __future__ import annotations
 
-import glob
 import json
 import os
 import re
+import runpy
 import shutil
 import subprocess
 import sys
@@ -28,6 +28,9 @@ from tests.conftest import backend_unavailable
 from tests.sam.conftest import EVENTS
 from tests.sam.test_template import pins
 
+# The layer build's bytecode script (layer/ is not a package): its interpreter finder.
+BUILD_SCRIPT = runpy.run_path(str(REPO_ROOT / "layer" / "compile_bytecode.py"))
+
 # What the Lambda Python runtimes ship; the layer must not bring its own copy.
 RUNTIME_PACKAGES = ("boto3", "botocore", "s3transfer", "jmespath", "dateutil", "six", "urllib3")
 
@@ -40,29 +43,10 @@ def declared_runtimes() -> list[str]:
 
 
 def find_interpreter(runtime: str) -> str | None:
-    """An interpreter on this machine for a Lambda runtime name such as python3.12."""
-    version = runtime.removeprefix("python")
-    pyenv_root = os.environ.get("PYENV_ROOT") or os.path.expanduser("~/.pyenv")
-    candidates = [
-        shutil.which(runtime),
-        *sorted(glob.glob(f"{pyenv_root}/versions/{version}.*/bin/python{version}"), reverse=True),
-        f"/usr/bin/{runtime}",
-        f"/usr/local/bin/{runtime}",
-    ]
-    for candidate in candidates:
-        if not candidate or not os.access(candidate, os.X_OK):
-            continue
-        # A pyenv shim exists for every installed version but runs only the selected ones.
-        probe = subprocess.run(
-            [candidate, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=False,
-        )
-        if probe.returncode == 0 and probe.stdout.strip() == version:
-            return candidate
-    return None
+    """An interpreter on this machine for a Lambda runtime name such as python3.12: the one
+    the layer build compiles that runtime's bytecode with."""
+    found: str | None = BUILD_SCRIPT["interpreter"](runtime.removeprefix("python"))
+    return found
 
 
 BUILD_RUNTIME = "python3.11"  # the interpreter the build and the tests run on
