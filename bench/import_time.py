@@ -9,7 +9,10 @@ machine's drift):
 Each run is timed from outside, start to exit (wall clock, and the child's own user + system
 CPU time from wait4). The ratio A/B is taken pair by pair and the median is the figure, with
 the median of the paired differences in ms: a Lambda function imports boto3 anyway, so what
-it pays for the package is the difference. **Target: at most 6 ms, at most 1.04 × B.**
+it pays for the package is the difference. **Target: at most 1.04 × B, which is 6 ms where
+`import boto3` takes 150 ms.** The ms depend on the machine's speed (on the 2-core
+development machine `import boto3` took 180 to 520 ms over one day), the ratio much less:
+the verdict gives both, and what the ratio is at 150 ms.
 One untimed warm-up pair first fills the bytecode caches.
 
 Then, as a breakdown, each case below runs in a fresh interpreter that times its own imports
@@ -20,13 +23,18 @@ read-only: an interpreter that finds no bytecode compiles the source and cannot 
 the same A with the package as the layer build leaves it (`layer/compile_bytecode.py`) and
 without bytecode, bytecode writing off on both sides.
 
+`--reference REV` (repeatable) also times A as the package was at git revision REV
+(`git archive`: its layer/ alone) in the same rounds; each round runs its processes
+forwards or backwards in turn. The same code measured again gives a scale for figures taken
+on another day, and A - reference is paired between processes that both import the package.
+
 On a busy machine the spread is wide and the median moves: the load average at the start and
 the end is printed with the figures; quote them together.
 
-Usage: python bench/import_time.py [--runs 15] [--check] [--instructions]
-(--check exits 1 if the target is missed or aws_xray_sdk is imported; --instructions also
-counts A's and B's instructions under valgrind, which the load does not move, and converts
-the difference to ms at the run's own median `import boto3`.)
+Usage: python bench/import_time.py [--runs 15] [--check] [--instructions] [--reference REV]
+(--check exits 1 if the ratio is over 1.04 or aws_xray_sdk is imported; --instructions also
+counts A's and B's instructions under valgrind (and each reference's A), which the load does
+not move, and converts the difference to ms at the run's own median `import boto3`.)
 """
 
 from __future__ import annotations
@@ -42,7 +50,7 @@ import tempfile
 import time
 from pathlib import Path
 
-TARGET_EXTRA_MS = 6.0
+TARGET_EXTRA_MS = 6.0  # at a 150 ms `import boto3`: the ratio below
 TARGET_RATIO = 1.04
 LAYER = Path(__file__).resolve().parents[1] / "layer"
 # A clean environment: the layer on the path, and bytecode caches written (a Lambda layer
@@ -126,7 +134,7 @@ def spread(values: list[float], unit: str = "", digits: int = 1) -> str:
     )
 
 
-def instructions(statement: str) -> int:
+def instructions(statement: str, env: dict[str, str] | None = None) -> int:
     """Instructions one interpreter running ``statement`` executes (valgrind callgrind).
 
     Load-independent where wall time is not: a fixed hash seed and, where ``setarch`` can,
@@ -138,7 +146,7 @@ def instructions(statement: str) -> int:
         command = ["setarch", os.uname().machine, "-R", *command]
     result = subprocess.run(
         command,
-        env={**ENV, "PYTHONHASHSEED": "0"},
+        env={**(env or ENV), "PYTHONHASHSEED": "0"},
         capture_output=True,
         text=True,
         check=True,
@@ -150,7 +158,7 @@ def instructions(statement: str) -> int:
     raise SystemExit(f"valgrind printed no count for {statement!r}")
 
 
-def instruction_figures(base_wall_ms: float) -> None:
+def instruction_figures(base_wall_ms: float, references: dict[str, dict[str, str]]) -> None:
     """Print A and B in instructions, and what A - B is at this run's `import boto3` speed."""
     run_whole(WHOLE_A)  # bytecode caches
     a, b = instructions(WHOLE_A), instructions(WHOLE_B)
@@ -162,35 +170,95 @@ def instruction_figures(base_wall_ms: float) -> None:
         f"{(a - b) / b * base_wall_ms:.1f} ms at this run's median `import boto3` "
         f"({base_wall_ms:.0f} ms)"
     )
+    for rev, env in references.items():
+        theirs = instructions(WHOLE_A, env)
+        print(f"  reference {rev}: A {theirs / 1e6:.1f} M, over B {(theirs - b) / 1e6:+.1f} M")
 
 
-def whole_process(runs: int) -> tuple[float, float, float]:
-    """Print the A/B figures; return the medians of the wall ratio, the extra wall ms and B."""
-    run_whole(WHOLE_A)
-    run_whole(WHOLE_B)
-    wall_a: list[float] = []
-    wall_b: list[float] = []
-    cpu_a: list[float] = []
-    cpu_b: list[float] = []
-    for _ in range(runs):
-        a = run_whole(WHOLE_A)
-        b = run_whole(WHOLE_B)
-        wall_a.append(a[0])
-        cpu_a.append(a[1])
-        wall_b.append(b[0])
-        cpu_b.append(b[1])
-    ratio_wall = [a / b for a, b in zip(wall_a, wall_b, strict=True)]
-    ratio_cpu = [a / b for a, b in zip(cpu_a, cpu_b, strict=True)]
-    extra_wall = [a - b for a, b in zip(wall_a, wall_b, strict=True)]
-    extra_cpu = [a - b for a, b in zip(cpu_a, cpu_b, strict=True)]
-    print(f"whole process, {runs} pairs A B A B ..., median (min, max)")
+def quartiles(values: list[float], unit: str = "", digits: int = 1) -> str:
+    """Median and interquartile range: where the middle half of the pairs fell."""
+    q1, median, q3 = statistics.quantiles(values, n=4) if len(values) > 1 else values * 3
+    return f"{median:.{digits}f}{unit} (middle half {q1:.{digits}f} to {q3:.{digits}f})"
+
+
+def reference_layer(rev: str, scratch: Path) -> dict[str, str]:
+    """The environment that imports the package as it was at ``rev`` (a git revision).
+
+    Only the revision's ``layer/`` is taken (``git archive``), with bytecode caches written
+    by a first import, as this checkout's own are.
+    """
+    root = LAYER.parent
+    found = subprocess.run(
+        ["git", "-C", str(root), "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}"],
+        capture_output=True,
+        text=True,
+    )
+    if found.returncode:
+        raise SystemExit(f"--reference {rev!r}: not a commit of {root}")
+    commit = found.stdout.strip()
+    target = scratch / commit[:12]
+    target.mkdir()
+    archive = subprocess.run(
+        ["git", "-C", str(root), "archive", commit, "layer"], capture_output=True, check=True
+    )
+    subprocess.run(["tar", "-x", "-C", str(target)], input=archive.stdout, check=True)
+    env = {**ENV, "PYTHONPATH": str(target / "layer")}
+    tried = subprocess.run(
+        [sys.executable, "-c", WHOLE_A], env=env, capture_output=True, text=True, timeout=120
+    )
+    if tried.returncode:
+        last = (tried.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise SystemExit(f"--reference {rev!r}: {WHOLE_A!r} fails there: {last}")
+    return env
+
+
+def whole_process(runs: int, references: dict[str, dict[str, str]]) -> tuple[float, float, float]:
+    """Print the A/B figures; return the medians of the wall ratio, the extra wall ms and B.
+
+    Each round runs B, A and every reference's A once, forwards in even rounds and backwards
+    in odd ones, so a drift of the machine's speed during a round falls on both sides alike.
+    """
+    sides: dict[str, tuple[str, dict[str, str]]] = {"B": (WHOLE_B, ENV), "A": (WHOLE_A, ENV)}
+    for rev, env in references.items():
+        sides[rev] = (WHOLE_A, env)
+    for statement, env in sides.values():
+        run_whole(statement, env)
+    wall: dict[str, list[float]] = {name: [] for name in sides}
+    cpu: dict[str, list[float]] = {name: [] for name in sides}
+    order = list(sides)
+    for round_ in range(runs):
+        for name in order if round_ % 2 == 0 else reversed(order):
+            statement, env = sides[name]
+            w, c = run_whole(statement, env)
+            wall[name].append(w)
+            cpu[name].append(c)
+
+    def extra(name: str, kind: dict[str, list[float]]) -> list[float]:
+        return [a - b for a, b in zip(kind[name], kind["B"], strict=True)]
+
+    def ratio(name: str, kind: dict[str, list[float]]) -> list[float]:
+        return [a / b for a, b in zip(kind[name], kind["B"], strict=True)]
+
+    print(f"whole process, {runs} rounds (B, A and any reference, alternating), median (min, max)")
     print(f"  A  python -c {WHOLE_A!r}")
     print(f"  B  python -c {WHOLE_B!r}")
-    print(f"  wall A {spread(wall_a, ' ms')}   B {spread(wall_b, ' ms')}")
-    print(f"  cpu  A {spread(cpu_a, ' ms')}   B {spread(cpu_b, ' ms')}")
-    print(f"  A - B wall {spread(extra_wall, ' ms')}   cpu {spread(extra_cpu, ' ms')}")
-    print(f"  A / B wall {spread(ratio_wall, '', 3)}   cpu {spread(ratio_cpu, '', 3)}")
-    return statistics.median(ratio_wall), statistics.median(extra_wall), statistics.median(wall_b)
+    print(f"  wall A {spread(wall['A'], ' ms')}   B {spread(wall['B'], ' ms')}")
+    print(f"  cpu  A {spread(cpu['A'], ' ms')}   B {spread(cpu['B'], ' ms')}")
+    print(f"  A - B wall {spread(extra('A', wall), ' ms')}   cpu {spread(extra('A', cpu), ' ms')}")
+    print(f"  A / B wall {spread(ratio('A', wall), '', 3)}   cpu {spread(ratio('A', cpu), '', 3)}")
+    print(f"  A - B wall {quartiles(extra('A', wall), ' ms')}")
+    print(f"  A / B wall {quartiles(ratio('A', wall), '', 3)}")
+    for rev in references:
+        print(f"  reference {rev} (its layer/, same A), over B in the same rounds:")
+        print(f"    wall {quartiles(extra(rev, wall), ' ms')}")
+        print(f"    wall {quartiles(ratio(rev, wall), ' x', 3)}")
+        ours = [a - r for a, r in zip(wall["A"], wall[rev], strict=True)]
+        print(f"    A - reference, wall {quartiles(ours, ' ms')}")
+    return (
+        statistics.median(ratio("A", wall)),
+        statistics.median(extra("A", wall)),
+        statistics.median(wall["B"]),
+    )
 
 
 def read_only_layer(runs: int) -> float:
@@ -268,34 +336,50 @@ def breakdown(runs: int) -> bool:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=15, help="pairs and runs per case (15)")
-    parser.add_argument("--check", action="store_true", help="exit 1 if the target is missed")
+    parser.add_argument("--check", action="store_true", help="exit 1 if the ratio target is missed")
     parser.add_argument(
         "--instructions",
         action="store_true",
         help="also count A's and B's instructions under valgrind (load-independent)",
     )
+    parser.add_argument(
+        "--reference",
+        action="append",
+        default=[],
+        metavar="REV",
+        help="also time A as the package was at git revision REV, in the same rounds (repeatable)",
+    )
     args = parser.parse_args()
     if args.runs < 1:
         parser.error("--runs must be at least 1")
+    if args.instructions and not shutil.which("valgrind"):
+        parser.error("--instructions needs valgrind on PATH")
 
     load_start = [round(x, 2) for x in os.getloadavg()]
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} cores, load {load_start}\n")
-    ratio, extra_ms, base_ms = whole_process(args.runs)
-    if args.instructions:
-        if not shutil.which("valgrind"):
-            parser.error("--instructions needs valgrind on PATH")
-        instruction_figures(base_ms)
+    with tempfile.TemporaryDirectory() as scratch:
+        references = {rev: reference_layer(rev, Path(scratch)) for rev in args.reference}
+        ratio, extra_ms, base_ms = whole_process(args.runs, references)
+        if args.instructions:
+            instruction_figures(base_ms, references)
     clean = breakdown(args.runs)
     read_only_layer(args.runs)
     load_end = [round(x, 2) for x in os.getloadavg()]
-    met = ratio <= TARGET_RATIO and extra_ms <= TARGET_EXTRA_MS
+    ratio_met = ratio <= TARGET_RATIO
+    # The 6 ms is the ratio's allowance where `import boto3` takes 150 ms; on a slower
+    # machine every import takes longer and the ratio is the figure that carries over.
+    speed_ms = TARGET_EXTRA_MS / (TARGET_RATIO - 1)
     print(
         f"\nimport cost: {extra_ms:.1f} ms, {ratio:.3f} × `import boto3` (whole process, "
-        f"median of {args.runs} pairs; load {load_start} → {load_end})\n"
-        f"target <= {TARGET_EXTRA_MS:.0f} ms and <= {TARGET_RATIO:.2f} ×: "
-        f"{'met' if met else 'MISSED'}; aws_xray_sdk {'never imported' if clean else 'IMPORTED'}"
+        f"median of {args.runs} rounds; load {load_start} → {load_end})\n"
+        f"target <= {TARGET_RATIO:.2f} ×: {'met' if ratio_met else 'MISSED'}; "
+        f"<= {TARGET_EXTRA_MS:.0f} ms here: {'met' if extra_ms <= TARGET_EXTRA_MS else 'missed'} "
+        f"(`import boto3` took {base_ms:.0f} ms; {TARGET_EXTRA_MS:.0f} ms is "
+        f"{TARGET_RATIO:.2f} × a {speed_ms:.0f} ms one, where this ratio is "
+        f"{(ratio - 1) * speed_ms:.1f} ms)\n"
+        f"aws_xray_sdk {'never imported' if clean else 'IMPORTED'}"
     )
-    return 0 if (met and clean) or not args.check else 1
+    return 0 if (ratio_met and clean) or not args.check else 1
 
 
 if __name__ == "__main__":

@@ -1,0 +1,77 @@
+"""bench/import_time.py's inputs and helpers, without timing anything.
+
+The figures come from running the benchmark (docs/benchmarks.md, "Cold-start cost"); these
+check that a revision given with ``--reference`` is the package as it was at that revision,
+that a bad one is refused by name before anything is timed, and the interquartile summary.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench import import_time
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_reference_layer_imports_the_package_as_committed(tmp_path: Path) -> None:
+    env = import_time.reference_layer("HEAD", tmp_path)
+    layer = Path(env["PYTHONPATH"])
+    assert layer.is_relative_to(tmp_path)
+    assert layer.name == "layer"
+    committed = subprocess.run(
+        ["git", "-C", str(ROOT), "show", "HEAD:layer/fleetbreaker/breaker.py"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert (layer / "fleetbreaker" / "breaker.py").read_text() == committed
+    where = subprocess.run(
+        [sys.executable, "-c", "import fleetbreaker; print(fleetbreaker.__file__)"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    assert Path(where).is_relative_to(layer)
+
+
+def test_reference_that_is_not_a_commit_is_refused_by_name(tmp_path: Path) -> None:
+    with pytest.raises(SystemExit, match="'no-such-rev': not a commit"):
+        import_time.reference_layer("no-such-rev", tmp_path)
+
+
+def test_command_line_refuses_a_bad_reference_before_timing() -> None:
+    result = subprocess.run(
+        [sys.executable, "bench/import_time.py", "--runs", "1", "--reference", "no-such-rev"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 1
+    assert "--reference 'no-such-rev': not a commit" in result.stderr
+    assert "whole process" not in result.stdout
+
+
+def test_command_line_refuses_zero_runs() -> None:
+    result = subprocess.run(
+        [sys.executable, "bench/import_time.py", "--runs", "0"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2
+    assert "--runs must be at least 1" in result.stderr
+
+
+def test_quartiles_give_the_median_and_the_middle_half() -> None:
+    assert import_time.quartiles([1.0, 2.0, 3.0, 4.0, 5.0], " ms") == (
+        "3.0 ms (middle half 1.5 to 4.5)"
+    )
+    assert import_time.quartiles([7.0], " ms") == "7.0 ms (middle half 7.0 to 7.0)"
