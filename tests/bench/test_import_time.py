@@ -45,27 +45,25 @@ def test_reference_that_is_not_a_commit_is_refused_by_name(tmp_path: Path) -> No
         import_time.reference_layer("no-such-rev", tmp_path)
 
 
-def test_command_line_refuses_a_bad_reference_before_timing() -> None:
-    result = subprocess.run(
-        [sys.executable, "bench/import_time.py", "--runs", "1", "--reference", "no-such-rev"],
+def _bench(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "bench/import_time.py", *args],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=60,
     )
+
+
+def test_command_line_refuses_a_bad_reference_before_timing() -> None:
+    result = _bench("--runs", "1", "--reference", "no-such-rev")
     assert result.returncode == 1
     assert "--reference 'no-such-rev': not a commit" in result.stderr
     assert "whole process" not in result.stdout
 
 
 def test_command_line_refuses_zero_runs() -> None:
-    result = subprocess.run(
-        [sys.executable, "bench/import_time.py", "--runs", "0"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    result = _bench("--runs", "0")
     assert result.returncode == 2
     assert "--runs must be at least 1" in result.stderr
 
