@@ -97,8 +97,13 @@ mutate: venv ## mutation testing of layer/fleetbreaker with mutmut, module by mo
 demo: deps ## an outage seen by 16 containers, shared vs per-container breakers, or rate vs count (ARGS='--help')
 	$(PY) -m bench.demo $(ARGS)
 
+# make bench times this revision's package beside today's import (the package before the rate
+# policy; docs/benchmarks.md, "Cold-start cost"), where the checkout's history has it.
+IMPORT_REFERENCE ?= a405ffb^
+HAVE_REFERENCE = $(shell git rev-parse --verify --quiet '$(IMPORT_REFERENCE)^{commit}' 2>/dev/null)
+
 bench: venv ## import cost next to boto3, then fleetbreaker vs Powertools' circuit breaker on moto (bench/README.md)
-	$(PY) bench/import_time.py
+	$(PY) bench/import_time.py $(if $(HAVE_REFERENCE),--reference '$(IMPORT_REFERENCE)')
 	$(PY) bench/fleet_vs_powertools.py $(ARGS)
 
 scale: venv ## simulated fleet of 100-5,000 containers, count vs rate policy (bench/README.md)

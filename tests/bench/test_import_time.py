@@ -45,14 +45,12 @@ def test_reference_that_is_not_a_commit_is_refused_by_name(tmp_path: Path) -> No
         import_time.reference_layer("no-such-rev", tmp_path)
 
 
+def _run(*command: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=60)
+
+
 def _bench(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "bench/import_time.py", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    return _run(sys.executable, "bench/import_time.py", *args)
 
 
 def test_command_line_refuses_a_bad_reference_before_timing() -> None:
@@ -73,3 +71,13 @@ def test_quartiles_give_the_median_and_the_middle_half() -> None:
         "3.0 ms (middle half 1.5 to 4.5)"
     )
     assert import_time.quartiles([7.0], " ms") == "7.0 ms (middle half 7.0 to 7.0)"
+
+
+def test_make_bench_times_the_reference_the_docs_quote() -> None:
+    planned = _run("make", "-n", "bench")
+    assert planned.returncode == 0, planned.stderr
+    assert "bench/import_time.py --reference 'a405ffb^'" in planned.stdout
+    assert "--reference 'a405ffb^'" in (ROOT / "docs" / "benchmarks.md").read_text()
+    without = _run("make", "-n", "bench", "IMPORT_REFERENCE=no-such-rev")
+    assert without.returncode == 0, without.stderr
+    assert "--reference" not in without.stdout
