@@ -1,10 +1,11 @@
 """Guard on what a cold start imports: which modules, and how many dataclasses they build.
 
 The cost itself is a benchmark (bench/import_time.py: at most 1.04 × `import boto3`, 6 ms
-where that takes 150 ms). These tests pin down what keeps it there, without timing anything: the modules that
-`import fleetbreaker` plus the DynamoDB store loads, and the dataclasses defined on that path
-(each one compiles six generated methods at import; see fleetbreaker/frozen.py). A change that
-adds to either list must add to it here too, and rerun the benchmark.
+where that takes 150 ms). These tests pin down what keeps it there, without timing anything:
+the modules that `import fleetbreaker` plus the DynamoDB store loads, and the dataclasses
+defined on that path (each one compiles six generated methods at import; see
+fleetbreaker/frozen.py). A change that adds to either list must add to it here too, and
+rerun the benchmark.
 """
 
 from __future__ import annotations
