@@ -54,6 +54,15 @@ def breaker_on(store: MemoryStore, clock: FakeClock, rng: random.Random | None =
     )
 
 
+def fleet_of(
+    containers: int, clock: FakeClock, rng: random.Random | None = None
+) -> tuple[MemoryStore, Any]:
+    """A MemoryStore holding the census of ``containers`` containers, and a breaker on it."""
+    store = MemoryStore()
+    store.seed(NAME, census_record(containers, clock()))
+    return store, breaker_on(store, clock, rng)
+
+
 # -- the signal ----------------------------------------------------------------------------
 
 
@@ -141,9 +150,7 @@ def test_no_census_while_open(clock: FakeClock) -> None:
 
 def test_a_small_fleet_refreshes_every_cache_ttl(clock: FakeClock) -> None:
     # GIVEN the census of 16 containers in the record
-    store = MemoryStore()
-    store.seed(NAME, census_record(16, clock()))
-    breaker = breaker_on(store, clock)
+    store, breaker = fleet_of(16, clock)
 
     breaker.state  # noqa: B018
     reads = store.stats.reads
@@ -159,9 +166,7 @@ def test_a_large_fleet_keeps_its_view_longer_but_at_most_twice_cache_ttl(
 ) -> None:
     # GIVEN the census of 5,000 containers (their refreshes at cache_ttl would take 2,500
     # read units/s on one item)
-    store = MemoryStore()
-    store.seed(NAME, census_record(5_000, clock()))
-    breaker = breaker_on(store, clock, Draws(0.5))  # jitter's middle: 5,000 / 3,000 s
+    store, breaker = fleet_of(5_000, clock, Draws(0.5))  # jitter's middle: 5,000 / 3,000 s
 
     breaker.state  # noqa: B018
     reads = store.stats.reads
@@ -175,9 +180,7 @@ def test_a_large_fleet_keeps_its_view_longer_but_at_most_twice_cache_ttl(
 
 def test_a_small_fleet_writes_every_failure(clock: FakeClock) -> None:
     # GIVEN the census of 16 containers, WHEN five calls fail in a row
-    store = MemoryStore()
-    store.seed(NAME, census_record(16, clock()))
-    breaker = breaker_on(store, clock, Draws(0.99))
+    store, breaker = fleet_of(16, clock, Draws(0.99))
 
     for _ in range(CONFIG.failure_threshold):
         with pytest.raises(ZeroDivisionError):
@@ -193,9 +196,7 @@ def test_a_large_fleet_writes_a_failure_it_draws_and_counts_it_by_the_weight(
     clock: FakeClock,
 ) -> None:
     # GIVEN the census of 5,000 containers (weight 17) and a draw under 1 / 17
-    store = MemoryStore()
-    store.seed(NAME, census_record(5_000, clock()))
-    breaker = breaker_on(store, clock, Draws(0.05))
+    store, breaker = fleet_of(5_000, clock, Draws(0.05))
     breaker.state  # noqa: B018
 
     # WHEN one call fails
@@ -208,9 +209,7 @@ def test_a_large_fleet_writes_a_failure_it_draws_and_counts_it_by_the_weight(
 
 def test_a_large_fleet_skips_a_failure_it_does_not_draw(clock: FakeClock) -> None:
     # GIVEN the census of 5,000 containers (weight 17) and a draw over 1 / 17
-    store = MemoryStore()
-    store.seed(NAME, census_record(5_000, clock()))
-    breaker = breaker_on(store, clock, Draws(0.5))
+    store, breaker = fleet_of(5_000, clock, Draws(0.5))
     breaker.state  # noqa: B018
     writes = store.stats.writes
 
@@ -225,9 +224,7 @@ def test_a_large_fleet_skips_a_failure_it_does_not_draw(clock: FakeClock) -> Non
 
 def test_a_count_policy_snapshot_shows_its_failures_beside_the_census(clock: FakeClock) -> None:
     # GIVEN 5,000 containers' census and two failures counted
-    store = MemoryStore()
-    store.seed(NAME, census_record(5_000, clock()))
-    breaker = breaker_on(store, clock, Draws(0.01))
+    store, breaker = fleet_of(5_000, clock, Draws(0.01))
     for _ in range(2):
         store.record_failure(NAME, COUNT, clock(), None)
 
@@ -240,9 +237,7 @@ def test_a_count_policy_snapshot_shows_its_failures_beside_the_census(clock: Fak
 
 def test_a_large_fleet_claims_the_probe_only_when_it_draws(clock: FakeClock) -> None:
     # GIVEN 5,000 containers' census seen, then an open breaker whose window has ended
-    store = MemoryStore()
-    store.seed(NAME, census_record(5_000, clock()))
-    breaker = breaker_on(store, clock, Draws(0.5))
+    store, breaker = fleet_of(5_000, clock, Draws(0.5))
     breaker.state  # noqa: B018
     store.record_failure(NAME, COUNT, clock(), None, CONFIG.failure_threshold)
     clock.advance(CONFIG.recovery_timeout)
@@ -261,9 +256,7 @@ def test_a_large_fleet_claims_the_probe_only_when_it_draws(clock: FakeClock) -> 
 
 def test_a_small_fleet_claims_the_probe_on_its_first_call(clock: FakeClock) -> None:
     # GIVEN 16 containers' census seen (weight 1), then an open breaker whose window has ended
-    store = MemoryStore()
-    store.seed(NAME, census_record(16, clock()))
-    breaker = breaker_on(store, clock, Draws(0.99))
+    store, breaker = fleet_of(16, clock, Draws(0.99))
     breaker.state  # noqa: B018
     store.record_failure(NAME, COUNT, clock(), None, CONFIG.failure_threshold)
     clock.advance(CONFIG.recovery_timeout)
