@@ -219,8 +219,8 @@ def whole_process(runs: int, references: dict[str, dict[str, str]]) -> tuple[flo
     in odd ones, so a drift of the machine's speed during a round falls on both sides alike.
     """
     sides: dict[str, tuple[str, dict[str, str]]] = {"B": (WHOLE_B, ENV), "A": (WHOLE_A, ENV)}
-    for rev, env in references.items():
-        sides[rev] = (WHOLE_A, env)
+    for rev, env in references.items():  # keyed apart from "A" and "B" (a branch may be "B")
+        sides[f"reference {rev}"] = (WHOLE_A, env)
     for statement, env in sides.values():
         run_whole(statement, env)
     wall: dict[str, list[float]] = {name: [] for name in sides}
@@ -249,10 +249,11 @@ def whole_process(runs: int, references: dict[str, dict[str, str]]) -> tuple[flo
     print(f"  A - B wall {quartiles(extra('A', wall), ' ms')}")
     print(f"  A / B wall {quartiles(ratio('A', wall), '', 3)}")
     for rev in references:
-        print(f"  reference {rev} (its layer/, same A), over B in the same rounds:")
-        print(f"    wall {quartiles(extra(rev, wall), ' ms')}")
-        print(f"    wall {quartiles(ratio(rev, wall), ' x', 3)}")
-        ours = [a - r for a, r in zip(wall["A"], wall[rev], strict=True)]
+        side = f"reference {rev}"
+        print(f"  {side} (its layer/, same A), over B in the same rounds:")
+        print(f"    wall {quartiles(extra(side, wall), ' ms')}")
+        print(f"    wall {quartiles(ratio(side, wall), ' x', 3)}")
+        ours = [a - r for a, r in zip(wall["A"], wall[side], strict=True)]
         print(f"    A - reference, wall {quartiles(ours, ' ms')}")
     return (
         statistics.median(ratio("A", wall)),
