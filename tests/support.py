@@ -14,7 +14,8 @@ import pytest
 from fleetbreaker import BreakerConfig, CircuitBreaker, State
 from fleetbreaker.errors import StoreError
 from fleetbreaker.events import BreakerListener
-from fleetbreaker.state import Policy, Record
+from fleetbreaker.policy import Policy
+from fleetbreaker.record import Record
 from fleetbreaker.stores.memory import MemoryStore
 
 T0 = 1_700_000_000_000
@@ -72,6 +73,10 @@ class FlakyStore(MemoryStore):
     def report(self, *args: Any, **kwargs: Any) -> Any:
         self._check()
         return super().report(*args, **kwargs)
+
+    def census(self, *args: Any, **kwargs: Any) -> Any:
+        self._check()
+        return super().census(*args, **kwargs)
 
 
 class Dependency:

@@ -77,7 +77,7 @@ from fleetbreaker.config import env_number
 from fleetbreaker.errors import ConfigError
 from fleetbreaker.naming import validate_name
 from fleetbreaker.observability import default_listeners, log_metrics
-from fleetbreaker.state import Decision, State
+from fleetbreaker.record import Decision, State
 from fleetbreaker.stores import StoreSettings
 
 if TYPE_CHECKING:

@@ -10,7 +10,7 @@ from typing import Any
 
 from fleetbreaker.errors import ConfigError
 from fleetbreaker.frozen import public_value
-from fleetbreaker.state import MAX_PROBE_SLOTS
+from fleetbreaker.record import MAX_PROBE_SLOTS
 
 ExceptionTypes = tuple[type[BaseException], ...]
 
@@ -213,7 +213,8 @@ class BreakerConfig:
     recovery_ramp_seconds:
         After the breaker closes, each container admits a share of its calls that grows
         linearly from 10 % to all of them over this many seconds; the others are rejected
-        with a short ``retry_after`` (default 0: off). See :mod:`fleetbreaker.ramp`.
+        with a short ``retry_after`` (default 0: off). See
+        :class:`fleetbreaker.admission.RecoveryRamp`.
     failure_exceptions:
         Exception classes that count as failures (default ``(Exception,)``).
     ignored_exceptions:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from fleetbreaker.state import State
+    from fleetbreaker.record import State
 
 
 class FleetBreakerError(Exception):

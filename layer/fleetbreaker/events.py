@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from fleetbreaker.frozen import frozen
 
 if TYPE_CHECKING:
-    from fleetbreaker.state import Decision, State, TransitionReason
+    from fleetbreaker.record import Decision, State, TransitionReason
 
 logger = logging.getLogger("fleetbreaker")
 

@@ -11,7 +11,7 @@ Metrics (namespace ``POWERTOOLS_METRICS_NAMESPACE``, default ``FleetBreaker``; d
 
 - ``Transition`` (Count): state changes written by this container; extra dimension ``To``
 - ``Trip`` (Count): of those, the ones into ``open``; extra dimension ``Reason``, the
-  :class:`~fleetbreaker.state.TransitionReason` (``failure_threshold``, ``failure_rate``,
+  :class:`~fleetbreaker.record.TransitionReason` (``failure_threshold``, ``failure_rate``,
   ``slow_call_rate``, ``probe_failed``)
 - ``Rejected`` (Count): calls rejected without running
 - ``WouldReject`` (Count): shadow mode: calls an enforcing breaker would have rejected (they ran)
@@ -59,7 +59,7 @@ from fleetbreaker.events import BreakerListener
 
 if TYPE_CHECKING:
     from fleetbreaker.events import StateChange
-    from fleetbreaker.state import State
+    from fleetbreaker.record import State
 
 P = ParamSpec("P")
 R = TypeVar("R")

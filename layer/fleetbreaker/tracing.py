@@ -42,11 +42,11 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from fleetbreaker.events import BreakerListener
-from fleetbreaker.stores.fallback import store_call_wrapper
+from fleetbreaker.stores.deadline import store_call_wrapper
 
 if TYPE_CHECKING:
     from fleetbreaker.events import StateChange
-    from fleetbreaker.state import Decision, State
+    from fleetbreaker.record import Decision, State
 
 TRACE_HEADER_ENV = "_X_AMZN_TRACE_ID"
 DAEMON_ADDRESS_ENV = "AWS_XRAY_DAEMON_ADDRESS"
@@ -334,7 +334,7 @@ class OpenTelemetryListener(BreakerListener):
             raise ConfigError(
                 "OpenTelemetryListener needs opentelemetry-api: pip install 'fleetbreaker[otel]'"
             ) from exc
-        from fleetbreaker import __version__
+        from fleetbreaker._version import __version__
 
         self._trace: Any = trace
         self._context: Any = context

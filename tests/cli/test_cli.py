@@ -11,7 +11,8 @@ import pytest
 
 from fleetbreaker import BreakerConfig, CircuitBreaker, CircuitOpenError, State
 from fleetbreaker.breaker import system_clock
-from fleetbreaker.state import Policy, Report
+from fleetbreaker.policy import Policy
+from fleetbreaker.record import Report
 from fleetbreaker.tuning import Action, decode_tuned
 from tests.cli.conftest import (
     MOTO_ARN,

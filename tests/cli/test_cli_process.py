@@ -20,7 +20,7 @@ from devtools import servers
 from devtools.servers import LOOPBACK
 from fleetbreaker import DynamoDBStore, RedisStore
 from fleetbreaker.breaker import system_clock
-from fleetbreaker.state import State
+from fleetbreaker.record import State
 from fleetbreaker.tuning import Action
 from tests.cli.conftest import (
     CLI,

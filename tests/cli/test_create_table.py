@@ -23,7 +23,8 @@ from devtools import servers
 from devtools.servers import REPO_ROOT
 from fleetbreaker import BreakerConfig, DynamoDBStore
 from fleetbreaker.breaker import system_clock
-from fleetbreaker.state import Policy, State
+from fleetbreaker.policy import Policy
+from fleetbreaker.record import State
 from fleetbreaker.stores.dynamodb import TTL_ATTRIBUTE
 from fleetbreaker.stores.dynamodb_table import create_request, differences, ttl_request
 from tests.cli.conftest import one_line_error, run_cli, run_in_process

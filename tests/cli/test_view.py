@@ -27,7 +27,7 @@ from fleetbreaker.cli.view import (
     window_of,
 )
 from fleetbreaker.errors import CorruptRecordError
-from fleetbreaker.state import Record, State
+from fleetbreaker.record import Record, State
 from fleetbreaker.tuning import Action
 from tests.cli.conftest import POLICY, Backend, fail, one_line_error
 from tests.cli.test_cli import report_calls

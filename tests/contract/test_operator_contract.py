@@ -11,7 +11,7 @@ import pytest
 
 from devtools import servers
 from fleetbreaker import DynamoDBStore
-from fleetbreaker.state import State
+from fleetbreaker.record import State
 from fleetbreaker.tuning import Action, decode_tuned
 from tests.contract.test_store_contract import POLICY, T0, fail_n, open_breaker
 

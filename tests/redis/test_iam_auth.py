@@ -22,7 +22,8 @@ from botocore.credentials import Credentials
 from devtools.servers import REPO_ROOT, RedisServer
 from fleetbreaker import RedisStore
 from fleetbreaker.errors import ConfigError, StoreError
-from fleetbreaker.state import Policy, ProbeReport, State
+from fleetbreaker.policy import Policy
+from fleetbreaker.record import ProbeReport, State
 from fleetbreaker.stores import from_env
 from fleetbreaker.stores.elasticache_iam import ElastiCacheIAMAuth
 

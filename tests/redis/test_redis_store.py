@@ -26,7 +26,8 @@ from fleetbreaker import (
     State,
     StoreError,
 )
-from fleetbreaker.state import OVERRIDE_TTL_S, Lease, Policy, ProbeReport, Record
+from fleetbreaker.policy import OVERRIDE_TTL_S, Policy
+from fleetbreaker.record import Lease, ProbeReport, Record
 from tests.support import trip_store
 
 T0 = 1_700_000_000_000  # an arbitrary "now" (in 2023), in epoch ms

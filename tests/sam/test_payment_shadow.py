@@ -21,8 +21,8 @@ from devtools import servers
 from devtools.payment_api import FakePaymentApi
 from devtools.sam_template import load_template
 from fleetbreaker import DynamoDBStore, MemoryStore
-from fleetbreaker.breaker import system_clock
 from fleetbreaker.cli import _POLICY
+from fleetbreaker.clock import system_clock
 from fleetbreaker.metrics import flush_metrics
 from fleetbreaker.tuning import encode_tuned
 from tests.sam.conftest import invoke, payment_event

@@ -1,7 +1,8 @@
 """What `sam package` and `sam publish` need: SAR metadata, a LICENSE, one version.
 
-The version lives in ``fleetbreaker.__version__`` only: pyproject.toml reads it from there
-(setuptools' dynamic version) and template.yaml's SemanticVersion must equal it.
+The version lives in ``fleetbreaker._version`` only (the package re-exports it as
+``fleetbreaker.__version__``): pyproject.toml reads it from there (setuptools' dynamic
+version) and template.yaml's SemanticVersion must equal it.
 """
 
 from __future__ import annotations
@@ -86,7 +87,7 @@ def test_the_version_is_kept_in_one_place(
     assert "version" not in pyproject["project"]
     assert "version" in pyproject["project"]["dynamic"]
     dynamic = pyproject["tool"]["setuptools"]["dynamic"]["version"]
-    assert dynamic == {"attr": "fleetbreaker.__version__"}
+    assert dynamic == {"attr": "fleetbreaker._version.__version__"}
     assert importlib.metadata.version("fleetbreaker") == fleetbreaker.__version__
     assert metadata["SemanticVersion"] == fleetbreaker.__version__
 

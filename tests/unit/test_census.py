@@ -9,13 +9,14 @@ from typing import Any
 import pytest
 
 from fleetbreaker import BreakerConfig, CircuitBreaker, CircuitOpenError
+from fleetbreaker.policy import Policy
+from fleetbreaker.record import WINDOW_BUCKETS, Bucket, Record, State
 from fleetbreaker.refresh import (
     CENSUS_MEAN_MS,
     TARGET_FAILURE_WRITES_PER_S,
     census_fleet_size,
     failure_weight,
 )
-from fleetbreaker.state import WINDOW_BUCKETS, Bucket, Policy, Record, State
 from fleetbreaker.stores.memory import MemoryStore
 from tests.support import FakeClock
 

@@ -8,6 +8,8 @@ import random
 import pytest
 
 from fleetbreaker import BreakerConfig, CircuitBreaker
+from fleetbreaker.policy import Policy
+from fleetbreaker.record import WINDOW_BUCKETS, Bucket, Record
 from fleetbreaker.reporting import (
     MAX_REFRESH_STRETCH,
     TARGET_REFRESHES_PER_S,
@@ -21,8 +23,9 @@ from fleetbreaker.reporting import (
     wants_urgent_report,
     write_rate,
 )
-from fleetbreaker.state import WINDOW_BUCKETS, Bucket, Policy, Record, WindowCounts, bucket_index
+from fleetbreaker.rules import bucket_index
 from fleetbreaker.stores.memory import MemoryStore
+from fleetbreaker.window import WindowCounts
 from tests.support import Dependency, FakeClock
 
 RATE = Policy.from_config(

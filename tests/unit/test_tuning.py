@@ -7,7 +7,7 @@ import logging
 import pytest
 
 from fleetbreaker import BreakerConfig, CircuitBreaker, ConfigError, MemoryStore, State
-from fleetbreaker.state import Policy
+from fleetbreaker.policy import Policy
 from fleetbreaker.tuning import (
     MAX_REASON_CHARS,
     TUNABLE,
@@ -92,7 +92,7 @@ def test_a_stored_tuning_past_the_bounds_is_ignored_with_one_warning(
 
     # THEN every call ran, the breaker kept its own config, and one warning said why
     assert dep.calls == 3
-    assert breaker._policy == POLICY
+    assert breaker.effective_config == CONFIG
     lines = [r.getMessage() for r in caplog.records if "ignoring tuned" in r.getMessage()]
     assert len(lines) == 1
 
@@ -103,7 +103,7 @@ def test_tuned_text_that_is_not_json_is_ignored() -> None:
     breaker = CircuitBreaker("api", store=store, config=CONFIG, clock=clock)
 
     assert breaker.state is State.CLOSED
-    assert breaker._policy == POLICY
+    assert breaker.effective_config == CONFIG
 
 
 @pytest.mark.parametrize(

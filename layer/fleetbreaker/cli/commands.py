@@ -9,10 +9,10 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, TextIO
 
 from fleetbreaker import tuning
-from fleetbreaker.breaker import system_clock
+from fleetbreaker.clock import system_clock
 from fleetbreaker.errors import ConfigError, StoreError
 from fleetbreaker.naming import validate_name
-from fleetbreaker.state import State
+from fleetbreaker.record import State
 
 if TYPE_CHECKING:
     from fleetbreaker.stores.base import AdminStore

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from fleetbreaker.config import BreakerConfig
+from fleetbreaker.policy import Policy
 from fleetbreaker.snapshot import iso_utc
-from fleetbreaker.state import Policy
 
 if TYPE_CHECKING:
     pass

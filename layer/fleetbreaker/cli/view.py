@@ -12,8 +12,9 @@ from typing import TYPE_CHECKING, Any, TextIO
 from fleetbreaker import tuning
 from fleetbreaker.config import env_field, env_variable
 from fleetbreaker.errors import ConfigError, CorruptRecordError
-from fleetbreaker.snapshot import Snapshot
-from fleetbreaker.state import Policy, Record, State, snapshot_of
+from fleetbreaker.policy import Policy
+from fleetbreaker.record import Record, State
+from fleetbreaker.snapshot import Snapshot, snapshot_of
 
 if TYPE_CHECKING:
     from fleetbreaker.stores.base import AdminStore
@@ -115,7 +116,7 @@ def view_of(
 ) -> BreakerView:
     """The view of one breaker from its record (None: no record, i.e. closed).
 
-    The figures are :func:`fleetbreaker.state.snapshot_of`'s, with a Policy from
+    The figures are :func:`fleetbreaker.snapshot.snapshot_of`'s, with a Policy from
     BreakerConfig's defaults, ``window_seconds`` and the record's tuned settings.
     """
     if error is not None:

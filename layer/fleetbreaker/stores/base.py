@@ -11,8 +11,8 @@ from fleetbreaker.frozen import frozen, mutable_value
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-    from fleetbreaker.record import Action
-    from fleetbreaker.state import Outcome, Policy, ProbeReport, Record, Report, State
+    from fleetbreaker.policy import Policy
+    from fleetbreaker.record import Action, Outcome, ProbeReport, Record, Report, State
 
 
 @mutable_value  # a dataclass without generated code (cold start)
@@ -34,6 +34,17 @@ class StoreStats:
     @property
     def requests(self) -> int:
         return self.reads + self.writes
+
+
+@mutable_value  # a dataclass without generated code (cold start)
+class FallbackStats:
+    """Counters of one fallback store (a breaker's ``stats``)."""
+
+    store_errors: int = 0
+    degradations: int = 0
+    corrupt_records: int = 0
+    # Shadow mode: calls an enforcing breaker would have rejected (counted by the breaker).
+    would_rejects: int = 0
 
 
 @runtime_checkable
@@ -83,6 +94,12 @@ class Store(Protocol):
     ) -> Outcome:
         """Add one container's batch of calls to the window; trip (once) when the rate,
         slow-call or count rule says so. The outcome's record is the fleet's view after it."""
+        ...
+
+    def census(self, name: str, policy: Policy, now_ms: int, observed: Record | None) -> Outcome:
+        """Count one census write in the record's census ring, in any state; never a
+        transition. An absent record becomes a fresh closed one. The outcome's record is the
+        fleet's view after it (the write replaces a refresh read)."""
         ...
 
     def force_state(self, name: str, policy: Policy, now_ms: int, target: State) -> Outcome:

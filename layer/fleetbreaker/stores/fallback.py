@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from fleetbreaker import state as rules
+from fleetbreaker.clock import system_clock
 from fleetbreaker.errors import (
     ConfigError,
     CorruptRecordError,
@@ -27,27 +27,15 @@ from fleetbreaker.errors import (
     TableNotFoundError,
 )
 from fleetbreaker.events import STORE_ANSWERED, STORE_DEADLINE, STORE_ERROR, StateChange
-from fleetbreaker.frozen import mutable_value
-from fleetbreaker.state import (
-    Record,
-    State,
-    TransitionReason,
-    add_report,
-    transition_reason,
-    window_counts,
-)
+from fleetbreaker.policy import alone, check_weight
+from fleetbreaker.record import Record, State, TransitionReason
+from fleetbreaker.rules import add_report, transition_reason, window_counts
 from fleetbreaker.stores import deadline
-from fleetbreaker.stores.base import StoreStats
-
-# Their home before deadline.py; tracing installs store_call_wrapper from here.
-from fleetbreaker.stores.deadline import MAX_IDLE_WORKERS as MAX_IDLE_WORKERS
-from fleetbreaker.stores.deadline import MAX_PROCESS_WORKERS as MAX_PROCESS_WORKERS
-from fleetbreaker.stores.deadline import MAX_STUCK_WORKERS as MAX_STUCK_WORKERS
-from fleetbreaker.stores.deadline import store_call_wrapper as store_call_wrapper
+from fleetbreaker.stores.base import FallbackStats, StoreStats
 
 if TYPE_CHECKING:
-    from fleetbreaker.record import Action
-    from fleetbreaker.state import Outcome, Policy, ProbeReport, Report
+    from fleetbreaker.policy import Policy
+    from fleetbreaker.record import Action, Outcome, ProbeReport, Report
     from fleetbreaker.stores.base import Store
     from fleetbreaker.stores.memory import MemoryStore
 
@@ -58,23 +46,8 @@ AnswerHook = Callable[["Record | None", int], None]
 Reason = Callable[["Outcome"], TransitionReason]
 
 
-def _system_clock() -> int:
-    return time.time_ns() // 1_000_000
-
-
 def _ignore(*_: Any) -> None:
     return None
-
-
-@mutable_value  # a dataclass without generated code (cold start)
-class FallbackStats:
-    """Counters of one fallback store (a breaker's ``stats``)."""
-
-    store_errors: int = 0
-    degradations: int = 0
-    corrupt_records: int = 0
-    # Shadow mode: calls an enforcing breaker would have rejected (counted by the breaker).
-    would_rejects: int = 0
 
 
 class FallbackStore:
@@ -105,7 +78,7 @@ class FallbackStore:
 
     Example
     -------
-    >>> from fleetbreaker.state import Policy
+    >>> from fleetbreaker.policy import Policy
     >>> store = FallbackStore(MemoryStore(), clock=lambda: 0)
     >>> policy = Policy.from_config(BreakerConfig(failure_threshold=1))
     >>> store.record_failure("payment-api", policy, 0, None).record.state
@@ -149,7 +122,7 @@ class FallbackStore:
         # The local twin is built on the first degradation: a healthy breaker never loads it.
         self._local = local
         self._local_lock = threading.Lock()
-        self.clock: Clock = clock or _system_clock
+        self.clock: Clock = clock or system_clock
         self.backoff_ms = round(backoff_seconds * 1000)
         # The package's own MemoryStore answers from this process's memory with nothing to
         # wait for: it skips the worker hand-off (about 70 us a call).
@@ -226,13 +199,13 @@ class FallbackStore:
         self, name: str, policy: Policy, now_ms: int, observed: Record | None, weight: int = 1
     ) -> Outcome:
         if weight == 1:
-            return self._forward("record_failure", name, policy, now_ms, observed, alone=True)
-        rules.check_weight(weight)  # a caller's bug: raised, not taken for a store failure
+            return self._forward("record_failure", name, policy, now_ms, observed, own_quorum=True)
+        check_weight(weight)  # a caller's bug: raised, not taken for a store failure
 
         def send(store: Store) -> Outcome:
             if store is not self.shared:
                 # The local twin is this container alone: its failures count once each.
-                return store.record_failure(name, rules.alone(policy), now_ms, observed)
+                return store.record_failure(name, alone(policy), now_ms, observed)
             return store.record_failure(name, policy, now_ms, observed, weight)
 
         return self._operation("record_failure", name, now_ms, send, _reason_by_states(policy))
@@ -259,7 +232,7 @@ class FallbackStore:
             return transition_reason(before, after, policy, counts)
 
         return self._forward(
-            "report", name, policy, now_ms, report, observed, alone=True, reason=reason
+            "report", name, policy, now_ms, report, observed, own_quorum=True, reason=reason
         )
 
     def _forward(
@@ -269,21 +242,24 @@ class FallbackStore:
         policy: Policy,
         now_ms: int,
         *args: Any,
-        alone: bool = False,
+        own_quorum: bool = False,
         reason: Reason | None = None,
     ) -> Outcome:
         """One contract operation on the shared store, else on the local twin.
 
-        ``alone``: on the local twin the container is its own quorum (docs/architecture.md,
+        ``own_quorum``: on the local twin the container is its own quorum (docs/architecture.md,
         "Store trouble"). ``reason`` says why a transition happened (default: from the states).
         """
 
         def send(store: Store) -> Outcome:
-            used = rules.alone(policy) if alone and store is not self.shared else policy
+            used = alone(policy) if own_quorum and store is not self.shared else policy
             method: Callable[..., Outcome] = getattr(store, operation)
             return method(name, used, now_ms, *args)
 
         return self._operation(operation, name, now_ms, send, reason or _reason_by_states(policy))
+
+    def census(self, name: str, policy: Policy, now_ms: int, observed: Record | None) -> Outcome:
+        return self._forward("census", name, policy, now_ms, observed)
 
     def force_state(
         self, name: str, policy: Policy, now_ms: int, target: State, *, action: Action | None = None

@@ -6,12 +6,13 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
-from fleetbreaker import state as rules
+from fleetbreaker import rules
 from fleetbreaker.frozen import replace
-from fleetbreaker.state import Outcome, Policy, ProbeReport, Record, Report, State
+from fleetbreaker.record import RECORD_TEXTS, Outcome, ProbeReport, Record, Report, State
 from fleetbreaker.stores.base import Listing, StoreStats
 
 if TYPE_CHECKING:
+    from fleetbreaker.policy import Policy
     from fleetbreaker.record import Action
 
 
@@ -88,6 +89,9 @@ class MemoryStore:
     ) -> Outcome:
         return self._apply(name, now_ms, lambda r: rules.apply_report(r, policy, now_ms, report))
 
+    def census(self, name: str, policy: Policy, now_ms: int, observed: Record | None) -> Outcome:
+        return self._apply(name, now_ms, lambda r: rules.apply_census(r, policy, now_ms))
+
     def force_state(
         self, name: str, policy: Policy, now_ms: int, target: State, *, action: Action | None = None
     ) -> Outcome:
@@ -129,7 +133,7 @@ def _carry_texts(before: Record | None, outcome: Outcome) -> Outcome:
         return outcome
     carried = {
         field: getattr(before, field)
-        for field in rules.RECORD_TEXTS
+        for field in RECORD_TEXTS
         if getattr(before, field) and not getattr(after, field)
     }
     return replace(outcome, record=replace(after, **carried)) if carried else outcome

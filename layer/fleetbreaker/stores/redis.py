@@ -1,7 +1,7 @@
 """Redis store (ElastiCache, Valkey, Redis OSS): one hash per breaker, one Lua script per operation.
 
 Each operation is a single EVALSHA. The script reads the breaker's hash, applies the rule
-from state.py and writes the whole record back, atomically on the server, so there is no
+from rules.py and writes the whole record back, atomically on the server, so there is no
 read-modify-write across the network and no retry loop: Redis runs one script at a time.
 By default the scripts take the time from the server's TIME, so containers whose clocks
 disagree still agree on when an open window or a probe lease ends.
@@ -18,10 +18,10 @@ import re
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from fleetbreaker import record as schema
-from fleetbreaker import state as rules
+from fleetbreaker import rules
 from fleetbreaker.errors import ConfigError, CorruptRecordError, StoreError
 from fleetbreaker.frozen import replace
-from fleetbreaker.policy import Policy
+from fleetbreaker.policy import Policy, check_weight
 from fleetbreaker.record import Decision, Lease, Outcome, ProbeReport, Record, Report, State
 from fleetbreaker.stores import URL_ENV, default_redis_url
 from fleetbreaker.stores.base import Listing, StoreStats
@@ -82,6 +82,10 @@ def parse_fields(fields: dict[str, str]) -> Record | None:
     numbers: dict[str, Any] = {
         attribute: _integer(fields, name) for attribute, name in schema.NUMBER_FIELDS.items()
     }
+    # Added after the first release: absent or malformed reads as 0 (as the scripts do).
+    for attribute, name in schema.OPTIONAL_NUMBER_FIELDS.items():
+        raw = fields.get(name)
+        numbers[attribute] = int(raw) if raw is not None and _INTEGER.fullmatch(raw) else 0
     leases: dict[int, Lease] = {}
     for slot in range(schema.MAX_PROBE_SLOTS):
         token_field, until_field, since_field = schema.lease_fields(slot)
@@ -291,7 +295,7 @@ class RedisStore:
         self, name: str, policy: Policy, now_ms: int, observed: Record | None, weight: int = 1
     ) -> Outcome:
         # `observed` is not needed: the script reads the current record under Redis' lock.
-        rules.check_weight(weight)
+        check_weight(weight)
         return self._operation("record_failure", name, self._args(now_ms, policy, str(weight)))
 
     def claim_probe(
@@ -330,6 +334,9 @@ class RedisStore:
             "" if report.gen is None else str(report.gen),
         )
         return self._operation("report", name, args)
+
+    def census(self, name: str, policy: Policy, now_ms: int, observed: Record | None) -> Outcome:
+        return self._operation("census", name, self._args(now_ms, policy))
 
     def force_state(
         self, name: str, policy: Policy, now_ms: int, target: State, *, action: Action | None = None

@@ -8,4 +8,4 @@ local rec, _, old = read(key, now)
 if rec == nil then rec = blank('closed', 0) end
 rec.tuned = ARGV[3]
 if ARGV[4] ~= '' then rec.last_action = ARGV[4] end
-return reply(save(key, rec, policy, now, old), now, true)
+return reply(save(key, rec, policy, now, old, true), now, true)
