@@ -17,9 +17,9 @@ up to TARGET_FAILURE_WRITES_PER_S containers always counts every failure once:
   standard deviations): one write 100 ms into a bucket says nothing;
 - **decay**: every span ends now, so a quiet ring shows a falling rate, and a slice older
   than the window is never read;
-- **scale-in**: the estimate is at most the upper bound any span shows, so a fleet that
-  shrank is believed within a few seconds of silence (about CENSUS_Z² / rate), not after a
-  window;
+- **scale-in**: the estimate is at most the upper bound its newest RECENT_SLICES slices
+  show, so a fleet that shrank is believed within a slice and a few seconds of silence,
+  not after a window (a longer span's upper bound would also cap a fleet that just grew);
 - **cap**: at most MAX_CENSUS_CONTAINERS, whatever a stored count says.
 
 The weight of a written failure is then ``floor(containers / TARGET_FAILURE_WRITES_PER_S)``,
@@ -50,6 +50,9 @@ MIN_CENSUS_GAP_MS = 1_000
 TARGET_FAILURE_WRITES_PER_S = 300.0
 # Census writes a span of the ring must hold before it can raise the estimate.
 MIN_CENSUS_EVIDENCE = 30
+# The spans whose upper bound caps the estimate: the current slice, and it with the one
+# before (a fleet's silence shows there first).
+RECENT_SLICES = 2
 # Standard deviations between what a span shows and what the estimate believes (one-sided:
 # 3 is a 1-in-740 chance per span of believing a rate above the true one).
 CENSUS_Z = 3.0
@@ -89,9 +92,9 @@ def census_containers(record: Record | None, policy: Policy, now_ms: int) -> flo
 
     Each span of the ring that ends now (the current slice so far, then one older slice at
     a time, up to the window) gives a rate. The estimate is the largest lower bound among
-    the spans with MIN_CENSUS_EVIDENCE writes, but no more than the smallest upper bound
-    among all of them: a fleet that grew shows in its newest slices, one that shrank in the
-    silence of its newest slices.
+    the spans with MIN_CENSUS_EVIDENCE writes, but no more than the smallest upper bound of
+    the RECENT_SLICES shortest spans: a fleet that grew shows in its newest slices, one
+    that shrank in their silence.
     """
     if record is None or not record.census:
         return 0.0
@@ -111,7 +114,8 @@ def census_containers(record: Record | None, policy: Policy, now_ms: int) -> flo
         span_s = (elapsed_ms + age * bucket_ms) / 1000
         if total >= MIN_CENSUS_EVIDENCE:
             lower = max(lower, poisson_lower(total) / span_s)
-        upper = min(upper, poisson_upper(total) / span_s)
+        if age < RECENT_SLICES:
+            upper = min(upper, poisson_upper(total) / span_s)
     rate_per_s = min(lower, upper)
     return min(rate_per_s * CENSUS_MEAN_MS / 1000, MAX_CENSUS_CONTAINERS)
 

@@ -215,6 +215,11 @@ class RateStrategy:
     def claim_weight(self, now_ms: int) -> int:
         return 1
 
+    @property
+    def interval_ms(self) -> int:
+        """The report interval in force (the base one, or stretched for a busy record)."""
+        return self._interval_ms
+
     # -- the record ------------------------------------------------------------------------
 
     def refresh(self, now_ms: int) -> Record | None:

@@ -9,22 +9,20 @@ import pytest
 
 from fleetbreaker import BreakerConfig, CircuitBreaker
 from fleetbreaker.policy import Policy
-from fleetbreaker.record import WINDOW_BUCKETS, Bucket, Record
-from fleetbreaker.reporting import (
-    MAX_REFRESH_STRETCH,
-    TARGET_REFRESHES_PER_S,
+from fleetbreaker.rate import (
     TARGET_REPORTS_PER_S,
-    CallTally,
-    fleet_size,
+    RateStrategy,
     max_interval_ms,
     next_interval_ms,
     recent_failing,
-    refresh_ms,
     wants_urgent_report,
     write_rate,
 )
+from fleetbreaker.record import WINDOW_BUCKETS, Bucket, Record
+from fleetbreaker.refresh import MAX_REFRESH_STRETCH, TARGET_REFRESHES_PER_S, fleet_size, refresh_ms
 from fleetbreaker.rules import bucket_index
 from fleetbreaker.stores.memory import MemoryStore
+from fleetbreaker.tally import CallTally
 from fleetbreaker.window import WindowCounts
 from tests.support import Dependency, FakeClock
 
@@ -346,9 +344,8 @@ def test_a_crowd_that_started_together_spreads_its_first_reports() -> None:
     # THEN it does not write: it read (a newcomer reads before it reports), took the longest
     # interval, and put its first report anywhere in it
     assert store.stats.writes == 0
-    reporter = breaker._reporter
-    assert reporter is not None
-    assert reporter._interval_ms == max_interval_ms(RATE)
-    tally = reporter.tally
-    assert tally is not None
+    strategy = breaker._counting
+    assert isinstance(strategy, RateStrategy)
+    assert strategy.interval_ms == max_interval_ms(RATE)
+    tally = strategy.tally
     assert clock() + 1000 <= tally.report_due_ms <= clock() + max_interval_ms(RATE)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fleetbreaker.cache import RecordCache
+from fleetbreaker.view import RecordCache
 from fleetbreaker.record import Record, State
 
 TTL_MS = 1_000
