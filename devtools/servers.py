@@ -498,6 +498,11 @@ class BlackholeServer:
     def redis_url(self) -> str:
         return f"redis://{LOOPBACK}:{self.port}/0"
 
+    @property
+    def accepted(self) -> int:
+        """Connections accepted so far (each one a client now waiting for an answer)."""
+        return len(self._held)
+
     def _accept_loop(self) -> None:
         self._listener.settimeout(0.2)
         while not self._closed.is_set():
