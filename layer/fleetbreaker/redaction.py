@@ -85,19 +85,18 @@ def redact(text: str, secrets: Iterable[str] = ()) -> str:
 
 def url_secrets(url: str) -> tuple[str, ...]:
     """The secrets a URL carries: its password (as written and decoded) and the values of its
-    credential query parameters. Empty for text that is not a URL."""
+    credential query parameters. A URL written without its scheme (``user:pw@host:6379``, a
+    common slip) is read as one that has it."""
     found: list[str] = []
     _, sep, rest = url.partition("://")
     if not sep:
-        return ()
-    authority_end = len(rest)
-    userinfo, at, _ = rest.rpartition("@")
+        rest = url
+    userinfo, at, after = rest.rpartition("@")
     if at:
         _, colon, password = userinfo.partition(":")
         if colon and password:
             found += [password, unquote(password)]
-        authority_end = len(userinfo) + 1
-    _, question, query = rest[authority_end:].partition("?")
+    _, question, query = (after if at else rest).partition("?")
     if question:
         for key, value in parse_qsl(query.split("#", 1)[0], keep_blank_values=False):
             if key.lower() in SECRET_PARAMETERS and value:

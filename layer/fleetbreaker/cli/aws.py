@@ -166,10 +166,12 @@ def _dynamodb_client(args: argparse.Namespace) -> Any:
 
         parts = urlsplit(endpoint)
         if parts.scheme not in ("http", "https") or not parts.netloc:
+            from fleetbreaker.redaction import redact_url
+
             raise CliError(
                 EXIT_USAGE,
-                f"--endpoint-url {printable(endpoint)!r} is not an http(s) URL: include the "
-                "scheme, e.g. http://localhost:8000",
+                f"--endpoint-url {printable(redact_url(endpoint))!r} is not an http(s) URL: "
+                "include the scheme, e.g. http://localhost:8000",
             )
     no_region = CliError(
         EXIT_USAGE, "no AWS region: pass --region or set AWS_REGION (or AWS_DEFAULT_REGION)"

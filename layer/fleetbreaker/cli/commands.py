@@ -12,6 +12,7 @@ from fleetbreaker import tuning
 from fleetbreaker.breaker import system_clock
 from fleetbreaker.errors import ConfigError, StoreError
 from fleetbreaker.naming import validate_name
+from fleetbreaker.redaction import redact
 from fleetbreaker.state import State
 
 if TYPE_CHECKING:
@@ -222,12 +223,14 @@ def _watch(
             view = gather_one(store, name, now, window) or view_of(name, None, now)
         except StoreError as exc:
             # A blip mid-incident must not end the watch: say so and try again (with --json
-            # as a JSON line too: a reader of the stream gets nothing else).
+            # as a JSON line too: a reader of the stream gets nothing else). The message may
+            # quote the store's URL: never with its password.
+            error = redact(str(exc))
             if args.json:
-                problem = {"name": name, "error": f"store error: {exc}", "at": _iso(now)}
+                problem = {"name": name, "error": f"store error: {error}", "at": _iso(now)}
                 out.write(json.dumps(problem, sort_keys=True) + "\n")
             else:
-                out.write(f"{_iso(now)}  store error: {printable(str(exc))}\n")
+                out.write(f"{_iso(now)}  store error: {printable(error)}\n")
         else:
             # Each frame says when it was read: piped into a log, frames are told apart.
             if args.json:
