@@ -17,7 +17,7 @@ from fleetbreaker.state import State
 
 if TYPE_CHECKING:
     from fleetbreaker.stores.base import AdminStore
-from fleetbreaker.cli.aws import _aws_error, _dynamodb_client, caller_identity, open_store
+from fleetbreaker.cli.aws import _aws_error, caller_identity, dynamodb_client, open_store
 from fleetbreaker.cli.common import (
     _DEFAULTS,
     _POLICY,
@@ -164,7 +164,7 @@ def create_table(args: argparse.Namespace, out: TextIO) -> int:
         )
     # The endpoint and the region are checked as for every other command (exit 2); a table
     # lives in one region: it is never guessed.
-    client = _dynamodb_client(args)
+    client = dynamodb_client(args)
     try:
         with if_interrupted(
             f"while table {table!r} was being created: it may exist without its TTL; run "
