@@ -27,7 +27,7 @@ from fleetbreaker.metrics import MetricsListener
 from fleetbreaker.stores import StoreSettings, from_env
 from fleetbreaker.stores.elasticache_iam import ElastiCacheIAMAuth
 from fleetbreaker.tracing import OpenTelemetryListener, TracingListener
-from tests.cli.conftest import run_cli, run_in_process
+from tests.cli.conftest import POLICY, run_cli, run_in_process
 from tests.observability.support import CapturingEmitter
 from tests.observability.test_opentelemetry import Traces
 from tests.support import FakeClock
@@ -251,7 +251,7 @@ def test_a_watch_s_store_error_line_is_shown_without_the_password(
 
     def watch(*more: str) -> Any:
         store = FailsLater()
-        store.force_state("x", commands._POLICY, system_clock(), State.FORCED_OPEN)
+        store.force_state("x", POLICY, system_clock(), State.FORCED_OPEN)
         monkeypatch.setattr(commands, "open_store", lambda args: (store, "Redis"))
         args = ["--redis-url", url(6379), "watch", "x", "--count", "2", "--interval", "0.001"]
         return run_in_process([*args, *more])
