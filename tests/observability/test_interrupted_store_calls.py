@@ -23,9 +23,8 @@ from fleetbreaker.events import BreakerListener
 from fleetbreaker.tracing import OpenTelemetryListener, TracingListener
 from tests.support import ctrl_c_when
 
+from .capture import Recorder, Traces, walk
 from .support import BreakerFactory, FlakyStore, succeed
-from .test_opentelemetry import Traces
-from .test_tracing import Recorder, walk
 
 
 class InterruptedStore(FlakyStore):
@@ -49,13 +48,6 @@ def ctrl_c_during_load(store: MemoryStore) -> MemoryStore:
 
     store.load = load  # type: ignore[method-assign]
     return store
-
-
-@pytest.fixture
-def traces() -> Iterator[Traces]:
-    traces = Traces()
-    yield traces
-    traces.provider.shutdown()
 
 
 @pytest.fixture

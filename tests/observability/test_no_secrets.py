@@ -17,9 +17,8 @@ from fleetbreaker.events import LoggingListener
 from fleetbreaker.metrics import MetricsListener
 from fleetbreaker.tracing import OpenTelemetryListener, TracingListener
 
+from .capture import Recorder, Traces
 from .support import BreakerFactory, FlakyStore, succeed
-from .test_opentelemetry import Traces
-from .test_tracing import Recorder
 
 PASSWORD = "hunter2-7c1e"
 SIGNATURE = "4f1d2a9be0c3"

@@ -28,8 +28,8 @@ from fleetbreaker.stores import StoreSettings, from_env
 from fleetbreaker.stores.elasticache_iam import ElastiCacheIAMAuth
 from fleetbreaker.tracing import OpenTelemetryListener, TracingListener
 from tests.cli.conftest import POLICY, run_cli, run_in_process
+from tests.observability.capture import Traces
 from tests.observability.support import CapturingEmitter
-from tests.observability.test_opentelemetry import Traces
 from tests.support import FakeClock
 
 # A password with the characters URLs mangle: '@' and '/' are written percent-encoded in the
