@@ -108,6 +108,8 @@ FIELDS = {
 }
 # A Wait state takes at most a year; an hour is already far beyond any sane open window.
 MAX_WAIT_LIMIT = 3600
+# No step outlives a standard workflow's longest execution, a year (the lease caps it anyway).
+MAX_PROBE_SECONDS = 366 * 86_400
 # Error messages quote what they refuse, bounded: Step Functions keeps at most 32 KB of an
 # error's cause, and a log line of megabytes helps nobody.
 MAX_LISTED_FIELDS = 10
@@ -208,10 +210,14 @@ def _probe_seconds(event: Mapping[str, Any]) -> float | None:
     if "probe_seconds" not in event:
         return None
     value = event["probe_seconds"]
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not 0 < value <= MAX_PROBE_SECONDS
+    ):
         raise InvalidGateRequest(
             "probe_seconds: must be a positive number of seconds (how long the protected "
-            f"step may take), got {_shown(value)}"
+            f"step may take), at most {MAX_PROBE_SECONDS}, got {_shown(value)}"
         )
     return float(value)
 

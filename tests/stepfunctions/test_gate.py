@@ -277,6 +277,7 @@ def test_a_token_used_twice_applies_once(gate: Any, clock: FakeClock) -> None:
         ({"action": "check", "breaker": "payment-api", "probe_seconds": "40"}, "got '40'"),
         ({"action": "check", "breaker": "payment-api", "probe_seconds": True}, "probe_seconds"),
         ({"action": "check", "breaker": "payment-api", "probe_seconds": None}, "got None"),
+        ({"action": "check", "breaker": "payment-api", "probe_seconds": 10**400}, "at most"),
         ({"action": "record", "breaker": "payment-api"}, "outcome: required"),
         (
             {"action": "record", "breaker": "payment-api", "outcome": "ok"},
