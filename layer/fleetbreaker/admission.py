@@ -283,8 +283,12 @@ class AdmissionPipeline:
         self._allow = {state: Admission(name, _ALLOW, state) for state in (_CLOSED, _DISABLED)}
         self.allow_closed = self._allow[_CLOSED]
 
-    def admit(self, now_ms: int) -> Admission:
-        """Decide one call at ``now_ms``: allow, probe (with a token) or reject."""
+    def admit(self, now_ms: int, lease_ms: int | None = None) -> Admission:
+        """Decide one call at ``now_ms``: allow, probe (with a token) or reject.
+
+        ``lease_ms``: should the call win a probe, its lease is this long at most (a caller
+        that knows its call's deadline: the others then wait for that, not a whole lease).
+        """
         record = self._view.read(now_ms)
         if record is None or record.state is _CLOSED:
             if self.ramp is None:
@@ -298,7 +302,10 @@ class AdmissionPipeline:
         if verdict.decision is not _ALLOW and self.shadow is not None:
             return self.shadow.admit(verdict)
         if verdict.decision is _PROBE:
-            claimed, record = self.claim(self.policy, record, now_ms)
+            policy = self.policy
+            if lease_ms is not None and lease_ms < policy.lease_ms:
+                policy = replace(policy, lease_ms=lease_ms)
+            claimed, record = self.claim(policy, record, now_ms)
             if isinstance(claimed, Admission):
                 return self._decided(claimed)
             verdict = claimed

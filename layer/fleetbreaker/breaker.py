@@ -19,6 +19,7 @@ The breaker owns the wiring, the operator overrides (``force_open``, ``disable``
 from __future__ import annotations
 
 import functools
+import math
 import os
 import random
 from collections.abc import Callable, Iterable
@@ -325,14 +326,28 @@ class CircuitBreaker:
         chosen = self.fallback if fallback is _UNSET else fallback
         return lambda inner: self._decorate(inner, chosen)
 
-    def check(self) -> Admission:
+    def check(self, *, probe_seconds: float | None = None) -> Admission:
         """Decide one call without running anything: allow, probe (with a token) or reject.
 
         Pair it with :meth:`record`. ``call`` and the decorator do both for you.
+
+        ``probe_seconds`` is how long the call may take (its deadline, e.g. a workflow step's
+        timeout): should this check win a probe, its lease lasts that long, capped by
+        ``probe_lease_seconds``, so callers turned away meanwhile are told to come back at
+        the probe's deadline rather than at the end of a whole lease. Default: the lease.
         """
+        lease_ms = None
+        if probe_seconds is not None:
+            if (
+                isinstance(probe_seconds, bool)
+                or not isinstance(probe_seconds, (int, float))
+                or not 0 < probe_seconds < math.inf
+            ):
+                raise ValueError(f"probe_seconds must be a positive number, got {probe_seconds!r}")
+            lease_ms = max(1, round(probe_seconds * 1000))
         if self._off:
             return Admission(self.name, _ALLOW, _DISABLED)
-        return self._pipeline.admit(self.clock())
+        return self._pipeline.admit(self.clock(), lease_ms)
 
     def record(self, success: bool, token: str | None = None) -> RecordResult:
         """Report the outcome of a call admitted by :meth:`check`.

@@ -312,7 +312,7 @@ def test_callers_arriving_together_on_a_hung_store_hold_at_most_the_cap_of_threa
     clock: FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # GIVEN a store that hangs, and 64 callers that reach it at the same moment
-    from fleetbreaker.stores import deadline, fallback
+    from fleetbreaker.stores import deadline
 
     monkeypatch.setattr(deadline, "_POOL", deadline._WorkerPool())
     hung = HungStore()
