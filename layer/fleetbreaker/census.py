@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 # send one every 12.5 s, 5,000 send 25 a second (about $41 a month of DynamoDB write units).
 CENSUS_MEAN_MS = 200_000
 # The longest refresh gap that counts toward a census write (ms): a container idle for an
-# hour owes no census for it. Twice the longest refresh interval (refresh.MAX_REFRESH_STRETCH
+# hour owes no census for it. Twice the longest refresh interval (view.MAX_REFRESH_STRETCH
 # times a 1 s cache_ttl) and at least a second, so cache_ttl=0 still counts its calls' gaps.
 MIN_CENSUS_GAP_MS = 1_000
 # Failure writes a count-policy fleet aims to send at most, per second, in the first second

@@ -23,8 +23,8 @@ from fleetbreaker.census import (
     failure_weight,
 )
 from fleetbreaker.record import State
-from fleetbreaker.refresh import MAX_REFRESH_STRETCH, refresh_ms
 from fleetbreaker.results import RecordResult
+from fleetbreaker.view import MAX_REFRESH_STRETCH, refresh_ms
 
 if TYPE_CHECKING:
     from fleetbreaker.config import BreakerConfig

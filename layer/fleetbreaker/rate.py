@@ -24,15 +24,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from fleetbreaker.policy import alone, reaches
 from fleetbreaker.record import State
-from fleetbreaker.refresh import (
-    MAX_REFRESH_STRETCH,
-    TARGET_REFRESHES_PER_S,
-    fleet_size,
-    refresh_ms,
-)
 from fleetbreaker.results import RecordResult
 from fleetbreaker.rules import report_fits, should_trip, window_counts
 from fleetbreaker.tally import CallTally
+from fleetbreaker.view import MAX_REFRESH_STRETCH, TARGET_REFRESHES_PER_S, refresh_ms
 from fleetbreaker.watcher import SLOW_WATCH_MAX_PERIOD_S, SlowCallWatcher
 
 if TYPE_CHECKING:
@@ -53,6 +48,18 @@ URGENT_REPORTS_PER_S = 200.0
 # the same, and 5,000 containers then send 250 reports/s, not 500 (a margin under one item's
 # 1,000 writes/s for lost fences, newcomers and out-of-turn reports).
 MAX_INTERVAL_WINDOWS = 2
+
+
+def fleet_size(counts: WindowCounts, policy: Policy, own_calls: int, own_ms: int) -> float | None:
+    """The containers calling a breaker: the fleet's call rate over this container's own.
+
+    Every call is reported once, so the window's calls over its length are the fleet's call
+    rate, whatever the intervals; Lambda spreads requests evenly over a function's
+    containers. None when there is nothing to go on.
+    """
+    if counts.calls <= 0 or own_calls <= 0 or own_ms <= 0:
+        return None
+    return (counts.calls / policy.window_ms) / (own_calls / own_ms)
 
 
 def write_rate(counts: WindowCounts, policy: Policy) -> float:

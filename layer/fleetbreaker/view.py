@@ -13,8 +13,34 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    import random
+
     from fleetbreaker.record import Record
     from fleetbreaker.stores.fallback import FallbackStore
+
+# Cache refreshes the fleet aims to send to one record per second: 1,500 read units of
+# eventually consistent reads (half a unit each), under 80 % of one partition's 3,000.
+TARGET_REFRESHES_PER_S = 3_000.0
+# A refresh waits at most this many cache_ttl: the longest a container acts on a view of the
+# record (the documented maximum staleness, docs/architecture.md).
+MAX_REFRESH_STRETCH = 2.0
+
+
+def refresh_ms(containers: float, cache_ms: int, rng: random.Random) -> int:
+    """How long a container's cached view stays fresh, given the fleet's size.
+
+    ``cache_ttl`` while the fleet's refreshes stay under TARGET_REFRESHES_PER_S; past that,
+    stretched so they do, jittered by +-25 % (else containers that stretched together keep
+    refreshing in the same instant), never shorter than ``cache_ttl`` nor longer than
+    MAX_REFRESH_STRETCH of it. Each strategy estimates the fleet's size its own way: the
+    count policy from the census (:func:`fleetbreaker.census.census_containers`), the rate
+    policy from the window's calls (:func:`fleetbreaker.rate.fleet_size`).
+    """
+    wanted = containers * 1000 / TARGET_REFRESHES_PER_S
+    if cache_ms <= 0 or wanted <= cache_ms:
+        return cache_ms
+    jittered = wanted * (0.75 + rng.random() / 2)
+    return round(max(cache_ms, min(jittered, MAX_REFRESH_STRETCH * cache_ms)))
 
 
 class RecordCache:
@@ -32,7 +58,7 @@ class RecordCache:
     def __init__(self, ttl_ms: int) -> None:
         self.ttl_ms = ttl_ms
         # (record, stored at, fresh until): a large fleet keeps its view longer than ttl_ms
-        # (refresh.refresh_ms), so its refreshes stay inside one partition's read units.
+        # (refresh_ms), so its refreshes stay inside one partition's read units.
         self._entry: tuple[Record | None, int, int] | None = None
         self._write = threading.Lock()
         self._refreshing = threading.Lock()

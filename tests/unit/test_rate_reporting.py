@@ -12,6 +12,7 @@ from fleetbreaker.policy import Policy
 from fleetbreaker.rate import (
     TARGET_REPORTS_PER_S,
     RateStrategy,
+    fleet_size,
     max_interval_ms,
     next_interval_ms,
     recent_failing,
@@ -19,10 +20,10 @@ from fleetbreaker.rate import (
     write_rate,
 )
 from fleetbreaker.record import WINDOW_BUCKETS, Bucket, Record
-from fleetbreaker.refresh import MAX_REFRESH_STRETCH, TARGET_REFRESHES_PER_S, fleet_size, refresh_ms
 from fleetbreaker.rules import bucket_index
 from fleetbreaker.stores.memory import MemoryStore
 from fleetbreaker.tally import CallTally
+from fleetbreaker.view import MAX_REFRESH_STRETCH, TARGET_REFRESHES_PER_S, refresh_ms
 from fleetbreaker.window import WindowCounts
 from tests.support import Dependency, FakeClock
 
@@ -148,7 +149,7 @@ def test_breaker_on_a_hot_record_refreshes_by_reading_not_writing() -> None:
     reads = store.stats.reads
 
     # WHEN its cache goes stale again with calls pending (a fleet this large keeps its view
-    # for up to refresh.MAX_REFRESH_STRETCH cache_ttl: 2 s)
+    # for up to view.MAX_REFRESH_STRETCH cache_ttl: 2 s)
     clock.advance(1.0)
     breaker.call(dependency)
 
