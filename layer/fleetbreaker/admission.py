@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from fleetbreaker.policy import Policy
     from fleetbreaker.probes import ProbeLeases
     from fleetbreaker.record import Outcome, Record
-    from fleetbreaker.stores.base import FallbackStats
+    from fleetbreaker.results import FallbackStats
     from fleetbreaker.view import RecordView
 
 # Enum members read through their class cost a descriptor call on Python 3.11 (about ten

@@ -13,12 +13,22 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from fleetbreaker.config import BreakerConfig
+from typing import Any, Protocol
 
 log = logging.getLogger("fleetbreaker")
+
+
+class JudgeSettings(Protocol):
+    """The classification settings of a :class:`~fleetbreaker.config.BreakerConfig`."""
+
+    @property
+    def ignored_exceptions(self) -> tuple[type[BaseException], ...]: ...
+    @property
+    def failure_exceptions(self) -> tuple[type[BaseException], ...]: ...
+    @property
+    def is_failure(self) -> Callable[[BaseException], bool] | None: ...
+    @property
+    def failure_result(self) -> Callable[[Any], bool] | None: ...
 
 
 def predicate_name(predicate: Callable[..., Any]) -> str:
@@ -33,7 +43,7 @@ def predicate_name(predicate: Callable[..., Any]) -> str:
 class OutcomeJudge:
     """One breaker's failure classification (its deployed config's: it is not tunable)."""
 
-    def __init__(self, config: BreakerConfig, name: str) -> None:
+    def __init__(self, config: JudgeSettings, name: str) -> None:
         self.name = name
         self._ignored = config.ignored_exceptions
         self._failures = config.failure_exceptions

@@ -27,10 +27,9 @@ if TYPE_CHECKING:
     from fleetbreaker.classify import OutcomeJudge
     from fleetbreaker.config import BreakerConfig
     from fleetbreaker.policy import Policy
+    from fleetbreaker.protocols import GuardedStore, View
     from fleetbreaker.record import Record
     from fleetbreaker.results import RecordResult
-    from fleetbreaker.stores.fallback import FallbackStore
-    from fleetbreaker.view import RecordView
 
 R = TypeVar("R")
 
@@ -86,8 +85,8 @@ class CountingContext:
     def __init__(
         self,
         name: str,
-        store: FallbackStore,
-        view: RecordView,
+        store: GuardedStore,
+        view: View,
         *,
         clock: Callable[[], int],
         rng: random.Random,

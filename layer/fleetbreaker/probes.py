@@ -20,8 +20,8 @@ if TYPE_CHECKING:
     import random
 
     from fleetbreaker.policy import Policy
+    from fleetbreaker.protocols import GuardedStore
     from fleetbreaker.record import Outcome, Record
-    from fleetbreaker.stores.fallback import FallbackStore
 
 
 class ProbeLeases:
@@ -34,7 +34,7 @@ class ProbeLeases:
     def __init__(
         self,
         name: str,
-        store: FallbackStore,
+        store: GuardedStore,
         *,
         rng: random.Random,
         recovery_jitter: float,

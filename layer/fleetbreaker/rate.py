@@ -479,4 +479,4 @@ class RateStrategy:
     def _refreshed(self, record: Record | None, now_ms: int) -> None:
         """Keep the record just read as fresh as the interval just joined says (the read's
         answer was cached under the base interval's estimate of the fleet)."""
-        self._ctx.view.cache.put(record, now_ms, self.fresh_ms(record, now_ms))
+        self._ctx.view.keep(record, now_ms, self.fresh_ms(record, now_ms))

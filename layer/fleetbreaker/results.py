@@ -16,9 +16,20 @@ from __future__ import annotations
 
 import warnings
 
-from fleetbreaker.frozen import public_value
+from fleetbreaker.frozen import mutable_value, public_value
 from fleetbreaker.record import Decision, State
-from fleetbreaker.stores.base import FallbackStats
+
+
+@mutable_value  # a dataclass without generated code (cold start)
+class FallbackStats:
+    """Counters of one fallback store (a breaker's ``stats``)."""
+
+    store_errors: int = 0
+    degradations: int = 0
+    corrupt_records: int = 0
+    # Shadow mode: calls an enforcing breaker would have rejected (counted by the breaker).
+    would_rejects: int = 0
+
 
 # A breaker's counters in this container (``breaker.stats``): store errors, degradations,
 # corrupt records and shadow mode's would-be rejections. It counts no calls.

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import random
 
+    from fleetbreaker.protocols import GuardedStore
     from fleetbreaker.record import Record
-    from fleetbreaker.stores.fallback import FallbackStore
 
 # Cache refreshes the fleet aims to send to one record per second: 1,500 read units of
 # eventually consistent reads (half a unit each), under 80 % of one partition's 3,000.
@@ -120,7 +120,7 @@ class RecordView:
     def __init__(
         self,
         name: str,
-        store: FallbackStore,
+        store: GuardedStore,
         cache: RecordCache,
         refresh: Callable[[int], Record | None],
         *,
@@ -158,6 +158,11 @@ class RecordView:
     def last_seen(self) -> Record | None:
         """The newest record a store answered, fresh or not (a write's fence starts there)."""
         return self.cache.last_seen
+
+    def keep(self, record: Record | None, now_ms: int, fresh_ms: int) -> None:
+        """Cache ``record`` as seen at ``now_ms``, fresh for ``fresh_ms`` (a strategy that
+        knows better than the answer hook how long it holds)."""
+        self.cache.put(record, now_ms, fresh_ms)
 
     def forget(self) -> None:
         """Drop the cached record: the next read refreshes (a restored snapshot's view is

@@ -18,6 +18,16 @@ from fleetbreaker.errors import ConfigError
 from fleetbreaker.frozen import frozen
 from fleetbreaker.stores.base import Store, StoreStats
 from fleetbreaker.stores.fallback import FallbackStore
+from fleetbreaker.stores.variables import (
+    IAM_CACHE_ENV,
+    IAM_USER_ENV,
+    STORE_VARIABLES,
+    TABLE_ENV,
+    URL_ENV,
+    default_redis_url,
+    default_table_name,
+)
+from fleetbreaker.stores.variables import read as read_variable
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb.client import DynamoDBClient
@@ -25,40 +35,27 @@ if TYPE_CHECKING:
     from fleetbreaker.stores.memory import MemoryStore
 
 __all__ = [
+    "IAM_CACHE_ENV",
+    "IAM_USER_ENV",
+    "STORE_VARIABLES",
+    "TABLE_ENV",
+    "URL_ENV",
     "FallbackStore",
     "MemoryStore",
     "Store",
     "StoreNotNamedError",
     "StoreSettings",
     "StoreStats",
+    "default_redis_url",
+    "default_table_name",
     "from_env",
 ]
 
-TABLE_ENV = "CIRCUIT_BREAKER_TABLE"
-URL_ENV = "CIRCUIT_BREAKER_REDIS_URL"
-IAM_USER_ENV = "CIRCUIT_BREAKER_REDIS_IAM_USER"
-IAM_CACHE_ENV = "CIRCUIT_BREAKER_REDIS_IAM_CACHE"
-STORE_VARIABLES = (TABLE_ENV, URL_ENV, IAM_USER_ENV, IAM_CACHE_ENV)
 REDIS_SCHEMES = ("redis://", "rediss://")
 
 
 class StoreNotNamedError(ConfigError):
     """The environment names no store: neither a Redis URL nor a table."""
-
-
-def _read(environ: Mapping[str, str] | None, variable: str) -> str:
-    env = os.environ if environ is None else environ
-    return env.get(variable, "").strip()
-
-
-def default_table_name() -> str:
-    """``CIRCUIT_BREAKER_TABLE`` ("" when unset): the table of ``DynamoDBStore()``."""
-    return _read(None, TABLE_ENV)
-
-
-def default_redis_url() -> str:
-    """``CIRCUIT_BREAKER_REDIS_URL`` ("" when unset): the URL of ``RedisStore()``."""
-    return _read(None, URL_ENV)
 
 
 @frozen
@@ -99,10 +96,10 @@ class StoreSettings:
         variables.
         """
         env = os.environ if environ is None else environ
-        url = _read(env, URL_ENV)
-        table = _read(env, TABLE_ENV)
-        user = _read(env, IAM_USER_ENV)
-        cache = _read(env, IAM_CACHE_ENV)
+        url = read_variable(env, URL_ENV)
+        table = read_variable(env, TABLE_ENV)
+        user = read_variable(env, IAM_USER_ENV)
+        cache = read_variable(env, IAM_CACHE_ENV)
         if url and not url.startswith(REDIS_SCHEMES):
             from fleetbreaker.redaction import redact_url
 
@@ -120,7 +117,7 @@ class StoreSettings:
                 f"IAM authentication needs both {IAM_USER_ENV} and {IAM_CACHE_ENV} "
                 f"(got only {IAM_USER_ENV if user else IAM_CACHE_ENV})"
             )
-        region = _read(env, "AWS_REGION") or _read(env, "AWS_DEFAULT_REGION")
+        region = read_variable(env, "AWS_REGION") or read_variable(env, "AWS_DEFAULT_REGION")
         return cls(
             table_name=table or None,
             redis_url=url or None,

@@ -36,17 +36,6 @@ class StoreStats:
         return self.reads + self.writes
 
 
-@mutable_value  # a dataclass without generated code (cold start)
-class FallbackStats:
-    """Counters of one fallback store (a breaker's ``stats``)."""
-
-    store_errors: int = 0
-    degradations: int = 0
-    corrupt_records: int = 0
-    # Shadow mode: calls an enforcing breaker would have rejected (counted by the breaker).
-    would_rejects: int = 0
-
-
 @runtime_checkable
 class Store(Protocol):
     """What every store implements. Each operation is atomic on the shared record.

@@ -35,9 +35,10 @@ from fleetbreaker.events import (
 )
 from fleetbreaker.policy import alone, check_weight
 from fleetbreaker.record import Record, State, TransitionReason
+from fleetbreaker.results import FallbackStats
 from fleetbreaker.rules import add_report, transition_reason, window_counts
 from fleetbreaker.stores import deadline
-from fleetbreaker.stores.base import FallbackStats, StoreStats
+from fleetbreaker.stores.base import StoreStats
 
 if TYPE_CHECKING:
     from fleetbreaker.policy import Policy

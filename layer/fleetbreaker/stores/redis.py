@@ -24,9 +24,9 @@ from fleetbreaker.frozen import replace
 from fleetbreaker.policy import Policy, check_weight
 from fleetbreaker.record import Decision, Lease, Outcome, ProbeReport, Record, Report, State
 from fleetbreaker.redaction import redact, redact_url, url_secrets
-from fleetbreaker.stores import URL_ENV, default_redis_url
 from fleetbreaker.stores.base import Listing, StoreStats
 from fleetbreaker.stores.redis_scripts import load_scripts, policy_json
+from fleetbreaker.stores.variables import URL_ENV, default_redis_url
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence

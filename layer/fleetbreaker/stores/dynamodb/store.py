@@ -25,7 +25,6 @@ from fleetbreaker.record import (
     Report,
     State,
 )
-from fleetbreaker.stores import TABLE_ENV, default_table_name
 from fleetbreaker.stores.base import Listing, StoreStats
 from fleetbreaker.stores.dynamodb.codec import (
     KEY_ATTRIBUTE,
@@ -45,6 +44,7 @@ from fleetbreaker.stores.dynamodb.codec import (
     write_window,
 )
 from fleetbreaker.stores.dynamodb.wire import Wire
+from fleetbreaker.stores.variables import TABLE_ENV, default_table_name
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
