@@ -20,7 +20,8 @@ up to TARGET_FAILURE_WRITES_PER_S containers always counts every failure once:
 - **scale-in**: the estimate is at most the upper bound its newest RECENT_SLICES slices
   show, so a fleet that shrank is believed within a slice and a few seconds of silence,
   not after a window (a longer span's upper bound would also cap a fleet that just grew);
-- **cap**: at most MAX_CENSUS_CONTAINERS, whatever a stored count says.
+- **cap**: at most MAX_CENSUS_CONTAINERS; a slice holding more than that many containers
+  could have sent (a hand-edited 10^13) is not believed at all: it reads as empty.
 
 The weight of a written failure is then ``floor(containers / TARGET_FAILURE_WRITES_PER_S)``,
 1 to MAX_FAILURE_WEIGHT: the floor keeps a factor of two between the fleet the estimate must
@@ -101,10 +102,13 @@ def census_containers(record: Record | None, policy: Policy, now_ms: int) -> flo
     bucket_ms = policy.bucket_ms
     current = now_ms // bucket_ms
     by_age = [0] * WINDOW_BUCKETS
+    most = max_slice_count(bucket_ms)
     for bucket in record.census.values():
         age = current - bucket.idx
-        if 0 <= age < WINDOW_BUCKETS:
+        if 0 <= age < WINDOW_BUCKETS and bucket.count <= most:
             by_age[age] = bucket.count
+    if sum(by_age) < MIN_CENSUS_EVIDENCE:
+        return 0.0  # the common case of a small fleet: no span has the evidence
     elapsed_ms = max(1, now_ms - current * bucket_ms)
     lower = 0.0
     upper = math.inf
@@ -118,6 +122,14 @@ def census_containers(record: Record | None, policy: Policy, now_ms: int) -> flo
             upper = min(upper, poisson_upper(total) / span_s)
     rate_per_s = min(lower, upper)
     return min(rate_per_s * CENSUS_MEAN_MS / 1000, MAX_CENSUS_CONTAINERS)
+
+
+def max_slice_count(bucket_ms: int) -> int:
+    """The most census writes a slice of ``bucket_ms`` can hold from MAX_CENSUS_CONTAINERS
+    containers, with room for chance (ten standard deviations): a slice holding more was not
+    written by any fleet (a hand-edited count) and is read as empty, not believed."""
+    mean = MAX_CENSUS_CONTAINERS * bucket_ms / CENSUS_MEAN_MS
+    return math.ceil(mean + 10 * math.sqrt(mean) + MIN_CENSUS_EVIDENCE)
 
 
 def failure_weight(containers: float) -> int:

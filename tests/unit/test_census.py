@@ -18,6 +18,7 @@ from fleetbreaker.census import (
     census_chance,
     census_containers,
     failure_weight,
+    max_slice_count,
     poisson_lower,
     poisson_upper,
 )
@@ -154,15 +155,32 @@ def test_a_fleet_that_shrank_is_believed_within_a_slice_and_a_few_seconds() -> N
     assert failure_weight(size) == 1
 
 
-def test_a_stored_count_past_any_fleet_is_clamped() -> None:
-    # GIVEN a slice holding 10^13 census writes (a valid stored number)
+def test_a_slice_past_any_fleet_is_not_believed() -> None:
+    # GIVEN a slice holding 10^13 census writes (a valid stored number, which no fleet of
+    # the census's largest size could have sent)
     now = T0 + 1_000
     slot = (now // COUNT.bucket_ms) % WINDOW_BUCKETS
     record = Record(census={slot: CensusBucket(now // COUNT.bucket_ms, 10**13)})
 
-    # THEN the estimate and the weight stop at their caps
-    assert census_containers(record, COUNT, now) == MAX_CENSUS_CONTAINERS
-    assert failure_weight(census_containers(record, COUNT, now)) == MAX_FAILURE_WEIGHT
+    # THEN it reads as empty: no fleet, every failure counted once
+    assert census_containers(record, COUNT, now) == 0.0
+    assert failure_weight(census_containers(record, COUNT, now)) == 1
+
+
+def test_the_estimate_and_the_weight_stop_at_their_caps() -> None:
+    # GIVEN every slice of the window as full as the largest believable count
+    now = T0 + COUNT.bucket_ms - 1
+    current = now // COUNT.bucket_ms
+    most = max_slice_count(COUNT.bucket_ms)
+    census = {
+        (current - age) % WINDOW_BUCKETS: CensusBucket(current - age, most)
+        for age in range(WINDOW_BUCKETS)
+    }
+
+    # THEN the estimate is the cap, and so is the weight
+    size = census_containers(Record(census=census), COUNT, now)
+    assert size == MAX_CENSUS_CONTAINERS
+    assert failure_weight(size) == MAX_FAILURE_WEIGHT
 
 
 @pytest.mark.parametrize(
