@@ -18,20 +18,32 @@ from typing import Any
 
 import pytest
 
-from devtools.sam_template import load_template
+from devtools.sam_template import layer_id, load_template, runtimes
 from devtools.servers import REPO_ROOT
 
-CORE = {
-    "CircuitBreakersTable",
-    "FleetbreakerLayer",
-    "FleetbreakerSlimLayer",
-    "FleetbreakerLayerArnParameter",
-    "FleetbreakerSlimLayerArnParameter",
-    "CircuitBreakersAccessPolicy",
+# The layers of every runtime, full and slim, their SSM parameters, and their permissions
+# (only with LayerSharingOrganizationId).
+LAYERS = {
+    layer_id(runtime, slim=slim) for runtime in runtimes(load_template()) for slim in (False, True)
+}
+LAYER_PERMISSIONS = {f"{layer}Permission" for layer in LAYERS}
+# Conditional parts of the core: each exists only when a parameter asks for it.
+OPTIONAL_CORE = {
     # The optional Redis store: with BreakerStore=redis, functions of your own use it too.
     "BreakerCache",
     "BreakerCacheUser",
     "BreakerCacheUserGroup",
+    *LAYER_PERMISSIONS,
+}
+CORE = {
+    "CircuitBreakersTable",
+    *LAYERS,
+    *(f"{layer}ArnParameter" for layer in LAYERS),
+    # The deprecated names of the Runtime parameter's layers.
+    "FleetbreakerLayerArnParameter",
+    "FleetbreakerSlimLayerArnParameter",
+    "CircuitBreakersAccessPolicy",
+    *OPTIONAL_CORE,
 }
 # Conditions that hold only when the example is deployed.
 # PauseFromContainers is BreakerOnRedis and DeferWhenOpen: it implies the example too.
@@ -74,7 +86,7 @@ def test_every_resource_outside_the_core_belongs_to_the_example(
     assert outside
     assert {name: c for name, c in outside.items() if c not in EXAMPLE_CONDITIONS} == {}
     assert set(CORE) <= set(template["Resources"])
-    for name in CORE - {"BreakerCache", "BreakerCacheUser", "BreakerCacheUserGroup"}:
+    for name in CORE - OPTIONAL_CORE:
         assert "Condition" not in template["Resources"][name], name
 
 
