@@ -492,8 +492,7 @@ def test_a_shared_core_lets_the_organization_get_every_layer_version() -> None:
             r["Properties"], conditions
         )
         for r in translated["Resources"].values()
-        if r["Type"] == "AWS::Lambda::LayerVersionPermission"
-        and conditions[r.get("Condition", "")]
+        if r["Type"] == "AWS::Lambda::LayerVersionPermission" and conditions[r.get("Condition", "")]
     }
     # THEN each layer version, full and slim, may be got by the organization's accounts only
     layers = {
@@ -526,9 +525,7 @@ def test_layers_are_shared_with_one_account_by_its_id() -> None:
 
 
 def test_layers_stay_private_by_default(deployment: dict[str, Any]) -> None:
-    conditions = condition_values(
-        deployment["translated"], PARAMETER_SETS[deployment["name"]]
-    )
+    conditions = condition_values(deployment["translated"], PARAMETER_SETS[deployment["name"]])
     shared = "LayerSharingOrganizationId" in PARAMETER_SETS[deployment["name"]]
     assert conditions["LayersShared"] is shared
 

@@ -54,7 +54,10 @@ def built_source(resource: dict[str, Any]) -> str:
     shared = re.findall(r"\$\(SHARED\)/(\w+\.py)", makefile)
     return "\n".join(
         path.read_text()
-        for path in [directory / "app.py", *(REPO_ROOT / "functions" / "shared" / s for s in shared)]
+        for path in [
+            directory / "app.py",
+            *(REPO_ROOT / "functions" / "shared" / s for s in shared),
+        ]
     )
 
 
@@ -74,7 +77,9 @@ def test_every_function_that_builds_a_breaker_is_snapshotted_and_no_other(
         if BUILDS_A_BREAKER.search(built_source(resource))
     }
     snapshotted = {
-        name for name, resource in functions(template).items() if "SnapStart" in resource["Properties"]
+        name
+        for name, resource in functions(template).items()
+        if "SnapStart" in resource["Properties"]
     }
     # THEN the functions that build a breaker are exactly those SnapStart applies to
     assert builders == snapshotted == SNAPSHOTTED

@@ -60,7 +60,9 @@ def functions_named_by(machine: dict[str, Any]) -> list[str]:
     default stack (the harness's conditions)."""
     values = take_branches(machine["DefinitionSubstitutions"], DEFAULT_CONDITIONS).values()
     return sorted(
-        value["Fn::GetAtt"][0] for value in values if isinstance(value, dict) and "Fn::GetAtt" in value
+        value["Fn::GetAtt"][0]
+        for value in values
+        if isinstance(value, dict) and "Fn::GetAtt" in value
     )
 
 

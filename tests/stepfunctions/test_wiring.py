@@ -159,7 +159,9 @@ def test_the_workflow_may_invoke_exactly_its_functions(
     # "function:<name>*" wildcard that could match another function.
     granted = {invoked(template, item, snapstart) for item in statement["Resource"]}
     named = {
-        invoked(template, machine["DefinitionSubstitutions"][task_function_placeholder(t)], snapstart)
+        invoked(
+            template, machine["DefinitionSubstitutions"][task_function_placeholder(t)], snapstart
+        )
         for t in tasks.values()
     }
     assert granted == named
