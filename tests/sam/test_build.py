@@ -7,6 +7,7 @@ nothing else: each interpreter starts isolated (-I -S), without its own site-pac
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
@@ -16,6 +17,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -131,6 +133,15 @@ def runtime_boto3(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def tree_size(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+def zipped_size(path: Path) -> int:
+    """The size of ``path``'s files in a deflated zip, as `sam package` uploads a layer."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        for file in sorted(f for f in path.rglob("*") if f.is_file()):
+            archive.write(file, file.relative_to(path))
+    return buffer.tell()
 
 
 @pytest.mark.parametrize("runtime", declared_runtimes())
@@ -254,7 +265,11 @@ def test_every_layer_stays_within_its_size(build_dir: Path, runtime: str) -> Non
     # GIVEN a runtime's built layers WHEN their files are added up (unzipped)
     full = tree_size(layer_dir(build_dir, runtime))
     slim = tree_size(layer_dir(build_dir, runtime, slim=True))
-    print(f"\n{runtime}: full layer {full / 1e6:.2f} MB, slim {slim / 1e6:.2f} MB unzipped")
+    zipped = [zipped_size(layer_dir(build_dir, runtime, slim=s).parent) for s in (False, True)]
+    print(
+        f"\n{runtime}: full layer {full / 1e6:.2f} MB unzipped, {zipped[0] / 1e6:.2f} MB zipped;"
+        f" slim {slim / 1e6:.2f} MB, {zipped[1] / 1e6:.2f} MB"
+    )
     # THEN each is within its limit
     assert full <= FULL_LAYER_LIMIT
     assert slim <= SLIM_LAYER_LIMIT

@@ -20,6 +20,7 @@ import pytest
 
 from devtools.sam_template import layer_id, load_template, runtimes
 from devtools.servers import REPO_ROOT
+from tests.sam.conftest import yaml_after_marker
 
 # The layers of every runtime, full and slim, their SSM parameters, and their permissions
 # (only with LayerSharingOrganizationId).
@@ -161,11 +162,7 @@ def test_the_template_names_no_partition(template: dict[str, Any]) -> None:
 
 def attach_snippet() -> str:
     """The YAML block that follows the README's attach-snippet marker."""
-    readme = (REPO_ROOT / "README.md").read_text()
-    marker = readme.index("<!-- attach-snippet")
-    match = re.search(r"```yaml\n(.*?)```", readme[marker:], re.DOTALL)
-    assert match, "no yaml block after the attach-snippet marker"
-    return match.group(1)
+    return yaml_after_marker(REPO_ROOT / "README.md", "attach-snippet")
 
 
 @pytest.fixture(scope="module")
@@ -194,12 +191,14 @@ def test_the_attach_snippet_names_what_the_core_publishes(
     snippet: dict[str, Any], template: dict[str, Any]
 ) -> None:
     # GIVEN the snippet and the core deployed as STACK WHEN their names are compared THEN the
-    # SSM parameter and both imports are ones the core stack creates
+    # SSM parameter (of the function's runtime's layer) and both imports are ones the core
+    # stack creates
     layer_parameter = snippet["Parameters"]["FleetbreakerLayerArn"]
     assert layer_parameter["Type"] == "AWS::SSM::Parameter::Value<String>"
     resources = template["Resources"]
+    runtime = snippet["Resources"]["MyFunction"]["Properties"]["Runtime"]
     assert layer_parameter["Default"] == render(
-        resources["FleetbreakerLayerArnParameter"]["Properties"]["Name"]
+        resources[f"{layer_id(runtime)}ArnParameter"]["Properties"]["Name"]
     )
     exports = {
         render(output["Export"]["Name"])
