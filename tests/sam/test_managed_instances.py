@@ -85,9 +85,7 @@ def test_sam_refuses_a_capacity_provider_beside_the_breaker_functions_vpc_config
     # WHEN SAM translates it THEN it refuses the pair, whatever the conditions leave
     with pytest.raises(InvalidDocumentException) as refused:
         transform(template)
-    assert "Cannot specify 'CapacityProviderConfig' and 'VpcConfig' together" in str(
-        refused.value
-    )
+    assert "Cannot specify 'CapacityProviderConfig' and 'VpcConfig' together" in str(refused.value)
 
 
 def test_the_snippet_is_lint_clean(tmp_path: Path) -> None:

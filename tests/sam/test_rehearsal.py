@@ -251,6 +251,13 @@ def _read_back(physical: dict[str, str], types: dict[str, str]) -> dict[str, Any
         name: lambda_.get_function_configuration(FunctionName=function)
         for name, function in of_type("AWS::Lambda::Function").items()
     }
+    versions = {
+        name: [
+            v["Version"]
+            for v in lambda_.list_versions_by_function(FunctionName=function)["Versions"]
+        ]
+        for name, function in of_type("AWS::Lambda::Function").items()
+    }
     # moto leaves a layer version's physical id empty and names the layer
     # <stack>-<logical id>-<suffix> (SAM's logical id: the resource's plus a hash).
     layers = {}
@@ -298,6 +305,7 @@ def _read_back(physical: dict[str, str], types: dict[str, str]) -> dict[str, Any
     return {
         "table": table,
         "functions": functions,
+        "versions": versions,
         "layers": layers,
         "parameters": parameters,
         "managed": managed,
@@ -558,6 +566,26 @@ def test_the_functions_run_on_their_runtimes_full_layer(
         assert [by_logical_id[layer["Ref"]] for layer in layers] == [full], name
         assert submitted["Architectures"] == [{"Ref": "Architecture"}]
         assert function["Runtime"] == runtime
+
+
+def test_the_stack_publishes_a_version_of_each_function_that_builds_a_breaker(
+    example_deployment: dict[str, Any],
+) -> None:
+    # GIVEN the stack WHEN each function's versions are listed THEN the ones SnapStart applies
+    # to have a published version besides $LATEST (the live alias's, snapshotted with
+    # SnapStart), whatever the set, and the others none
+    snapshotted = {
+        name
+        for name, resource in example_deployment["translated"]["Resources"].items()
+        if resource["Type"] == "AWS::Lambda::Function" and "SnapStart" in resource["Properties"]
+    }
+    assert snapshotted >= {"PaymentFunction", "BreakerGateFunction"}
+    for name, versions in example_deployment["versions"].items():
+        assert (len(versions) > 1) is (name in snapshotted), (name, versions)
+    # moto reports no SnapStart: what was submitted follows the stack's parameter
+    for name in snapshotted & set(example_deployment["functions"]):
+        submitted = example_deployment["submitted"]["Resources"][name]["Properties"]
+        assert submitted["SnapStart"] == {"ApplyOn": {"Ref": "SnapStart"}}
 
 
 def test_the_breaker_functions_name_the_table_and_the_store(
