@@ -22,6 +22,9 @@ WOULD_REJECT_LOG_INTERVAL_MS = 1_000
 STORE_ANSWERED = "answered"
 STORE_ERROR = "store_error"
 STORE_DEADLINE = "deadline"
+# Cut short by a BaseException that is not an error of the store (KeyboardInterrupt,
+# SystemExit): no answer, no degradation; what the listeners opened is still closed.
+STORE_INTERRUPTED = "interrupted"
 
 
 @frozen
@@ -79,7 +82,8 @@ class BreakerListener:
         """
 
     def on_store_call_start(self, name: str, operation: str) -> None:
-        """A store round trip is about to start; :meth:`on_store_call` follows on this thread.
+        """A store round trip is about to start; :meth:`on_store_call` follows on this thread,
+        whatever ends the round trip (an answer, an error, a KeyboardInterrupt).
 
         It exists so a tracer can open a span that encloses the round trip (and the AWS SDK's
         own spans inside it).
@@ -91,7 +95,9 @@ class BreakerListener:
         """How a store round trip ended, just before its :meth:`on_store_call`.
 
         ``store`` is the store's kind (``dynamodb``, ``redis``, ``memory``...), ``outcome``
-        one of ``answered``, ``store_error`` and ``deadline`` (its total deadline passed).
+        one of ``answered``, ``store_error``, ``deadline`` (its total deadline passed) and
+        ``interrupted`` (a BaseException such as KeyboardInterrupt cut it short: ``error``
+        is that exception, and it is re-raised once the listeners have been told).
         """
 
     def on_store_call(self, name: str, operation: str, elapsed_ms: float, ok: bool) -> None:
@@ -210,16 +216,20 @@ class LoggingListener(BreakerListener):
         )
 
     def on_store_error(self, name: str, operation: str, error: BaseException) -> None:
+        # A client's message may quote its URL or token (a custom client's, a library's).
+        from fleetbreaker.redaction import redact
+
+        text = redact(str(error))
         self.log.warning(
             "circuit %s: store %s failed: %s",
             name,
             operation,
-            error,
+            text,
             extra={
                 "breaker": name,
                 "breaker_event": "store_error",
                 "operation": operation,
-                "error": str(error),
+                "error": text,
                 "error_type": type(error).__name__,
             },
         )

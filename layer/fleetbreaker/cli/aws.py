@@ -68,7 +68,7 @@ def stack_outputs(stack: str, region: str | None) -> dict[str, str]:
     from botocore.exceptions import ClientError
 
     session = boto3.session.Session(region_name=region or None)
-    if not session.region_name:  # unset, or set empty (as _dynamodb_client checks)
+    if not session.region_name:  # unset, or set empty (as dynamodb_client checks)
         raise CliError(
             EXIT_USAGE, "no AWS region: pass --region or set AWS_REGION (or AWS_DEFAULT_REGION)"
         )
@@ -144,7 +144,7 @@ def open_store(args: argparse.Namespace) -> tuple[AdminStore, str]:
         raise CliError(EXIT_USAGE, str(exc)) from None
     client = None
     if settings.redis_url is None:
-        client = _dynamodb_client(args)
+        client = dynamodb_client(args)
     store = settings.open(
         boto3_client=client,
         redis_options={
@@ -155,7 +155,7 @@ def open_store(args: argparse.Namespace) -> tuple[AdminStore, str]:
     return cast("AdminStore", store), settings.description
 
 
-def _dynamodb_client(args: argparse.Namespace) -> Any:
+def dynamodb_client(args: argparse.Namespace) -> Any:
     """The CLI's DynamoDB client; a set-up mistake is a usage error (exit 2) with a hint."""
     import boto3
     from botocore.exceptions import NoRegionError
@@ -166,10 +166,12 @@ def _dynamodb_client(args: argparse.Namespace) -> Any:
 
         parts = urlsplit(endpoint)
         if parts.scheme not in ("http", "https") or not parts.netloc:
+            from fleetbreaker.redaction import redact_url
+
             raise CliError(
                 EXIT_USAGE,
-                f"--endpoint-url {printable(endpoint)!r} is not an http(s) URL: include the "
-                "scheme, e.g. http://localhost:8000",
+                f"--endpoint-url {printable(redact_url(endpoint))!r} is not an http(s) URL: "
+                "include the scheme, e.g. http://localhost:8000",
             )
     no_region = CliError(
         EXIT_USAGE, "no AWS region: pass --region or set AWS_REGION (or AWS_DEFAULT_REGION)"

@@ -23,6 +23,7 @@ from fleetbreaker.errors import ConfigError, CorruptRecordError, StoreError
 from fleetbreaker.frozen import replace
 from fleetbreaker.policy import Policy
 from fleetbreaker.record import Decision, Lease, Outcome, ProbeReport, Record, Report, State
+from fleetbreaker.redaction import redact, redact_url, url_secrets
 from fleetbreaker.stores import URL_ENV, default_redis_url
 from fleetbreaker.stores.base import Listing, StoreStats
 from fleetbreaker.stores.redis_scripts import load_scripts, policy_json
@@ -177,8 +178,10 @@ class RedisStore:
             )
         if credential_provider is not None:
             if not callable(getattr(credential_provider, "get_credentials", None)):
+                # Its type, not its repr: a provider may show the secret it holds.
                 raise ConfigError(
-                    f"credential_provider needs a get_credentials() method: {credential_provider!r}"
+                    "credential_provider needs a get_credentials() method, got a "
+                    f"{type(credential_provider).__name__}"
                 )
             if username is not None or password is not None:
                 raise ConfigError("RedisStore takes a credential_provider or username/password")
@@ -251,9 +254,11 @@ class RedisStore:
                 self.client.script_load(script.source)
                 reply = self.client.evalsha(script.sha, len(keys), *keys, *args)
         except RedisError as exc:
-            raise StoreError(f"Redis {operation} failed for breaker {name!r}: {exc}") from exc
+            raise StoreError(
+                f"Redis {operation} failed for breaker {name!r}: {redact(str(exc))}"
+            ) from exc
         except OSError as exc:  # a custom client may let a socket error through
-            raise StoreError(f"Redis unreachable for breaker {name!r}: {exc}") from exc
+            raise StoreError(f"Redis unreachable for breaker {name!r}: {redact(str(exc))}") from exc
         if not isinstance(reply, list) or len(reply) < 6:
             raise StoreError(f"Redis {operation} for breaker {name!r} gave {reply!r}")
         return reply
@@ -366,9 +371,9 @@ class RedisStore:
         try:
             keys = sorted({_text(k) for k in cast("Any", scan_iter)(match=pattern, count=500)})
         except RedisError as exc:
-            raise StoreError(f"Redis SCAN failed: {exc}") from exc
+            raise StoreError(f"Redis SCAN failed: {redact(str(exc))}") from exc
         except OSError as exc:
-            raise StoreError(f"Redis unreachable: {exc}") from exc
+            raise StoreError(f"Redis unreachable: {redact(str(exc))}") from exc
         for key in keys:
             name = self.name_of(key)
             if name is None:
@@ -436,13 +441,15 @@ def _make_client(
     except ImportError as exc:  # pragma: no cover - depends on the environment
         raise ConfigError("RedisStore needs redis-py: pip install 'fleetbreaker[redis]'") from exc
 
+    # Every message below quotes the URL without its password (it lands in init logs).
+    shown = redact_url(url)
     scheme, sep, rest = url.partition("://")
     if not sep or scheme not in ("redis", "rediss"):
-        raise ConfigError(f"Redis url must start with redis:// or rediss://, got {url!r}")
+        raise ConfigError(f"Redis url must start with redis:// or rediss://, got {shown!r}")
     if ssl is True and scheme == "redis":
         url = f"rediss://{rest}"
     elif ssl is False and scheme == "rediss":
-        raise ConfigError(f"ssl=False contradicts the rediss:// url {url!r}")
+        raise ConfigError(f"ssl=False contradicts the rediss:// url {shown!r}")
     options: dict[str, Any] = {
         "socket_timeout": socket_timeout,
         "socket_connect_timeout": socket_connect_timeout,
@@ -466,5 +473,9 @@ def _make_client(
     try:
         client: RedisClient = redis.Redis.from_url(url, **options)
     except (ValueError, TypeError) as exc:
-        raise ConfigError(f"invalid Redis url or options for {url!r}: {exc}") from exc
+        # redis-py's own message may quote any part of the URL, the password included.
+        secrets = (*url_secrets(url), *(() if password is None else (password,)))
+        raise ConfigError(
+            f"invalid Redis url or options for {shown!r}: {redact(str(exc), secrets)}"
+        ) from None
     return client
