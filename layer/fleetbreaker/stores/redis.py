@@ -19,7 +19,14 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from fleetbreaker import record as schema
 from fleetbreaker import state as rules
-from fleetbreaker.errors import ConfigError, CorruptRecordError, StoreError
+from fleetbreaker.errors import (
+    ACCESS_DENIED,
+    AUTHENTICATION_REFUSED,
+    ConfigError,
+    CorruptRecordError,
+    StoreError,
+    StoreMisconfiguredError,
+)
 from fleetbreaker.frozen import replace
 from fleetbreaker.policy import Policy
 from fleetbreaker.record import Decision, Lease, Outcome, ProbeReport, Record, Report, State
@@ -193,6 +200,10 @@ class RedisStore:
         self.stats = StoreStats()
         self._scripts = load_scripts()
         self._owns_client = client is None
+        # What named the cache and what supplies the login, for the errors a misconfiguration
+        # raises (StoreMisconfiguredError); StoreSettings.open names its variables instead.
+        self.configured_by = "client" if client is not None else "url" if url else URL_ENV
+        self.credentials_by = self.configured_by
         if client is not None:
             if url is not None:
                 raise ConfigError("RedisStore takes a client or a url, not both")
@@ -250,13 +261,44 @@ class RedisStore:
                 # run again. Nothing ran the first time, so the retry cannot double-count.
                 self.client.script_load(script.source)
                 reply = self.client.evalsha(script.sha, len(keys), *keys, *args)
-        except RedisError as exc:
-            raise StoreError(f"Redis {operation} failed for breaker {name!r}: {exc}") from exc
+        except (RedisError, ConfigError) as exc:
+            raise self.translate(exc, f"Redis {operation} failed for breaker {name!r}") from exc
         except OSError as exc:  # a custom client may let a socket error through
             raise StoreError(f"Redis unreachable for breaker {name!r}: {exc}") from exc
         if not isinstance(reply, list) or len(reply) < 6:
             raise StoreError(f"Redis {operation} for breaker {name!r} gave {reply!r}")
         return reply
+
+    def translate(self, exc: Exception, what: str) -> StoreError:
+        """The store error a failed command becomes: a :class:`StoreMisconfiguredError` when
+        the login was refused or the user may not run the command (a setting must change),
+        else a plain :class:`StoreError` (weather)."""
+        from redis.exceptions import (
+            AuthenticationError,
+            AuthenticationWrongNumberOfArgsError,
+            NoPermissionError,
+        )
+
+        named = self.credentials_by
+        if isinstance(exc, (AuthenticationError, AuthenticationWrongNumberOfArgsError)):
+            return StoreMisconfiguredError(
+                f"{what}: the cache refused the login (set by {named}): {exc}",
+                problem=AUTHENTICATION_REFUSED,
+                variable=named,
+            )
+        if isinstance(exc, ConfigError):  # the credential provider's: no AWS credentials
+            return StoreMisconfiguredError(
+                f"{what}: no login for the cache (set by {named}): {exc}",
+                problem=AUTHENTICATION_REFUSED,
+                variable=named,
+            )
+        if isinstance(exc, NoPermissionError):
+            return StoreMisconfiguredError(
+                f"{what}: the cache's user (set by {named}) may not: {exc}",
+                problem=ACCESS_DENIED,
+                variable=named,
+            )
+        return StoreError(f"{what}: {exc}")
 
     def _outcome(self, operation: str, name: str, reply: list[Any]) -> Outcome:
         status, changed, before, after, token = (_text(v) for v in reply[:5])
@@ -365,8 +407,8 @@ class RedisStore:
             raise StoreError(f"{type(self.client).__name__} cannot SCAN: no scan_iter()")
         try:
             keys = sorted({_text(k) for k in cast("Any", scan_iter)(match=pattern, count=500)})
-        except RedisError as exc:
-            raise StoreError(f"Redis SCAN failed: {exc}") from exc
+        except (RedisError, ConfigError) as exc:
+            raise self.translate(exc, "Redis SCAN failed") from exc
         except OSError as exc:
             raise StoreError(f"Redis unreachable: {exc}") from exc
         for key in keys:

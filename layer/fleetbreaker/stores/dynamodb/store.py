@@ -164,10 +164,21 @@ class DynamoDBStore:
             boto_config=boto_config,
             endpoint_url=endpoint_url,
         )
+        self._wire.configured_by = TABLE_ENV if table_name is None else "table_name"
 
     @property
     def client(self) -> DynamoDBClient:
         return self._wire.client
+
+    @property
+    def configured_by(self) -> str:
+        """What named the table (``CIRCUIT_BREAKER_TABLE`` or ``table_name``): the errors of
+        a misconfigured store (:class:`~fleetbreaker.errors.StoreMisconfiguredError`) name it."""
+        return self._wire.configured_by
+
+    @configured_by.setter
+    def configured_by(self, setting: str) -> None:
+        self._wire.configured_by = setting
 
     def prepare(self) -> None:
         """Build the client now (no request): the breaker calls this before the first store

@@ -16,7 +16,14 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
-from fleetbreaker.errors import StoreError, TableNotFoundError
+from fleetbreaker.errors import (
+    ACCESS_DENIED,
+    AUTHENTICATION_REFUSED,
+    WRONG_KEY_SCHEMA,
+    StoreError,
+    StoreMisconfiguredError,
+    TableNotFoundError,
+)
 from fleetbreaker.stores.dynamodb.codec import KEY_ATTRIBUTE, OP_ATTRIBUTE, Write
 
 if TYPE_CHECKING:
@@ -75,6 +82,23 @@ def note_looser_client(client: Any) -> None:
 
 # The operations the store sends; their 200 answers are checked before botocore parses them.
 _OPERATIONS = ("GetItem", "UpdateItem", "Scan")
+
+# Error codes that are configuration, not weather: retrying cannot help, a setting must change.
+# (DynamoDB's own, and those of the signature and token checks in front of every AWS API.)
+DENIED_CODES = frozenset({"AccessDeniedException", "AccessDenied"})
+AUTHENTICATION_CODES = frozenset(
+    {
+        "UnrecognizedClientException",
+        "InvalidSignatureException",
+        "SignatureDoesNotMatch",
+        "IncompleteSignatureException",
+        "MissingAuthenticationTokenException",
+        "InvalidClientTokenId",
+        "ExpiredTokenException",
+    }
+)
+# What DynamoDB says when the key sent is not the table's key (a table keyed otherwise).
+WRONG_KEY_MESSAGE = "key element does not match the schema"
 
 
 def check_answer(response_dict: dict[str, Any], **_: Any) -> None:
@@ -173,6 +197,8 @@ class Wire:
         endpoint_url: str | None = None,
     ) -> None:
         self.table_name = table_name
+        # What named the table, for the errors a misconfiguration raises (see translate).
+        self.configured_by = "table_name"
         self.stats = stats
         self._client_lock = threading.Lock()
         if client is not None:
@@ -210,17 +236,56 @@ class Wire:
         return client
 
     def translate(self, exc: Exception) -> StoreError:
-        """The store error a failed request becomes."""
-        from botocore.exceptions import ClientError
+        """The store error a failed request becomes: a :class:`StoreMisconfiguredError` when
+        a setting must change (no such table, a table keyed otherwise, access denied,
+        credentials refused), else a plain :class:`StoreError` (weather)."""
+        from botocore.exceptions import ClientError, NoCredentialsError, PartialCredentialsError
 
         if isinstance(exc, StoreError):  # check_answer's, raised from inside botocore
             return exc
+        table, named = self.table_name, self.configured_by
         if isinstance(exc, ClientError):
-            code = exc.response.get("Error", {}).get("Code", "")
+            error = exc.response.get("Error", {})
+            code, message = error.get("Code", ""), error.get("Message", "")
             if code == "ResourceNotFoundException":
-                return TableNotFoundError(f"DynamoDB table {self.table_name!r} does not exist")
-            return StoreError(f"DynamoDB {code or 'error'} on table {self.table_name!r}: {exc}")
-        return StoreError(f"DynamoDB unreachable for table {self.table_name!r}: {exc}")
+                return TableNotFoundError(
+                    f"DynamoDB table {table!r} does not exist in {self.region} (named by {named})",
+                    variable=named,
+                )
+            if code == "ValidationException" and WRONG_KEY_MESSAGE in message:
+                return StoreMisconfiguredError(
+                    f"DynamoDB table {table!r} (named by {named}) is not keyed by "
+                    f"{KEY_ATTRIBUTE} (S): {message}",
+                    problem=WRONG_KEY_SCHEMA,
+                    variable=named,
+                )
+            if code in DENIED_CODES:
+                return StoreMisconfiguredError(
+                    f"access denied to DynamoDB table {table!r} (named by {named}): {message}",
+                    problem=ACCESS_DENIED,
+                    variable=named,
+                )
+            if code in AUTHENTICATION_CODES:
+                return StoreMisconfiguredError(
+                    f"DynamoDB refused the credentials ({code}) for table {table!r}: {message}",
+                    problem=AUTHENTICATION_REFUSED,
+                    variable=named,
+                )
+            return StoreError(f"DynamoDB {code or 'error'} on table {table!r}: {exc}")
+        if isinstance(exc, (NoCredentialsError, PartialCredentialsError)):
+            return StoreMisconfiguredError(
+                f"no usable AWS credentials for DynamoDB table {table!r}: {exc}",
+                problem=AUTHENTICATION_REFUSED,
+                variable=named,
+            )
+        return StoreError(f"DynamoDB unreachable for table {table!r}: {exc}")
+
+    @property
+    def region(self) -> str:
+        """The client's region, for messages ("an unknown region" before it exists)."""
+        client = self._client
+        region = getattr(getattr(client, "meta", None), "region_name", None)
+        return f"region {region}" if isinstance(region, str) and region else "an unknown region"
 
     def get(self, name: str, *, consistent: bool) -> dict[str, Any] | None:
         """One GetItem: the raw item, or None when there is none."""
