@@ -238,6 +238,32 @@ class RedisStore:
         """Every key the store uses for a breaker (all in one cluster slot)."""
         return (self.key(name),)
 
+    def upload_scripts(self) -> list[str]:
+        """SCRIPT LOAD every operation's script now; the operations' names, in order.
+
+        The store does this by itself when the cache answers NOSCRIPT; ``fleetbreaker doctor``
+        calls it to check the user may load them and the server runs them. A SHA1 the server
+        gives back that is not the script's own is a StoreError (the cache is not Redis as
+        the scripts know it).
+        """
+        from redis.exceptions import RedisError
+
+        loaded = []
+        for operation, script in self._scripts.items():
+            try:
+                sha = _text(self.client.script_load(script.source))
+            except (RedisError, ConfigError) as exc:
+                raise self.translate(exc, f"Redis SCRIPT LOAD of {operation} failed") from exc
+            except OSError as exc:
+                raise StoreError(f"Redis unreachable: {exc}") from exc
+            if sha != script.sha:
+                raise StoreError(
+                    f"Redis SCRIPT LOAD of {operation} answered SHA1 {sha[:40]!r}, "
+                    f"not the script's {script.sha}"
+                )
+            loaded.append(operation)
+        return loaded
+
     # -- raw calls -------------------------------------------------------------------------
 
     def _now_arg(self, now_ms: int) -> str:
@@ -424,9 +450,18 @@ class RedisStore:
                 yield Listing(name, record)
 
     def tune(
-        self, name: str, policy: Policy, now_ms: int, tuned: str, action: Action | None
+        self,
+        name: str,
+        policy: Policy,
+        now_ms: int,
+        tuned: str,
+        action: Action | None,
+        *,
+        expected: str | None = None,
     ) -> Record | None:
         args = self._args(now_ms, policy, tuned, action.encode() if action is not None else "")
+        if expected is not None:
+            args.append(expected)
         return self._operation("tune", name, args).record
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import secrets
 import threading
 from collections.abc import Callable
@@ -99,6 +100,22 @@ AUTHENTICATION_CODES = frozenset(
 )
 # What DynamoDB says when the key sent is not the table's key (a table keyed otherwise).
 WRONG_KEY_MESSAGE = "key element does not match the schema"
+_XML_ERROR = re.compile(r"<Code>([^<]+)</Code>(?:.*?<Message>([^<]*)</Message>)?", re.DOTALL)
+
+
+def error_code(exc: Any) -> tuple[str, str]:
+    """A botocore ClientError's code and message.
+
+    DynamoDB answers in JSON; an authorization failure from a front door that answers in XML
+    (moto's IAM check does, with HTTP 403) reaches botocore as code "403" with the XML as its
+    message: the real code is read out of it, so an access denied is never taken for weather.
+    """
+    error = exc.response.get("Error", {})
+    code, message = str(error.get("Code", "")), str(error.get("Message", ""))
+    found = _XML_ERROR.search(message) if code.isdigit() else None
+    if found is not None:
+        code, message = found.group(1), found.group(2) or message
+    return code, message
 
 
 def check_answer(response_dict: dict[str, Any], **_: Any) -> None:
@@ -245,8 +262,7 @@ class Wire:
             return exc
         table, named = self.table_name, self.configured_by
         if isinstance(exc, ClientError):
-            error = exc.response.get("Error", {})
-            code, message = error.get("Code", ""), error.get("Message", "")
+            code, message = error_code(exc)
             if code == "ResourceNotFoundException":
                 return TableNotFoundError(
                     f"DynamoDB table {table!r} does not exist in {self.region} (named by {named})",
