@@ -114,7 +114,7 @@ def test_a_second_operator_action_replaces_the_first(store: Any, name: str) -> N
     store.force_state(name, POLICY, T0, State.FORCED_OPEN, action=ACTION)
 
     # WHEN another resets it
-    reset = Action("closed", "bob", "provider is back", T0 + 1)
+    reset = Action("reset", "bob", "provider is back", T0 + 1)
     outcome = store.force_state(name, POLICY, T0 + 1, State.CLOSED, action=reset)
 
     # THEN the reset is the last action recorded
@@ -124,7 +124,7 @@ def test_a_second_operator_action_replaces_the_first(store: Any, name: str) -> N
 
 def test_the_last_action_survives_later_transitions(store: Any, name: str) -> None:
     # GIVEN an operator reset recorded on the breaker
-    reset = Action("closed", "alice", "recovered", T0)
+    reset = Action("reset", "alice", "recovered", T0)
     store.force_state(name, POLICY, T0, State.CLOSED, action=reset)
 
     # WHEN the fleet trips it on its own

@@ -18,7 +18,6 @@ from fleetbreaker.state import State
 if TYPE_CHECKING:
     from fleetbreaker.stores.base import AdminStore
 from fleetbreaker.cli.aws import (
-    NO_REGION,
     _aws_config,
     _aws_error,
     aws_session,
@@ -77,8 +76,10 @@ def _require(
 def _tuning_from(args: argparse.Namespace) -> dict[str, int | float | str]:
     values = {s: getattr(args, s) for s in tuning.TUNABLE if getattr(args, s) is not None}
     options = ", ".join(_option_name(s) for s in tuning.TUNABLE)
-    if args.clear and (values or args.replace):
-        raise CliError(EXIT_USAGE, "tune takes settings (with or without --replace) or --clear")
+    if args.clear and values:
+        raise CliError(EXIT_USAGE, "tune takes settings or --clear, not both")
+    if args.clear and args.replace:
+        raise CliError(EXIT_USAGE, "tune takes --replace (with settings) or --clear, not both")
     if not args.clear and not values:
         raise CliError(EXIT_USAGE, f"tune needs at least one of {options}, or --clear")
     try:
@@ -162,7 +163,7 @@ def create_table(args: argparse.Namespace, out: TextIO) -> int:
         )
     session = aws_session(args.region, args.profile)
     if not session.region_name:  # a table lives in one region: never guess it
-        raise CliError(EXIT_USAGE, NO_REGION)
+        raise CliError(EXIT_USAGE, "no AWS region: pass --region or set AWS_REGION")
     try:
         client = session.client("dynamodb", endpoint_url=args.endpoint_url, config=_aws_config())
         created, differences = dynamodb_table.ensure_table(client, table, stream=args.stream)

@@ -23,7 +23,6 @@ from __future__ import annotations
 import secrets
 from typing import TYPE_CHECKING, Any
 
-from fleetbreaker.config import BreakerConfig
 from fleetbreaker.errors import (
     ACCESS_DENIED,
     AUTHENTICATION_REFUSED,
@@ -32,7 +31,7 @@ from fleetbreaker.errors import (
     StoreError,
     StoreMisconfiguredError,
 )
-from fleetbreaker.frozen import frozen, replace
+from fleetbreaker.frozen import frozen
 from fleetbreaker.policy import Policy
 from fleetbreaker.record import State
 
@@ -62,7 +61,17 @@ SETTINGS = (TABLE, REDIS_URL, IAM_USER, CREDENTIALS, POLICY, ENDPOINT)
 # every reader within a minute and from the table at DynamoDB's next TTL sweep.
 SENTINEL_PREFIX = "fleetbreaker-doctor-"
 SENTINEL_TTL_S = 60
-_SENTINEL_POLICY = replace(Policy.from_config(BreakerConfig()), ttl_s=SENTINEL_TTL_S)
+_SENTINEL_POLICY = Policy(
+    failure_threshold=1,
+    window_ms=60_000,
+    base_open_ms=1_000,
+    backoff=1.0,
+    max_open_ms=1_000,
+    max_probes=1,
+    successes_needed=1,
+    lease_ms=1_000,
+    ttl_s=SENTINEL_TTL_S,
+)
 
 # What to grant when a breaker's request is denied: what the managed policy of template.yaml
 # (CircuitBreakersAccessPolicy) allows functions, and the cache user's access string.

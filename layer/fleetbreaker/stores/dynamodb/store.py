@@ -520,7 +520,7 @@ class DynamoDBStore:
                     write.require(
                         write.is_(schema.TUNED, expected)
                         if expected
-                        else f"(attribute_not_exists({held}) OR {write.is_(schema.TUNED, '')})"
+                        else f"attribute_not_exists({held}) OR {write.is_(schema.TUNED, '')}"
                     )
             return _Step(write, _changed(None))
 
