@@ -28,6 +28,8 @@ CORE = {
     "FleetbreakerLayerArnParameter",
     "FleetbreakerSlimLayerArnParameter",
     "CircuitBreakersAccessPolicy",
+    # Fires when any function's store is misconfigured (no table, access denied, ...).
+    "StoreMisconfiguredAlarm",
     # The optional Redis store: with BreakerStore=redis, functions of your own use it too.
     "BreakerCache",
     "BreakerCacheUser",
