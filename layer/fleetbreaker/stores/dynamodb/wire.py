@@ -277,7 +277,8 @@ class Wire:
                 )
             if code in DENIED_CODES:
                 return StoreMisconfiguredError(
-                    f"access denied to DynamoDB table {table!r} (named by {named}): {message}",
+                    f"DynamoDB {code}: access denied to table {table!r} (named by {named}): "
+                    f"{message}",
                     problem=ACCESS_DENIED,
                     variable=named,
                 )
