@@ -36,9 +36,14 @@ from fleetbreaker.policy import Policy
 from fleetbreaker.record import State
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from fleetbreaker.stores.base import AdminStore
     from fleetbreaker.stores.dynamodb import DynamoDBStore
     from fleetbreaker.stores.redis import RedisStore
+
+    # What removes the sentinel record: a sentence saying how it went.
+    Remover = Callable[[str], str]
 
 # A check's status.
 PASSED = "ok"
@@ -262,7 +267,7 @@ def _ttl_check(store: DynamoDBStore, table: str) -> Check:
     )
 
 
-def _delete_item(store: DynamoDBStore) -> Any:
+def _delete_item(store: DynamoDBStore) -> Remover:
     def remove(sentinel: str) -> str:
         from botocore.exceptions import ClientError
 
@@ -282,16 +287,14 @@ def _delete_item(store: DynamoDBStore) -> Any:
     return remove
 
 
-def _may_update(store: Any, name: str) -> bool:
+def _may_update(store: AdminStore, name: str) -> bool:
     """Whether UpdateItem on breaker ``name`` is allowed: a write fenced never to apply (on a
     random operation id) fails its condition when allowed, and is denied otherwise."""
-    from fleetbreaker.stores.dynamodb import OP_ATTRIBUTE, DynamoDBStore
+    from fleetbreaker.stores.dynamodb import KEY_ATTRIBUTE, OP_ATTRIBUTE, DynamoDBStore
 
     if not isinstance(store, DynamoDBStore):
         return False
     from botocore.exceptions import ClientError
-
-    from fleetbreaker.stores.dynamodb import KEY_ATTRIBUTE
 
     never = secrets.token_hex(16)
     try:
@@ -327,7 +330,7 @@ def redis_checks(store: RedisStore, name: str | None, now_ms: int) -> list[Check
             return [
                 passed("reachable", f"Redis at {where} answered"),
                 tls,
-                failed("login", str(error), *_login_fix(store, kwargs)),
+                failed("login", str(error), *_login_fix(kwargs)),
                 *(skipped(c, "not checked: not logged in") for c in ("scripts", "read", "write")),
             ]
         return [
@@ -410,13 +413,13 @@ def _login_check(store: RedisStore, kwargs: dict[str, Any]) -> Check:
     )
 
 
-def _login_fix(store: RedisStore, kwargs: dict[str, Any]) -> tuple[str, str]:
+def _login_fix(kwargs: dict[str, Any]) -> tuple[str, str]:
     if kwargs.get("credential_provider") is not None or kwargs.get("username"):
         return "log in as a user the cache has, with its credentials", IAM_USER
     return "the cache requires a login: log in as its IAM user", IAM_USER
 
 
-def _delete_key(store: RedisStore) -> Any:
+def _delete_key(store: RedisStore) -> Remover:
     def remove(sentinel: str) -> str:
         from redis.exceptions import RedisError
 
@@ -447,7 +450,7 @@ def _read_and_write(
     store: AdminStore,
     name: str | None,
     now_ms: int,
-    remove: Any,
+    remove: Remover,
     grant: str,
     login: str,
 ) -> list[Check]:
@@ -478,7 +481,7 @@ def _read_and_write(
 
 
 def _write_check(
-    store: AdminStore, name: str | None, now_ms: int, remove: Any, grant: str, login: str
+    store: AdminStore, name: str | None, now_ms: int, remove: Remover, grant: str, login: str
 ) -> Check:
     sentinel = sentinel_name()
     try:
