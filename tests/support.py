@@ -3,10 +3,13 @@ dependency that counts its calls, and the helpers that build and trip breakers."
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import random
+import signal
 import threading
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import pytest
@@ -165,3 +168,38 @@ def quiet_rng() -> random.Random:
     first census is 372 s after its first refresh: past any test that counts requests.
     """
     return random.Random(0)
+
+
+@contextlib.contextmanager
+def ctrl_c_when(ready: Callable[[], bool], timeout_s: float = 30.0) -> Iterator[None]:
+    """Send the main thread a real SIGINT (Ctrl-C) once ``ready()`` holds, from another thread.
+
+    The main thread, blocked in what the block runs (a store call waiting for a server that
+    holds its answer), gets the KeyboardInterrupt Python raises for it. ``ready`` is polled
+    at most ``timeout_s``; past it nothing is sent, and the block's own checks fail.
+    """
+    main = threading.main_thread().ident
+    assert main is not None
+    assert main == threading.get_ident(), "Ctrl-C reaches the main thread only"
+
+    inside = [True]
+    lock = threading.Lock()
+
+    def watch() -> None:
+        give_up = time.monotonic() + timeout_s
+        while not ready():
+            if time.monotonic() > give_up:
+                return
+            time.sleep(0.005)  # polls a condition; moves no clock
+        with lock:
+            if inside[0]:  # never after the block: a stray Ctrl-C would end the test session
+                signal.pthread_kill(main, signal.SIGINT)
+
+    watcher = threading.Thread(target=watch, name="ctrl-c", daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        with lock:
+            inside[0] = False
+        watcher.join(timeout_s)

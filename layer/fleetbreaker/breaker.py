@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
 import random
 import secrets
 import time
@@ -16,6 +17,7 @@ from fleetbreaker.config import BreakerConfig
 from fleetbreaker.controls import OperatorControls
 from fleetbreaker.errors import CircuitOpenError, ConfigError, InvalidTokenError
 from fleetbreaker.events import BreakerListener, Hooks, LoggingListener
+from fleetbreaker.frozen import replace
 from fleetbreaker.naming import process_container_id, validate_container_id, validate_name
 from fleetbreaker.results import Admission, RecordResult, StoreErrorStats
 from fleetbreaker.state import Decision, Policy, ProbeReport, Record, State
@@ -234,14 +236,27 @@ class CircuitBreaker(OperatorControls):
         chosen = self.fallback if fallback is _UNSET else fallback
         return lambda inner: self._decorate(inner, chosen)
 
-    def check(self) -> Admission:
+    def check(self, *, probe_seconds: float | None = None) -> Admission:
         """Decide one call without running anything: allow, probe (with a token) or reject.
 
         Pair it with :meth:`record`. ``call`` and the decorator do both for you.
-        """
-        return self._admit(self.clock())
 
-    def _admit(self, now: int) -> Admission:
+        ``probe_seconds`` is how long the call may take (its deadline, e.g. a workflow step's
+        timeout): should this check win a probe, its lease lasts that long, capped by
+        ``probe_lease_seconds``, so callers turned away meanwhile are told to come back at
+        the probe's deadline rather than at the end of a whole lease. Default: the lease.
+        """
+        if probe_seconds is None:
+            return self._admit(self.clock())
+        if (
+            isinstance(probe_seconds, bool)
+            or not isinstance(probe_seconds, (int, float))
+            or not 0 < probe_seconds < math.inf
+        ):
+            raise ValueError(f"probe_seconds must be a positive number, got {probe_seconds!r}")
+        return self._admit(self.clock(), max(1, round(probe_seconds * 1000)))
+
+    def _admit(self, now: int, lease_ms: int | None = None) -> Admission:
         record = self._read(now)
         verdict = rules.verdict(record, self._policy, now)
         if verdict.decision is _PROBE and (
@@ -253,7 +268,10 @@ class CircuitBreaker(OperatorControls):
             return self._shadow.admission(verdict, _PROBE)
         if verdict.decision is _PROBE:
             nonce = secrets.token_hex(8)
-            outcome = self._store.claim_probe(self.name, self._policy, now, nonce, record)
+            policy = self._policy
+            if lease_ms is not None and lease_ms < policy.lease_ms:
+                policy = replace(policy, lease_ms=lease_ms)
+            outcome = self._store.claim_probe(self.name, policy, now, nonce, record)
             self._observe(outcome.record)
             if outcome.token is not None:
                 admission = Admission(

@@ -13,7 +13,19 @@ class FleetBreakerError(Exception):
 
 
 class ConfigError(FleetBreakerError, ValueError):
-    """A breaker, config or store was constructed with an invalid value."""
+    """A breaker, config or store was constructed with an invalid value.
+
+    Attributes
+    ----------
+    fields:
+        The :class:`~fleetbreaker.config.BreakerConfig` fields whose values the refusal is
+        about, the refused one first (empty when it is not about config fields):
+        ``BreakerConfig.from_env`` names the variables that set them.
+    """
+
+    def __init__(self, message: str, *, fields: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.fields = fields
 
 
 class CircuitOpenError(FleetBreakerError):

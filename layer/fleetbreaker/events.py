@@ -23,6 +23,9 @@ WOULD_REJECT_LOG_INTERVAL_MS = 1_000
 STORE_ANSWERED = "answered"
 STORE_ERROR = "store_error"
 STORE_DEADLINE = "deadline"
+# Cut short by a BaseException that is not an error of the store (KeyboardInterrupt,
+# SystemExit): no answer, no degradation; what the listeners opened is still closed.
+STORE_INTERRUPTED = "interrupted"
 
 
 @frozen
@@ -95,7 +98,8 @@ class BreakerListener:
         """
 
     def on_store_call_start(self, name: str, operation: str) -> None:
-        """A store round trip is about to start; :meth:`on_store_call` follows on this thread.
+        """A store round trip is about to start; :meth:`on_store_call` follows on this thread,
+        whatever ends the round trip (an answer, an error, a KeyboardInterrupt).
 
         It exists so a tracer can open a span that encloses the round trip (and the AWS SDK's
         own spans inside it).
@@ -107,7 +111,9 @@ class BreakerListener:
         """How a store round trip ended, just before its :meth:`on_store_call`.
 
         ``store`` is the store's kind (``dynamodb``, ``redis``, ``memory``...), ``outcome``
-        one of ``answered``, ``store_error`` and ``deadline`` (its total deadline passed).
+        one of ``answered``, ``store_error``, ``deadline`` (its total deadline passed) and
+        ``interrupted`` (a BaseException such as KeyboardInterrupt cut it short: ``error``
+        is that exception, and it is re-raised once the listeners have been told).
         """
 
     def on_store_call(self, name: str, operation: str, elapsed_ms: float, ok: bool) -> None:
@@ -238,16 +244,20 @@ class LoggingListener(BreakerListener):
     def on_store_error(self, name: str, operation: str, error: BaseException) -> None:
         if isinstance(error, StoreMisconfiguredError):
             return  # on_store_misconfigured logs it, at ERROR
+        # A client's message may quote its URL or token (a custom client's, a library's).
+        from fleetbreaker.redaction import redact
+
+        text = redact(str(error))
         self.log.warning(
             "circuit %s: store %s failed: %s",
             name,
             operation,
-            error,
+            text,
             extra={
                 "breaker": name,
                 "breaker_event": "store_error",
                 "operation": operation,
-                "error": str(error),
+                "error": text,
                 "error_type": type(error).__name__,
             },
         )
@@ -259,19 +269,22 @@ class LoggingListener(BreakerListener):
         # call, and a line per call would bury it. The metric counts each one.
         if not first_report(error):
             return
+        from fleetbreaker.redaction import redact
+
+        text = redact(str(error))
         self.log.error(
             "circuit %s: store %s refused: %s; a setting must change: until it does, breakers "
             "on this store run on local state, per container",
             name,
             operation,
-            error,
+            text,
             extra={
                 "breaker": name,
                 "breaker_event": "store_misconfigured",
                 "operation": operation,
                 "problem": error.problem,
                 "variable": error.variable,
-                "error": str(error),
+                "error": text,
                 "error_type": type(error).__name__,
             },
         )

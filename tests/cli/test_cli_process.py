@@ -218,7 +218,9 @@ def test_an_sts_that_does_not_answer_falls_back_to_the_local_user(
 # -- watch and Ctrl-C ------------------------------------------------------------------------
 
 
-def test_watch_ends_cleanly_on_ctrl_c(moto_server_backend: Backend, name: str) -> None:
+def test_watch_ends_on_ctrl_c_with_exit_130_and_one_line(
+    moto_server_backend: Backend, name: str
+) -> None:
     # GIVEN a watch running with no bound
     fail(moto_server_backend, name, 1)
     process = subprocess.Popen(
@@ -240,10 +242,11 @@ def test_watch_ends_cleanly_on_ctrl_c(moto_server_backend: Backend, name: str) -
             process.kill()
             process.wait()
 
-    # THEN it stops with exit 0 and no traceback
+    # THEN it stops with exit 130 (a script must not take it for success), saying nothing
+    # was changed, and no traceback
     assert json.loads(first)["name"] == name
-    assert process.returncode == 0
-    assert "Traceback" not in err
+    assert process.returncode == 130
+    assert err == "fleetbreaker: interrupted; nothing was changed\n"
 
 
 def test_watch_json_reports_a_store_error_as_a_json_line(

@@ -15,7 +15,7 @@ from fleetbreaker import cli
 
 
 def connections(hole: BlackholeServer) -> int:
-    return len(hole._held)
+    return hole.accepted
 
 
 # One command each: every command reaches the store through the same client, and each run

@@ -16,7 +16,7 @@ import io
 import json
 import types
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -81,12 +81,15 @@ class Waits:
 
     While ``clock_moves`` is True a Wait state moves the breakers' clock by its duration, as
     real time would; set it False to keep the breaker's time frozen across a wait loop.
+    ``during`` runs inside each Wait, before the clock moves: what happens elsewhere while
+    an execution waits (another execution finishing, say).
     """
 
     clock: FakeClock
     seconds: list[int]
     retry_intervals: list[float]
     clock_moves: bool = True
+    during: Callable[[int], None] | None = None
 
 
 @pytest.fixture
@@ -103,6 +106,8 @@ def waits(monkeypatch: pytest.MonkeyPatch, clock: FakeClock) -> Waits:
     # blocks; the retrier calls time.sleep(interval) through its own module's `time`.
     def wait_interval(self: Any, env: Any, wait_seconds: int) -> None:
         recorded.seconds.append(wait_seconds)
+        if recorded.during is not None:
+            recorded.during(wait_seconds)
         if recorded.clock_moves:
             clock.advance(wait_seconds)
 

@@ -136,4 +136,4 @@ def test_tune_mode_enforce_makes_the_gate_reject_within_cache_ttl(
     # THEN the gate rejects, without redeploying it
     answer = gate.handle({"action": "check", "breaker": name})
     assert (answer["decision"], answer["state"], answer["mode"]) == ("reject", "open", "enforce")
-    assert "would" not in answer
+    assert answer["would"] is None

@@ -16,6 +16,7 @@ import pytest
 from devtools.functions import load_function
 from devtools.sam_template import load_template
 from devtools.servers import REPO_ROOT
+from fleetbreaker import MemoryStore
 from tests.stepfunctions.conftest import (
     CHARGE_FUNCTION,
     GATE_FUNCTION,
@@ -284,6 +285,60 @@ def test_the_probe_lease_outlasts_the_charge_step(template: dict[str, Any]) -> N
         retry["IntervalSeconds"] * retry["BackoffRate"] ** n for n in range(retry["MaxAttempts"])
     )
     assert lease > charge_timeout + backoff
+
+
+def test_the_probe_deadline_covers_the_charge_step(tasks: dict[str, dict[str, Any]]) -> None:
+    # The workflow states how long Charge may take (circuit.probe_seconds): a probe's lease
+    # lasts that long, so its record must arrive by then, after the Charge retries too.
+    definition = json.loads((REPO_ROOT / "statemachine" / "payment.asl.json").read_text())
+    probe_seconds = definition["States"]["Init"]["Parameters"]["circuit"]["probe_seconds"]
+    charge = tasks["Charge"]
+    [retry] = charge["Retry"]
+    backoff = sum(
+        retry["IntervalSeconds"] * retry["BackoffRate"] ** n for n in range(retry["MaxAttempts"])
+    )
+    assert probe_seconds > charge["TimeoutSeconds"] + backoff
+
+
+def test_the_probe_deadline_is_not_cut_by_the_gates_lease(template: dict[str, Any]) -> None:
+    # The gate caps probe_seconds at its lease: a longer one would be cut silently.
+    app = load_function("breaker_gate")
+    properties = template["Resources"][GATE_FUNCTION]["Properties"]
+    env = environment(properties, template, {"CircuitBreakersTable": "CircuitBreakers"})
+    lease = app.GateSettings.from_env(env).breaker_config.probe_lease_seconds
+    definition = json.loads((REPO_ROOT / "statemachine" / "payment.asl.json").read_text())
+    assert definition["States"]["Init"]["Parameters"]["circuit"]["probe_seconds"] <= lease
+
+
+def test_the_charge_task_outlasts_the_charge_function(
+    template: dict[str, Any], tasks: dict[str, dict[str, Any]]
+) -> None:
+    # A Task that times out first would record a failure for a charge still running.
+    function_timeout = template["Resources"][CHARGE_FUNCTION]["Properties"]["Timeout"]
+    assert tasks["Charge"]["TimeoutSeconds"] > function_timeout
+
+
+def test_the_wait_loop_carries_the_whole_circuit_block(definition_text: str) -> None:
+    states = json.loads(definition_text)["States"]
+    circuit = states["Init"]["Parameters"]["circuit"]
+    carried = states["CountWait"]["Parameters"]
+    assert states["CountWait"]["ResultPath"] == "$.circuit"
+    assert {key.removesuffix(".$") for key in carried} == set(circuit)
+
+
+@pytest.mark.parametrize("mode", ["enforce", "shadow"])
+def test_the_check_task_passes_on_every_field_of_the_gates_answer(
+    tasks: dict[str, dict[str, Any]], mode: str
+) -> None:
+    # GIVEN the gate's answer to a check, in either mode
+    app = load_function("breaker_gate")
+    env = {"CIRCUIT_BREAKER_TABLE": "CircuitBreakers", "BREAKER_MODE": mode}
+    gate = app.BreakerGate(app.GateSettings.from_env(env), MemoryStore())
+    answer = gate.handle({"action": "check", "breaker": "payment-api"})
+    # THEN CheckBreaker's ResultSelector selects each of its fields (and no other: a path
+    # to a field the gate does not answer fails the execution)
+    selector = tasks["CheckBreaker"]["ResultSelector"]
+    assert selector == {f"{key}.$": f"$.Payload.{key}" for key in answer}
 
 
 def test_the_gate_and_charge_outputs(template: dict[str, Any]) -> None:

@@ -88,7 +88,7 @@ def stack_outputs(stack: str, region: str | None, profile: str | None = None) ->
     from botocore.exceptions import ClientError
 
     session = aws_session(region, profile)
-    if not session.region_name:  # unset, or set empty (as _dynamodb_client checks)
+    if not session.region_name:  # unset, or set empty (as dynamodb_client checks)
         raise CliError(EXIT_USAGE, NO_REGION)
     try:
         client = session.client("cloudformation", config=_aws_config())
@@ -161,7 +161,7 @@ def open_store(args: argparse.Namespace) -> tuple[AdminStore, str]:
     client = None
     credentials = None
     if settings.redis_url is None:
-        client = _dynamodb_client(args)
+        client = dynamodb_client(args)
     elif settings.iam_user is not None and getattr(args, "profile", None):
         # The cache's IAM tokens are signed with the profile's credentials.
         credentials = aws_session(args.region, args.profile).get_credentials()
@@ -199,7 +199,7 @@ def _named_by(args: argparse.Namespace) -> str | None:
     return None
 
 
-def _dynamodb_client(args: argparse.Namespace) -> Any:
+def dynamodb_client(args: argparse.Namespace) -> Any:
     """The CLI's DynamoDB client; a set-up mistake is a usage error (exit 2) with a hint."""
     from botocore.exceptions import NoRegionError
 
@@ -209,10 +209,12 @@ def _dynamodb_client(args: argparse.Namespace) -> Any:
 
         parts = urlsplit(endpoint)
         if parts.scheme not in ("http", "https") or not parts.netloc:
+            from fleetbreaker.redaction import redact_url
+
             raise CliError(
                 EXIT_USAGE,
-                f"--endpoint-url {printable(endpoint)!r} is not an http(s) URL: include the "
-                "scheme, e.g. http://localhost:8000",
+                f"--endpoint-url {printable(redact_url(endpoint))!r} is not an http(s) URL: "
+                "include the scheme, e.g. http://localhost:8000",
             )
     no_region = CliError(EXIT_USAGE, NO_REGION)
     session = aws_session(args.region, getattr(args, "profile", None))

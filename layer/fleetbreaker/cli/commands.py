@@ -13,17 +13,12 @@ from fleetbreaker import tuning
 from fleetbreaker.breaker import system_clock
 from fleetbreaker.errors import ConfigError, CorruptRecordError, StoreError
 from fleetbreaker.naming import validate_name
+from fleetbreaker.redaction import redact
 from fleetbreaker.state import State
 
 if TYPE_CHECKING:
     from fleetbreaker.stores.base import AdminStore
-from fleetbreaker.cli.aws import (
-    _aws_config,
-    _aws_error,
-    aws_session,
-    caller_identity,
-    open_store,
-)
+from fleetbreaker.cli.aws import _aws_error, caller_identity, dynamodb_client, open_store
 from fleetbreaker.cli.common import (
     _DEFAULTS,
     _POLICY,
@@ -32,6 +27,7 @@ from fleetbreaker.cli.common import (
     EXIT_USAGE,
     CliError,
     _iso,
+    if_interrupted,
     printable,
 )
 from fleetbreaker.cli.doctor import doctor
@@ -101,6 +97,8 @@ def _print(args: argparse.Namespace, out: TextIO, views: Sequence[BreakerView]) 
 
 
 _FORCE_TARGETS = {"open": State.FORCED_OPEN, "disable": State.DISABLED, "reset": State.CLOSED}
+# What each forcing command does to a breaker, as its interrupt line says it.
+_FORCED = {"open": "forced open", "disable": "disabled", "reset": "reset"}
 
 
 def run(
@@ -136,16 +134,34 @@ def run(
             # Resetting a name with no record would only create one: most likely a typo.
             _require(store, name, where, now)
         action = tuning.operator_action(target.value, reason, caller_identity(args), clock())
-        store.force_state(name, _POLICY, action.at, target, action=action)
-        _print(args, out, [_require(store, name, where, clock(), window)])
+        done = _FORCED[args.command]
+        # The write may have reached the store before Ctrl-C: it may or may not be applied.
+        with if_interrupted(
+            f"while breaker {name!r} was being {done}: it may or may not be; run "
+            f"`fleetbreaker {args.command} {name}` again to be sure"
+        ):
+            store.force_state(name, _POLICY, action.at, target, action=action)
+        with if_interrupted(
+            f"after breaker {name!r} was {done} (that is done): "
+            f"`fleetbreaker status {name}` shows it"
+        ):
+            _print(args, out, [_require(store, name, where, clock(), window)])
         return EXIT_OK
     if args.command == "tune":
         action = tuning.Action("tune", caller_identity(args), reason, clock())
-        if args.clear or args.replace:
-            store.tune(name, _POLICY, action.at, tuning.encode_tuned(values), action)
-        else:
-            tune_merged(store, name, values, action)
-        _print(args, out, [_require(store, name, where, clock(), window)])
+        with if_interrupted(
+            f"while breaker {name!r}'s live settings were being stored: they may or may not "
+            "be; run the same tune again to be sure (it merges them again)"
+        ):
+            if args.clear or args.replace:
+                store.tune(name, _POLICY, action.at, tuning.encode_tuned(values), action)
+            else:
+                tune_merged(store, name, values, action)
+        with if_interrupted(
+            f"after breaker {name!r}'s live settings were stored (that is done): "
+            f"`fleetbreaker status {name}` shows them"
+        ):
+            _print(args, out, [_require(store, name, where, clock(), window)])
         return EXIT_OK
     if args.command == "watch":
         return _watch(args, out, store, name, where, clock, sleep)
@@ -161,21 +177,36 @@ def create_table(args: argparse.Namespace, out: TextIO) -> int:
         raise CliError(
             EXIT_USAGE, f"table name must be 3 to 255 of A-Z a-z 0-9 _ . -, got {table!r}"
         )
-    session = aws_session(args.region, args.profile)
-    if not session.region_name:  # a table lives in one region: never guess it
-        raise CliError(EXIT_USAGE, "no AWS region: pass --region or set AWS_REGION")
+    # The endpoint and the region are checked as for every other command (exit 2); a table
+    # lives in one region: it is never guessed.
+    client = dynamodb_client(args)
     try:
-        client = session.client("dynamodb", endpoint_url=args.endpoint_url, config=_aws_config())
-        created, differences = dynamodb_table.ensure_table(client, table, stream=args.stream)
-    except StoreError:
+        with if_interrupted(
+            f"while table {table!r} was being created: it may exist without its TTL; run "
+            f"`fleetbreaker create-table {table}` again (same options) to finish"
+        ):
+            created, finished, differences = dynamodb_table.ensure_table(
+                client, table, stream=args.stream
+            )
+    except (StoreError, CliError):
         raise
     except Exception as exc:
         raise _aws_error(exc, f"cannot create table {table!r}") from None
     if args.output != "text":
-        result = {"table": table, "created": created, "differences": differences}
+        result = {
+            "table": table,
+            "created": created,
+            "finished": finished,
+            "differences": differences,
+        }
         write_json(out, args.output, result)
     elif not differences:
-        done = f"created table {table!r}" if created else f"table {table!r} exists with that shape"
+        if created:
+            done = f"created table {table!r}"
+        elif finished:
+            done = f"finished table {table!r} (turned its TTL on)"
+        else:
+            done = f"table {table!r} exists with that shape"
         out.write(f"{done}: {dynamodb_table.describe_shape(stream=args.stream)}\n")
     if differences:
         raise CliError(
@@ -209,12 +240,14 @@ def _watch(
             view = gather_one(store, name, now, window) or view_of(name, None, now)
         except StoreError as exc:
             # A blip mid-incident must not end the watch: say so and try again (with --json
-            # as a JSON line too: a reader of the stream gets nothing else).
+            # as a JSON line too: a reader of the stream gets nothing else). The message may
+            # quote the store's URL: never with its password.
+            error = redact(str(exc))
             if as_json:
-                problem = {"name": name, "error": f"store error: {exc}", "at": _iso(now)}
+                problem = {"name": name, "error": f"store error: {error}", "at": _iso(now)}
                 out.write(json.dumps(problem, sort_keys=True) + "\n")
             else:
-                out.write(f"{_iso(now)}  store error: {printable(str(exc))}\n")
+                out.write(f"{_iso(now)}  store error: {printable(error)}\n")
         else:
             # Each frame says when it was read: piped into a log, frames are told apart.
             if as_json:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from fleetbreaker.config import BreakerConfig
@@ -15,6 +17,11 @@ EXIT_OK = 0
 EXIT_NOT_FOUND = 1
 EXIT_USAGE = 2
 EXIT_UNREACHABLE = 3
+# Ctrl-C (SIGINT): 128 + 2, what a shell reports for a command the signal ended. Never 0: a
+# script must not take an interrupted step as done.
+EXIT_INTERRUPTED = 130
+# What an interrupt outside any step that writes leaves behind.
+NOTHING_CHANGED = "interrupted; nothing was changed"
 
 # A CLI may wait longer than a breaker on the hot path, but not forever: an operator during an
 # incident must learn quickly that the store is out of reach (exit 3).
@@ -33,6 +40,16 @@ class CliError(Exception):
     def __init__(self, code: int, message: str) -> None:
         super().__init__(message)
         self.code = code
+
+
+@contextlib.contextmanager
+def if_interrupted(what: str) -> Iterator[None]:
+    """While the block runs, Ctrl-C ends the command with exit 130 and one line:
+    ``interrupted {what}``, saying what may be left half done and how to finish it."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        raise CliError(EXIT_INTERRUPTED, f"interrupted {what}") from None
 
 
 def _iso(epoch_ms: int) -> str | None:

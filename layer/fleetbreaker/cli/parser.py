@@ -152,7 +152,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="fleetbreaker",
         description="See and steer fleet-wide circuit breakers.",
         epilog="Exit codes: 0 ok, 1 not found (create-table: the table differs; doctor: a "
-        "check failed), 2 usage or validation error, 3 store unreachable.",
+        "check failed), 2 usage or validation error, 3 store unreachable, 130 interrupted "
+        "(Ctrl-C).",
     )
     add_globals(parser, suppress=False)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
@@ -203,7 +204,8 @@ def build_parser() -> argparse.ArgumentParser:
     create = command(
         "create-table",
         "create a breaker table as template.yaml declares it: key name, on-demand, TTL on "
-        "expires_at, encrypted (exit 0 if it exists with that shape, 1 with the differences)",
+        "expires_at, encrypted (exit 0 if it exists with that shape, 1 with the differences; "
+        "run again, it finishes a table an interrupted run left without its TTL)",
     )
     create.add_argument("table_name", metavar="NAME", help="the table's name")
     create.add_argument(

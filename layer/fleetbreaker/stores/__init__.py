@@ -104,7 +104,11 @@ class StoreSettings:
         user = _read(env, IAM_USER_ENV)
         cache = _read(env, IAM_CACHE_ENV)
         if url and not url.startswith(REDIS_SCHEMES):
-            raise ConfigError(f"{URL_ENV} must be a redis:// or rediss:// URL, got {url!r}")
+            from fleetbreaker.redaction import redact_url
+
+            raise ConfigError(
+                f"{URL_ENV} must be a redis:// or rediss:// URL, got {redact_url(url)!r}"
+            )
         if not url and not table:
             raise StoreNotNamedError(
                 f"{TABLE_ENV} is required: set {TABLE_ENV} (or {URL_ENV}) to name the "
@@ -123,6 +127,16 @@ class StoreSettings:
             iam_user=user or None,
             iam_cache=cache or None,
             region=region or None,
+        )
+
+    def __repr__(self) -> str:
+        # The URL may hold the cache's password: settings get logged.
+        from fleetbreaker.redaction import redact_url
+
+        url = None if self.redis_url is None else redact_url(self.redis_url)
+        return (
+            f"StoreSettings(table_name={self.table_name!r}, redis_url={url!r}, "
+            f"iam_user={self.iam_user!r}, iam_cache={self.iam_cache!r}, region={self.region!r})"
         )
 
     @property

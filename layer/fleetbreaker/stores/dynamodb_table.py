@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from fleetbreaker.errors import StoreError
 from fleetbreaker.stores.dynamodb import KEY_ATTRIBUTE, TTL_ATTRIBUTE
@@ -135,6 +135,22 @@ def stream_difference(table: Mapping[str, Any]) -> str | None:
     return f"stream is {view}; want {STREAM_VIEW_TYPE}"
 
 
+class Ensured(NamedTuple):
+    """What :func:`ensure_table` found and did."""
+
+    created: bool
+    """This call created the table."""
+    finished: bool
+    """The table existed without its TTL, and with nothing else missing (what a run
+    interrupted before it turned the TTL on leaves): this call turned it on."""
+    differences: list[str]
+    """How the table differs from a breaker table; empty when it has that shape."""
+
+
+# A breaker table whose TTL is simply off (never turned on, or off and settled).
+_TTL_ON = {"TimeToLiveStatus": "ENABLED", "AttributeName": TTL_ATTRIBUTE}
+
+
 def ensure_table(
     client: Any,
     table: str,
@@ -143,12 +159,14 @@ def ensure_table(
     timeout_s: float = ACTIVE_TIMEOUT_S,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
-) -> tuple[bool, list[str]]:
-    """Create the breaker table ``table`` unless it exists; (created, differences).
+) -> Ensured:
+    """Create the breaker table ``table`` unless it exists.
 
-    A new table gets its TTL once it is ACTIVE. An existing one is compared, never changed:
-    its differences are returned. botocore's ClientError escapes for anything else
-    (credentials, permissions, an endpoint without TTL such as dynalite).
+    A new table gets its TTL once it is ACTIVE. An existing one is compared and its
+    differences returned; it is changed only when its TTL is off and nothing else differs,
+    what a run interrupted between CreateTable and UpdateTimeToLive leaves: its TTL is turned
+    on, so running the command again finishes the table. botocore's ClientError escapes for
+    anything else (credentials, permissions, an endpoint without TTL such as dynalite).
     """
     from botocore.exceptions import ClientError
 
@@ -160,10 +178,16 @@ def ensure_table(
             raise
         created = False
     description = wait_until_active(client, table, timeout_s=timeout_s, clock=clock, sleep=sleep)
-    if created:
+    finished = False
+    if not created:
+        ttl = client.describe_time_to_live(TableName=table)["TimeToLiveDescription"]
+        finished = ttl.get("TimeToLiveStatus") == "DISABLED" and not differences(
+            description, _TTL_ON, stream=stream
+        )
+    if created or finished:
         client.update_time_to_live(**ttl_request(table))
     ttl = client.describe_time_to_live(TableName=table)["TimeToLiveDescription"]
-    return created, differences(description, ttl, stream=stream)
+    return Ensured(created, finished, differences(description, ttl, stream=stream))
 
 
 def wait_until_active(

@@ -26,7 +26,13 @@ from fleetbreaker.errors import (
     StoreDeadlineError,
     StoreMisconfiguredError,
 )
-from fleetbreaker.events import STORE_ANSWERED, STORE_DEADLINE, STORE_ERROR, StateChange
+from fleetbreaker.events import (
+    STORE_ANSWERED,
+    STORE_DEADLINE,
+    STORE_ERROR,
+    STORE_INTERRUPTED,
+    StateChange,
+)
 from fleetbreaker.frozen import mutable_value
 from fleetbreaker.state import (
     Record,
@@ -219,9 +225,11 @@ class FallbackStore:
         self.stats.count_read()
         if self.paused(now_ms):
             return self.local.load(name, now_ms)
-        self._emit("on_store_call_start", name, "load")
         started = time.perf_counter()
         try:
+            # Inside the try: an interrupt during a listener's start hook still ends the
+            # spans the listeners before it opened.
+            self._emit("on_store_call_start", name, "load")
             record = self._call("load", name, lambda: self.shared.load(name, now_ms))
         except CorruptRecordError as exc:
             # The store answered; its record is unusable and counts as closed until the next
@@ -236,6 +244,9 @@ class FallbackStore:
                 raise ConfigError(f"the breaker's store is misconfigured: {exc}") from exc
             self._degrade(name, "load", exc)
             return self.local.load(name, now_ms)
+        except BaseException as exc:
+            self._call_done(name, "load", started, exc)
+            raise
         else:
             self._call_done(name, "load", started, None)
         self._answered(name, record, now_ms)
@@ -351,14 +362,19 @@ class FallbackStore:
         self.stats.count_write()
         if self.paused(now_ms):
             return op(self.local)
-        self._emit("on_store_call_start", name, operation)
         started = time.perf_counter()
         try:
+            self._emit("on_store_call_start", name, operation)
             outcome = self._call(operation, name, lambda: op(self.shared))
         except Exception as exc:
             self._call_done(name, operation, started, exc)
             self._degrade(name, operation, exc)
             return op(self.local)
+        except BaseException as exc:
+            # KeyboardInterrupt, SystemExit: not the store's failure (no degradation), but
+            # the listeners close what they opened (a span, its context) before it goes on.
+            self._call_done(name, operation, started, exc)
+            raise
         self._call_done(name, operation, started, None)
         self._answered(name, outcome.record, now_ms)
         if outcome.transition is not None:
@@ -381,10 +397,14 @@ class FallbackStore:
             outcome = STORE_ANSWERED
         elif isinstance(error, StoreDeadlineError):
             outcome = STORE_DEADLINE
-        else:
+        elif isinstance(error, Exception):
             outcome = STORE_ERROR
-        self._emit("on_store_result", name, operation, self.kind, outcome, error)
-        self._emit("on_store_call", name, operation, elapsed_ms, ok)
+        else:
+            outcome = STORE_INTERRUPTED
+        try:
+            self._emit("on_store_result", name, operation, self.kind, outcome, error)
+        finally:
+            self._emit("on_store_call", name, operation, elapsed_ms, ok)
         if ok and self._degraded:
             with self._lock:
                 recovered, self._degraded = self._degraded, False

@@ -30,6 +30,7 @@ from fleetbreaker.errors import (
 from fleetbreaker.frozen import replace
 from fleetbreaker.policy import Policy
 from fleetbreaker.record import Decision, Lease, Outcome, ProbeReport, Record, Report, State
+from fleetbreaker.redaction import redact, redact_url, url_secrets
 from fleetbreaker.stores import URL_ENV, default_redis_url
 from fleetbreaker.stores.base import Listing, StoreStats
 from fleetbreaker.stores.redis_scripts import load_scripts, policy_json
@@ -184,8 +185,10 @@ class RedisStore:
             )
         if credential_provider is not None:
             if not callable(getattr(credential_provider, "get_credentials", None)):
+                # Its type, not its repr: a provider may show the secret it holds.
                 raise ConfigError(
-                    f"credential_provider needs a get_credentials() method: {credential_provider!r}"
+                    "credential_provider needs a get_credentials() method, got a "
+                    f"{type(credential_provider).__name__}"
                 )
             if username is not None or password is not None:
                 raise ConfigError("RedisStore takes a credential_provider or username/password")
@@ -255,7 +258,7 @@ class RedisStore:
             except (RedisError, ConfigError) as exc:
                 raise self.translate(exc, f"Redis SCRIPT LOAD of {operation} failed") from exc
             except OSError as exc:
-                raise StoreError(f"Redis unreachable: {exc}") from exc
+                raise StoreError(f"Redis unreachable: {redact(str(exc))}") from exc
             if sha != script.sha:
                 raise StoreError(
                     f"Redis SCRIPT LOAD of {operation} answered SHA1 {sha[:40]!r}, "
@@ -290,7 +293,7 @@ class RedisStore:
         except (RedisError, ConfigError) as exc:
             raise self.translate(exc, f"Redis {operation} failed for breaker {name!r}") from exc
         except OSError as exc:  # a custom client may let a socket error through
-            raise StoreError(f"Redis unreachable for breaker {name!r}: {exc}") from exc
+            raise StoreError(f"Redis unreachable for breaker {name!r}: {redact(str(exc))}") from exc
         if not isinstance(reply, list) or len(reply) < 6:
             raise StoreError(f"Redis {operation} for breaker {name!r} gave {reply!r}")
         return reply
@@ -306,25 +309,27 @@ class RedisStore:
         )
 
         named = self.credentials_by
+        # A client's message may quote its URL: never with its password.
+        detail = redact(str(exc))
         if isinstance(exc, (AuthenticationError, AuthenticationWrongNumberOfArgsError)):
             return StoreMisconfiguredError(
-                f"{what}: the cache refused the login (set by {named}): {exc}",
+                f"{what}: the cache refused the login (set by {named}): {detail}",
                 problem=AUTHENTICATION_REFUSED,
                 variable=named,
             )
         if isinstance(exc, ConfigError):  # the credential provider's: no AWS credentials
             return StoreMisconfiguredError(
-                f"{what}: no login for the cache (set by {named}): {exc}",
+                f"{what}: no login for the cache (set by {named}): {detail}",
                 problem=AUTHENTICATION_REFUSED,
                 variable=named,
             )
         if isinstance(exc, NoPermissionError):
             return StoreMisconfiguredError(
-                f"{what}: the cache's user (set by {named}) may not: {exc}",
+                f"{what}: the cache's user (set by {named}) may not: {detail}",
                 problem=ACCESS_DENIED,
                 variable=named,
             )
-        return StoreError(f"{what}: {exc}")
+        return StoreError(f"{what}: {detail}")
 
     def _outcome(self, operation: str, name: str, reply: list[Any]) -> Outcome:
         status, changed, before, after, token = (_text(v) for v in reply[:5])
@@ -436,7 +441,7 @@ class RedisStore:
         except (RedisError, ConfigError) as exc:
             raise self.translate(exc, "Redis SCAN failed") from exc
         except OSError as exc:
-            raise StoreError(f"Redis unreachable: {exc}") from exc
+            raise StoreError(f"Redis unreachable: {redact(str(exc))}") from exc
         for key in keys:
             name = self.name_of(key)
             if name is None:
@@ -513,13 +518,15 @@ def _make_client(
     except ImportError as exc:  # pragma: no cover - depends on the environment
         raise ConfigError("RedisStore needs redis-py: pip install 'fleetbreaker[redis]'") from exc
 
+    # Every message below quotes the URL without its password (it lands in init logs).
+    shown = redact_url(url)
     scheme, sep, rest = url.partition("://")
     if not sep or scheme not in ("redis", "rediss"):
-        raise ConfigError(f"Redis url must start with redis:// or rediss://, got {url!r}")
+        raise ConfigError(f"Redis url must start with redis:// or rediss://, got {shown!r}")
     if ssl is True and scheme == "redis":
         url = f"rediss://{rest}"
     elif ssl is False and scheme == "rediss":
-        raise ConfigError(f"ssl=False contradicts the rediss:// url {url!r}")
+        raise ConfigError(f"ssl=False contradicts the rediss:// url {shown!r}")
     options: dict[str, Any] = {
         "socket_timeout": socket_timeout,
         "socket_connect_timeout": socket_connect_timeout,
@@ -543,5 +550,9 @@ def _make_client(
     try:
         client: RedisClient = redis.Redis.from_url(url, **options)
     except (ValueError, TypeError) as exc:
-        raise ConfigError(f"invalid Redis url or options for {url!r}: {exc}") from exc
+        # redis-py's own message may quote any part of the URL, the password included.
+        secrets = (*url_secrets(url), *(() if password is None else (password,)))
+        raise ConfigError(
+            f"invalid Redis url or options for {shown!r}: {redact(str(exc), secrets)}"
+        ) from None
     return client
