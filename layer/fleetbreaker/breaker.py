@@ -173,6 +173,8 @@ class CircuitBreaker(OperatorControls):
             )
         self._adopt_reporting(config, self._policy)
         self._adopt_mode(config)
+        if config.verify_store:  # a misconfigured store fails init (ConfigError), weather not
+            self._store.verify(self.name, self.clock())
 
     def __repr__(self) -> str:
         return f"CircuitBreaker({self.name!r}, store={type(self.store).__name__})"

@@ -44,6 +44,8 @@ CORE = {
     "FleetbreakerLayerArnParameter",
     "FleetbreakerSlimLayerArnParameter",
     "CircuitBreakersAccessPolicy",
+    # Fires when any function's store is misconfigured (no table, access denied, ...).
+    "StoreMisconfiguredAlarm",
     *OPTIONAL_CORE,
 }
 # Conditions that hold only when the example is deployed.
