@@ -130,11 +130,11 @@ distclean: clean ## clean, and remove .venv and node_modules too
 	rm -rf $(VENV) node_modules
 
 # ------------------------------------------------------------------ SAM application
-# template.yaml: the CircuitBreakers table, the layer (layer/Makefile), the payment function
-# (functions/payment/Makefile) behind an HTTP API, and the payment workflow with its gate and
-# charge functions (their Makefiles copy app.py; payment and charge also functions/shared's
-# payments.py). `sam build` needs neither Docker nor the runtime's own Python: the Makefiles
-# install pure-Python wheels only.
+# template.yaml: the CircuitBreakers table, the layers (layer/Makefile, one pair per runtime),
+# the payment function (functions/payment/Makefile) behind an HTTP API, and the payment
+# workflow with its gate and charge functions (their Makefiles copy app.py; payment and charge
+# also functions/shared's payments.py). `sam build` needs neither Docker nor the runtime's own
+# Python: the Makefiles install pure-Python wheels only.
 
 TOOLS_VENV := .venv-tools
 TOOLS_STAMP := $(TOOLS_VENV)/.stamp
@@ -168,7 +168,7 @@ constraints-tools: tools ## regenerate constraints-tools.txt from .venv-tools
 # The build Makefiles run pip with $(PYTHON): the venv's, whose pip version is pinned.
 build: export SAM_CLI_TELEMETRY := 0
 build: export PYTHON := $(CURDIR)/$(PY)
-build: venv ## sam build: the layer and the functions into .aws-sam/build (no Docker needed)
+build: venv ## sam build: the layers and the functions into .aws-sam/build (no Docker needed)
 	$(SAM) build
 
 # One fixed region when none is configured, so the lint does not depend on the shell's

@@ -27,6 +27,7 @@ from fleetbreaker.errors import (
     InvalidTokenError,
     StoreDeadlineError,
     StoreError,
+    StoreMisconfiguredError,
     TableNotFoundError,
 )
 from fleetbreaker.events import BreakerListener, LoggingListener
@@ -61,6 +62,7 @@ __all__ = [
     "StoreDeadlineError",
     "StoreError",
     "StoreErrorStats",
+    "StoreMisconfiguredError",
     "TableNotFoundError",
 ]
 

@@ -216,6 +216,10 @@ class CircuitBreaker:
         if off:
             self._guarded = self._unguarded  # type: ignore[method-assign]
             announce(self.name)
+        elif config.verify_store:
+            # One read at init: a misconfigured store fails the init (ConfigError); an
+            # unreachable one (weather) lets it start, degraded.
+            self._store.verify(self.name, self.clock())
 
     def __repr__(self) -> str:
         return f"CircuitBreaker({self.name!r}, store={type(self.store).__name__})"

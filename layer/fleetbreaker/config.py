@@ -15,7 +15,7 @@ from fleetbreaker.record import MAX_PROBE_SLOTS
 ExceptionTypes = tuple[type[BaseException], ...]
 
 # Fields BreakerConfig.from_env reads, each from BREAKER_<FIELD NAME IN CAPITALS>.
-ENV_FIELDS: dict[str, type[int] | type[float] | type[str]] = {
+ENV_FIELDS: dict[str, type[int] | type[float] | type[str] | type[bool]] = {
     "failure_threshold": int,
     "window_seconds": float,
     "recovery_timeout": float,
@@ -34,6 +34,7 @@ ENV_FIELDS: dict[str, type[int] | type[float] | type[str]] = {
     "store_deadline_seconds": float,
     "recovery_ramp_seconds": float,
     "mode": str,
+    "verify_store": bool,
 }
 # What a breaker does with a call it would reject: "enforce" rejects it, "shadow" runs it and
 # counts it (WouldReject) while the breaker keeps counting, tripping and recovering as usual.
@@ -49,7 +50,22 @@ POWERTOOLS_ALIASES = {
 }
 # A container holds its counts at most this long before reporting them.
 MAX_REPORT_INTERVAL = 2.0
-_KIND_NAMES = {int: "a whole number", float: "a number", str: "text"}
+_KIND_NAMES = {int: "a whole number", float: "a number", str: "text", bool: "true or false"}
+# A boolean variable's spellings (any case), as the shell and YAML write them.
+_TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
+
+
+def _from_text(kind: type[Any], raw: str) -> Any:
+    """A variable's text as ``kind``; ValueError when it is not one (``bool("false")`` would
+    be True: a boolean is spelled out)."""
+    if kind is not bool:
+        return kind(raw)
+    if raw.lower() in _TRUE:
+        return True
+    if raw.lower() in _FALSE:
+        return False
+    raise ValueError(raw)
+
 
 # Bounds every accepted number must respect, so the breaker can live with it: epoch ms plus a
 # duration in ms stays within the record's 14 digits (state.MAX_RECORD_DIGITS) for centuries,
@@ -258,6 +274,11 @@ class BreakerConfig:
         uses the fallback and never holds a probe lease while its call runs. It counts the
         calls it would have rejected (``WouldReject``). Switch a live fleet with
         ``fleetbreaker tune NAME --mode enforce``.
+    verify_store:
+        Read the breaker's record once at construction and raise :class:`ConfigError` when
+        the store is misconfigured: no such table, a table keyed otherwise, access denied, a
+        login refused (default False). An unreachable or slow store does not fail it: the
+        breaker starts on local state, as it would on its first call.
     success_threshold, handled_exceptions, local_cache_max_age:
         Powertools' names for ``half_open_successes``, ``failure_exceptions`` (a single
         exception class is accepted too, as Powertools does) and ``cache_ttl``, accepted so a
@@ -295,6 +316,7 @@ class BreakerConfig:
     min_containers: int = 1
     report_interval: float | None = None
     mode: str = "enforce"
+    verify_store: bool = False
     # Powertools' names (POWERTOOLS_ALIASES): init-only, never stored or compared.
     success_threshold: InitVar[int | None] = None
     handled_exceptions: InitVar[Any] = None
@@ -357,6 +379,11 @@ class BreakerConfig:
         # Each field on its own first, so a refusal names the field given (NaN, inf, 10**400)
         # rather than a rule that combines it with others.
         check_mode("mode", self.mode)
+        if not isinstance(self.verify_store, bool):
+            raise ConfigError(
+                f"verify_store must be True or False, got {self.verify_store!r}",
+                fields=("verify_store",),
+            )
         _positive_int("failure_threshold", self.failure_threshold)
         _positive_int("half_open_successes", self.half_open_successes)
         _positive_int("half_open_max_probes", self.half_open_max_probes)
@@ -482,8 +509,9 @@ class BreakerConfig:
         ``BREAKER_RECOVERY_RAMP_SECONDS`` and the rate
         policy's ``BREAKER_FAILURE_RATE_THRESHOLD``, ``BREAKER_MINIMUM_CALLS``,
         ``BREAKER_SLOW_CALL_DURATION``, ``BREAKER_SLOW_CALL_RATE_THRESHOLD``,
-        ``BREAKER_MIN_CONTAINERS`` and ``BREAKER_REPORT_INTERVAL``, and ``BREAKER_MODE``
-        (``enforce`` or ``shadow``).
+        ``BREAKER_MIN_CONTAINERS`` and ``BREAKER_REPORT_INTERVAL``, ``BREAKER_MODE``
+        (``enforce`` or ``shadow``) and ``BREAKER_VERIFY_STORE`` (``true`` or ``false``, also
+        ``1``/``0``, ``yes``/``no``, ``on``/``off``).
 
         Keyword arguments are the explicit part (classification predicates, for instance):
         each beats its variable, under either of its names, so ``local_cache_max_age=5``
@@ -506,7 +534,7 @@ class BreakerConfig:
             if not raw:
                 continue
             try:
-                values[field_name] = kind(raw)
+                values[field_name] = _from_text(kind, raw)
             except ValueError:
                 raise ConfigError(
                     f"{variable} must be {_KIND_NAMES[kind]}, got {raw!r}", fields=(field_name,)

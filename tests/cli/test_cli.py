@@ -225,7 +225,7 @@ def test_disable_then_reset_shows_closed_and_records_both_actions(
     assert disabled.json_lines()[0]["last_action"]["action"] == "disabled"
     (shown,) = reset.json_lines()
     assert shown["state"] == "closed"
-    assert shown["last_action"]["action"] == "closed"
+    assert shown["last_action"]["action"] == "reset"
     assert load(backend, name).state is State.CLOSED
 
 

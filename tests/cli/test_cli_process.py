@@ -224,7 +224,7 @@ def test_watch_ends_on_ctrl_c_with_exit_130_and_one_line(
     # GIVEN a watch running with no bound
     fail(moto_server_backend, name, 1)
     process = subprocess.Popen(
-        [str(CLI), *moto_server_backend.options, "watch", name, "--json"],
+        [str(CLI), *moto_server_backend.options, "watch", name, "--output", "jsonl"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -178,7 +178,7 @@ def test_ctrl_c_while_the_store_holds_a_tune_exits_130_saying_to_run_it_again(
     assert result.code == 130
     assert one_line_error(result) == (
         f"fleetbreaker: interrupted while breaker {name!r}'s live settings were being "
-        "stored: they may or may not be; run the same tune again to be sure (it replaces them)"
+        "stored: they may or may not be; run the same tune again to be sure (it merges them again)"
     )
 
 
@@ -259,7 +259,7 @@ def ctrl_c_store(monkeypatch: pytest.MonkeyPatch) -> CtrlCStore:
         (
             ["tune", "b", "--mode", "shadow"],
             "fleetbreaker: interrupted while breaker 'b''s live settings were being stored: "
-            "they may or may not be; run the same tune again to be sure (it replaces them)",
+            "they may or may not be; run the same tune again to be sure (it merges them again)",
         ),
     ],
 )

@@ -18,13 +18,13 @@ from fleetbreaker.breaker import system_clock
 from fleetbreaker.cli.view import (
     BreakerView,
     _colour_enabled,
-    _emit_json,
     gather_all,
     gather_one,
     render_status,
     render_table,
     view_of,
     window_of,
+    write_json,
 )
 from fleetbreaker.errors import CorruptRecordError
 from fleetbreaker.record import Record, State
@@ -118,7 +118,7 @@ def test_status_lists_tuned_settings_sorted_and_no_action_or_retry_as_dashes() -
 def test_json_lines_carry_their_keys_sorted() -> None:
     out = io.StringIO()
 
-    _emit_json(out, [forced_open()])
+    write_json(out, "jsonl", [forced_open().as_json()])
 
     (line,) = out.getvalue().splitlines()
     keys = list(json.loads(line))

@@ -35,6 +35,8 @@ def config_for(window_seconds: float, threshold: int) -> BreakerConfig:
         cache_ttl=1.0,
         store_deadline_seconds=30,
     )
+
+
 NAME = "small-fleet"
 
 

@@ -83,10 +83,13 @@ def test_each_function_has_the_variables_its_template_declares(rehearsal: Rehear
 
 
 def test_the_handlers_and_runtimes_are_the_templates(rehearsal: Rehearsal) -> None:
+    runtime = rehearsal.parameters.get(
+        "Runtime", rehearsal.translated["Parameters"]["Runtime"]["Default"]
+    )
     for logical_id, function in rehearsal.functions.items():
         properties = rehearsal.translated["Resources"][logical_id]["Properties"]
         assert function.handler == properties["Handler"], logical_id
-        assert function.runtime == "python3.13", logical_id
+        assert function.runtime == runtime, logical_id
 
 
 def test_functions_on_the_cache_may_log_in_as_its_user(rehearsal: Rehearsal) -> None:

@@ -26,10 +26,11 @@ import pytest
 from devtools import servers
 from devtools.functions import load_function
 from devtools.payment_api import FakePaymentApi
-from devtools.sam_template import load_template
+from devtools.sam_template import load_template, take_branches
 from devtools.servers import REPO_ROOT
 from fleetbreaker import DynamoDBStore
 from tests.stepfunctions.harness import (
+    DEFAULT_CONDITIONS,
     InProcessLambdas,
     Workflow,
     environment,
@@ -55,10 +56,12 @@ GATE_OVERRIDES = {
 
 
 def functions_named_by(machine: dict[str, Any]) -> list[str]:
-    """Logical ids of the functions a state machine's DefinitionSubstitutions point at."""
+    """Logical ids of the functions a state machine's DefinitionSubstitutions point at, in the
+    default stack (the harness's conditions)."""
+    values = take_branches(machine["DefinitionSubstitutions"], DEFAULT_CONDITIONS).values()
     return sorted(
         value["Fn::GetAtt"][0]
-        for value in machine["DefinitionSubstitutions"].values()
+        for value in values
         if isinstance(value, dict) and "Fn::GetAtt" in value
     )
 

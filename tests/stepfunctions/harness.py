@@ -216,6 +216,7 @@ DEFAULT_CONDITIONS = {
     "SlowCallDetection": False,
     "PauseFromContainers": False,
     "TracesWithAdot": False,
+    "InvokesPublishedVersions": False,
 }
 
 

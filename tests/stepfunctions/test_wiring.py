@@ -14,7 +14,14 @@ from typing import Any
 import pytest
 
 from devtools.functions import load_function
-from devtools.sam_template import load_template
+from devtools.sam_template import (
+    attached_layers,
+    condition_values,
+    layer_id,
+    load_template,
+    runtimes,
+    take_branches,
+)
 from devtools.servers import REPO_ROOT
 from fleetbreaker import MemoryStore
 from tests.stepfunctions.conftest import (
@@ -78,19 +85,40 @@ def test_the_state_machine_is_the_definition_file(template: dict[str, Any]) -> N
     assert "Definition" not in resource["Properties"]
 
 
+# The stacks the workflow is wired for: the gate is invoked as $LATEST, or with SnapStart as
+# its live alias (a published, snapshotted version).
+SNAPSTART = ["None", "PublishedVersions"]
+
+
+def invoked(template: dict[str, Any], value: Any, snapstart: str) -> tuple[str, str]:
+    """(function, "Arn" or "Alias"): what a substitution or policy resource names with
+    SnapStart=``snapstart`` (a Ref to ``Function.Alias`` is SAM's name for its live alias)."""
+    taken = take_branches(value, condition_values(template, {"SnapStart": snapstart}))
+    if list(taken) == ["Fn::GetAtt"]:
+        logical_id, attribute = taken["Fn::GetAtt"]
+        return logical_id, attribute
+    assert list(taken) == ["Ref"], f"{value!r} is neither a function's ARN nor its alias"
+    logical_id, _, attribute = taken["Ref"].partition(".")
+    return logical_id, attribute
+
+
+@pytest.mark.parametrize("snapstart", SNAPSTART)
 def test_every_task_names_its_function_through_a_substitution(
-    machine: dict[str, Any], tasks: dict[str, dict[str, Any]]
+    template: dict[str, Any],
+    machine: dict[str, Any],
+    tasks: dict[str, dict[str, Any]],
+    snapstart: str,
 ) -> None:
     substitutions = machine["DefinitionSubstitutions"]
     assert tasks
     for name, task in tasks.items():
         placeholder = task_function_placeholder(task)
         assert placeholder in substitutions, f"{name}: ${{{placeholder}}} has no substitution"
-        value = substitutions[placeholder]
-        assert list(value) == ["Fn::GetAtt"], f"{name}: {value!r} is not a function's ARN"
-        logical_id, attribute = value["Fn::GetAtt"]
-        assert attribute == "Arn"
+        logical_id, attribute = invoked(template, substitutions[placeholder], snapstart)
         assert logical_id in (GATE_FUNCTION, CHARGE_FUNCTION), name
+        # Only the gate builds a breaker, and only SnapStart snapshots it (its live alias).
+        snapshotted = logical_id == GATE_FUNCTION and snapstart == "PublishedVersions"
+        assert attribute == ("Alias" if snapshotted else "Arn"), name
 
 
 def test_placeholders_and_substitutions_match_both_ways(
@@ -103,31 +131,42 @@ def test_placeholders_and_substitutions_match_both_ways(
 def test_substituted_values_resolve(template: dict[str, Any], machine: dict[str, Any]) -> None:
     # Every substitution is a function ARN, a parameter or a pseudo parameter: nothing a
     # deployment cannot fill.
-    refs = {f"{logical_id}.Arn": "arn" for logical_id in functions_named_by(machine)}
-    for value in machine["DefinitionSubstitutions"].values():
-        assert resolve(value, template, refs)
+    for snapstart in SNAPSTART:
+        conditions = condition_values(template, {"SnapStart": snapstart})
+        refs = {
+            f"{logical_id}.{attribute}": "arn"
+            for logical_id in functions_named_by(machine)
+            for attribute in ("Arn", "Alias")
+        }
+        for value in machine["DefinitionSubstitutions"].values():
+            assert resolve(take_branches(value, conditions), template, refs)
 
 
 # --------------------------------------------------------------------------- IAM
 
 
+@pytest.mark.parametrize("snapstart", SNAPSTART)
 def test_the_workflow_may_invoke_exactly_its_functions(
-    template: dict[str, Any], machine: dict[str, Any], tasks: dict[str, dict[str, Any]]
+    template: dict[str, Any],
+    machine: dict[str, Any],
+    tasks: dict[str, dict[str, Any]],
+    snapstart: str,
 ) -> None:
     [policy] = machine["Policies"]
     [statement] = [s for s in policy["Statement"] if s["Sid"] == "InvokeWorkflowFunctions"]
     assert statement["Effect"] == "Allow"
     assert statement["Action"] == "lambda:InvokeFunction"
-    granted = {item["Fn::GetAtt"][0] for item in statement["Resource"]}
-    invoked = {
-        machine["DefinitionSubstitutions"][task_function_placeholder(task)]["Fn::GetAtt"][0]
-        for task in tasks.values()
+    # Exact ARNs (of the functions, or of the live aliases the tasks name): no
+    # "function:<name>*" wildcard that could match another function.
+    granted = {invoked(template, item, snapstart) for item in statement["Resource"]}
+    named = {
+        invoked(
+            template, machine["DefinitionSubstitutions"][task_function_placeholder(t)], snapstart
+        )
+        for t in tasks.values()
     }
-    assert granted == invoked == {GATE_FUNCTION, CHARGE_FUNCTION}
-    # Exact ARNs: no "function:<name>*" wildcard that could match another function.
-    assert sorted(statement["Resource"], key=str) == sorted(
-        ({"Fn::GetAtt": [name, "Arn"]} for name in granted), key=str
-    )
+    assert granted == named
+    assert {logical_id for logical_id, _ in granted} == {GATE_FUNCTION, CHARGE_FUNCTION}
     assert machine["Tracing"] == {"Enabled": True}
 
 
@@ -217,15 +256,14 @@ def test_function_is_built_and_traced_like_the_others(
     assert f"build-{logical_id}:" in makefile
     assert properties["Runtime"] == {"Ref": "Runtime"}
     assert properties["Architectures"] == [{"Ref": "Architecture"}]
-    # The fleetbreaker layer, and the ADOT layer only when AdotLayerArn is set.
-    assert [layer for layer in properties["Layers"] if "Fn::If" not in layer] == [
-        {"Ref": "FleetbreakerLayer"}
-    ]
-    assert all(
-        layer["Fn::If"][0] == "TracesWithAdot"
-        for layer in properties["Layers"]
-        if "Fn::If" in layer
-    )
+    # The Runtime's fleetbreaker layer, and the ADOT layer only when AdotLayerArn is set.
+    for runtime in runtimes(template):
+        assert attached_layers(template, logical_id, {"Runtime": runtime}) == [
+            {"Ref": layer_id(runtime)}
+        ]
+    adot = {"AdotLayerArn": "arn:aws:lambda:us-east-1:901920570463:layer:aws-otel-python:1"}
+    traced = attached_layers(template, logical_id, adot)
+    assert traced[1:] == ([{"Ref": "AdotLayerArn"}] if logical_id == GATE_FUNCTION else [])
     assert properties["Tracing"] == "Active"
 
 

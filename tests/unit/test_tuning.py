@@ -17,6 +17,7 @@ from fleetbreaker.tuning import (
     decode_tuned,
     encode_tuned,
     local_user,
+    merge_tuned,
     retuned,
 )
 from tests.support import Dependency, FakeClock, FlakyStore
@@ -283,3 +284,31 @@ def test_the_local_user_is_unknown_when_the_system_has_none(
 
     monkeypatch.setattr("getpass.getuser", no_user)
     assert local_user() == "unknown"
+
+
+def test_a_merge_keeps_the_stored_settings_it_does_not_name() -> None:
+    stored = encode_tuned({"mode": "shadow", "failure_threshold": 3})
+
+    merged = merge_tuned(stored, {"failure_rate_threshold": 0.5, "failure_threshold": 4})
+
+    assert merged == {"mode": "shadow", "failure_threshold": 4, "failure_rate_threshold": 0.5}
+
+
+@pytest.mark.parametrize("stored", ["", "not json", "[1, 2]"])
+def test_a_merge_into_no_or_unreadable_settings_is_the_new_ones(stored: str) -> None:
+    assert merge_tuned(stored, {"mode": "shadow"}) == {"mode": "shadow"}
+
+
+def test_reset_with_a_reason_is_recorded_as_reset() -> None:
+    # GIVEN a breaker an operator forced open
+    clock, store = FakeClock(), MemoryStore()
+    breaker = CircuitBreaker("api", store=store, config=CONFIG, clock=clock)
+    breaker.force_open(reason="incident", by="alice")
+
+    # WHEN it is reset with a reason
+    clock.advance(1)
+    breaker.reset(reason="provider recovered", by="bob")
+
+    # THEN the last action says reset (it closed the breaker, whatever state it was in)
+    action = Action.decode(store.load("api", clock()).last_action)  # type: ignore[union-attr]
+    assert action == Action("reset", "bob", "provider recovered", clock())

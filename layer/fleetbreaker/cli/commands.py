@@ -1,16 +1,17 @@
-"""The commands: list, status, open, disable, reset, tune, watch and create-table."""
+"""The commands: list, status, open, disable, reset, tune, watch, create-table and doctor."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, TextIO
 
 from fleetbreaker import tuning
 from fleetbreaker.clock import system_clock
-from fleetbreaker.errors import ConfigError, StoreError
+from fleetbreaker.errors import ConfigError, CorruptRecordError, StoreError
 from fleetbreaker.naming import validate_name
 from fleetbreaker.record import State
 from fleetbreaker.redaction import redact
@@ -29,18 +30,23 @@ from fleetbreaker.cli.common import (
     if_interrupted,
     printable,
 )
+from fleetbreaker.cli.doctor import doctor
 from fleetbreaker.cli.parser import _option_name
 from fleetbreaker.cli.view import (
     BreakerView,
     _colour_enabled,
-    _emit_json,
     gather_all,
     gather_one,
+    output_of,
     render_status,
     render_table,
     view_of,
     window_of,
+    write_json,
 )
+
+# A merging tune that keeps losing the race to other tunes gives up after this many tries.
+TUNE_ATTEMPTS = 4
 
 
 def _checked_name(name: str) -> str:
@@ -68,6 +74,8 @@ def _tuning_from(args: argparse.Namespace) -> dict[str, int | float | str]:
     options = ", ".join(_option_name(s) for s in tuning.TUNABLE)
     if args.clear and values:
         raise CliError(EXIT_USAGE, "tune takes settings or --clear, not both")
+    if args.clear and args.replace:
+        raise CliError(EXIT_USAGE, "tune takes --replace (with settings) or --clear, not both")
     if not args.clear and not values:
         raise CliError(EXIT_USAGE, f"tune needs at least one of {options}, or --clear")
     try:
@@ -78,8 +86,9 @@ def _tuning_from(args: argparse.Namespace) -> dict[str, int | float | str]:
 
 
 def _print(args: argparse.Namespace, out: TextIO, views: Sequence[BreakerView]) -> None:
-    if args.json:
-        _emit_json(out, views)
+    if args.output != "text":
+        objects = [view.as_json() for view in views]
+        write_json(out, args.output, objects if args.command == "list" else objects[0])
     elif args.command == "list":
         if views:
             out.write(render_table(views, _colour_enabled(out)) + "\n")
@@ -99,8 +108,11 @@ def run(
     sleep: Callable[[float], None] = time.sleep,
 ) -> int:
     """Run one parsed command; raises CliError, StoreError or ConfigError on failure."""
+    args.output = output_of(args, sys.stderr)
     if args.command == "create-table":
         return create_table(args, out)
+    if args.command == "doctor":
+        return doctor(args, out, clock)
     name = _checked_name(args.name) if hasattr(args, "name") else ""
     values = _tuning_from(args) if args.command == "tune" else {}
     reason = tuning.check_reason(getattr(args, "reason", None))
@@ -109,7 +121,7 @@ def run(
     now = clock()
     if args.command == "list":
         views = gather_all(store, now, window)
-        if not views and not args.json:  # JSON Lines: no breaker, no line
+        if not views and args.output == "text":  # JSON: [] or, as lines, no line
             out.write(f"no breakers in {where}\n")
         _print(args, out, views)
         return EXIT_OK
@@ -121,7 +133,7 @@ def run(
         if target is State.CLOSED:
             # Resetting a name with no record would only create one: most likely a typo.
             _require(store, name, where, now)
-        action = tuning.Action(target.value, caller_identity(args), reason, clock())
+        action = tuning.operator_action(target.value, reason, caller_identity(args), clock())
         done = _FORCED[args.command]
         # The write may have reached the store before Ctrl-C: it may or may not be applied.
         with if_interrupted(
@@ -139,9 +151,12 @@ def run(
         action = tuning.Action("tune", caller_identity(args), reason, clock())
         with if_interrupted(
             f"while breaker {name!r}'s live settings were being stored: they may or may not "
-            "be; run the same tune again to be sure (it replaces them)"
+            "be; run the same tune again to be sure (it merges them again)"
         ):
-            store.tune(name, _POLICY, action.at, tuning.encode_tuned(values), action)
+            if args.clear or args.replace:
+                store.tune(name, _POLICY, action.at, tuning.encode_tuned(values), action)
+            else:
+                tune_merged(store, name, values, action)
         with if_interrupted(
             f"after breaker {name!r}'s live settings were stored (that is done): "
             f"`fleetbreaker status {name}` shows them"
@@ -177,14 +192,14 @@ def create_table(args: argparse.Namespace, out: TextIO) -> int:
         raise
     except Exception as exc:
         raise _aws_error(exc, f"cannot create table {table!r}") from None
-    if args.json:
+    if args.output != "text":
         result = {
             "table": table,
             "created": created,
             "finished": finished,
             "differences": differences,
         }
-        out.write(json.dumps(result, sort_keys=True) + "\n")
+        write_json(out, args.output, result)
     elif not differences:
         if created:
             done = f"created table {table!r}"
@@ -212,7 +227,9 @@ def _watch(
     sleep: Callable[[float], None],
 ) -> int:
     _require(store, name, where, clock())
-    clear = out.isatty() and not args.json
+    # A stream of frames: with JSON, one object per frame and line whatever --output says.
+    as_json = args.output != "text"
+    clear = out.isatty() and not as_json
     shown = 0
     while args.count is None or shown < args.count:
         if shown:
@@ -226,14 +243,14 @@ def _watch(
             # as a JSON line too: a reader of the stream gets nothing else). The message may
             # quote the store's URL: never with its password.
             error = redact(str(exc))
-            if args.json:
+            if as_json:
                 problem = {"name": name, "error": f"store error: {error}", "at": _iso(now)}
                 out.write(json.dumps(problem, sort_keys=True) + "\n")
             else:
                 out.write(f"{_iso(now)}  store error: {printable(error)}\n")
         else:
             # Each frame says when it was read: piped into a log, frames are told apart.
-            if args.json:
+            if as_json:
                 out.write(json.dumps({**view.as_json(), "at": _iso(now)}, sort_keys=True) + "\n")
             else:
                 if clear:
@@ -245,3 +262,36 @@ def _watch(
         out.flush()
         shown += 1
     return EXIT_OK
+
+
+def tune_merged(
+    store: AdminStore,
+    name: str,
+    values: dict[str, int | float | str],
+    action: tuning.Action,
+) -> None:
+    """Merge ``values`` into breaker ``name``'s live settings, as one fenced write: the store
+    writes only if the settings are still those the merge started from (``expected``), so a
+    tune racing this one is never overwritten: the merge starts again from its result.
+    """
+    try:
+        record = store.load(name, action.at)
+        stored = record.tuned if record is not None else ""
+    except CorruptRecordError:
+        stored = ""  # the write replaces a record no one can read, settings and all
+    for _ in range(TUNE_ATTEMPTS):
+        settings = tuning.merge_tuned(stored, values)
+        try:
+            tuning.apply_tuning(_DEFAULTS, settings)
+        except ConfigError as exc:
+            raise CliError(
+                EXIT_USAGE,
+                f"refused: {exc} (with the live settings {printable(stored)}; --replace drops "
+                "them)",
+            ) from None
+        text = tuning.encode_tuned(settings)
+        after = store.tune(name, _POLICY, action.at, text, action, expected=stored)
+        if after is not None and after.tuned == text:
+            return
+        stored = after.tuned if after is not None else ""
+    raise StoreError(f"could not tune breaker {name!r}: its live settings keep changing")

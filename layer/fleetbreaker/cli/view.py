@@ -30,11 +30,15 @@ from fleetbreaker.cli.common import (
 # figures are counted over --window, default the functions' BREAKER_WINDOW_SECONDS, else 60.
 WINDOW_ENV = env_variable("window_seconds")
 
+# How the text output shows an open breaker whose window is over (BreakerView.probe_due).
+PROBE_DUE = "half-open: next call probes"
+
 _COLOURS = {
     State.CLOSED.value: "32",  # green
     State.OPEN.value: "31",  # red
     State.FORCED_OPEN.value: "1;31",  # bold red
     State.HALF_OPEN.value: "33",  # yellow
+    PROBE_DUE: "33",
     State.DISABLED.value: "35",  # magenta
     "corrupt": "1;35",
 }
@@ -64,9 +68,13 @@ class BreakerView:
         tuned: dict[str, Any] | None = None,
         last_action: dict[str, Any] | None = None,
         error: str | None = None,
+        probe_due: bool = False,
     ) -> None:
         self.name = name
         self.snapshot = snapshot
+        # Open, its window over: the record still says open (nobody has claimed the probe
+        # yet), but the next call is the probe. Shown so, not as "open, retry after 0.0s".
+        self.probe_due = probe_due
         self.tuned = tuned
         self.last_action = last_action
         self.error = error
@@ -87,6 +95,11 @@ class BreakerView:
                 snapshot.updated_at is not None or figure == "failures"
             )
             setattr(self, figure, getattr(snapshot, figure) if known else None)
+
+    @property
+    def shown_state(self) -> str:
+        """The state as the text output shows it."""
+        return PROBE_DUE if self.probe_due else self.state
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -139,7 +152,14 @@ def view_of(
             "reason": action.reason,
             "at": _iso(action.at),
         }
-    return BreakerView(name, snapshot, tuned=tuned, last_action=last_action, error=error)
+    due = (
+        snapshot.state is State.OPEN
+        and snapshot.open_until is not None
+        and snapshot.open_until <= now_ms
+    )
+    return BreakerView(
+        name, snapshot, tuned=tuned, last_action=last_action, error=error, probe_due=due
+    )
 
 
 def gather_one(
@@ -212,7 +232,7 @@ def render_table(views: Sequence[BreakerView], colour: bool) -> str:
     rows = [
         (
             printable(v.name),
-            v.state,
+            v.shown_state,
             _dash(v.failures),
             _dash(v.calls),
             _dash(v.open_until),
@@ -240,14 +260,14 @@ def render_status(view: BreakerView, colour: bool) -> str:
     tuned = ", ".join(f"{k}={v}" for k, v in sorted((view.tuned or {}).items())) or "-"
     fields = [
         ("name", printable(view.name)),
-        ("state", _colour(view.state, view.state, colour)),
+        ("state", _colour(view.shown_state, view.shown_state, colour)),
         ("generation", _dash(view.generation)),
         ("failures", _dash(view.failures)),
         ("calls", _dash(view.calls)),
         ("slow calls", _dash(view.slow_calls)),
         ("containers", _dash(view.containers)),
         ("open until", _dash(view.open_until)),
-        ("retry after", _seconds(view.retry_after)),
+        ("retry after", "now" if view.probe_due else _seconds(view.retry_after)),
         ("last change", _dash(view.last_change)),
         ("mode", view.mode or f"as deployed ({env_variable('mode')})"),
         ("tuned", printable(tuned)),
@@ -259,7 +279,29 @@ def render_status(view: BreakerView, colour: bool) -> str:
     return "\n".join(f"{label.ljust(width)}  {value}" for label, value in fields)
 
 
-def _emit_json(out: TextIO, views: Sequence[BreakerView]) -> None:
-    # JSON Lines: one object per breaker, so `list` and `watch` stream and jq reads both.
-    for view in views:
-        out.write(json.dumps(view.as_json(), sort_keys=True) + "\n")
+def write_json(out: TextIO, output: str, payload: dict[str, Any] | list[dict[str, Any]]) -> None:
+    """``payload`` as ``--output`` asks: ``json``, one document (indented); ``jsonl``, one
+    object per line (a list's items each on its own line, so `list` streams and jq reads
+    it)."""
+    if output == "json":
+        out.write(json.dumps(payload, sort_keys=True, indent=2) + "\n")
+        return
+    for item in payload if isinstance(payload, list) else [payload]:
+        out.write(json.dumps(item, sort_keys=True) + "\n")
+
+
+def output_of(args: argparse.Namespace, warn: TextIO) -> str:
+    """``--output``, or ``jsonl`` for the deprecated ``--json`` (the lines it always printed,
+    with a note on ``warn``); ``text`` by default."""
+    chosen = getattr(args, "output", None)
+    if getattr(args, "json", False):
+        if chosen not in (None, "jsonl"):
+            raise CliError(
+                EXIT_USAGE, f"--json prints what --output jsonl prints: not with --output {chosen}"
+            )
+        warn.write(
+            "fleetbreaker: --json is deprecated: use --output jsonl (the same JSON lines) or "
+            "--output json (one document)\n"
+        )
+        return "jsonl"
+    return str(chosen or "text")

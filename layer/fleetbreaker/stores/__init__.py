@@ -149,6 +149,7 @@ class StoreSettings:
         endpoint_url: str | None = None,
         boto3_client: DynamoDBClient | None = None,
         redis_options: Mapping[str, Any] | None = None,
+        aws_credentials: Any = None,
     ) -> Store:
         """The store itself (no connection until its first operation).
 
@@ -162,6 +163,9 @@ class StoreSettings:
         redis_options:
             More keyword arguments for :class:`~fleetbreaker.stores.redis.RedisStore`
             (the CLI's longer socket timeouts, for instance).
+        aws_credentials:
+            botocore credentials the cache's IAM tokens are signed with (the CLI's
+            ``--profile``); default: botocore's credential chain.
         """
         if self.redis_url is not None:
             from fleetbreaker.stores.redis import RedisStore
@@ -171,12 +175,18 @@ class StoreSettings:
                 from fleetbreaker.stores.elasticache_iam import ElastiCacheIAMAuth
 
                 options["credential_provider"] = ElastiCacheIAMAuth(
-                    self.iam_user, self.iam_cache, self.region
+                    self.iam_user, self.iam_cache, self.region, credentials=aws_credentials
                 )
-            return RedisStore(url=self.redis_url, **options)
+            cache = RedisStore(url=self.redis_url, **options)
+            # A misconfigured store's errors name the variables that set it up.
+            cache.configured_by = URL_ENV
+            cache.credentials_by = URL_ENV if self.iam_user is None else IAM_USER_ENV
+            return cache
         from fleetbreaker.stores.dynamodb import DynamoDBStore
 
-        return DynamoDBStore(self.table_name, boto3_client=boto3_client, endpoint_url=endpoint_url)
+        table = DynamoDBStore(self.table_name, boto3_client=boto3_client, endpoint_url=endpoint_url)
+        table.configured_by = TABLE_ENV
+        return table
 
 
 def from_env(environ: Mapping[str, str] | None = None, *, endpoint_url: str | None = None) -> Store:

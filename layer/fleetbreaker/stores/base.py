@@ -129,10 +129,20 @@ class AdminStore(Store, Protocol):
         ...
 
     def tune(
-        self, name: str, policy: Policy, now_ms: int, tuned: str, action: Action | None
+        self,
+        name: str,
+        policy: Policy,
+        now_ms: int,
+        tuned: str,
+        action: Action | None,
+        *,
+        expected: str | None = None,
     ) -> Record | None:
         """Store live settings (JSON text, "" to clear) with the record; state untouched.
 
-        A breaker without a live record gets a fresh closed one to carry them.
+        A breaker without a live record gets a fresh closed one to carry them. With
+        ``expected``, only if the stored settings are still that text (a record without any
+        holds ""): the caller merged its change into them. Returns the record after the write,
+        or, when the settings were no longer ``expected``, the record as it is (unchanged).
         """
         ...

@@ -75,33 +75,64 @@ def differences(
 
     A stream is required only when ``stream`` is asked for; any KMS key counts as encrypted.
     """
-    found: list[str] = []
+    found = [
+        key_difference(table),
+        billing_difference(table),
+        ttl_difference(ttl),
+        encryption_difference(table),
+        stream_difference(table) if stream else None,
+    ]
+    return [difference for difference in found if difference is not None]
+
+
+def key_difference(table: Mapping[str, Any]) -> str | None:
+    """How the table's key differs from ``name`` (S) alone, or None."""
     types = {
         a.get("AttributeName"): a.get("AttributeType")
         for a in table.get("AttributeDefinitions", [])
     }
     keys = [(k.get("AttributeName"), k.get("KeyType")) for k in table.get("KeySchema", [])]
-    if keys != [(KEY_ATTRIBUTE, "HASH")] or types.get(KEY_ATTRIBUTE) != "S":
-        have = ", ".join(f"{name} ({types.get(name)}, {kind})" for name, kind in keys)
-        found.append(f"key is {have or 'unknown'}; want {KEY_ATTRIBUTE} (S, HASH) only")
+    if keys == [(KEY_ATTRIBUTE, "HASH")] and types.get(KEY_ATTRIBUTE) == "S":
+        return None
+    have = ", ".join(f"{name} ({types.get(name)}, {kind})" for name, kind in keys)
+    return f"key is {have or 'unknown'}; want {KEY_ATTRIBUTE} (S, HASH) only"
+
+
+def billing_difference(table: Mapping[str, Any]) -> str | None:
+    """How the table's billing differs from on-demand, or None."""
     billing = table.get("BillingModeSummary", {}).get("BillingMode", "PROVISIONED")
-    if billing != BILLING_MODE:
-        found.append(f"billing mode is {billing}; want {BILLING_MODE} (on-demand)")
+    if billing == BILLING_MODE:
+        return None
+    return f"billing mode is {billing}; want {BILLING_MODE} (on-demand)"
+
+
+def ttl_difference(ttl: Mapping[str, Any]) -> str | None:
+    """How the table's TTL (DescribeTimeToLive's description) differs from on, on the
+    record's TTL attribute, or None."""
     status, attribute = ttl.get("TimeToLiveStatus"), ttl.get("AttributeName")
     if status not in TTL_ON:
-        found.append(f"TTL is {str(status).lower()}; want it on {TTL_ATTRIBUTE}")
-    elif attribute != TTL_ATTRIBUTE:
-        found.append(f"TTL is on {attribute}; want it on {TTL_ATTRIBUTE}")
+        return f"TTL is {str(status).lower()}; want it on {TTL_ATTRIBUTE}"
+    if attribute != TTL_ATTRIBUTE:
+        return f"TTL is on {attribute}; want it on {TTL_ATTRIBUTE}"
+    return None
+
+
+def encryption_difference(table: Mapping[str, Any]) -> str | None:
+    """How the table's encryption at rest differs from KMS (any key), or None."""
     sse = table.get("SSEDescription") or {}
-    if sse.get("Status") not in SSE_ON or sse.get("SSEType") != "KMS":
-        have = f"{sse.get('SSEType')} {sse.get('Status')}" if sse else "the AWS owned key"
-        found.append(f"encryption at rest uses {have}; want KMS (SSEEnabled)")
-    if stream:
-        spec = table.get("StreamSpecification") or {}
-        if not spec.get("StreamEnabled") or spec.get("StreamViewType") != STREAM_VIEW_TYPE:
-            view = spec.get("StreamViewType") if spec.get("StreamEnabled") else "off"
-            found.append(f"stream is {view}; want {STREAM_VIEW_TYPE}")
-    return found
+    if sse.get("Status") in SSE_ON and sse.get("SSEType") == "KMS":
+        return None
+    have = f"{sse.get('SSEType')} {sse.get('Status')}" if sse else "the AWS owned key"
+    return f"encryption at rest uses {have}; want KMS (SSEEnabled)"
+
+
+def stream_difference(table: Mapping[str, Any]) -> str | None:
+    """How the table's stream differs from one of new and old images, or None."""
+    spec = table.get("StreamSpecification") or {}
+    if spec.get("StreamEnabled") and spec.get("StreamViewType") == STREAM_VIEW_TYPE:
+        return None
+    view = spec.get("StreamViewType") if spec.get("StreamEnabled") else "off"
+    return f"stream is {view}; want {STREAM_VIEW_TYPE}"
 
 
 class Ensured(NamedTuple):

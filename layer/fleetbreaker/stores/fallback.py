@@ -24,7 +24,7 @@ from fleetbreaker.errors import (
     ConfigError,
     CorruptRecordError,
     StoreDeadlineError,
-    TableNotFoundError,
+    StoreMisconfiguredError,
 )
 from fleetbreaker.events import (
     STORE_ANSWERED,
@@ -78,7 +78,8 @@ class FallbackStore:
     emit:
         ``emit(hook, name, *args)`` receives the listener events (``on_store_call_start``,
         ``on_store_result``, ``on_store_call``, ``on_store_error``, ``on_degraded``,
-        ``on_recovered``, ``on_corrupt_record``, ``on_transition``, ``on_state_change``).
+        ``on_store_misconfigured``, ``on_recovered``, ``on_corrupt_record``,
+        ``on_transition``, ``on_state_change``).
     on_answer:
         ``on_answer(record, now_ms)`` receives every record the shared store returned
         (the breaker's cache).
@@ -148,7 +149,9 @@ class FallbackStore:
         # Each breaker owns one wrapper: the last record the shared store returned (and its
         # name) is what a degradation starts the local twin from.
         self._last_seen: tuple[str, Record | None] | None = None
-        self._missing_table_logged = False
+        # A misconfigured store fails every operation alike: its error is reported once per
+        # breaker (and logged once per process, by LoggingListener), though counted each time.
+        self._misconfiguration_reported = False
         self._prepared = False
 
     def __repr__(self) -> str:
@@ -179,6 +182,20 @@ class FallbackStore:
     # -- the contract ----------------------------------------------------------------------
 
     def load(self, name: str, now_ms: int) -> Record | None:
+        return self._load(name, now_ms, strict=False)
+
+    def verify(self, name: str, now_ms: int) -> Record | None:
+        """One read of breaker ``name`` that raises :class:`ConfigError` when the store is
+        misconfigured (:class:`~fleetbreaker.errors.StoreMisconfiguredError`: no such table,
+        access denied, login refused), with the store's own message.
+
+        Weather is let through: a store that is unreachable, slow or throttling leaves this
+        wrapper degraded, as the first call would, and a store that answers fills the cache.
+        ``CircuitBreaker`` calls it at construction when ``verify_store`` is set.
+        """
+        return self._load(name, now_ms, strict=True)
+
+    def _load(self, name: str, now_ms: int, *, strict: bool) -> Record | None:
         self.stats.count_read()
         if self.paused(now_ms):
             return self.local.load(name, now_ms)
@@ -197,6 +214,8 @@ class FallbackStore:
             record = None
         except Exception as exc:
             self._call_done(name, "load", started, exc)
+            if strict and isinstance(exc, StoreMisconfiguredError):
+                raise ConfigError(f"the breaker's store is misconfigured: {exc}") from exc
             self._degrade(name, "load", exc)
             return self.local.load(name, now_ms)
         except BaseException as exc:
@@ -388,11 +407,16 @@ class FallbackStore:
             self.fallback_stats.store_errors += 1
             if first:
                 self.fallback_stats.degradations += 1
-            quiet = isinstance(exc, TableNotFoundError) and self._missing_table_logged
-            if isinstance(exc, TableNotFoundError):
-                self._missing_table_logged = True
+            misconfigured = exc if isinstance(exc, StoreMisconfiguredError) else None
+            quiet = misconfigured is not None and self._misconfiguration_reported
+            if misconfigured is not None:
+                self._misconfiguration_reported = True
         if not quiet:
             self._emit("on_store_error", name, operation, exc)
+        if misconfigured is not None:
+            # Configuration, not weather: every occurrence is counted (an alarm stays raised
+            # while it lasts), and the listener decides how often to log it.
+            self._emit("on_store_misconfigured", name, operation, misconfigured)
         if first:
             # The error itself was just reported; the reason stays short and generic.
             self._emit("on_degraded", name, f"store {operation} failed")

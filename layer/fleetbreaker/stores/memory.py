@@ -112,11 +112,20 @@ class MemoryStore:
                 yield Listing(name, record)
 
     def tune(
-        self, name: str, policy: Policy, now_ms: int, tuned: str, action: Action | None
+        self,
+        name: str,
+        policy: Policy,
+        now_ms: int,
+        tuned: str,
+        action: Action | None,
+        *,
+        expected: str | None = None,
     ) -> Record | None:
         self.stats.count_write()
         with self._lock:
             current = self._live(name, now_ms)
+            if expected is not None and (current.tuned if current is not None else "") != expected:
+                return current
             if current is None:
                 current = Record(expires_at=now_ms // 1000 + policy.ttl_s, updated_at=now_ms)
             after = replace(current, tuned=tuned)

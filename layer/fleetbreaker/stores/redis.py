@@ -19,7 +19,14 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from fleetbreaker import record as schema
 from fleetbreaker import rules
-from fleetbreaker.errors import ConfigError, CorruptRecordError, StoreError
+from fleetbreaker.errors import (
+    ACCESS_DENIED,
+    AUTHENTICATION_REFUSED,
+    ConfigError,
+    CorruptRecordError,
+    StoreError,
+    StoreMisconfiguredError,
+)
 from fleetbreaker.frozen import replace
 from fleetbreaker.policy import Policy, check_weight
 from fleetbreaker.record import Decision, Lease, Outcome, ProbeReport, Record, Report, State
@@ -200,6 +207,10 @@ class RedisStore:
         self.stats = StoreStats()
         self._scripts = load_scripts()
         self._owns_client = client is None
+        # What named the cache and what supplies the login, for the errors a misconfiguration
+        # raises (StoreMisconfiguredError); StoreSettings.open names its variables instead.
+        self.configured_by = "client" if client is not None else "url" if url else URL_ENV
+        self.credentials_by = self.configured_by
         if client is not None:
             if url is not None:
                 raise ConfigError("RedisStore takes a client or a url, not both")
@@ -234,6 +245,32 @@ class RedisStore:
         """Every key the store uses for a breaker (all in one cluster slot)."""
         return (self.key(name),)
 
+    def upload_scripts(self) -> list[str]:
+        """SCRIPT LOAD every operation's script now; the operations' names, in order.
+
+        The store does this by itself when the cache answers NOSCRIPT; ``fleetbreaker doctor``
+        calls it to check the user may load them and the server runs them. A SHA1 the server
+        gives back that is not the script's own is a StoreError (the cache is not Redis as
+        the scripts know it).
+        """
+        from redis.exceptions import RedisError
+
+        loaded = []
+        for operation, script in self._scripts.items():
+            try:
+                sha = _text(self.client.script_load(script.source))
+            except (RedisError, ConfigError) as exc:
+                raise self.translate(exc, f"Redis SCRIPT LOAD of {operation} failed") from exc
+            except OSError as exc:
+                raise StoreError(f"Redis unreachable: {redact(str(exc))}") from exc
+            if sha != script.sha:
+                raise StoreError(
+                    f"Redis SCRIPT LOAD of {operation} answered SHA1 {sha[:40]!r}, "
+                    f"not the script's {script.sha}"
+                )
+            loaded.append(operation)
+        return loaded
+
     # -- raw calls -------------------------------------------------------------------------
 
     def _now_arg(self, now_ms: int) -> str:
@@ -257,15 +294,46 @@ class RedisStore:
                 # run again. Nothing ran the first time, so the retry cannot double-count.
                 self.client.script_load(script.source)
                 reply = self.client.evalsha(script.sha, len(keys), *keys, *args)
-        except RedisError as exc:
-            raise StoreError(
-                f"Redis {operation} failed for breaker {name!r}: {redact(str(exc))}"
-            ) from exc
+        except (RedisError, ConfigError) as exc:
+            raise self.translate(exc, f"Redis {operation} failed for breaker {name!r}") from exc
         except OSError as exc:  # a custom client may let a socket error through
             raise StoreError(f"Redis unreachable for breaker {name!r}: {redact(str(exc))}") from exc
         if not isinstance(reply, list) or len(reply) < 6:
             raise StoreError(f"Redis {operation} for breaker {name!r} gave {reply!r}")
         return reply
+
+    def translate(self, exc: Exception, what: str) -> StoreError:
+        """The store error a failed command becomes: a :class:`StoreMisconfiguredError` when
+        the login was refused or the user may not run the command (a setting must change),
+        else a plain :class:`StoreError` (weather)."""
+        from redis.exceptions import (
+            AuthenticationError,
+            AuthenticationWrongNumberOfArgsError,
+            NoPermissionError,
+        )
+
+        named = self.credentials_by
+        # A client's message may quote its URL: never with its password.
+        detail = redact(str(exc))
+        if isinstance(exc, (AuthenticationError, AuthenticationWrongNumberOfArgsError)):
+            return StoreMisconfiguredError(
+                f"{what}: the cache refused the login (set by {named}): {detail}",
+                problem=AUTHENTICATION_REFUSED,
+                variable=named,
+            )
+        if isinstance(exc, ConfigError):  # the credential provider's: no AWS credentials
+            return StoreMisconfiguredError(
+                f"{what}: no login for the cache (set by {named}): {detail}",
+                problem=AUTHENTICATION_REFUSED,
+                variable=named,
+            )
+        if isinstance(exc, NoPermissionError):
+            return StoreMisconfiguredError(
+                f"{what}: the cache's user (set by {named}) may not: {detail}",
+                problem=ACCESS_DENIED,
+                variable=named,
+            )
+        return StoreError(f"{what}: {detail}")
 
     def _outcome(self, operation: str, name: str, reply: list[Any]) -> Outcome:
         status, changed, before, after, token = (_text(v) for v in reply[:5])
@@ -377,8 +445,8 @@ class RedisStore:
             raise StoreError(f"{type(self.client).__name__} cannot SCAN: no scan_iter()")
         try:
             keys = sorted({_text(k) for k in cast("Any", scan_iter)(match=pattern, count=500)})
-        except RedisError as exc:
-            raise StoreError(f"Redis SCAN failed: {redact(str(exc))}") from exc
+        except (RedisError, ConfigError) as exc:
+            raise self.translate(exc, "Redis SCAN failed") from exc
         except OSError as exc:
             raise StoreError(f"Redis unreachable: {redact(str(exc))}") from exc
         for key in keys:
@@ -394,9 +462,18 @@ class RedisStore:
                 yield Listing(name, record)
 
     def tune(
-        self, name: str, policy: Policy, now_ms: int, tuned: str, action: Action | None
+        self,
+        name: str,
+        policy: Policy,
+        now_ms: int,
+        tuned: str,
+        action: Action | None,
+        *,
+        expected: str | None = None,
     ) -> Record | None:
         args = self._args(now_ms, policy, tuned, action.encode() if action is not None else "")
+        if expected is not None:
+            args.append(expected)
         return self._operation("tune", name, args).record
 
 

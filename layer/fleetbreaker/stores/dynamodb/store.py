@@ -175,10 +175,26 @@ class DynamoDBStore:
             boto_config=boto_config,
             endpoint_url=endpoint_url,
         )
+        self._wire.configured_by = TABLE_ENV if table_name is None else "table_name"
 
     @property
     def client(self) -> DynamoDBClient:
         return self._wire.client
+
+    @property
+    def configured_by(self) -> str:
+        """What named the table (``CIRCUIT_BREAKER_TABLE`` or ``table_name``): the errors of
+        a misconfigured store (:class:`~fleetbreaker.errors.StoreMisconfiguredError`) name it."""
+        return self._wire.configured_by
+
+    @configured_by.setter
+    def configured_by(self, setting: str) -> None:
+        self._wire.configured_by = setting
+
+    def translate(self, exc: Exception) -> StoreError:
+        """The store error a failed request on this table becomes (a
+        :class:`~fleetbreaker.errors.StoreMisconfiguredError` when a setting must change)."""
+        return self._wire.translate(exc)
 
     def prepare(self) -> None:
         """Build the client now (no request): the breaker calls this before the first store
@@ -516,9 +532,18 @@ class DynamoDBStore:
                 return
 
     def tune(
-        self, name: str, policy: Policy, now_ms: int, tuned: str, action: Action | None
+        self,
+        name: str,
+        policy: Policy,
+        now_ms: int,
+        tuned: str,
+        action: Action | None,
+        *,
+        expected: str | None = None,
     ) -> Record | None:
-        def plan(seen: Record | None, corrupt: dict[str, Any] | None, _: int) -> _Step:
+        def plan(seen: Record | None, corrupt: dict[str, Any] | None, _: int) -> _Step | Outcome:
+            if expected is not None and (seen.tuned if seen is not None else "") != expected:
+                return Outcome(seen)  # the settings changed since the caller read them
             state = seen.state if seen is not None else State.CLOSED
             write = Write(now_ms, policy, state, window=False)
             if tuned:
@@ -533,6 +558,14 @@ class DynamoDBStore:
             else:
                 # Fenced on the generation: the TTL written depends on the state it found.
                 write.require(write.usable()).require(write.is_(schema.GEN, seen.gen))
+                if expected is not None:
+                    # And on the settings the caller merged into: a tune in between re-plans.
+                    held = write.name(schema.TUNED)
+                    write.require(
+                        write.is_(schema.TUNED, expected)
+                        if expected
+                        else f"attribute_not_exists({held}) OR {write.is_(schema.TUNED, '')}"
+                    )
             return _Step(write, _changed(None))
 
         seen, corrupt = parse_or_corrupt(self._get(name), now_ms)
