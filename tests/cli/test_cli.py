@@ -98,8 +98,8 @@ def test_status_json_has_the_stable_keys(backend: Backend, name: str) -> None:
     assert status["state"] == "open"
     assert status["generation"] == 1
     assert 0 < status["retry_after"] <= POLICY.base_open_ms / 1000
-    # The count policy counts no calls; an open breaker's window holds nothing.
-    assert (status["calls"], status["slow_calls"], status["containers"]) == (0, 0, 0)
+    # The count policy counts no calls: none shown (null), not zero; no failing container.
+    assert (status["calls"], status["slow_calls"], status["containers"]) == (None, None, 0)
     assert status["tuned"] == {}
     assert status["last_action"] is None
 

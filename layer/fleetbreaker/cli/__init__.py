@@ -14,16 +14,16 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-from fleetbreaker.cli.aws import _aws_config, open_store, stack_outputs, store_environ
+from fleetbreaker.cli.aws import aws_config, open_store, stack_outputs, store_environ
 from fleetbreaker.cli.commands import run
 from fleetbreaker.cli.common import (
-    _POLICY,
     EXIT_INTERRUPTED,
     EXIT_NOT_FOUND,
     EXIT_OK,
     EXIT_UNREACHABLE,
     EXIT_USAGE,
     NOTHING_CHANGED,
+    POLICY,
     STORE_TIMEOUT_S,
     CliError,
     printable,
@@ -47,10 +47,10 @@ __all__ = [
     "EXIT_USAGE",
     "STORE_TIMEOUT_S",
     "TUNE_HELP",
-    "_POLICY",
+    "POLICY",
     "BreakerView",
     "CliError",
-    "_aws_config",
+    "aws_config",
     "build_parser",
     "gather_all",
     "gather_one",

@@ -43,7 +43,7 @@ CACHE_USER_OUTPUT = "BreakerCacheUserId"
 CACHE_NAME_OUTPUT = "BreakerCacheName"
 
 
-def _aws_error(exc: Exception, what: str) -> CliError:
+def aws_error(exc: Exception, what: str) -> CliError:
     from botocore.exceptions import BotoCoreError, ClientError
 
     if isinstance(exc, ClientError):
@@ -54,7 +54,7 @@ def _aws_error(exc: Exception, what: str) -> CliError:
     return CliError(EXIT_UNREACHABLE, f"{what}: {type(exc).__name__}: {exc}")
 
 
-def _aws_config() -> Any:
+def aws_config() -> Any:
     from botocore.config import Config
 
     return Config(
@@ -91,18 +91,18 @@ def stack_outputs(stack: str, region: str | None, profile: str | None = None) ->
     if not session.region_name:  # unset, or set empty (as dynamodb_client checks)
         raise CliError(EXIT_USAGE, NO_REGION)
     try:
-        client = session.client("cloudformation", config=_aws_config())
+        client = session.client("cloudformation", config=aws_config())
         stacks = client.describe_stacks(StackName=stack)["Stacks"]
     except ClientError as exc:
         if exc.response.get("Error", {}).get("Code") == "ValidationError":
             raise CliError(EXIT_USAGE, f"stack {stack!r} not found") from None
-        raise _aws_error(exc, f"cannot describe stack {stack!r}") from None
+        raise aws_error(exc, f"cannot describe stack {stack!r}") from None
     except Exception as exc:
         from botocore.exceptions import NoRegionError
 
         if isinstance(exc, NoRegionError):
             raise CliError(EXIT_USAGE, NO_REGION) from None
-        raise _aws_error(exc, f"cannot describe stack {stack!r}") from None
+        raise aws_error(exc, f"cannot describe stack {stack!r}") from None
     outputs = stacks[0].get("Outputs", []) if stacks else []
     return {o["OutputKey"]: o["OutputValue"] for o in outputs if "OutputKey" in o}
 
@@ -221,7 +221,7 @@ def dynamodb_client(args: argparse.Namespace) -> Any:
     if not session.region_name:  # unset, or set empty
         raise no_region
     try:
-        return session.client("dynamodb", endpoint_url=endpoint, config=_aws_config())
+        return session.client("dynamodb", endpoint_url=endpoint, config=aws_config())
     except NoRegionError:
         raise no_region from None
     except ValueError as exc:  # botocore's "Invalid endpoint" and the like

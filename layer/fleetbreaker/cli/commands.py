@@ -18,23 +18,23 @@ from fleetbreaker.redaction import redact
 
 if TYPE_CHECKING:
     from fleetbreaker.stores.base import AdminStore
-from fleetbreaker.cli.aws import _aws_error, caller_identity, dynamodb_client, open_store
+from fleetbreaker.cli.aws import aws_error, caller_identity, dynamodb_client, open_store
 from fleetbreaker.cli.common import (
-    _DEFAULTS,
-    _POLICY,
+    DEFAULTS,
     EXIT_NOT_FOUND,
     EXIT_OK,
     EXIT_USAGE,
+    POLICY,
     CliError,
-    _iso,
     if_interrupted,
+    iso,
     printable,
 )
 from fleetbreaker.cli.doctor import doctor
-from fleetbreaker.cli.parser import _option_name
+from fleetbreaker.cli.parser import option_name
 from fleetbreaker.cli.view import (
     BreakerView,
-    _colour_enabled,
+    colour_enabled,
     gather_all,
     gather_one,
     output_of,
@@ -61,7 +61,7 @@ def _require(
     name: str,
     where: str,
     now_ms: int,
-    window_seconds: float = _DEFAULTS.window_seconds,
+    window_seconds: float = DEFAULTS.window_seconds,
 ) -> BreakerView:
     view = gather_one(store, name, now_ms, window_seconds)
     if view is None:
@@ -71,7 +71,7 @@ def _require(
 
 def _tuning_from(args: argparse.Namespace) -> dict[str, int | float | str]:
     values = {s: getattr(args, s) for s in tuning.TUNABLE if getattr(args, s) is not None}
-    options = ", ".join(_option_name(s) for s in tuning.TUNABLE)
+    options = ", ".join(option_name(s) for s in tuning.TUNABLE)
     if args.clear and values:
         raise CliError(EXIT_USAGE, "tune takes settings or --clear, not both")
     if args.clear and args.replace:
@@ -79,7 +79,7 @@ def _tuning_from(args: argparse.Namespace) -> dict[str, int | float | str]:
     if not args.clear and not values:
         raise CliError(EXIT_USAGE, f"tune needs at least one of {options}, or --clear")
     try:
-        tuning.apply_tuning(_DEFAULTS, values)
+        tuning.apply_tuning(DEFAULTS, values)
     except ConfigError as exc:
         raise CliError(EXIT_USAGE, f"refused: {exc}") from None
     return values
@@ -91,9 +91,9 @@ def _print(args: argparse.Namespace, out: TextIO, views: Sequence[BreakerView]) 
         write_json(out, args.output, objects if args.command == "list" else objects[0])
     elif args.command == "list":
         if views:
-            out.write(render_table(views, _colour_enabled(out)) + "\n")
+            out.write(render_table(views, colour_enabled(out)) + "\n")
     else:
-        out.write(render_status(views[0], _colour_enabled(out)) + "\n")
+        out.write(render_status(views[0], colour_enabled(out)) + "\n")
 
 
 _FORCE_TARGETS = {"open": State.FORCED_OPEN, "disable": State.DISABLED, "reset": State.CLOSED}
@@ -140,7 +140,7 @@ def run(
             f"while breaker {name!r} was being {done}: it may or may not be; run "
             f"`fleetbreaker {args.command} {name}` again to be sure"
         ):
-            store.force_state(name, _POLICY, action.at, target, action=action)
+            store.force_state(name, POLICY, action.at, target, action=action)
         with if_interrupted(
             f"after breaker {name!r} was {done} (that is done): "
             f"`fleetbreaker status {name}` shows it"
@@ -154,7 +154,7 @@ def run(
             "be; run the same tune again to be sure (it merges them again)"
         ):
             if args.clear or args.replace:
-                store.tune(name, _POLICY, action.at, tuning.encode_tuned(values), action)
+                store.tune(name, POLICY, action.at, tuning.encode_tuned(values), action)
             else:
                 tune_merged(store, name, values, action)
         with if_interrupted(
@@ -191,7 +191,7 @@ def create_table(args: argparse.Namespace, out: TextIO) -> int:
     except (StoreError, CliError):
         raise
     except Exception as exc:
-        raise _aws_error(exc, f"cannot create table {table!r}") from None
+        raise aws_error(exc, f"cannot create table {table!r}") from None
     if args.output != "text":
         result = {
             "table": table,
@@ -244,18 +244,18 @@ def _watch(
             # quote the store's URL: never with its password.
             error = redact(str(exc))
             if as_json:
-                problem = {"name": name, "error": f"store error: {error}", "at": _iso(now)}
+                problem = {"name": name, "error": f"store error: {error}", "at": iso(now)}
                 out.write(json.dumps(problem, sort_keys=True) + "\n")
             else:
-                out.write(f"{_iso(now)}  store error: {printable(error)}\n")
+                out.write(f"{iso(now)}  store error: {printable(error)}\n")
         else:
             # Each frame says when it was read: piped into a log, frames are told apart.
             if as_json:
-                out.write(json.dumps({**view.as_json(), "at": _iso(now)}, sort_keys=True) + "\n")
+                out.write(json.dumps({**view.as_json(), "at": iso(now)}, sort_keys=True) + "\n")
             else:
                 if clear:
                     out.write("\x1b[H\x1b[2J")
-                out.write(f"at {_iso(now)}\n")
+                out.write(f"at {iso(now)}\n")
                 _print(args, out, [view])
                 if not clear:
                     out.write("\n")
@@ -282,7 +282,7 @@ def tune_merged(
     for _ in range(TUNE_ATTEMPTS):
         settings = tuning.merge_tuned(stored, values)
         try:
-            tuning.apply_tuning(_DEFAULTS, settings)
+            tuning.apply_tuning(DEFAULTS, settings)
         except ConfigError as exc:
             raise CliError(
                 EXIT_USAGE,
@@ -290,7 +290,7 @@ def tune_merged(
                 "them)",
             ) from None
         text = tuning.encode_tuned(settings)
-        after = store.tune(name, _POLICY, action.at, text, action, expected=stored)
+        after = store.tune(name, POLICY, action.at, text, action, expected=stored)
         if after is not None and after.tuned == text:
             return
         stored = after.tuned if after is not None else ""

@@ -30,8 +30,8 @@ IDENTITY_TIMEOUT_S = 2.0
 
 # Settings CLI callers cannot know (each container has its own config): the CLI checks tuned
 # values against BreakerConfig's defaults plus the values themselves.
-_DEFAULTS = BreakerConfig()
-_POLICY = Policy.from_config(_DEFAULTS)
+DEFAULTS = BreakerConfig()
+POLICY = Policy.from_config(DEFAULTS)
 
 
 class CliError(Exception):
@@ -52,7 +52,7 @@ def if_interrupted(what: str) -> Iterator[None]:
         raise CliError(EXIT_INTERRUPTED, f"interrupted {what}") from None
 
 
-def _iso(epoch_ms: int) -> str | None:
+def iso(epoch_ms: int) -> str | None:
     """``snapshot.iso_utc``, with no date for 0 and the number for a date it cannot show."""
     if epoch_ms <= 0:
         return None

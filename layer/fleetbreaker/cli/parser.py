@@ -44,7 +44,7 @@ class _Parser(argparse.ArgumentParser):
         return f"; did you mean {nearest[0]!r}?" if nearest else ""
 
 
-def _option_name(setting: str) -> str:
+def option_name(setting: str) -> str:
     return "--" + setting.replace("_", "-")
 
 
@@ -183,11 +183,11 @@ def build_parser() -> argparse.ArgumentParser:
     for setting, kind in tuning.TUNABLE.items():
         if kind is str:  # mode: enforce or shadow
             tune.add_argument(
-                _option_name(setting), dest=setting, choices=MODES, help=TUNE_HELP[setting]
+                option_name(setting), dest=setting, choices=MODES, help=TUNE_HELP[setting]
             )
         elif kind is int or kind is float:
             tune.add_argument(
-                _option_name(setting),
+                option_name(setting),
                 dest=setting,
                 type=_number(kind),
                 metavar=kind.__name__.upper(),

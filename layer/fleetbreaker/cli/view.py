@@ -19,10 +19,10 @@ from fleetbreaker.snapshot import Snapshot, snapshot_of
 if TYPE_CHECKING:
     from fleetbreaker.stores.base import AdminStore
 from fleetbreaker.cli.common import (
-    _DEFAULTS,
+    DEFAULTS,
     EXIT_USAGE,
     CliError,
-    _iso,
+    iso,
     printable,
 )
 
@@ -81,11 +81,11 @@ class BreakerView:
         self.state = "corrupt" if snapshot is None else snapshot.state.value
         self.generation = None if snapshot is None else snapshot.generation
         until = None if snapshot is None else snapshot.open_until
-        self.open_until = None if until is None else _iso(until)
+        self.open_until = None if until is None else iso(until)
         opened = snapshot is not None and snapshot.state is State.OPEN
         self.retry_after = snapshot.retry_after if snapshot is not None and opened else None
         updated = None if snapshot is None else snapshot.updated_at
-        self.last_change = None if updated is None else _iso(updated)
+        self.last_change = None if updated is None else iso(updated)
         # "enforce" or "shadow" when tuned live; None: each container runs its deployed
         # BREAKER_MODE (default enforce), which the record does not hold.
         mode = (tuned or {}).get("mode")
@@ -125,7 +125,7 @@ def view_of(
     record: Record | None,
     now_ms: int,
     error: str | None = None,
-    window_seconds: float = _DEFAULTS.window_seconds,
+    window_seconds: float = DEFAULTS.window_seconds,
 ) -> BreakerView:
     """The view of one breaker from its record (None: no record, i.e. closed).
 
@@ -134,7 +134,7 @@ def view_of(
     """
     if error is not None:
         return BreakerView(name, None, error=error)
-    config = dataclasses.replace(_DEFAULTS, window_seconds=window_seconds)
+    config = dataclasses.replace(DEFAULTS, window_seconds=window_seconds)
     tuned: dict[str, Any] = {}
     if record is not None:
         try:
@@ -150,7 +150,7 @@ def view_of(
             "action": action.action,
             "by": action.by,
             "reason": action.reason,
-            "at": _iso(action.at),
+            "at": iso(action.at),
         }
     due = (
         snapshot.state is State.OPEN
@@ -163,7 +163,7 @@ def view_of(
 
 
 def gather_one(
-    store: AdminStore, name: str, now_ms: int, window_seconds: float = _DEFAULTS.window_seconds
+    store: AdminStore, name: str, now_ms: int, window_seconds: float = DEFAULTS.window_seconds
 ) -> BreakerView | None:
     """One breaker's view, or None when the store holds no record of it."""
     try:
@@ -184,7 +184,7 @@ def _safe_view(
 
 
 def gather_all(
-    store: AdminStore, now_ms: int, window_seconds: float = _DEFAULTS.window_seconds
+    store: AdminStore, now_ms: int, window_seconds: float = DEFAULTS.window_seconds
 ) -> list[BreakerView]:
     """Every breaker in the store, sorted by name; one bad record never ends the walk."""
     views = [
@@ -202,7 +202,7 @@ def window_of(args: argparse.Namespace, environ: Any = None) -> float:
         seconds = env_field("window_seconds", environ)
     except ConfigError as exc:
         raise CliError(EXIT_USAGE, str(exc)) from None
-    return _DEFAULTS.window_seconds if seconds is None else float(seconds)
+    return DEFAULTS.window_seconds if seconds is None else float(seconds)
 
 
 # --------------------------------------------------------------------------- output
@@ -213,7 +213,7 @@ def _colour(state: str, text: str, enabled: bool) -> str:
     return f"\x1b[{code}m{text}\x1b[0m" if enabled and code else text
 
 
-def _colour_enabled(stream: TextIO) -> bool:
+def colour_enabled(stream: TextIO) -> bool:
     # https://no-color.org: any non-empty NO_COLOR turns colour off.
     return stream.isatty() and not os.environ.get("NO_COLOR")
 
