@@ -249,7 +249,9 @@ class CircuitBreaker:
         from fleetbreaker.stores import from_env as store_from_env
 
         config = BreakerConfig.from_env(environ, **config_overrides)
-        return cls(name, store=store_from_env(environ), config=config)
+        # Switched off, the breaker never asks a store: none need be named.
+        store = None if switched_off() else store_from_env(environ)
+        return cls(name, store=store, config=config)
 
     # -- what the breaker says -------------------------------------------------------------
 
