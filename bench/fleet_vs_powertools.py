@@ -542,7 +542,8 @@ def run(output: Path, overhead_only: bool = False) -> int:
                 f"  ratio rate + slow calls {a['ratio_rate']:.3f} (target {OVERHEAD_RATE_TARGET})"
             )
             print(
-                f"  ratio OpenTelemetry listener {a['ratio_otel']:.3f} (target {OVERHEAD_OTEL_TARGET})"
+                f"  ratio OpenTelemetry listener {a['ratio_otel']:.3f} "
+                f"(target {OVERHEAD_OTEL_TARGET})"
             )
             return 0
 
