@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import shutil
 from pathlib import Path
 from types import ModuleType
@@ -143,3 +144,25 @@ def test_the_measured_import_target_is_the_benchmarks_standing_one() -> None:
     bench = _bench_module("import_time")
     recorded = json.loads((RESULTS / "import_time.json").read_text())["target"]
     assert recorded == {"ratio": bench.TARGET_RATIO, "extra_ms_at_150ms": bench.TARGET_EXTRA_MS}
+
+
+# A measured latency (µs) or a ratio to the peer, typed into a page rather than rendered.
+UNMARKED = re.compile(r"\d ?µs|\d\.\d+ ?× ?Powertools|\d\.\d+ ?× `import boto3`")
+
+
+def _outside_figures(path: Path) -> str:
+    text = figures.MARKER.sub("", path.read_text())
+    if path.name == "README.md" and path.parent.name == "bench":
+        # bench/scale.py's section: its figures are PENDING (measured on another branch).
+        start = text.index("\n## scale.py")
+        end = text.find("\n## ", start + 1)
+        text = text[:start] + (text[end:] if end != -1 else "")
+    return text
+
+
+def test_no_page_types_a_latency_or_a_ratio_outside_a_figure() -> None:
+    # GIVEN every page, without its rendered figures
+    for path in figures.doc_paths():
+        # THEN no µs figure or ratio to Powertools or to `import boto3` is left in it by hand
+        typed = UNMARKED.findall(_outside_figures(path))
+        assert not typed, f"{path.relative_to(REPO_ROOT)}: {typed}: render it from bench/results"
