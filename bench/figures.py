@@ -377,6 +377,7 @@ def redis_stores(doc: Results) -> str:
 @figure("redis.pybreaker", REDIS)
 def redis_pybreaker(doc: Results) -> str:
     over = doc["overhead"]["overhead_ns"]
+
     def admitted(row: Results) -> str:
         # A degradation (the store missed its deadline: local state) is part of the figure.
         n = row.get("degradations", 0)
