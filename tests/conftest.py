@@ -158,6 +158,47 @@ def redis_factory() -> Iterator[Callable[[], RedisServer]]:
             server.stop()
 
 
+# Every store client the package builds in a test process gets the patient timeouts of the
+# test servers' own clients (servers.PATIENT_*), except in the tests about the wall clock and
+# the stores' timeouts themselves: those marked `realtime` (tests/faults, the Redis faults) or
+# `store_timeouts` (the defaults read back, a reply held past them), which get the package's
+# defaults back. Child processes (the CLI, the demo) keep the defaults; the deploy
+# rehearsal's functions get the patient ones (devtools/lambda_runtime.py).
+_DYNAMODB_DEFAULTS, _REDIS_DEFAULTS = servers.store_client_defaults()
+PRODUCTION = (
+    {setting: _DYNAMODB_DEFAULTS[setting] for setting in servers.PATIENT_DYNAMODB},
+    {setting: _REDIS_DEFAULTS[setting] for setting in servers.PATIENT_REDIS},
+)
+
+
+def _set_store_client_defaults(
+    patch: pytest.MonkeyPatch, dynamodb: dict[str, Any], redis: dict[str, Any]
+) -> None:
+    for defaults, values in ((_DYNAMODB_DEFAULTS, dynamodb), (_REDIS_DEFAULTS, redis)):
+        for setting, seconds in values.items():
+            patch.setitem(defaults, setting, seconds)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def patient_store_clients() -> Iterator[None]:
+    with pytest.MonkeyPatch.context() as patch:
+        _set_store_client_defaults(patch, servers.PATIENT_DYNAMODB, servers.PATIENT_REDIS)
+        yield
+
+
+@pytest.fixture(autouse=True)
+def own_store_timeouts(
+    request: pytest.FixtureRequest, patient_store_clients: None
+) -> Iterator[None]:
+    """The stores' own timeouts back for a test marked `realtime` or `store_timeouts`."""
+    if not any(request.node.get_closest_marker(m) for m in ("realtime", "store_timeouts")):
+        yield
+        return
+    with pytest.MonkeyPatch.context() as patch:
+        _set_store_client_defaults(patch, *PRODUCTION)
+        yield
+
+
 @pytest.fixture
 def clock() -> FakeClock:
     """Epoch milliseconds that move only when the test advances them."""
@@ -189,6 +230,57 @@ def tls_redis(redis_server: str, tmp_path_factory: pytest.TempPathFactory) -> It
         yield server
     finally:
         server.stop()
+
+
+# --------------------------------------------------------------------------- workers
+
+# `make test` runs the suite on several xdist workers (`--dist loadgroup`), each a pytest
+# session of its own: a session or module fixture is built once per worker that runs a test
+# using it. The fixtures below cost seconds each (a stack created, `sam build`, a demo run), so
+# the tests that use one go to one worker (one xdist group), and each is built once per run.
+# Keyed by the fixture's module and name; "{}" takes the test's parameter for the fixture
+# (each deployed parameter set is a group of its own, so the sets spread over the workers).
+SHARED_FIXTURES = {
+    "tests.rehearsal.conftest.rehearsal": "rehearsal-{}",
+    "tests.rehearsal.conftest.defer_rehearsal": "rehearsal-{}",
+    "tests.rehearsal.conftest.core_rehearsal": "rehearsal-core",
+    "tests.rehearsal.test_as_deployed.count_rehearsal": "rehearsal-{}",
+    "tests.rehearsal.test_bites.default_set": "rehearsal-default",
+    "tests.sam.test_rehearsal.deployment": "sam-deploy-{}",
+    "tests.sam.test_rehearsal.example_deployment": "sam-deploy-{}",
+    "tests.sam.test_build.build_dir": "sam-build",
+    "tests.sam.test_build.runtime_boto3": "sam-build",
+    "tests.demo.conftest.short_demo": "demo-short",
+    "tests.demo.conftest.noisy_demo": "demo-noisy",
+    "tests.bench.test_scale.rate": "scale-rate",
+    "tests.bench.test_scale.count": "scale-count",
+    "tests.redis.conftest.cluster_redis": "redis-cluster",
+}
+
+
+def shared_fixture_group(item: pytest.Item) -> str | None:
+    """The xdist group of a test using one of SHARED_FIXTURES (the first it requests)."""
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:  # a doctest
+        return None
+    callspec = getattr(item, "callspec", None)
+    params = callspec.params if callspec is not None else {}
+    for name in info.names_closure:
+        for definition in info.name2fixturedefs.get(name, ()):
+            group = SHARED_FIXTURES.get(f"{definition.func.__module__}.{name}")
+            if group is not None:
+                return group.format(params.get(name))
+    return None
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups into the test ids
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not config.pluginmanager.hasplugin("xdist"):
+        return  # the marker is xdist's (registered by it)
+    for item in items:
+        group = shared_fixture_group(item)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
 
 
 # --------------------------------------------------------------------------- CI skip rule
