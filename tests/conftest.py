@@ -27,6 +27,7 @@ from devtools.servers import (
     TlsRedisServer,
     make_certificates,
 )
+from tests import workers
 from tests.support import FakeClock
 
 IN_CI = bool(os.environ.get("CI"))
@@ -233,54 +234,32 @@ def tls_redis(redis_server: str, tmp_path_factory: pytest.TempPathFactory) -> It
 
 
 # --------------------------------------------------------------------------- workers
+# `make test` runs on pytest-xdist's workers; tests/workers.py keeps the tests that share a
+# costly fixture on one worker and starts the slow ones first.
 
-# `make test` runs the suite on several xdist workers (`--dist loadgroup`), each a pytest
-# session of its own: a session or module fixture is built once per worker that runs a test
-# using it. The fixtures below cost seconds each (a stack created, `sam build`, a demo run), so
-# the tests that use one go to one worker (one xdist group), and each is built once per run.
-# Keyed by the fixture's module and name; "{}" takes the test's parameter for the fixture
-# (each deployed parameter set is a group of its own, so the sets spread over the workers).
-SHARED_FIXTURES = {
-    "tests.rehearsal.conftest.rehearsal": "rehearsal-{}",
-    "tests.rehearsal.conftest.defer_rehearsal": "rehearsal-{}",
-    "tests.rehearsal.conftest.core_rehearsal": "rehearsal-core",
-    "tests.rehearsal.test_as_deployed.count_rehearsal": "rehearsal-{}",
-    "tests.rehearsal.test_bites.default_set": "rehearsal-default",
-    "tests.sam.test_rehearsal.deployment": "sam-deploy-{}",
-    "tests.sam.test_rehearsal.example_deployment": "sam-deploy-{}",
-    "tests.sam.test_build.build_dir": "sam-build",
-    "tests.sam.test_build.runtime_boto3": "sam-build",
-    "tests.demo.conftest.short_demo": "demo-short",
-    "tests.demo.conftest.noisy_demo": "demo-noisy",
-    "tests.bench.test_scale.rate": "scale-rate",
-    "tests.bench.test_scale.count": "scale-count",
-    "tests.redis.conftest.cluster_redis": "redis-cluster",
-}
+_GROUPS_DIR = pytest.StashKey[str]()
 
 
-def shared_fixture_group(item: pytest.Item) -> str | None:
-    """The xdist group of a test using one of SHARED_FIXTURES (the first it requests)."""
-    info = getattr(item, "_fixtureinfo", None)
-    if info is None:  # a doctest
-        return None
-    callspec = getattr(item, "callspec", None)
-    params = callspec.params if callspec is not None else {}
-    for name in info.names_closure:
-        for definition in info.name2fixturedefs.get(name, ()):
-            group = SHARED_FIXTURES.get(f"{definition.func.__module__}.{name}")
-            if group is not None:
-                return group.format(params.get(name))
-    return None
+def pytest_configure(config: pytest.Config) -> None:
+    if workers.distributed_by_group(config) and not hasattr(config, "workerinput"):
+        config.stash[_GROUPS_DIR] = workers.make_groups_dir(config)
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups into the test ids
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    if _GROUPS_DIR in node.config.stash:
+        node.workerinput[workers.GROUPS_DIR] = node.config.stash[_GROUPS_DIR]
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    if _GROUPS_DIR not in config.stash:
+        return None  # another --dist mode: xdist's own scheduler
+    return workers.make_scheduler(config, log, config.stash[_GROUPS_DIR])
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if not config.pluginmanager.hasplugin("xdist"):
-        return  # the marker is xdist's (registered by it)
-    for item in items:
-        group = shared_fixture_group(item)
-        if group is not None:
-            item.add_marker(pytest.mark.xdist_group(group))
+    workers.on_worker_collected(config, items)
 
 
 # --------------------------------------------------------------------------- CI skip rule

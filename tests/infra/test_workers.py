@@ -22,7 +22,7 @@ from _pytest.fixtures import FixtureFunctionDefinition
 
 from devtools import servers
 from fleetbreaker import DynamoDBStore, RedisStore
-from tests.conftest import SHARED_FIXTURES
+from tests.workers import SHARED_FIXTURES
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -68,6 +68,46 @@ def test_a_test_skipped_on_a_worker_fails_the_run_in_ci(tmp_path: Path) -> None:
     assert "2 passed, 2 skipped" in done.stdout
     assert "backend 1 missing" in done.stdout.split("skipped tests fail the run in CI")[1]
     assert "backend 2 missing" in done.stdout.split("skipped tests fail the run in CI")[1]
+
+
+RECORDER = """
+import os
+from tests.workers import shared_fixture_group
+
+def pytest_runtest_setup(item):
+    with open(os.environ["RECORD_TO"], "a") as record:
+        worker = os.environ["PYTEST_XDIST_WORKER"]
+        record.write(f"{worker} {shared_fixture_group(item)} {item.nodeid}\\n")
+"""
+
+
+def test_the_tests_of_a_shared_fixture_run_on_one_worker(tmp_path: Path) -> None:
+    # GIVEN a module whose cluster tests share a cluster-mode redis-server (redis-cluster)
+    (tmp_path / "recorder.py").write_text(RECORDER)
+    record = tmp_path / "record.txt"
+    env = {**os.environ, "RECORD_TO": str(record), "PYTHONPATH": str(tmp_path)}
+    env.pop("PYTEST_XDIST_WORKER", None)
+
+    # WHEN it runs on two workers as `make test` runs the suite
+    options = ["-n", "2", "--dist", "loadgroup", "-p", "recorder", "-p", "no:cov", "-q"]
+    options += ["-p", "no:cacheprovider"]
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", *options, "tests/redis/test_redis_hash_slots.py"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+
+    # THEN every test of the group ran on one worker, and the others were spread
+    ran = [line.split(" ", 2) for line in record.read_text().splitlines()]
+    grouped = {worker for worker, group, _ in ran if group == "redis-cluster"}
+    assert len([1 for _, group, _ in ran if group == "redis-cluster"]) > 5
+    assert len(grouped) == 1
+    assert {worker for worker, _, _ in ran} == {"gw0", "gw1"}
 
 
 def client_timeouts() -> tuple[float, float, float]:
