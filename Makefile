@@ -30,7 +30,7 @@ ARGS ?=
 # apt-get needs root; use sudo when not root (CI and the dev machines run as root).
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: help venv node redis deps lint test test-quick rehearse test-deployed mutate demo bench scale constraints clean distclean
+.PHONY: help venv node redis deps lint test test-quick time-tests rehearse test-deployed mutate demo bench scale constraints clean distclean
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-14s %s\n", $$1, $$2}' \
@@ -91,6 +91,12 @@ test-quick: export AWS_ACCESS_KEY_ID := testing
 test-quick: export AWS_SECRET_ACCESS_KEY := testing
 test-quick: venv ## the unit tests, the rules and the store contract on MemoryStore (a minute)
 	$(PYTEST) -n 2 $(QUICK_TESTS) $(PYTEST_ARGS)
+
+# The figures of docs/testing.md's "Speed": `make test`'s pytest run timed (after its set-up
+# and lint), with its CPU time, the load beside it and the slowest tests
+# (ARGS='--runs 3 --busy' beside a loop spinning one core; scripts/time_tests.py --help).
+time-tests: deps ## time make test's pytest run: wall and CPU time, load, the 25 slowest tests
+	$(PY) scripts/time_tests.py $(ARGS)
 
 # `make test` runs it too; this runs it alone (docs/testing.md, "The deploy rehearsal").
 rehearse: export SAM_CLI_TELEMETRY := 0
