@@ -80,6 +80,12 @@ class LoadSampler:
         )
 
 
+def in_the_foreground() -> None:
+    """preexec_fn: SIGINT at its default, as in a terminal's foreground job, also when this
+    script was started in the background (where the shell left SIGINT ignored)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def busy_loop() -> subprocess.Popen[bytes]:
     return subprocess.Popen(["bash", "-c", "while :; do :; done"], start_new_session=True)
 
@@ -94,7 +100,13 @@ def run_once(number: int, pytest_args: list[str], slowest: int, busy: bool) -> t
     began = time.monotonic()
     try:
         with LoadSampler() as load, log.open("w") as out:
-            done = subprocess.run(command, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
+            done = subprocess.run(
+                command,
+                cwd=ROOT,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                preexec_fn=in_the_foreground,
+            )
         seconds = time.monotonic() - began
         # CPU time of make, pytest and every process they waited for (servers, children):
         # what the run costs whatever else the machine does (read before the busy loop is
