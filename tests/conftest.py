@@ -27,7 +27,7 @@ from devtools.servers import (
     TlsRedisServer,
     make_certificates,
 )
-from tests import workers
+from tests import coverage_scope, workers
 from tests.support import FakeClock
 
 IN_CI = bool(os.environ.get("CI"))
@@ -73,6 +73,7 @@ def _sanitize_aws_environment() -> None:
 
 
 _sanitize_aws_environment()
+coverage_scope.install()  # moto in-process, untraced by coverage (tests/coverage_scope.py)
 
 
 # --------------------------------------------------------------------------- backends
