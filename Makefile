@@ -77,6 +77,10 @@ test: export SAM_CLI_TELEMETRY := 0
 test: export AWS_DEFAULT_REGION := us-east-1
 test: export AWS_ACCESS_KEY_ID := testing
 test: export AWS_SECRET_ACCESS_KEY := testing
+# Bytecode is written (an environment may forbid it, as this machine's does): hundreds of
+# processes the tests start (the CLI, the deploy rehearsal's functions, the workers) then
+# read the package, the functions and the tests compiled instead of compiling them again.
+test: export PYTHONDONTWRITEBYTECODE :=
 test: deps lint ## lint, then every test except the deployed-stack suite
 	@# pytest exits 5 when no test ran; make treats any non-zero exit as a failure.
 	$(PYTEST) -m "not deployed" $(WORKERS) $(COVERAGE) $(PYTEST_ARGS)
@@ -89,6 +93,7 @@ QUICK_TESTS := tests/unit tests/contract \
 test-quick: export AWS_DEFAULT_REGION := us-east-1
 test-quick: export AWS_ACCESS_KEY_ID := testing
 test-quick: export AWS_SECRET_ACCESS_KEY := testing
+test-quick: export PYTHONDONTWRITEBYTECODE :=
 test-quick: venv ## the unit tests, the rules and the store contract on MemoryStore (a minute)
 	$(PYTEST) -n 2 $(QUICK_TESTS) $(PYTEST_ARGS)
 
