@@ -33,6 +33,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from devtools import moto_validation
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DYNALITE_CLI = REPO_ROOT / "node_modules" / "dynalite" / "cli.js"
 LOOPBACK = "127.0.0.1"
@@ -270,9 +272,24 @@ def _http_answers(port: int) -> bool:
 
 
 class MotoServer(ServerProcess):
-    """moto's standalone server (`python -m moto.server`): AWS APIs over real HTTP."""
+    """moto's standalone server (`python -m moto.server`): AWS APIs over real HTTP.
+
+    ``validate_once``: moto checks each UpdateExpression once instead of once per action
+    (devtools/moto_validation.py), as the test suite's servers do; the demo and the
+    benchmarks leave it off and run moto as it is.
+    """
 
     name = "moto"
+
+    def __init__(
+        self,
+        port: int | None = None,
+        *,
+        ready_timeout: float = READY_TIMEOUT,
+        validate_once: bool = False,
+    ) -> None:
+        super().__init__(port, ready_timeout=ready_timeout)
+        self.validate_once = validate_once
 
     @staticmethod
     def check_installed() -> None:
@@ -289,7 +306,10 @@ class MotoServer(ServerProcess):
 
     def env(self) -> Mapping[str, str]:
         # Step Functions service integrations call back into moto at MOTO_PORT.
-        return {**super().env(), "MOTO_PORT": str(self.port), "PYTHONUNBUFFERED": "1"}
+        env = {**super().env(), "MOTO_PORT": str(self.port), "PYTHONUNBUFFERED": "1"}
+        if self.validate_once:
+            env[moto_validation.ENV] = "1"
+        return env
 
     def is_ready(self) -> bool:
         return _http_answers(self.port)

@@ -15,7 +15,7 @@ from typing import Any, NoReturn, TypeVar
 
 import pytest
 
-from devtools import servers
+from devtools import moto_validation, servers
 from devtools.servers import (
     BackendMissing,
     BlackholeServer,
@@ -74,6 +74,7 @@ def _sanitize_aws_environment() -> None:
 
 _sanitize_aws_environment()
 coverage_scope.install()  # moto in-process, untraced by coverage (tests/coverage_scope.py)
+moto_validation.validate_once()  # moto checks an UpdateExpression once, not once per action
 
 
 # --------------------------------------------------------------------------- backends
@@ -119,7 +120,7 @@ def _serve(server: S) -> Iterator[S]:
 @pytest.fixture(scope="session")
 def moto_server() -> Iterator[str]:
     """Endpoint URL of moto's standalone server (real HTTP, own process, MOTO_PORT set)."""
-    with _serve(MotoServer()) as server:
+    with _serve(MotoServer(validate_once=True)) as server:
         yield server.endpoint_url
 
 

@@ -27,6 +27,13 @@ from tests.workers import SHARED_FIXTURES
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def child_environment(**values: str) -> dict[str, str]:
+    """The environment of a pytest run inside this one: not a worker of this run, and not
+    measured by its coverage (what it runs is the suite's machinery, not the package)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("COVERAGE_", "PYTEST_"))}
+    return {**env, **values}
+
+
 @pytest.mark.parametrize("key", sorted(SHARED_FIXTURES))
 def test_each_shared_fixture_names_a_fixture_that_exists(key: str) -> None:
     # A renamed fixture would silently leave its tests ungrouped: each worker would build it.
@@ -48,8 +55,7 @@ def test_a_test_skipped_on_a_worker_fails_the_run_in_ci(tmp_path: Path) -> None:
                     pytest.skip("backend {index} missing")
             """)
         )
-    env = {**os.environ, "CI": "true"}
-    env.pop("PYTEST_XDIST_WORKER", None)
+    env = child_environment(CI="true")
 
     # WHEN pytest runs them on two workers
     plugins = ["-p", "tests.conftest", "-p", "no:cov", "-p", "no:cacheprovider"]
@@ -85,8 +91,7 @@ def test_the_tests_of_a_shared_fixture_run_on_one_worker(tmp_path: Path) -> None
     # GIVEN a module whose cluster tests share a cluster-mode redis-server (redis-cluster)
     (tmp_path / "recorder.py").write_text(RECORDER)
     record = tmp_path / "record.txt"
-    env = {**os.environ, "RECORD_TO": str(record), "PYTHONPATH": str(tmp_path)}
-    env.pop("PYTEST_XDIST_WORKER", None)
+    env = child_environment(RECORD_TO=str(record), PYTHONPATH=str(tmp_path))
 
     # WHEN it runs on two workers as `make test` runs the suite
     options = ["-n", "2", "--dist", "loadgroup", "-p", "recorder", "-p", "no:cov", "-q"]
@@ -152,9 +157,11 @@ def test_the_quick_tier_runs_the_unit_tests_and_the_contract_on_memory_store_onl
     del args[workers : workers + 2]
 
     # WHEN it only collects
+    plugins = ["-p", "no:cacheprovider", "-p", "no:cov"]
     collected = subprocess.run(
-        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *args],
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", *plugins, *args],
         cwd=ROOT,
+        env=child_environment(),
         capture_output=True,
         text=True,
         timeout=300,
