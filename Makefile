@@ -64,7 +64,9 @@ redis: ## install Debian's redis-server if missing (tests start their own, on fr
 			|| $(SUDO) invoke-rc.d redis-server stop >/dev/null 2>&1 || true; \
 	fi
 
-deps: venv node redis ## everything the tests need
+# The tests need all of it: dynalite (node), redis-server, and checkov (tests/sam runs it from
+# .venv-tools). The demo needs none of it: see demo below.
+deps: venv node redis tools ## everything the tests need (venv, dynalite, redis-server, checkov)
 
 lint: venv ## ruff (lint + format check) and mypy (strict on layer/fleetbreaker)
 	$(VENV)/bin/ruff check .
@@ -121,7 +123,11 @@ mutate: venv ## mutation testing of layer/fleetbreaker with mutmut, module by mo
 	$(PIP) install --quiet -c constraints.txt -e '.[dev,mutate]'
 	$(PY) scripts/mutate.py $(ARGS)
 
-demo: deps ## an outage seen by 16 containers, shared vs per-container breakers, or rate vs count (ARGS='--help')
+# The demo runs on the venv alone (moto's server and the payment API are Python): no dynalite,
+# no checkov. Only `--store redis` needs redis-server, so only that option installs it.
+DEMO_NEEDS := $(if $(filter redis --store=redis,$(ARGS)),redis)
+
+demo: venv $(DEMO_NEEDS) ## an outage seen by 16 containers, shared vs per-container breakers, or rate vs count (ARGS='--help')
 	$(PY) -m bench.demo $(ARGS)
 
 # make bench times this revision's package beside today's import (the package before the rate
@@ -151,11 +157,11 @@ distclean: clean ## clean, and remove .venv and node_modules too
 	rm -rf $(VENV) node_modules
 
 # ------------------------------------------------------------------ SAM application
-# template.yaml: the CircuitBreakers table, the layer (layer/Makefile), the payment function
-# (functions/payment/Makefile) behind an HTTP API, and the payment workflow with its gate and
-# charge functions (their Makefiles copy app.py; payment and charge also functions/shared's
-# payments.py). `sam build` needs neither Docker nor the runtime's own Python: the Makefiles
-# install pure-Python wheels only.
+# template.yaml: the CircuitBreakers table, the layers (layer/Makefile, one pair per runtime),
+# the payment function (functions/payment/Makefile) behind an HTTP API, and the payment
+# workflow with its gate and charge functions (their Makefiles copy app.py; payment and charge
+# also functions/shared's payments.py). `sam build` needs neither Docker nor the runtime's own
+# Python: the Makefiles install pure-Python wheels only.
 
 TOOLS_VENV := .venv-tools
 TOOLS_STAMP := $(TOOLS_VENV)/.stamp
@@ -175,8 +181,6 @@ LOCAL_ARCH ?= $(if $(filter aarch64 arm64,$(shell uname -m)),arm64,x86_64)
 .PHONY: tools constraints-tools build validate checkov env-json deploy deploy-guided invoke invoke-local
 
 # checkov's pins clash with the dev tools' (boto3, networkx, packaging), so it lives apart.
-deps: tools
-
 tools: $(TOOLS_STAMP) ## checkov in its own venv (.venv-tools), from constraints-tools.txt
 
 $(TOOLS_STAMP): constraints-tools.txt
@@ -191,7 +195,7 @@ constraints-tools: tools ## regenerate constraints-tools.txt from .venv-tools
 # The build Makefiles run pip with $(PYTHON): the venv's, whose pip version is pinned.
 build: export SAM_CLI_TELEMETRY := 0
 build: export PYTHON := $(CURDIR)/$(PY)
-build: venv ## sam build: the layer and the functions into .aws-sam/build (no Docker needed)
+build: venv ## sam build: the layers and the functions into .aws-sam/build (no Docker needed)
 	$(SAM) build
 
 # One fixed region when none is configured, so the lint does not depend on the shell's

@@ -49,15 +49,9 @@ import itertools
 
 from bench import prepare_environment
 from fleetbreaker import BreakerConfig, BreakerListener, CircuitBreaker, MemoryStore
-from fleetbreaker.state import (
-    WINDOW_BUCKETS,
-    Outcome,
-    Policy,
-    Record,
-    Report,
-    State,
-    bucket_index,
-)
+from fleetbreaker.policy import Policy
+from fleetbreaker.record import WINDOW_BUCKETS, Outcome, Record, Report, State
+from fleetbreaker.rules import bucket_index
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUTPUT = REPO_ROOT / "bench" / "results" / "scale.json"

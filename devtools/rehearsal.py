@@ -498,7 +498,7 @@ def breaker_problems(records: Iterable[Mapping[str, Any]]) -> list[str]:
     problems = []
     for record in records:
         event = record.get("breaker_event")
-        if event in ("store_error", "degraded", "corrupt_record"):
+        if event in ("store_error", "store_misconfigured", "degraded", "corrupt_record"):
             problems.append(f"{event}: {record.get('message')}")
     return problems
 

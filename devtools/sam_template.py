@@ -54,7 +54,50 @@ PARAMETER_SETS: dict[str, dict[str, str]] = {
     "redis-defer": {**REDIS, "OpenCircuitMode": "defer"},
     "rate": dict(RATE),
     "core": {"DeployExample": "false"},
+    "snapstart": {"SnapStart": "PublishedVersions"},
+    "shared-layers": {"DeployExample": "false", "LayerSharingOrganizationId": "o-a1b2c3d4e5"},
 }
+
+
+def layer_id(runtime: str, *, slim: bool = False) -> str:
+    """The logical id of a runtime's layer: ``FleetbreakerLayerPython313`` for python3.13,
+    ``FleetbreakerSlimLayerPython313`` for its slim twin (layer/Makefile builds
+    ``build-<logical id>``)."""
+    digits = runtime.removeprefix("python").replace(".", "")
+    return f"Fleetbreaker{'Slim' if slim else ''}LayerPython{digits}"
+
+
+def runtimes(template: dict[str, Any]) -> list[str]:
+    """The Python runtimes the template allows (its Runtime parameter): one layer pair each."""
+    allowed: list[str] = template["Parameters"]["Runtime"]["AllowedValues"]
+    return allowed
+
+
+def take_branches(value: Any, conditions: Mapping[str, bool]) -> Any:
+    """``value`` with every ``Fn::If`` replaced by the branch ``conditions`` take, and
+    ``AWS::NoValue`` left out of lists and mappings, as CloudFormation resolves them."""
+    no_value = {"Ref": "AWS::NoValue"}
+    if isinstance(value, list):
+        taken = [take_branches(item, conditions) for item in value]
+        return [item for item in taken if item != no_value]
+    if not isinstance(value, dict):
+        return value
+    if set(value) == {"Fn::If"}:
+        condition, when_true, when_false = value["Fn::If"]
+        return take_branches(when_true if conditions[condition] else when_false, conditions)
+    taken_items = {key: take_branches(item, conditions) for key, item in value.items()}
+    return {key: item for key, item in taken_items.items() if item != no_value}
+
+
+def attached_layers(
+    template: dict[str, Any], function: str, parameters: Mapping[str, str]
+) -> list[Any]:
+    """The layers ``function`` attaches in a stack deployed with ``parameters``."""
+    conditions = condition_values(template, parameters)
+    layers: list[Any] = take_branches(
+        template["Resources"][function]["Properties"].get("Layers", []), conditions
+    )
+    return layers
 
 
 def load_template(path: Path = TEMPLATE) -> dict[str, Any]:
@@ -125,6 +168,12 @@ def condition_values(template: dict[str, Any], parameters: Mapping[str, str]) ->
             separator, items = argument
             joined = evaluate(items)
             return separator.join(joined if isinstance(joined, list) else [joined])
+        if function == "Fn::Split":
+            separator, text = argument
+            return str(evaluate(text)).split(separator)
+        if function == "Fn::Select":
+            index, items = argument
+            return evaluate(items)[int(index)]
         arguments = [evaluate(item) for item in argument]
         if function == "Fn::Equals":
             return arguments[0] == arguments[1]

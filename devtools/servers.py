@@ -518,6 +518,11 @@ class BlackholeServer:
     def redis_url(self) -> str:
         return f"redis://{LOOPBACK}:{self.port}/0"
 
+    @property
+    def accepted(self) -> int:
+        """Connections accepted so far (each one a client now waiting for an answer)."""
+        return len(self._held)
+
     def _accept_loop(self) -> None:
         self._listener.settimeout(0.2)
         while not self._closed.is_set():
@@ -538,6 +543,89 @@ class BlackholeServer:
         self._held.clear()
 
     def __enter__(self) -> BlackholeServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class HoldingProxy:
+    """An HTTP proxy on 127.0.0.1 in front of a DynamoDB endpoint that holds chosen operations.
+
+    Every request is passed to ``upstream`` and its answer passed back, except a request whose
+    ``X-Amz-Target`` operation is in ``hold`` (``"DescribeTable"``, ``"UpdateItem"``...): that
+    one is held unanswered until close(), as a DynamoDB that took the request and has not
+    answered yet. ``held`` counts them, so a test knows when a client is waiting. The client
+    must not give up first: give it a read timeout longer than the test.
+    """
+
+    def __init__(self, upstream: str, hold: Sequence[str]) -> None:
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+        from urllib.parse import urlsplit
+
+        target = urlsplit(upstream)
+        self.hold = frozenset(hold)
+        self._held = 0
+        self._count_lock = threading.Lock()
+        self._closed = threading.Event()
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                operation = self.headers.get("X-Amz-Target", "").rpartition(".")[2]
+                if operation in proxy.hold:
+                    with proxy._count_lock:
+                        proxy._held += 1
+                    proxy._closed.wait()
+                    self.close_connection = True
+                    return
+                connection = http.client.HTTPConnection(
+                    target.hostname or LOOPBACK, target.port, timeout=30
+                )
+                try:
+                    headers = {k: v for k, v in self.headers.items() if k.lower() != "host"}
+                    connection.request("POST", self.path, body=body, headers=headers)
+                    answer = connection.getresponse()
+                    payload = answer.read()
+                finally:
+                    connection.close()
+                self.send_response(answer.status)
+                for key, value in answer.getheaders():
+                    if key.lower() not in ("content-length", "connection", "transfer-encoding"):
+                        self.send_header(key, value)
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        self._server = ThreadingHTTPServer((LOOPBACK, 0), Handler)
+        self._server.daemon_threads = True
+        self.port: int = self._server.server_address[1]
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, name="holding-proxy", daemon=True
+        )
+        self._thread.start()
+
+    @property
+    def endpoint_url(self) -> str:
+        return f"http://{LOOPBACK}:{self.port}"
+
+    @property
+    def held(self) -> int:
+        """Requests held so far (each one a client now waiting for its answer)."""
+        with self._count_lock:
+            return self._held
+
+    def close(self) -> None:
+        self._closed.set()
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=2)
+
+    def __enter__(self) -> HoldingProxy:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -16,24 +16,37 @@ listed and left as source. Any other file that does not compile (the package's, 
 function's own modules) fails the build. No interpreter for any of the runtimes is a warning:
 the layer then works as before, compiling at each cold start.
 
-    python compile_bytecode.py DIRECTORY 3.11 3.12 3.13 3.14
+``--source-only PATH`` (relative to the directory, repeatable) leaves a file or a folder
+as source: for what no cold start imports and a caller reaches only by asking for a
+feature fleetbreaker does not use, bytecode buys nothing and weighs as much as the source. A
+path that does not exist fails the build (a dependency that moved it would otherwise get its
+bytecode back unnoticed).
+
+    python compile_bytecode.py DIRECTORY [--source-only PATH ...] 3.11 3.12 3.13 3.14
 """
 
 from __future__ import annotations
 
+import argparse
 import glob
+import json
 import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-# Run by each interpreter: compile every .py under the directory, print the ones that failed.
+# Run by each interpreter: compile every .py under the directory but the source-only paths
+# (argv[2], a JSON list), print the ones that failed.
 COMPILE = """
-import py_compile, sys
+import json, py_compile, sys
 from pathlib import Path
+root = Path(sys.argv[1])
+source_only = [root / path for path in json.loads(sys.argv[2])]
 failed = []
-for path in sorted(Path(sys.argv[1]).rglob("*.py")):
+for path in sorted(root.rglob("*.py")):
+    if any(path == skip or skip in path.parents for skip in source_only):
+        continue
     try:
         py_compile.compile(
             str(path), doraise=True,
@@ -81,13 +94,36 @@ def interpreter(version: str) -> str | None:
     return None
 
 
+def parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="compile_bytecode.py",
+        description="Compile a built layer's (or function's) Python to checked-hash bytecode.",
+    )
+    parser.add_argument("directory", type=Path)
+    parser.add_argument("versions", nargs="+", metavar="VERSION", help="3.11, 3.12 ...")
+    parser.add_argument(
+        "--source-only",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="a file or folder under DIRECTORY to leave without bytecode (repeatable)",
+    )
+    # Options may come between the directory and the versions.
+    return parser.parse_intermixed_args(argv)
+
+
 def main(argv: list[str]) -> int:
-    if len(argv) < 2:
-        print(__doc__, file=sys.stderr)
-        return 2
-    directory, versions = Path(argv[0]), argv[1:]
+    arguments = parse(argv)
+    directory, versions = arguments.directory, arguments.versions
     if not directory.is_dir():
         print(f"compile_bytecode: {directory} is not a directory", file=sys.stderr)
+        return 2
+    missing = [path for path in arguments.source_only if not (directory / path).exists()]
+    if missing:
+        print(
+            f"compile_bytecode: --source-only {', '.join(missing)}: not under {directory}",
+            file=sys.stderr,
+        )
         return 2
     compiled = 0
     for version in versions:
@@ -96,7 +132,10 @@ def main(argv: list[str]) -> int:
             print(f"compile_bytecode: no python{version} here: its cold starts compile the source")
             continue
         result = subprocess.run(
-            [python, "-c", COMPILE, str(directory)], capture_output=True, text=True, check=False
+            [python, "-c", COMPILE, str(directory), json.dumps(arguments.source_only)],
+            capture_output=True,
+            text=True,
+            check=False,
         )
         if result.returncode != 0:
             print(f"compile_bytecode: python{version} failed:\n{result.stderr}", file=sys.stderr)
@@ -111,6 +150,8 @@ def main(argv: list[str]) -> int:
             return 1
         compiled += 1
         note = f", {len(failed)} file(s) left as source: {failed}" if failed else ""
+        if arguments.source_only:
+            note += f", source only as asked: {', '.join(arguments.source_only)}"
         print(f"compile_bytecode: python{version} ({python}){note}")
     if compiled == 0:
         # The layer still works on every runtime; its cold starts compile the package.

@@ -221,6 +221,61 @@ def refused_port() -> int:
     return servers.refused_port()
 
 
+class IamMoto:
+    """A private moto server that enforces IAM on actions (as tests/rehearsal's do), its admin,
+    and principals holding just the actions a test gives them.
+
+    moto authorises actions against ``*`` and ignores conditions (devtools/rehearsal.py), so a
+    principal's statements allow actions on every resource.
+    """
+
+    def __init__(self, endpoint_url: str) -> None:
+        from devtools.rehearsal import create_admin, enforce_iam
+
+        self.endpoint_url = endpoint_url
+        self.admin = create_admin(endpoint_url)
+        enforce_iam(endpoint_url)
+
+    def principal(self, *actions: str) -> Any:
+        """A new IAM user allowed exactly ``actions`` (e.g. "dynamodb:GetItem"), its keys."""
+        import uuid
+
+        from devtools.rehearsal import create_user
+
+        statements = [{"Effect": "Allow", "Action": list(actions), "Resource": "*"}]
+        return create_user(self.endpoint_url, f"p-{uuid.uuid4().hex[:10]}", statements, self.admin)
+
+    def environment(self, keys: Any) -> dict[str, str]:
+        """The variables that make a process (or boto3 in this one) sign as ``keys``."""
+        return {
+            "AWS_ACCESS_KEY_ID": keys.access_key_id,
+            "AWS_SECRET_ACCESS_KEY": keys.secret_access_key,
+        }
+
+    def client(self, service: str = "dynamodb") -> Any:
+        """A client signed as the admin."""
+        from devtools.rehearsal import client
+
+        return client(self.endpoint_url, service, self.admin)
+
+    def breaker_table(self) -> str:
+        """A breaker table shaped as template.yaml declares it (fleetbreaker create-table's)."""
+        import uuid
+
+        from fleetbreaker.stores import dynamodb_table
+
+        table = f"doctor-{uuid.uuid4().hex[:10]}"
+        dynamodb_table.ensure_table(self.client(), table)
+        return table
+
+
+@pytest.fixture(scope="session")
+def iam_moto() -> Iterator[IamMoto]:
+    """moto's server enforcing IAM: a server of its own (enforcement is server-wide)."""
+    with _serve(MotoServer()) as server:
+        yield IamMoto(server.endpoint_url)
+
+
 # --------------------------------------------------------------------------- TLS
 
 

@@ -3,10 +3,13 @@ dependency that counts its calls, and the helpers that build and trip breakers."
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import random
+import signal
 import threading
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import pytest
@@ -14,7 +17,8 @@ import pytest
 from fleetbreaker import BreakerConfig, CircuitBreaker, State
 from fleetbreaker.errors import StoreError
 from fleetbreaker.events import BreakerListener
-from fleetbreaker.state import Policy, Record
+from fleetbreaker.policy import Policy
+from fleetbreaker.record import Record
 from fleetbreaker.stores.memory import MemoryStore
 
 T0 = 1_700_000_000_000
@@ -72,6 +76,10 @@ class FlakyStore(MemoryStore):
     def report(self, *args: Any, **kwargs: Any) -> Any:
         self._check()
         return super().report(*args, **kwargs)
+
+    def census(self, *args: Any, **kwargs: Any) -> Any:
+        self._check()
+        return super().census(*args, **kwargs)
 
 
 class Dependency:
@@ -160,8 +168,44 @@ def function_reads(source: str, variable: str) -> bool:
 def quiet_rng() -> random.Random:
     """A seeded random source for a count-policy breaker whose test counts store requests.
 
-    Such a breaker sends a census write instead of a refresh read about once per 200 s, at
-    times drawn from its random source (fleetbreaker.refresh.Census). Seeded with 0, its
-    first census is 372 s after its first refresh: past any test that counts requests.
+    Such a breaker turns a refresh into a census write with a chance of its refresh gap
+    over 200 s (fleetbreaker.census.census_chance: 1 % for the longest counted gap), drawn
+    from its random source. Seeded with 7944, its first 500 draws are all above 2 %: no
+    census write in any test that counts requests.
     """
-    return random.Random(0)
+    return random.Random(7944)
+
+
+@contextlib.contextmanager
+def ctrl_c_when(ready: Callable[[], bool], timeout_s: float = 30.0) -> Iterator[None]:
+    """Send the main thread a real SIGINT (Ctrl-C) once ``ready()`` holds, from another thread.
+
+    The main thread, blocked in what the block runs (a store call waiting for a server that
+    holds its answer), gets the KeyboardInterrupt Python raises for it. ``ready`` is polled
+    at most ``timeout_s``; past it nothing is sent, and the block's own checks fail.
+    """
+    main = threading.main_thread().ident
+    assert main is not None
+    assert main == threading.get_ident(), "Ctrl-C reaches the main thread only"
+
+    inside = [True]
+    lock = threading.Lock()
+
+    def watch() -> None:
+        give_up = time.monotonic() + timeout_s
+        while not ready():
+            if time.monotonic() > give_up:
+                return
+            time.sleep(0.005)  # polls a condition; moves no clock
+        with lock:
+            if inside[0]:  # never after the block: a stray Ctrl-C would end the test session
+                signal.pthread_kill(main, signal.SIGINT)
+
+    watcher = threading.Thread(target=watch, name="ctrl-c", daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        with lock:
+            inside[0] = False
+        watcher.join(timeout_s)

@@ -12,6 +12,7 @@ from bench.demo.summary import STATES, StateIndex, intervals
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
 
     from bench.demo.scenario import Options
     from bench.demo.summary import RunRecord, RunSummary
@@ -251,6 +252,16 @@ def guarantees(options: Options, runs: list[Run]) -> list[tuple[bool | None, str
 
 def chart(runs: list[Run], path: Path) -> Path:
     """Calls reaching the API, calls turned away and the breaker's state, per run (PNG)."""
+    import matplotlib.pyplot as plt
+
+    fig = figure(runs)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def figure(runs: list[Run]) -> Figure:
+    """The chart: a column per run, and a legend per panel naming what that panel draws."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -261,7 +272,7 @@ def chart(runs: list[Run], path: Path) -> Path:
     fig, axes = plt.subplots(
         3,
         len(runs),
-        figsize=(6.5 * len(runs) + 1.5, 8),
+        figsize=(8.5 * len(runs) + 1.5, 8),
         sharex=True,
         sharey="row",
         squeeze=False,
@@ -273,31 +284,54 @@ def chart(runs: list[Run], path: Path) -> Path:
     axes[1][0].set_ylabel("calls turned away\nper second")
     axes[2][0].set_ylabel("containers seeing\nthe breaker as")
     for row in axes:
-        row[-1].legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=8, frameon=False)
+        for ax in row:
+            # Each panel's own legend, from what it drew: runs differ (a shadow run turns
+            # nothing away, per-container breakers have no drain), so one panel's legend
+            # cannot stand for another's. The bars first, as they are stacked.
+            handles, labels = ax.get_legend_handles_labels()
+            if not handles:
+                continue
+            order = sorted(range(len(handles)), key=lambda i: _is_line(handles[i]))
+            ax.legend(
+                [handles[i] for i in order],
+                [labels[i] for i in order],
+                loc="upper left",
+                bbox_to_anchor=(1.01, 1.0),
+                fontsize=7,
+                frameon=False,
+            )
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return fig
+
+
+def _is_line(handle: object) -> bool:
+    from matplotlib.container import BarContainer
+    from matplotlib.patches import Polygon
+
+    return not isinstance(handle, (BarContainer, Polygon))
 
 
 def _plot_run(run: Run, calls: Axes, turned: Axes, states: Axes, until: float) -> None:
+    """One run's column. A series is drawn, and so labelled, only when it holds something."""
     record, summary = run.record, run.summary
     bins = intervals(record, BIN, until)
     starts = [row.start for row in bins]
     charged = [row.api_charged / BIN for row in bins]
     failed = [row.api_failed / BIN for row in bins]
-    calls.bar(starts, charged, BIN, align="edge", color=COLOURS["charged"], label="charged")
-    calls.bar(
-        starts,
-        failed,
-        BIN,
-        bottom=charged,
-        align="edge",
-        color=COLOURS["failed"],
-        label="failed: the API is down, or noise"
-        if summary.noise_failures
-        else "failed: the API is down",
-    )
+    if any(charged):
+        calls.bar(starts, charged, BIN, align="edge", color=COLOURS["charged"], label="charged")
+    if any(failed):
+        calls.bar(
+            starts,
+            failed,
+            BIN,
+            bottom=charged,
+            align="edge",
+            color=COLOURS["failed"],
+            label="failed: the API is down, or noise"
+            if summary.noise_failures
+            else "failed: the API is down",
+        )
     if record.drained:
         # The deferred-payments consumer's charges (already in the bars: the provider saw them).
         drained = [sum(row.start <= at < row.end for at in record.drained) / BIN for row in bins]
@@ -315,7 +349,7 @@ def _plot_run(run: Run, calls: Axes, turned: Axes, states: Axes, until: float) -
     # Turned away: the breaker answered without calling the provider (503, or 202 deferred).
     rejected = [(row.turned_away - row.deferred) / BIN for row in bins]
     deferred = [row.deferred / BIN for row in bins]
-    if any(rejected) or not any(deferred):
+    if any(rejected):
         turned.bar(
             starts,
             rejected,
@@ -334,22 +368,33 @@ def _plot_run(run: Run, calls: Axes, turned: Axes, states: Axes, until: float) -
             color=COLOURS["deferred"],
             label="202: deferred to SQS",
         )
+    if not any(rejected) and not any(deferred):
+        turned.text(
+            0.5,
+            0.5,
+            "no call turned away",
+            transform=turned.transAxes,
+            ha="center",
+            va="center",
+            color="#546e7a",
+        )
     # The state is sampled finely: containers learn of a change within one call.
     index = StateIndex(record)
     times = [i * STATE_STEP for i in range(round(until / STATE_STEP) + 1)]
     counts = [index.counts(t) for t in times]
+    seen = [state for state in STATES if any(count[state] for count in counts)]
     states.stackplot(
         times,
-        *[[count[state] for count in counts] for state in STATES],
+        *[[count[state] for count in counts] for state in seen],
         step="post",
-        colors=[COLOURS[state] for state in STATES],
-        labels=[state.replace("_", "-") for state in STATES],
+        colors=[COLOURS[state] for state in seen],
+        labels=[state.replace("_", "-") for state in seen],
     )
     states.set_ylim(0, record.containers)
     states.set_xlabel("seconds since the run began")
     closed = summary.recovery_to_closed
     for ax in (calls, turned, states):
-        # Labelled once, in the top row's legend ("_" hides a label from a legend).
+        # Labelled once, in the run's top panel ("_" hides a label from a legend).
         hide = "" if ax is calls else "_"
         ax.axvspan(
             *record.outage, color=COLOURS["outage"], zorder=0, label=f"{hide}the API is down"

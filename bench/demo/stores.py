@@ -20,7 +20,8 @@ from fleetbreaker import MemoryStore, State
 from fleetbreaker.stores.base import StoreStats
 
 if TYPE_CHECKING:
-    from fleetbreaker.state import Outcome, Policy, ProbeReport, Record, Report
+    from fleetbreaker.policy import Policy
+    from fleetbreaker.record import Outcome, ProbeReport, Record, Report
     from fleetbreaker.stores.base import Store
 
 # Kinds of StoreSpec: the shared stores of scenario.STORES, and a container's own.

@@ -6,19 +6,25 @@ Task before the protected step and a ``record`` Task after it. Both talk to the 
 
 Requests and answers
 --------------------
-``{"action": "check", "breaker": "payment-api", "max_wait_seconds": 60}``
-    → ``{"breaker", "state", "decision", "retry_after", "wait_seconds", "token", "degraded"}``.
+``{"action": "check", "breaker": "payment-api", "max_wait_seconds": 60, "probe_seconds": 40}``
+    → ``{"breaker", "state", "decision", "retry_after", "wait_seconds", "token", "degraded",
+    "mode", "would"}``.
     ``decision`` is ``allow``, ``probe`` or ``reject``. A probe comes with a ``token`` that the
     record step must pass back. ``wait_seconds`` is ``retry_after`` as the whole number of
     seconds a Wait state's ``SecondsPath`` accepts: rounded up, at least 1 when rejected, 0
     otherwise, and capped at the request's ``max_wait_seconds`` (optional) and at
-    ``GATE_MAX_WAIT_SECONDS``, whichever is lower. ``mode`` is ``enforce`` or ``shadow``.
+    ``GATE_MAX_WAIT_SECONDS``, whichever is lower. ``probe_seconds`` (optional) is how long
+    the protected step may take, from this check to its record: should the check win the
+    probe, its lease lasts that long (capped by ``BREAKER_PROBE_LEASE_SECONDS``), and a check
+    turned away while the probe runs is told to wait until the probe's deadline rather than
+    to the end of a whole lease. ``mode`` is ``enforce`` or ``shadow``.
     In shadow mode (``BREAKER_MODE=shadow``, or tuned live) the gate answers as if closed
-    (``allow``, ``closed``, no wait, no token) whatever the breaker says, and adds ``would``:
+    (``allow``, ``closed``, no wait, no token) whatever the breaker says, and ``would`` is
     ``{"decision", "state", "retry_after", "wait_seconds"}``, what it would have answered
-    in enforce mode. Its record step then counts the outcome as an enforcing gate's would
-    (and settles a due probe once the step has run), so the fleet's breaker trips and
-    recovers as usual.
+    in enforce mode (``null`` in enforce mode: the key is always there, so a Task's
+    ResultSelector can pass it on). Its record step then counts the outcome as an enforcing
+    gate's would (and settles a due probe once the step has run), so the fleet's breaker
+    trips and recovers as usual.
 
 ``{"action": "record", "breaker": "payment-api", "outcome": "success" | "failure", "token": ...}``
     → ``{"breaker", "outcome", "applied", "stale_token", "state", "detail"}``. With the probe's
@@ -29,8 +35,9 @@ Requests and answers
 
 ``{"action": "status", "breaker": "payment-api"}``
     → ``{"breaker", "state", "generation", "calls", "failures", "slow_calls", "containers",
-    "failure_rate", "slow_call_rate", "retry_after", "open_until", "updated_at", "mode"}``: the
-    fleet's view of the breaker (its sliding window under the rate policy), for a Choice state
+    "failure_rate", "slow_call_rate", "retry_after", "open_until", "updated_at", "mode",
+    "census_writes"}``: the fleet's view of the breaker (its sliding window under the rate
+    policy; under the count policy ``calls`` and the rates are null), for a Choice state
     that branches on more than the state. It admits nothing and records nothing.
 
 A request the gate cannot serve raises :class:`InvalidGateRequest` (a workflow catches it by
@@ -77,7 +84,7 @@ from fleetbreaker.config import env_number
 from fleetbreaker.errors import ConfigError
 from fleetbreaker.naming import validate_name
 from fleetbreaker.observability import default_listeners, log_metrics
-from fleetbreaker.state import Decision, State
+from fleetbreaker.record import Decision, State
 from fleetbreaker.stores import StoreSettings
 
 if TYPE_CHECKING:
@@ -96,12 +103,14 @@ logger = Logger(service="breaker-gate")
 ACTIONS = ("check", "record", "status")
 OUTCOMES = ("success", "failure")
 FIELDS = {
-    "check": {"action", "breaker", "max_wait_seconds"},
+    "check": {"action", "breaker", "max_wait_seconds", "probe_seconds"},
     "record": {"action", "breaker", "outcome", "token"},
     "status": {"action", "breaker"},
 }
 # A Wait state takes at most a year; an hour is already far beyond any sane open window.
 MAX_WAIT_LIMIT = 3600
+# No step outlives a standard workflow's longest execution, a year (the lease caps it anyway).
+MAX_PROBE_SECONDS = 366 * 86_400
 # Error messages quote what they refuse, bounded: Step Functions keeps at most 32 KB of an
 # error's cause, and a log line of megabytes helps nobody.
 MAX_LISTED_FIELDS = 10
@@ -197,6 +206,23 @@ def _parse(event: object) -> tuple[str, str]:
     return action, name
 
 
+def _probe_seconds(event: Mapping[str, Any]) -> float | None:
+    """The check's ``probe_seconds``: the protected step's deadline, or None (the lease)."""
+    if "probe_seconds" not in event:
+        return None
+    value = event["probe_seconds"]
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not 0 < value <= MAX_PROBE_SECONDS
+    ):
+        raise InvalidGateRequest(
+            "probe_seconds: must be a positive number of seconds (how long the protected "
+            f"step may take), at most {MAX_PROBE_SECONDS}, got {_shown(value)}"
+        )
+    return float(value)
+
+
 # --------------------------------------------------------------------------- the gate
 
 
@@ -246,7 +272,7 @@ class BreakerGate:
         action, name = _parse(event)
         assert isinstance(event, Mapping)  # _parse checked it
         if action == "check":
-            return self.check(name, self._max_wait(event))
+            return self.check(name, self._max_wait(event), _probe_seconds(event))
         if action == "status":
             return self.status(name)
         return self.record(name, event)
@@ -257,9 +283,11 @@ class BreakerGate:
         del view["name"]
         return {"breaker": name, **view}
 
-    def check(self, name: str, max_wait_seconds: int) -> dict[str, Any]:
+    def check(
+        self, name: str, max_wait_seconds: int, probe_seconds: float | None = None
+    ) -> dict[str, Any]:
         breaker = self.breaker(name)
-        admission = breaker.check()
+        admission = breaker.check(probe_seconds=probe_seconds)
         wait = 0
         if not admission.allowed:
             wait = min(max_wait_seconds, max(1, math.ceil(admission.retry_after_s)))
@@ -272,6 +300,7 @@ class BreakerGate:
             "token": admission.token,
             "degraded": admission.degraded,
             "mode": breaker.mode,
+            "would": None,
         }
         if breaker.mode == "shadow":
             # As if closed, whatever the breaker says; what enforce would have said beside it.

@@ -42,8 +42,10 @@ from urllib.parse import urlsplit
 
 from aws_lambda_powertools import Logger
 
-# The config module only (no breaker: the workflow counts outcomes through the gate).
+# The config module only (no breaker: the workflow counts outcomes through the gate), and the
+# redaction of a URL that may carry the provider's key.
 from fleetbreaker import config as layer_config
+from fleetbreaker import redaction
 from payments import (
     InvalidPayment,
     PaymentProviderError,
@@ -101,7 +103,9 @@ class ChargeSettings:
             raise ChargeConfigError("environment variable PAYMENT_API_URL is required")
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ChargeConfigError(f"PAYMENT_API_URL must be an http(s) URL, got {url!r}")
+            raise ChargeConfigError(
+                f"PAYMENT_API_URL must be an http(s) URL, got {redaction.redact_url(url)!r}"
+            )
         return cls(
             url,
             _seconds(env, "PAYMENT_CONNECT_TIMEOUT", 1.0),

@@ -33,7 +33,7 @@ from fleetbreaker import BreakerListener, State
 from fleetbreaker.stores.dynamodb import parse_item
 
 if TYPE_CHECKING:
-    from fleetbreaker.state import Record
+    from fleetbreaker.record import Record
 
 DETAIL_TYPE = "Circuit Breaker State Changed"
 SOURCE = "fleetbreaker"

@@ -21,6 +21,7 @@ import requests
 
 from fleetbreaker import BreakerConfig, CircuitBreaker, ConfigError
 from fleetbreaker.config import env_number
+from fleetbreaker.redaction import redact_url
 from fleetbreaker.stores import StoreSettings
 from payments import (
     PaymentProviderError,
@@ -86,7 +87,7 @@ class Settings:
     def from_env(cls, env: Mapping[str, str]) -> Settings:
         url = _text(env, "PAYMENT_API_URL")
         if not url.startswith(("https://", "http://")):
-            raise SettingsError(f"PAYMENT_API_URL must be an http(s) URL, got {url!r}")
+            raise SettingsError(f"PAYMENT_API_URL must be an http(s) URL, got {redact_url(url)!r}")
         mode = _text(env, "OPEN_CIRCUIT_MODE", "reject").lower()
         if mode not in OPEN_CIRCUIT_MODES:
             raise SettingsError(

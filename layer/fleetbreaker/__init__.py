@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from fleetbreaker._version import __version__
 from fleetbreaker.breaker import CircuitBreaker
 from fleetbreaker.config import BreakerConfig
 from fleetbreaker.errors import (
@@ -26,11 +27,12 @@ from fleetbreaker.errors import (
     InvalidTokenError,
     StoreDeadlineError,
     StoreError,
+    StoreMisconfiguredError,
     TableNotFoundError,
 )
 from fleetbreaker.events import BreakerListener, LoggingListener
+from fleetbreaker.record import Decision, State
 from fleetbreaker.results import Admission, RecordResult, StoreErrorStats
-from fleetbreaker.state import Decision, State
 from fleetbreaker.stores.fallback import FallbackStore
 
 if TYPE_CHECKING:
@@ -38,10 +40,9 @@ if TYPE_CHECKING:
     from fleetbreaker.stores.memory import MemoryStore
     from fleetbreaker.stores.redis import RedisStore
 
-__version__ = "0.1.0"
-
 __all__ = [
     "Admission",
+    "__version__",
     "BreakerConfig",
     "BreakerListener",
     "CircuitBreaker",
@@ -61,6 +62,7 @@ __all__ = [
     "StoreDeadlineError",
     "StoreError",
     "StoreErrorStats",
+    "StoreMisconfiguredError",
     "TableNotFoundError",
 ]
 

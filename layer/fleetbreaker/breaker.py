@@ -1,33 +1,59 @@
-"""The circuit breaker: admission, the protected call, and recording its outcome."""
+"""The circuit breaker: a call admitted, run and counted, and what steers the breaker.
+
+One call through the breaker, file by file:
+
+1. :meth:`CircuitBreaker.call` (here) asks the admission pipeline for an Admission;
+2. :meth:`fleetbreaker.admission.AdmissionPipeline.admit` reads the record
+   (:mod:`fleetbreaker.view`: the cache, or one refresh) and runs it through the stages;
+3. an allowed call runs in the counting strategy (:mod:`fleetbreaker.count` or
+   :mod:`fleetbreaker.rate`), which counts its outcome; a probe's outcome settles its lease
+   (:mod:`fleetbreaker.probes`); a rejected call gets the fallback or CircuitOpenError;
+4. every store operation goes through :class:`~fleetbreaker.stores.fallback.FallbackStore`
+   (the deadline, degraded mode), whose answers come back here (:meth:`_answered`) to the
+   cache, the strategy and live tuning.
+
+The breaker owns the wiring, the operator overrides (``force_open``, ``disable``,
+``reset``), ``from_env``, and swapping the strategy and shadow mode when live tuning says so.
+"""
 
 from __future__ import annotations
 
 import functools
-import logging
+import math
+import os
 import random
-import secrets
-import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
-from fleetbreaker import state as rules
-from fleetbreaker.cache import RecordCache
+from fleetbreaker.admission import AdmissionPipeline, Shadow
+from fleetbreaker.classify import OutcomeJudge
+from fleetbreaker.clock import system_clock
 from fleetbreaker.config import BreakerConfig
-from fleetbreaker.controls import OperatorControls
+from fleetbreaker.count import CountStrategy
+from fleetbreaker.counting import CountingContext
 from fleetbreaker.errors import CircuitOpenError, ConfigError, InvalidTokenError
-from fleetbreaker.events import BreakerListener, Hooks, LoggingListener
-from fleetbreaker.naming import process_container_id, validate_container_id, validate_name
+from fleetbreaker.events import BreakerListener, Hooks, LoggingListener, StateChange
+from fleetbreaker.live import LiveTuning
+from fleetbreaker.naming import (
+    container_key,
+    process_container_id,
+    validate_container_id,
+    validate_name,
+)
+from fleetbreaker.probes import ProbeLeases
+from fleetbreaker.record import Decision, State, TransitionReason
 from fleetbreaker.results import Admission, RecordResult, StoreErrorStats
-from fleetbreaker.state import Decision, Policy, ProbeReport, Record, State
+from fleetbreaker.rules import lease_slot
 from fleetbreaker.stores.fallback import FallbackStore
+from fleetbreaker.switch import announce, switched_off
+from fleetbreaker.view import RecordCache, RecordView
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
     from typing import ParamSpec
 
-    from fleetbreaker.ramp import RecoveryRamp
-    from fleetbreaker.refresh import Census
-    from fleetbreaker.reporting import Reporter
-    from fleetbreaker.shadow import ShadowMode
+    from fleetbreaker.counting import Counting
+    from fleetbreaker.record import Record
     from fleetbreaker.snapshot import Snapshot
     from fleetbreaker.stores.base import Store
 
@@ -36,23 +62,14 @@ if TYPE_CHECKING:
 R = TypeVar("R")
 Clock = Callable[[], int]
 
-log = logging.getLogger("fleetbreaker")
-
-
-def system_clock() -> int:
-    """Epoch milliseconds from the wall clock (shared with other containers' clocks)."""
-    return time.time_ns() // 1_000_000
-
-
-# Enum members read through their class cost a descriptor call on Python 3.11 (about ten
-# times a module global's read, three of them per decision): the hot path reads these.
+# Read on every call: module globals, not enum attributes (see admission.py).
 _ALLOW, _PROBE, _REJECT = Decision.ALLOW, Decision.PROBE, Decision.REJECT
 _CLOSED, _DISABLED = State.CLOSED, State.DISABLED
 
 _UNSET: Any = object()
 
 
-class CircuitBreaker(OperatorControls):
+class CircuitBreaker:
     """One named breaker, shared by every container that uses the same store and name.
 
     Parameters
@@ -84,6 +101,10 @@ class CircuitBreaker(OperatorControls):
     container_id:
         The identity ``min_containers`` counts; default a random id per process (one Lambda
         container is one process). Pass one to run a fleet inside one process.
+
+    With ``FLEETBREAKER_DISABLED=true`` in the environment (unit tests of your own code),
+    every breaker lets every call through and makes no store request
+    (:mod:`fleetbreaker.switch`).
 
     Example
     -------
@@ -118,75 +139,144 @@ class CircuitBreaker(OperatorControls):
         if fallback is not None and not callable(fallback):
             raise ConfigError(f"fallback must be callable, got {fallback!r}")
         self.fallback = fallback
-        self.store: Store = store if store is not None else _default_store()
+        off = switched_off()
+        if store is None:
+            store = _default_store() if not off else _inert_store()
+        self.store: Store = store
         self.listeners: list[BreakerListener] = (
             list(listeners) if listeners is not None else [LoggingListener()]
         )
         self.clock: Clock = clock or system_clock
         self.rng = rng or random.Random()
-        # The policy follows the live-tuned settings stored with the record (see _policy).
-        self._tuned_text = ""
-        self._policy = Policy.from_config(config)
-        # Shadow mode (config.mode, live-tunable): read only off the hot path.
-        self._shadow: ShadowMode | None = None
-        self._cache = RecordCache(round(config.cache_ttl * 1000))
-        # A store that decides on its own clock refused a probe claim of this generation
-        # until this time (on our clock): (gen, until_ms). See _admit.
-        self._claim_barred: tuple[int, int] | None = None
-        # Waiting for another thread's refresh: longer than a store read can take.
-        self._refresh_wait_s = config.store_deadline_seconds + 1.0
-        self._hooks = Hooks(self.listeners, self.name)
-        self._emit = self._hooks.emit
-        self._decision_hooks = self._hooks.decision
-        self._store = FallbackStore(
-            self.store,
-            clock=self.clock,
-            backoff_seconds=config.store_backoff_seconds,
-            deadline_seconds=config.store_deadline_seconds,
-            emit=self._emit,
-            on_answer=self._answered,
-        )
-        self.stats: StoreErrorStats = self._store.fallback_stats
-        self._ramp: RecoveryRamp | None = None
-        if config.recovery_ramp_seconds:
-            from fleetbreaker.ramp import RecoveryRamp
-
-            self._ramp = RecoveryRamp(config.recovery_ramp_seconds)
-        self._allow = {state: Admission(self.name, _ALLOW, state) for state in (_CLOSED, _DISABLED)}
         self.container_id = (
             process_container_id() if container_id is None else validate_container_id(container_id)
         )
-        # Rate policy, slow calls, quorum: calls are tallied and reported in batches by a
-        # reporter, built (with its module) when the settings first ask for one.
-        self._reporter: Reporter | None = None
-        self._reporting: Reporter | None = None  # the reporter while the settings report
-        # The plain count policy's fleet-size signal, built (with its module) at the first
-        # refresh: its census writes stretch a large fleet's refreshes and thin its failure
-        # writes (fleetbreaker.refresh.Census).
-        self._census: Census | None = None
-        if config.reporting and not callable(getattr(self.store, "report", None)):
+        if config.reporting and not callable(getattr(store, "report", None)):
             raise ConfigError(
-                f"{type(self.store).__name__} has no report operation: the rate policy, slow "
+                f"{type(store).__name__} has no report operation: the rate policy, slow "
                 "calls and min_containers need one (every store of this package has it)"
             )
-        self._adopt_reporting(config, self._policy)
+        self._hooks = hooks = Hooks(self.listeners, self.name)
+        self._store = FallbackStore(
+            store,
+            clock=self.clock,
+            backoff_seconds=config.store_backoff_seconds,
+            deadline_seconds=config.store_deadline_seconds,
+            emit=hooks.emit,
+            on_answer=self._answered,
+        )
+        self.stats: StoreErrorStats = self._store.fallback_stats
+        self._tuning = LiveTuning(config, self.name)
+        policy = self._tuning.policy
+        self._cache_ms = round(config.cache_ttl * 1000)
+        # Placeholder refresh until the strategy below is chosen (nothing reads before).
+        self._view = RecordView(
+            self.name,
+            self._store,
+            RecordCache(self._cache_ms),
+            self._store_load,
+            wait_s=config.store_deadline_seconds + 1.0,
+        )
+        self._context = CountingContext(
+            self.name,
+            self._store,
+            self._view,
+            clock=self.clock,
+            rng=self.rng,
+            container_key=container_key(self.container_id),
+            emit=hooks.emit,
+            judge=OutcomeJudge(config, self.name),
+        )
+        self._probes = ProbeLeases(
+            self.name,
+            self._store,
+            rng=self.rng,
+            recovery_jitter=config.recovery_jitter,
+            emit=hooks.emit,
+            observe=self._observe,
+        )
+        self._pipeline = AdmissionPipeline(
+            self.name,
+            self._view,
+            self._probes,
+            hooks,
+            policy=policy,
+            degraded=lambda: self._store.degraded,
+            ramp_seconds=config.recovery_ramp_seconds,
+            rng=self.rng,
+        )
+        # The hot path's allow: an identity test picks the healthy call's branch.
+        self._allow_closed = self._pipeline.allow_closed
+        self._shadow: Shadow | None = None
+        self._counting: Counting = self._strategy(config)
         self._adopt_mode(config)
+        # Switched off (FLEETBREAKER_DISABLED): never a store request. The hot path's method
+        # is replaced on the instance, so breakers that are on pay nothing for the switch.
+        self._off = off
+        if off:
+            self._guarded = self._unguarded  # type: ignore[method-assign]
+            announce(self.name)
+        elif config.verify_store:
+            # One read at init: a misconfigured store fails the init (ConfigError); an
+            # unreachable one (weather) lets it start, degraded.
+            self._store.verify(self.name, self.clock())
 
     def __repr__(self) -> str:
         return f"CircuitBreaker({self.name!r}, store={type(self.store).__name__})"
 
-    # -- public API ------------------------------------------------------------------------
+    @classmethod
+    def from_env(
+        cls, name: str, *, environ: Mapping[str, str] | None = None, **config_overrides: Any
+    ) -> CircuitBreaker:
+        """A breaker whose store and config both come from the environment.
+
+        The store from the ``CIRCUIT_BREAKER_*`` variables (:func:`fleetbreaker.stores.
+        from_env`), the config from ``BREAKER_*`` (:meth:`BreakerConfig.from_env`), with
+        ``config_overrides`` (classification predicates, for instance) taking precedence
+        over the variables. ``environ`` defaults to ``os.environ``.
+
+        Example
+        -------
+        >>> breaker = CircuitBreaker.from_env(
+        ...     "payment-api",
+        ...     environ={"CIRCUIT_BREAKER_TABLE": "CircuitBreakers",
+        ...              "BREAKER_FAILURE_THRESHOLD": "3"},
+        ...     failure_exceptions=(TimeoutError,),
+        ... )
+        >>> breaker.config.failure_threshold, breaker.config.failure_exceptions
+        (3, (<class 'TimeoutError'>,))
+        """
+        from fleetbreaker.stores import from_env as store_from_env
+
+        config = BreakerConfig.from_env(environ, **config_overrides)
+        # Switched off, the breaker never asks a store: none need be named.
+        store = None if switched_off() else store_from_env(environ)
+        return cls(name, store=store, config=config)
+
+    # -- what the breaker says -------------------------------------------------------------
 
     @property
     def state(self) -> State:
         """The breaker's state as this container sees it (cached for ``cache_ttl``)."""
-        record = self._read(self.clock())
-        return record.state if record is not None else _CLOSED
+        if self._off:
+            return _DISABLED
+        return _state_of(self._view.read(self.clock()))
 
     @property
     def degraded(self) -> bool:
         """True while the store is unreachable and the breaker runs on local state."""
         return self._store.degraded
+
+    @property
+    def effective_config(self) -> BreakerConfig:
+        """The config in force: ``config`` with the fleet's live tuning applied (the record
+        carries it; ``config`` is the one the breaker was built with)."""
+        return self._tuning.config
+
+    @property
+    def mode(self) -> str:
+        """``"enforce"`` or ``"shadow"``: the config's mode, or the fleet's live-tuned one."""
+        return "shadow" if self._pipeline.shadow is not None else "enforce"
 
     def snapshot(self) -> Snapshot:
         """The fleet's view of this breaker, read through the cache.
@@ -194,8 +284,16 @@ class CircuitBreaker(OperatorControls):
         State, generation, the sliding window's calls, failures and slow calls, the failing
         containers (up to ``min_containers``), the rates, ``retry_after`` and ``open_until``.
         """
+        from fleetbreaker.snapshot import snapshot_of
+
         now = self.clock()
-        return rules.snapshot_of(self.name, self._read(now), self._policy, now, self.mode)
+        record = None if self._off else self._view.read(now)
+        snapshot = snapshot_of(self.name, record, self._tuning.policy, now, self.mode)
+        if self._off:
+            from fleetbreaker.frozen import replace
+
+            return replace(snapshot, state=_DISABLED)
+        return snapshot
 
     def report_hung_calls(self) -> int:
         """Report the calls running past ``slow_call_duration`` as slow calls, now.
@@ -204,8 +302,10 @@ class CircuitBreaker(OperatorControls):
         or a test with an injected clock calls it after moving the clock. Returns how many
         calls it reported.
         """
-        reporting = self._reporting
-        return reporting.report_hung_calls() if reporting is not None else 0
+        hung = getattr(self._counting, "report_hung_calls", None)
+        return hung() if hung is not None else 0
+
+    # -- calls -----------------------------------------------------------------------------
 
     def call(self, fn: Callable[..., R], /, *args: Any, **kwargs: Any) -> R:
         """Run ``fn(*args, **kwargs)`` through the breaker.
@@ -232,119 +332,50 @@ class CircuitBreaker(OperatorControls):
         chosen = self.fallback if fallback is _UNSET else fallback
         return lambda inner: self._decorate(inner, chosen)
 
-    def check(self) -> Admission:
+    def check(self, *, probe_seconds: float | None = None) -> Admission:
         """Decide one call without running anything: allow, probe (with a token) or reject.
 
         Pair it with :meth:`record`. ``call`` and the decorator do both for you.
+
+        ``probe_seconds`` is how long the call may take (its deadline, e.g. a workflow step's
+        timeout): should this check win a probe, its lease lasts that long, capped by
+        ``probe_lease_seconds``, so callers turned away meanwhile are told to come back at
+        the probe's deadline rather than at the end of a whole lease. Default: the lease.
         """
-        return self._admit(self.clock())
-
-    def _admit(self, now: int) -> Admission:
-        record = self._read(now)
-        verdict = rules.verdict(record, self._policy, now)
-        if verdict.decision is _PROBE and (
-            self._claim_barred is not None or self._census is not None
-        ):
-            verdict = self._keep_refusal(record, verdict, now)
-        if verdict.decision is _PROBE and self._shadow is not None:
-            # No lease while the call runs: an enforcing container must be able to probe.
-            return self._shadow.admission(verdict, _PROBE)
-        if verdict.decision is _PROBE:
-            nonce = secrets.token_hex(8)
-            outcome = self._store.claim_probe(self.name, self._policy, now, nonce, record)
-            self._observe(outcome.record)
-            if outcome.token is not None:
-                admission = Admission(
-                    self.name, _PROBE, State.HALF_OPEN, 0.0, outcome.token, self.degraded
-                )
-                self._emit("on_decision", self.name, admission.decision, admission.state)
-                return admission
-            verdict = rules.verdict(outcome.record, self._policy, now)
-            wait = outcome.retry_after_ms
-            if verdict.decision is _PROBE and wait and outcome.record is not None:
-                self._claim_barred = (outcome.record.gen, now + wait)
-                verdict = rules.Verdict(_REJECT, verdict.state, wait)
-            elif verdict.decision is _PROBE:
-                # Lost every race for a slot: wait for the next lease to end.
-                verdict = rules.Verdict(_REJECT, verdict.state, 100)
-        if self._ramp is not None and verdict.state is _CLOSED:
-            # Recovery ramp: decided locally from the record already read (no store request).
-            ramped_ms = self._ramp.rejects(record, now, self.rng.random())
-            if ramped_ms:
-                verdict = rules.Verdict(_REJECT, _CLOSED, ramped_ms)
-        degraded = self._store.degraded
-        if verdict.decision is _ALLOW and not degraded:
-            admission = self._allow[verdict.state]  # the hot path: no allocation
-        elif verdict.decision is _REJECT and self._shadow is not None:
-            return self._shadow.admission(verdict, _REJECT)
-        else:
-            admission = Admission(
-                self.name,
-                verdict.decision,
-                verdict.state,
-                verdict.retry_after_ms / 1000,
-                None,
-                degraded,
-            )
-        for hook in self._decision_hooks:  # inline: every admitted call passes here
-            try:
-                hook(self.name, admission.decision, admission.state)
-            except Exception:
-                self._hooks.failed(hook, "on_decision")
-        return admission
-
-    def _thin_claim(self, verdict: rules.Verdict) -> rules.Verdict:
-        """A large count-policy fleet claims a probe with probability 1 / weight, as it writes
-        failures (refresh.failure_weight): not thousands of claim writes in the second an
-        open window ends. One that does not claim is turned away as a lost race is."""
-        census = self._census
-        if census is None or self._reporting is not None or self._shadow is not None:
-            return verdict
-        if self._store.degraded:
-            return verdict
-        weight = census.failure_weight()
-        if weight <= 1 or self.rng.random() * weight < 1:
-            return verdict
-        return rules.Verdict(_REJECT, verdict.state, 100)
-
-    def _keep_refusal(
-        self, record: Record | None, verdict: rules.Verdict, now: int
-    ) -> rules.Verdict:
-        """The store refused a claim on its own clock, for this generation: ours runs ahead.
-
-        Keep its answer until it said, instead of asking again on every call. Else, in a
-        large count-policy fleet, claim only with probability 1 / weight (_thin_claim).
-        """
-        barred = self._claim_barred
-        if barred is None or record is None or record.gen != barred[0] or now >= barred[1]:
-            return self._thin_claim(verdict)
-        return rules.Verdict(_REJECT, verdict.state, barred[1] - now)
+        lease_ms = None
+        if probe_seconds is not None:
+            if (
+                isinstance(probe_seconds, bool)
+                or not isinstance(probe_seconds, (int, float))
+                or not 0 < probe_seconds < math.inf
+            ):
+                raise ValueError(f"probe_seconds must be a positive number, got {probe_seconds!r}")
+            lease_ms = max(1, round(probe_seconds * 1000))
+        if self._off:
+            return Admission(self.name, _ALLOW, _DISABLED)
+        return self._pipeline.admit(self.clock(), lease_ms)
 
     def record(self, success: bool, token: str | None = None) -> RecordResult:
         """Report the outcome of a call admitted by :meth:`check`.
 
         With a probe ``token`` the probe is settled (a token whose lease has ended is a
-        no-op, reported with ``applied=False``); without one a failure is counted and a
-        success, as always in closed state, writes nothing.
+        no-op, reported with ``applied=False``); without one the outcome is counted by the
+        policy (a failure written, or tallied; a success, in closed state, writes nothing).
         """
         now = self.clock()
+        if token is not None and (not isinstance(token, str) or lease_slot(token) is None):
+            raise InvalidTokenError(f"not a probe token of this package: {token!r}")
+        if self._off:
+            return RecordResult(False, _DISABLED, "switched off by FLEETBREAKER_DISABLED")
         if token is not None:
-            if not isinstance(token, str) or rules.lease_slot(token) is None:
-                raise InvalidTokenError(f"not a probe token of this package: {token!r}")
             return self._settle(token, success, now)
-        if self._shadow is not None:
-            shadowed = self._shadow.outcome(success, now)
+        shadow = self._pipeline.shadow
+        if shadow is not None:
+            record = self._view.read(now)
+            shadowed = shadow.outcome(self._tuning.policy, record, success, now)
             if shadowed is not None:
                 return shadowed
-        reporting = self._reporting
-        if reporting is not None:
-            reporting.count(success, now)
-            return RecordResult(True, self._state_of(self._cache.last_seen), "call tallied")
-        if success:
-            return RecordResult(True, self._state_of(self._read(now)), "success: nothing to write")
-        return self._count_failure(now)
-
-    # -- internals -------------------------------------------------------------------------
+        return self._counting.count(success, now)
 
     def _decorate(
         self, fn: Callable[..., R], fallback: Callable[..., Any] | None
@@ -364,138 +395,217 @@ class CircuitBreaker(OperatorControls):
         kwargs: dict[str, Any],
     ) -> R:
         now = self.clock()
-        admission = self._admit(now)
-        if admission.decision is _REJECT:
-            self._emit("on_rejected", self.name, admission.state, admission.retry_after_s)
+        admission = self._pipeline.admit(now)
+        if admission is self._allow_closed:  # the hot path: closed, healthy
+            return self._counting.run(now, fn, args, kwargs)
+        decision = admission.decision
+        if decision is _REJECT:
+            emit = self._hooks.emit
+            emit("on_rejected", self.name, admission.state, admission.retry_after_s)
             if fallback is None:
                 raise CircuitOpenError(self.name, admission.state, admission.retry_after_s)
-            self._emit("on_fallback", self.name, admission.state)
+            emit("on_fallback", self.name, admission.state)
             result: R = fallback(admission, *args, **kwargs)
             return result
         if admission.shadow is not None:
-            return self._shadow_mode().call(admission, fn, args, kwargs)
-        reporting = self._reporting
-        if reporting is not None and admission.decision is _ALLOW:
-            if admission.state is _DISABLED:
-                return fn(*args, **kwargs)
-            return reporting.run(now, fn, args, kwargs)
+            return self._run_shadowed(admission, fn, args, kwargs)
+        if decision is _PROBE:
+            assert admission.token is not None  # a granted claim carries its token
+            return self._run_probe(admission.token, fn, args, kwargs)
+        if admission.state is _DISABLED:  # allow everything, record nothing
+            return fn(*args, **kwargs)
+        return self._counting.run(now, fn, args, kwargs)
+
+    def _run_probe(
+        self, token: str, fn: Callable[..., R], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> R:
+        judge = self._context.judge
         try:
             result = fn(*args, **kwargs)
         except Exception as exc:
-            self._finish(admission, success=not self.config.counts_exception(exc))
+            self._settle(token, not judge.exception_fails(exc), self.clock())
             raise
-        except BaseException:
-            # Interrupted (SystemExit, KeyboardInterrupt): no verdict on the dependency. A
-            # probe lease simply runs out.
-            raise
-        self._finish(admission, success=not self._judge(result))
+        # An interrupt (SystemExit, KeyboardInterrupt) is no verdict on the dependency: the
+        # probe's lease simply runs out.
+        self._settle(token, not judge.result_fails(result), self.clock())
         return result
 
-    def _judge(self, result: Any) -> bool:
-        """Whether a returned value counts as a failure (a raising predicate: it does)."""
+    def _run_shadowed(
+        self,
+        admission: Admission,
+        fn: Callable[..., R],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> R:
+        """A call an enforcing breaker would have rejected (it counts nowhere) or probed (its
+        outcome settles a probe once it has finished)."""
+        shadow = self._shadow
+        if admission.shadow is _REJECT or shadow is None:
+            return fn(*args, **kwargs)
+        judge = self._context.judge
         try:
-            return self.config.counts_result(result)
-        except Exception:
-            log.exception(
-                "circuit %s: failure_result predicate raised; counted as failure", self.name
-            )
-            return True
-
-    def _finish(self, admission: Admission, success: bool) -> None:
-        if admission.decision is _PROBE and admission.token is not None:
-            self._settle(admission.token, success, self.clock())
-        elif admission.state is _DISABLED or success:
-            return
-        else:
-            self._count_failure(self.clock())
-
-    def _count_failure(self, now: int) -> RecordResult:
-        observed = self._cache.last_seen
-        census = self._census
-        weight = census.failure_weight() if census is not None else 1
-        if weight > 1 and not self._store.degraded:
-            # A large fleet: written with probability 1 / weight, counted weight times.
-            if self.rng.random() * weight >= 1:
-                state = self._state_of(observed)
-                return RecordResult(False, state, f"failure not written: 1 in {weight} is")
-            outcome = self._store.record_failure(self.name, self._policy, now, observed, weight)
-        else:
-            outcome = self._store.record_failure(self.name, self._policy, now, observed)
-        state = self._state_of(outcome.record)
-        if outcome.changed:
-            self._emit("on_failure_recorded", self.name, state)
-            return RecordResult(True, state, "failure counted")
-        return RecordResult(False, state, f"breaker is {state.value}: failure not counted")
+            result = fn(*args, **kwargs)
+        except Exception as exc:
+            success = not judge.exception_fails(exc)
+            shadow.probe(self._tuning.policy, success, self.clock(), self._view.last_seen)
+            raise
+        success = not judge.result_fails(result)
+        shadow.probe(self._tuning.policy, success, self.clock(), self._view.last_seen)
+        return result
 
     def _settle(self, token: str, success: bool, now: int) -> RecordResult:
-        observed = self._cache.last_seen
-        jitter = 1.0 - self.rng.random() * self.config.recovery_jitter
-        report = ProbeReport(token, success, jitter)
-        outcome = self._store.settle_probe(self.name, self._policy, now, report, observed)
-        self._observe(outcome.record)
-        state = self._state_of(outcome.record)
-        self._emit("on_probe", self.name, success, outcome.changed)
-        if outcome.changed:
-            return RecordResult(True, state, f"probe {'succeeded' if success else 'failed'}")
-        return RecordResult(False, state, "stale probe token: its lease has ended; nothing changed")
+        policy = self._tuning.policy
+        return self._probes.settle(policy, token, success, now, self._view.last_seen)
+
+    # -- operator overrides ----------------------------------------------------------------
+
+    def force_open(self, *, reason: str | None = None, by: str | None = None) -> State:
+        """Operator override: reject every call until :meth:`reset`.
+
+        ``reason`` and ``by`` (default: the local user), when either is given, are stored
+        with the record as its last operator action (the store must be an AdminStore).
+        """
+        return self._force(State.FORCED_OPEN, reason, by)
+
+    def disable(self, *, reason: str | None = None, by: str | None = None) -> State:
+        """Operator override: allow every call and record nothing until :meth:`reset`."""
+        return self._force(State.DISABLED, reason, by)
+
+    def reset(self, *, reason: str | None = None, by: str | None = None) -> State:
+        """Release an override or close the breaker, forgetting failures and back-off."""
+        return self._force(State.CLOSED, reason, by)
+
+    def _force(self, target: State, reason: str | None, by: str | None) -> State:
+        # Operator actions go to the store or fail loudly: a silent local override would
+        # leave the rest of the fleet unaware of it.
+        if self._off:
+            return _DISABLED
+        now = self.clock()
+        policy = self._tuning.policy
+        if reason is None and by is None:
+            outcome = self._store.force_state(self.name, policy, now, target)
+        else:
+            from fleetbreaker.stores.base import AdminStore
+            from fleetbreaker.tuning import operator_action
+
+            if not isinstance(self.store, AdminStore):
+                raise ConfigError(
+                    f"{type(self.store).__name__} cannot record who forced a breaker and why"
+                )
+            action = operator_action(target.value, reason, by, now)
+            outcome = self._store.force_state(self.name, policy, now, target, action=action)
+        if outcome.transition is not None:
+            emit = self._hooks.emit
+            emit("on_transition", self.name, *outcome.transition)
+            gen = outcome.record.gen if outcome.record is not None else 0
+            change = StateChange(*outcome.transition, gen, TransitionReason.OPERATOR)
+            emit("on_state_change", self.name, change)
+        return _state_of(outcome.record)
+
+    # -- the store's answers, live tuning, the strategy ------------------------------------
+
+    def _answered(self, record: Record | None, now: int) -> None:
+        """Every shared-store answer: into the cache (fresh for as long as the strategy
+        says), to the strategy, and to live tuning, which travels with the record."""
+        counting = self._counting
+        self._view.cache.put(record, now, counting.fresh_ms(record, now))
+        counting.observe(record)
+        seen = self._view.last_seen
+        text = seen.tuned if seen is not None else ""
+        if text != self._tuning.text:
+            config = self._tuning.follow(text)
+            if config is not None:
+                self._adopt(config)
 
     def _observe(self, record: Record | None) -> None:
-        """Tell the tally the generation the store holds (its older counts are stale)."""
-        reporting = self._reporting
-        if reporting is not None:
-            reporting.observe(record)
+        self._counting.observe(record)
 
-    @staticmethod
-    def _state_of(record: Record | None) -> State:
-        return record.state if record is not None else _CLOSED
+    def _store_load(self, now: int) -> Record | None:
+        return self._store.load(self.name, now)
 
-    def _read(self, now: int) -> Record | None:
-        hit, record = self._cache.get(now)
-        if hit:
-            return record
-        if self._store.paused(now):  # answered locally: no store call to share
-            return self._store.load(self.name, now)
-        # One thread per container refreshes; the others wait for its answer (bounded: longer
-        # than a store read can take) instead of sending the same read, or acting on a view
-        # older than cache_ttl: that view may still say closed after the fleet tripped.
-        if not self._cache.begin_refresh(wait_s=self._refresh_wait_s):
-            return self._store.load(self.name, now)
-        try:
-            hit, record = self._cache.get(now)
-            if hit:
-                return record
-            reporting = self._reporting
-            if reporting is not None and reporting.refreshes_by_report:
-                # The report's answer is the fleet's record: it replaces the refresh read.
-                return reporting.flush(now, load_if_empty=True)
-            if reporting is None:
-                # The plain count policy: a read, or now and then a census write instead.
-                return self._count_census(now).refresh(self._policy, now, self._cache.last_seen)
-            # If the refresh this thread waited for failed, this answers locally.
-            return self._store.load(self.name, now)
-        finally:
-            self._cache.end_refresh()
+    def _adopt(self, config: BreakerConfig) -> None:
+        """Apply tuned settings: the rules' numbers, the strategy (swapped when the policy
+        changes between count and rate), shadow or enforce."""
+        policy = self._tuning.policy
+        self._pipeline.policy = policy
+        if ("rate" if config.reporting else "count") != self._counting.kind:
+            self._counting = self._strategy(config)
+        else:
+            self._counting.adopt(config, policy)
+        self._adopt_mode(config)
 
-    def _count_census(self, now: int) -> Census:
-        census = self._census
-        if census is None:
-            from fleetbreaker.naming import container_key
-            from fleetbreaker.refresh import Census
+    def _strategy(self, config: BreakerConfig) -> Counting:
+        """The counting strategy ``config`` asks for, wired to the view and the pipeline."""
+        policy = self._tuning.policy
+        counting: Counting
+        if config.reporting:
+            # The rate policy's modules load when a breaker's settings first report.
+            from fleetbreaker.rate import RateStrategy
 
-            census = self._census = Census(
+            counting = RateStrategy(self._context, config, policy, self._cache_ms)
+        else:
+            counting = CountStrategy(self._context, policy, self._cache_ms)
+        self._view.refresh = counting.refresh
+        self._pipeline.thinning.weight = counting.claim_weight
+        return counting
+
+    def _adopt_mode(self, config: BreakerConfig) -> None:
+        """Shadow or enforce, as ``config`` (or live tuning) says. A call admitted in
+        shadow mode finishes in it, even if tuning switches meanwhile."""
+        if config.shadow and self._shadow is None:
+            self._shadow = Shadow(
                 self.name,
-                self._store,
-                self._cache.ttl_ms,
-                container_key(self.container_id),
-                self.rng,
-                now,
-                round(self.config.recovery_ramp_seconds * 1000),
-                callable(getattr(self.store, "report", None)),
+                stats=self.stats,
+                hooks=self._hooks,
+                claim=self._probes.claim,
+                settle=self._probes.settle,
+                lease_ms=max(1, round(config.store_deadline_seconds * 2000)),
+                degraded=lambda: self._store.degraded,
             )
-        return census
+        self._pipeline.shadow = self._shadow if config.shadow else None
+
+    # -- after a snapshot is restored ------------------------------------------------------
+
+    def restart(self, now: int | None = None) -> None:
+        """Become a new container: a new id and random source, no cached view, every
+        schedule drawn afresh, fresh store connections on the next call.
+
+        A Lambda SnapStart restore (and any other snapshot of a live process) resumes many
+        execution environments from one memory image: each must stop being the snapshot's
+        container. :func:`fleetbreaker.after_restore` calls this on every live breaker.
+        """
+        at = self.clock() if now is None else now
+        # In place: every part holding the random source draws from the new stream.
+        self.rng.seed(int.from_bytes(os.urandom(32), "big"))
+        self.container_id = process_container_id()
+        self._context.container_key = container_key(self.container_id)
+        self._view.forget()
+        self._counting.restart(at)
+
+    # -- switched off (FLEETBREAKER_DISABLED) ----------------------------------------------
+
+    def _unguarded(
+        self,
+        fn: Callable[..., R],
+        fallback: Callable[..., Any] | None,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> R:
+        return fn(*args, **kwargs)
+
+
+def _state_of(record: Record | None) -> State:
+    return record.state if record is not None else _CLOSED
 
 
 def _default_store() -> Store:
     from fleetbreaker.stores import from_env
 
     return from_env()
+
+
+def _inert_store() -> Store:
+    # Switched off without a store: a breaker needs one to hold, never one to ask.
+    from fleetbreaker.stores.memory import MemoryStore
+
+    return MemoryStore()

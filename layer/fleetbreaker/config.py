@@ -4,18 +4,18 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import InitVar, field
 from typing import Any
 
 from fleetbreaker.errors import ConfigError
 from fleetbreaker.frozen import public_value
-from fleetbreaker.state import MAX_PROBE_SLOTS
+from fleetbreaker.record import MAX_PROBE_SLOTS
 
 ExceptionTypes = tuple[type[BaseException], ...]
 
 # Fields BreakerConfig.from_env reads, each from BREAKER_<FIELD NAME IN CAPITALS>.
-ENV_FIELDS: dict[str, type[int] | type[float] | type[str]] = {
+ENV_FIELDS: dict[str, type[int] | type[float] | type[str] | type[bool]] = {
     "failure_threshold": int,
     "window_seconds": float,
     "recovery_timeout": float,
@@ -34,6 +34,7 @@ ENV_FIELDS: dict[str, type[int] | type[float] | type[str]] = {
     "store_deadline_seconds": float,
     "recovery_ramp_seconds": float,
     "mode": str,
+    "verify_store": bool,
 }
 # What a breaker does with a call it would reject: "enforce" rejects it, "shadow" runs it and
 # counts it (WouldReject) while the breaker keeps counting, tripping and recovering as usual.
@@ -49,7 +50,22 @@ POWERTOOLS_ALIASES = {
 }
 # A container holds its counts at most this long before reporting them.
 MAX_REPORT_INTERVAL = 2.0
-_KIND_NAMES = {int: "a whole number", float: "a number", str: "text"}
+_KIND_NAMES = {int: "a whole number", float: "a number", str: "text", bool: "true or false"}
+# A boolean variable's spellings (any case), as the shell and YAML write them.
+_TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
+
+
+def _from_text(kind: type[Any], raw: str) -> Any:
+    """A variable's text as ``kind``; ValueError when it is not one (``bool("false")`` would
+    be True: a boolean is spelled out)."""
+    if kind is not bool:
+        return kind(raw)
+    if raw.lower() in _TRUE:
+        return True
+    if raw.lower() in _FALSE:
+        return False
+    raise ValueError(raw)
+
 
 # Bounds every accepted number must respect, so the breaker can live with it: epoch ms plus a
 # duration in ms stays within the record's 14 digits (state.MAX_RECORD_DIGITS) for centuries,
@@ -121,7 +137,10 @@ def _shown(value: object) -> str:
 
 def _positive_int(name: str, value: object, *, most: int = MAX_COUNT) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= most:
-        raise ConfigError(f"{name} must be a positive integer up to {most:,}, got {_shown(value)}")
+        raise ConfigError(
+            f"{name} must be a positive integer up to {most:,}, got {_shown(value)}",
+            fields=(name,),
+        )
 
 
 def _as_float(value: object) -> float | None:
@@ -142,7 +161,8 @@ def _positive_number(
     if number is None or not (number >= 0 if allow_zero else number > 0) or number > most:
         kind = "a non-negative" if allow_zero else "a positive"
         raise ConfigError(
-            f"{name} must be {kind} number of seconds up to {most:,.0f}, got {_shown(value)}"
+            f"{name} must be {kind} number of seconds up to {most:,.0f}, got {_shown(value)}",
+            fields=(name,),
         )
 
 
@@ -153,7 +173,9 @@ def _is_number(value: object) -> bool:
 def check_mode(name: str, value: object) -> None:
     """ConfigError naming ``name`` unless ``value`` is one of :data:`MODES`."""
     if not isinstance(value, str) or value not in MODES:
-        raise ConfigError(f"{name} must be one of {', '.join(MODES)}, got {value!r}")
+        raise ConfigError(
+            f"{name} must be one of {', '.join(MODES)}, got {value!r}", fields=(name,)
+        )
 
 
 def _exception_tuple(value: object) -> object:
@@ -169,7 +191,9 @@ def _exception_types(name: str, value: object) -> None:
     if not isinstance(value, tuple) or not all(
         isinstance(item, type) and issubclass(item, BaseException) for item in value
     ):
-        raise ConfigError(f"{name} must be a tuple of exception classes, got {value!r}")
+        raise ConfigError(
+            f"{name} must be a tuple of exception classes, got {value!r}", fields=(name,)
+        )
 
 
 @public_value
@@ -213,7 +237,8 @@ class BreakerConfig:
     recovery_ramp_seconds:
         After the breaker closes, each container admits a share of its calls that grows
         linearly from 10 % to all of them over this many seconds; the others are rejected
-        with a short ``retry_after`` (default 0: off). See :mod:`fleetbreaker.ramp`.
+        with a short ``retry_after`` (default 0: off). See
+        :class:`fleetbreaker.admission.RecoveryRamp`.
     failure_exceptions:
         Exception classes that count as failures (default ``(Exception,)``).
     ignored_exceptions:
@@ -249,6 +274,11 @@ class BreakerConfig:
         uses the fallback and never holds a probe lease while its call runs. It counts the
         calls it would have rejected (``WouldReject``). Switch a live fleet with
         ``fleetbreaker tune NAME --mode enforce``.
+    verify_store:
+        Read the breaker's record once at construction and raise :class:`ConfigError` when
+        the store is misconfigured: no such table, a table keyed otherwise, access denied, a
+        login refused (default False). An unreachable or slow store does not fail it: the
+        breaker starts on local state, as it would on its first call.
     success_threshold, handled_exceptions, local_cache_max_age:
         Powertools' names for ``half_open_successes``, ``failure_exceptions`` (a single
         exception class is accepted too, as Powertools does) and ``cache_ttl``, accepted so a
@@ -286,10 +316,21 @@ class BreakerConfig:
     min_containers: int = 1
     report_interval: float | None = None
     mode: str = "enforce"
+    verify_store: bool = False
     # Powertools' names (POWERTOOLS_ALIASES): init-only, never stored or compared.
     success_threshold: InitVar[int | None] = None
     handled_exceptions: InitVar[Any] = None
     local_cache_max_age: InitVar[float | None] = None
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> BreakerConfig:
+        config: BreakerConfig = super().__new__(cls)
+        if args or kwargs:
+            # The generated __init__ fills the defaults in before __post_init__ sees the
+            # fields, so which ones the caller named is noted here (and dropped there): an
+            # alias conflicts only with a field the caller gave, and record_ttl_seconds grows
+            # to fit only when nobody gave it. (copy and pickle call __new__ bare: no note.)
+            config.__dict__[_NAMED] = frozenset(_PARAMETERS[: len(args)]).union(kwargs)
+        return config
 
     def __post_init__(
         self,
@@ -297,39 +338,60 @@ class BreakerConfig:
         handled_exceptions: Any,
         local_cache_max_age: float | None,
     ) -> None:
-        if handled_exceptions is not None:
-            handled_exceptions = _exception_tuple(handled_exceptions)
+        named: frozenset[str] = self.__dict__.pop(_NAMED, frozenset())
         given = {
             "success_threshold": success_threshold,
             "handled_exceptions": handled_exceptions,
             "local_cache_max_age": local_cache_max_age,
         }
-        aliased = {}
+        spelled: dict[str, str] = {}  # field -> the Powertools name the caller used for it
         for alias, value in given.items():
-            if value is not None:
-                self._take_alias(alias, value)
-                aliased[POWERTOOLS_ALIASES[alias]] = alias
-        try:
-            self._check()
-        except ConfigError as exc:
-            # Name the field as the caller spelled it.
-            target = str(exc).split(" ", 1)[0]
-            if target in aliased:
-                detail = str(exc).split(" ", 1)[1]
+            if value is None:
+                continue
+            target = POWERTOOLS_ALIASES[alias]
+            if alias == "handled_exceptions":
+                value = _exception_tuple(value)
+            current = getattr(self, target)
+            if target in named and current != value:
                 raise ConfigError(
-                    f"{aliased[target]} {detail} (Powertools' name for {target})"
-                ) from None
-            raise
+                    f"{alias} and {target} are two names of one setting ({alias} is "
+                    f"Powertools' name): give one of them, got {alias}={_shown(value)} and "
+                    f"{target}={_shown(current)}",
+                    fields=(alias, target),
+                )
+            object.__setattr__(self, target, value)
+            spelled[target] = alias
+        try:
+            self._check(fit_record_ttl="record_ttl_seconds" not in named)
+        except ConfigError as exc:
+            refused = exc.fields[0] if exc.fields else ""
+            if refused not in spelled:
+                raise
+            # Name the field as the caller spelled it.
+            alias = spelled[refused]
+            message = alias + str(exc).removeprefix(refused)
+            raise ConfigError(
+                f"{message} ({alias} is Powertools' name for {refused})",
+                fields=(alias, *exc.fields[1:]),
+            ) from None
 
-    def _check(self) -> None:
+    def _check(self, *, fit_record_ttl: bool) -> None:
+        # Each field on its own first, so a refusal names the field given (NaN, inf, 10**400)
+        # rather than a rule that combines it with others.
         check_mode("mode", self.mode)
+        if not isinstance(self.verify_store, bool):
+            raise ConfigError(
+                f"verify_store must be True or False, got {self.verify_store!r}",
+                fields=("verify_store",),
+            )
         _positive_int("failure_threshold", self.failure_threshold)
         _positive_int("half_open_successes", self.half_open_successes)
         _positive_int("half_open_max_probes", self.half_open_max_probes)
         if self.half_open_max_probes > MAX_PROBE_SLOTS:
             raise ConfigError(
                 f"half_open_max_probes must be at most {MAX_PROBE_SLOTS}, "
-                f"got {self.half_open_max_probes}"
+                f"got {self.half_open_max_probes}",
+                fields=("half_open_max_probes",),
             )
         _positive_int("record_ttl_seconds", self.record_ttl_seconds, most=int(MAX_SECONDS))
         for name in (
@@ -348,40 +410,44 @@ class BreakerConfig:
         if backoff is None or not 1 <= backoff <= MAX_RECOVERY_BACKOFF:
             raise ConfigError(
                 f"recovery_backoff must be at least 1 (no shrinking) and at most "
-                f"{MAX_RECOVERY_BACKOFF:g}, got {_shown(self.recovery_backoff)}"
+                f"{MAX_RECOVERY_BACKOFF:g}, got {_shown(self.recovery_backoff)}",
+                fields=("recovery_backoff",),
             )
-        if self.max_recovery_timeout < self.recovery_timeout:
+        jitter = _as_float(self.recovery_jitter)
+        if jitter is None or not 0 <= jitter <= 1:
             raise ConfigError(
-                "max_recovery_timeout must be at least recovery_timeout, got "
-                f"{self.max_recovery_timeout!r} < {self.recovery_timeout!r}"
-            )
-        _positive_number("recovery_jitter", self.recovery_jitter, allow_zero=True)
-        if self.recovery_jitter > 1:
-            raise ConfigError(
-                f"recovery_jitter must be between 0 and 1, got {self.recovery_jitter!r}"
-            )
-        if self.record_ttl_seconds < self.max_recovery_timeout + self.probe_lease_seconds:
-            raise ConfigError(
-                "record_ttl_seconds must outlast the longest open window plus a probe lease, "
-                f"got {self.record_ttl_seconds!r}"
+                f"recovery_jitter must be between 0 and 1, got {_shown(self.recovery_jitter)}",
+                fields=("recovery_jitter",),
             )
         _exception_types("failure_exceptions", self.failure_exceptions)
         _exception_types("ignored_exceptions", self.ignored_exceptions)
         for name in ("is_failure", "failure_result"):
             value = getattr(self, name)
             if value is not None and not callable(value):
-                raise ConfigError(f"{name} must be callable or None, got {value!r}")
+                raise ConfigError(f"{name} must be callable or None, got {value!r}", fields=(name,))
         self._check_rate_policy()
-
-    def _take_alias(self, alias: str, value: Any) -> None:
-        target = POWERTOOLS_ALIASES[alias]
-        current = getattr(self, target)
-        if current != _FIELD_DEFAULTS[target] and current != value:
+        # Then the rules between fields.
+        if self.max_recovery_timeout < self.recovery_timeout:
             raise ConfigError(
-                f"{alias} is Powertools' name for {target}: give one of them, got "
-                f"{alias}={value!r} and {target}={current!r}"
+                "max_recovery_timeout must be at least recovery_timeout, got "
+                f"{self.max_recovery_timeout!r} < {self.recovery_timeout!r}",
+                fields=("max_recovery_timeout", "recovery_timeout"),
             )
-        object.__setattr__(self, target, value)
+        needed = math.ceil(self.max_recovery_timeout + self.probe_lease_seconds)
+        if self.record_ttl_seconds >= needed:
+            return
+        if fit_record_ttl:
+            # Nobody chose the TTL: it is garbage collection only, so a longer open window
+            # (or lease) takes a longer-lived record rather than a refusal of a valid setting.
+            object.__setattr__(self, "record_ttl_seconds", needed)
+            return
+        raise ConfigError(
+            "record_ttl_seconds must outlast the longest open window plus a probe lease "
+            f"(max_recovery_timeout + probe_lease_seconds = {needed:,} s), got "
+            f"{self.record_ttl_seconds:,}: give at least {needed:,} (a record_ttl_seconds "
+            "not given grows to fit)",
+            fields=("record_ttl_seconds", "max_recovery_timeout", "probe_lease_seconds"),
+        )
 
     def _check_rate_policy(self) -> None:
         for name in ("failure_rate_threshold", "slow_call_rate_threshold"):
@@ -389,12 +455,15 @@ class BreakerConfig:
             if value is None and name == "failure_rate_threshold":
                 continue
             if not _is_number(value) or not 0 < float(value) <= 1:
-                raise ConfigError(f"{name} must be a fraction in (0, 1], got {value!r}")
+                raise ConfigError(
+                    f"{name} must be a fraction in (0, 1], got {_shown(value)}", fields=(name,)
+                )
         _positive_int("minimum_calls", self.minimum_calls)
         _positive_int("min_containers", self.min_containers)
         if self.min_containers > MAX_MIN_CONTAINERS:
             raise ConfigError(
-                f"min_containers must be at most {MAX_MIN_CONTAINERS}, got {self.min_containers}"
+                f"min_containers must be at most {MAX_MIN_CONTAINERS}, got {self.min_containers}",
+                fields=("min_containers",),
             )
         if self.slow_call_duration is not None:
             _positive_number("slow_call_duration", self.slow_call_duration)
@@ -403,7 +472,8 @@ class BreakerConfig:
             if self.report_interval > MAX_REPORT_INTERVAL:
                 raise ConfigError(
                     f"report_interval must be at most {MAX_REPORT_INTERVAL} s, "
-                    f"got {self.report_interval!r}"
+                    f"got {self.report_interval!r}",
+                    fields=("report_interval",),
                 )
 
     @property
@@ -439,15 +509,22 @@ class BreakerConfig:
         ``BREAKER_RECOVERY_RAMP_SECONDS`` and the rate
         policy's ``BREAKER_FAILURE_RATE_THRESHOLD``, ``BREAKER_MINIMUM_CALLS``,
         ``BREAKER_SLOW_CALL_DURATION``, ``BREAKER_SLOW_CALL_RATE_THRESHOLD``,
-        ``BREAKER_MIN_CONTAINERS`` and ``BREAKER_REPORT_INTERVAL``, and ``BREAKER_MODE``
-        (``enforce`` or ``shadow``); keyword arguments
-        (classification predicates, for instance) are passed through. A bad value raises
-        :class:`ConfigError` naming the variable.
+        ``BREAKER_MIN_CONTAINERS`` and ``BREAKER_REPORT_INTERVAL``, ``BREAKER_MODE``
+        (``enforce`` or ``shadow``) and ``BREAKER_VERIFY_STORE`` (``true`` or ``false``, also
+        ``1``/``0``, ``yes``/``no``, ``on``/``off``).
+
+        Keyword arguments are the explicit part (classification predicates, for instance):
+        each beats its variable, under either of its names, so ``local_cache_max_age=5``
+        wins over ``BREAKER_CACHE_TTL`` as ``cache_ttl=5`` does. A bad value raises
+        :class:`ConfigError` naming the variable; a refusal that combines fields names every
+        variable that set one of them, and the variable of each field left at its default.
 
         Example
         -------
         >>> BreakerConfig.from_env({"BREAKER_FAILURE_THRESHOLD": "3"}).failure_threshold
         3
+        >>> BreakerConfig.from_env({"BREAKER_CACHE_TTL": "2"}, local_cache_max_age=5).cache_ttl
+        5
         """
         env = os.environ if environ is None else environ
         values: dict[str, Any] = {}
@@ -457,17 +534,21 @@ class BreakerConfig:
             if not raw:
                 continue
             try:
-                values[field_name] = kind(raw)
+                values[field_name] = _from_text(kind, raw)
             except ValueError:
-                raise ConfigError(f"{variable} must be {_KIND_NAMES[kind]}, got {raw!r}") from None
+                raise ConfigError(
+                    f"{variable} must be {_KIND_NAMES[kind]}, got {raw!r}", fields=(field_name,)
+                ) from None
+        explicit = {POWERTOOLS_ALIASES.get(name, name) for name in overrides}
+        for field_name in explicit:
+            values.pop(field_name, None)
         try:
-            return cls(**{**values, **overrides})
+            return cls(**values, **overrides)
         except ConfigError as exc:
-            # Messages start with the field's name: point at the variable that set it.
-            field_name = str(exc).split(" ", 1)[0]
-            if field_name in values and field_name not in overrides:
-                raise ConfigError(f"BREAKER_{field_name.upper()}: {exc}") from None
-            raise
+            blamed = _blame_variables(exc, values, explicit)
+            if blamed is exc:
+                raise
+            raise blamed from None
 
     def counts_exception(self, exc: BaseException) -> bool:
         """Whether a raised exception counts as a failure of the dependency."""
@@ -482,8 +563,30 @@ class BreakerConfig:
         return self.failure_result is not None and bool(self.failure_result(result))
 
 
-# What a field holds when not given: an alias may set only a field left at its default.
-_FIELD_DEFAULTS: dict[str, Any] = {
-    target: BreakerConfig.__dataclass_fields__[target].default
-    for target in POWERTOOLS_ALIASES.values()
+# Init's parameters in order (fields, then Powertools' names): what positional arguments name.
+_PARAMETERS: tuple[str, ...] = (*BreakerConfig.__frozen_fields__, *POWERTOOLS_ALIASES)  # type: ignore[attr-defined]
+# Each field's default, as error messages quote it.
+_DEFAULTS: dict[str, Any] = {
+    name: entry.default for name, entry in BreakerConfig.__dataclass_fields__.items()
 }
+# The key under which __new__ hands __post_init__ the names the caller gave.
+_NAMED = "_named_by_caller"
+
+
+def _blame_variables(
+    exc: ConfigError, from_env: Mapping[str, Any], explicit: Collection[str]
+) -> ConfigError:
+    """``exc`` naming the ``BREAKER_*`` variables that set the fields it is about, and the
+    variable of each other field it involves that was left at its default; ``exc`` itself
+    when no variable set any of them."""
+    involved = exc.fields
+    set_by_env = [name for name in involved if name in from_env]
+    if not set_by_env:
+        return exc
+    hints = [
+        f"{name} is its default {_shown(_DEFAULTS[name])}: {env_variable(name)} changes it"
+        for name in involved
+        if name in ENV_FIELDS and name not in from_env and name not in explicit
+    ]
+    variables = ", ".join(env_variable(name) for name in set_by_env)
+    return ConfigError(f"{variables}: {'; '.join([str(exc), *hints])}", fields=involved)

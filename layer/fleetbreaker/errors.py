@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from fleetbreaker.state import State
+    from fleetbreaker.record import State
 
 
 class FleetBreakerError(Exception):
@@ -13,7 +13,19 @@ class FleetBreakerError(Exception):
 
 
 class ConfigError(FleetBreakerError, ValueError):
-    """A breaker, config or store was constructed with an invalid value."""
+    """A breaker, config or store was constructed with an invalid value.
+
+    Attributes
+    ----------
+    fields:
+        The :class:`~fleetbreaker.config.BreakerConfig` fields whose values the refusal is
+        about, the refused one first (empty when it is not about config fields):
+        ``BreakerConfig.from_env`` names the variables that set them.
+    """
+
+    def __init__(self, message: str, *, fields: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.fields = fields
 
 
 class CircuitOpenError(FleetBreakerError):
@@ -44,8 +56,41 @@ class StoreDeadlineError(StoreError):
     """A store operation took longer than ``store_deadline_seconds``."""
 
 
-class TableNotFoundError(StoreError):
+class StoreMisconfiguredError(StoreError):
+    """The store refused a request for a reason of configuration, not weather.
+
+    A missing table, a table keyed otherwise, access denied, credentials or a login refused:
+    retrying will not help, someone must change a setting. The breaker still degrades to local
+    state (the protected call is never failed by it), but logs it at ERROR and counts it apart.
+
+    Attributes
+    ----------
+    problem:
+        What is wrong, one of :data:`MISCONFIGURATIONS` (a metric dimension's value).
+    variable:
+        What named the store or its credentials, for the fix: an environment variable
+        (``CIRCUIT_BREAKER_TABLE``...) or the argument it was passed as; None when unknown.
+    """
+
+    def __init__(self, message: str, *, problem: str, variable: str | None = None) -> None:
+        super().__init__(message)
+        self.problem = problem
+        self.variable = variable
+
+
+# StoreMisconfiguredError.problem: what a store refused, and why it is configuration.
+TABLE_NOT_FOUND = "table_not_found"
+WRONG_KEY_SCHEMA = "wrong_key_schema"
+ACCESS_DENIED = "access_denied"
+AUTHENTICATION_REFUSED = "authentication_refused"
+MISCONFIGURATIONS = (TABLE_NOT_FOUND, WRONG_KEY_SCHEMA, ACCESS_DENIED, AUTHENTICATION_REFUSED)
+
+
+class TableNotFoundError(StoreMisconfiguredError):
     """The DynamoDB table named by the store does not exist."""
+
+    def __init__(self, message: str, *, variable: str | None = None) -> None:
+        super().__init__(message, problem=TABLE_NOT_FOUND, variable=variable)
 
 
 class CorruptRecordError(StoreError):

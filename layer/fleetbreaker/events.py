@@ -8,10 +8,11 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
+from fleetbreaker.errors import StoreMisconfiguredError
 from fleetbreaker.frozen import frozen
 
 if TYPE_CHECKING:
-    from fleetbreaker.state import Decision, State, TransitionReason
+    from fleetbreaker.record import Decision, State, TransitionReason
 
 logger = logging.getLogger("fleetbreaker")
 
@@ -22,6 +23,9 @@ WOULD_REJECT_LOG_INTERVAL_MS = 1_000
 STORE_ANSWERED = "answered"
 STORE_ERROR = "store_error"
 STORE_DEADLINE = "deadline"
+# Cut short by a BaseException that is not an error of the store (KeyboardInterrupt,
+# SystemExit): no answer, no degradation; what the listeners opened is still closed.
+STORE_INTERRUPTED = "interrupted"
 
 
 @frozen
@@ -36,6 +40,21 @@ class StateChange:
 
 # Transitions into these states log at WARNING; the others (half_open, closed) at INFO.
 _WARNING_STATES = frozenset({"open", "forced_open", "disabled"})
+
+# The misconfigurations LoggingListener has logged in this process (one Lambda container):
+# each is logged once at ERROR, however many breakers and calls meet it.
+reported_misconfigurations: set[tuple[str, str | None, str]] = set()
+_reported_lock = threading.Lock()
+
+
+def first_report(error: StoreMisconfiguredError) -> bool:
+    """Whether ``error`` is the first of its kind (problem, setting, message) this process."""
+    key = (error.problem, error.variable, str(error))
+    with _reported_lock:
+        if key in reported_misconfigurations:
+            return False
+        reported_misconfigurations.add(key)
+        return True
 
 
 class BreakerListener:
@@ -79,7 +98,8 @@ class BreakerListener:
         """
 
     def on_store_call_start(self, name: str, operation: str) -> None:
-        """A store round trip is about to start; :meth:`on_store_call` follows on this thread.
+        """A store round trip is about to start; :meth:`on_store_call` follows on this thread,
+        whatever ends the round trip (an answer, an error, a KeyboardInterrupt).
 
         It exists so a tracer can open a span that encloses the round trip (and the AWS SDK's
         own spans inside it).
@@ -91,7 +111,9 @@ class BreakerListener:
         """How a store round trip ended, just before its :meth:`on_store_call`.
 
         ``store`` is the store's kind (``dynamodb``, ``redis``, ``memory``...), ``outcome``
-        one of ``answered``, ``store_error`` and ``deadline`` (its total deadline passed).
+        one of ``answered``, ``store_error``, ``deadline`` (its total deadline passed) and
+        ``interrupted`` (a BaseException such as KeyboardInterrupt cut it short: ``error``
+        is that exception, and it is re-raised once the listeners have been told).
         """
 
     def on_store_call(self, name: str, operation: str, elapsed_ms: float, ok: bool) -> None:
@@ -99,6 +121,13 @@ class BreakerListener:
 
     def on_store_error(self, name: str, operation: str, error: BaseException) -> None:
         """The store failed; the breaker is about to run on local state."""
+
+    def on_store_misconfigured(
+        self, name: str, operation: str, error: StoreMisconfiguredError
+    ) -> None:
+        """The store failed for a reason of configuration (no such table, access denied,
+        login refused): a setting must change. Called on every such failure, after
+        :meth:`on_store_error` (which a breaker calls for the first of them only)."""
 
     def on_degraded(self, name: str, reason: str) -> None:
         """The breaker switched to its local, per-container state."""
@@ -129,12 +158,15 @@ class LoggingListener(BreakerListener):
     Levels: a transition to open, forced_open or disabled, a store error, degraded mode and a
     shadow breaker's would_reject line are WARNING (they show at the Lambda Python runtime's
     default level); a transition to half_open or closed and the store's return are INFO; an
-    unreadable record is ERROR.
+    unreadable record is ERROR, and so is a misconfigured store (no such table, access denied,
+    login refused), logged once per process, naming the variable that set the store, in
+    place of its store error's WARNING.
 
     Every record carries structured fields through ``extra``: ``breaker``, ``breaker_event``
-    (``transition``, ``store_error``, ``degraded``, ``recovered``, ``corrupt_record``,
-    ``would_reject``) and the event's own fields (``from_state``/``to_state``, ``operation``,
-    ``error``, ``error_type``, ``reason``, ``detail``, ``state``/``count``). A shadow breaker's
+    (``transition``, ``store_error``, ``store_misconfigured``, ``degraded``, ``recovered``,
+    ``corrupt_record``, ``would_reject``) and the event's own fields (``from_state``/
+    ``to_state``, ``operation``, ``error``, ``error_type``, ``problem``/``variable``,
+    ``reason``, ``detail``, ``state``/``count``). A shadow breaker's
     ``would_reject`` line comes at most once per second per breaker and counts the calls since
     the last one. A Powertools ``Logger`` renders them as top-level JSON keys next to
     its own (service, cold start, request id); so does any JSON formatter that renders extras.
@@ -210,16 +242,49 @@ class LoggingListener(BreakerListener):
         )
 
     def on_store_error(self, name: str, operation: str, error: BaseException) -> None:
+        if isinstance(error, StoreMisconfiguredError):
+            return  # on_store_misconfigured logs it, at ERROR
+        # A client's message may quote its URL or token (a custom client's, a library's).
+        from fleetbreaker.redaction import redact
+
+        text = redact(str(error))
         self.log.warning(
             "circuit %s: store %s failed: %s",
             name,
             operation,
-            error,
+            text,
             extra={
                 "breaker": name,
                 "breaker_event": "store_error",
                 "operation": operation,
-                "error": str(error),
+                "error": text,
+                "error_type": type(error).__name__,
+            },
+        )
+
+    def on_store_misconfigured(
+        self, name: str, operation: str, error: StoreMisconfiguredError
+    ) -> None:
+        # Once per container (process): the same setting is wrong for every breaker and every
+        # call, and a line per call would bury it. The metric counts each one.
+        if not first_report(error):
+            return
+        from fleetbreaker.redaction import redact
+
+        text = redact(str(error))
+        self.log.error(
+            "circuit %s: store %s refused: %s; a setting must change: until it does, breakers "
+            "on this store run on local state, per container",
+            name,
+            operation,
+            text,
+            extra={
+                "breaker": name,
+                "breaker_event": "store_misconfigured",
+                "operation": operation,
+                "problem": error.problem,
+                "variable": error.variable,
+                "error": text,
                 "error_type": type(error).__name__,
             },
         )

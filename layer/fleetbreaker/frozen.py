@@ -26,6 +26,7 @@ for these classes. Type checkers see a frozen dataclass (``dataclass_transform``
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from collections.abc import Callable
 from dataclasses import MISSING, Field, FrozenInstanceError, field
@@ -177,14 +178,38 @@ def _build(cls: type[T], public: bool, mutable: bool = False) -> type[T]:
     return cls
 
 
+@dataclasses.dataclass(init=False, repr=False, eq=False)
+class _Marked:
+    """A dataclass that generates no method: its two entries carry the marks ``fields`` and
+    ``replace`` look for (a field, an init-only field), which no public API sets."""
+
+    field: int
+    initial: dataclasses.InitVar[int]
+
+
+_MARKED = _Marked.__dataclass_fields__
+# What a table entry takes from the field it describes (Field's public attributes).
+_FIELD_PARTS = (
+    "default",
+    "default_factory",
+    "init",
+    "repr",
+    "hash",
+    "compare",
+    "metadata",
+    "kw_only",
+)
+
+
 def _table_entry(name: str, annotation: object, value: object, initvar: bool) -> Field[Any]:
-    """The entry ``dataclasses`` keeps for one field (what ``fields``/``replace`` read)."""
-    entry: Field[Any] = value if isinstance(value, Field) else field(default=cast(Any, value))
+    """The entry ``dataclasses`` keeps for one field (what ``fields``/``replace`` read): a
+    copy of one of _Marked's entries (its mark included), with this field's parts."""
+    given: Field[Any] = value if isinstance(value, Field) else field(default=cast(Any, value))
+    entry: Field[Any] = copy.copy(_MARKED["initial" if initvar else "field"])
+    for part in _FIELD_PARTS:
+        setattr(entry, part, getattr(given, part))
     entry.name = name
     entry.type = annotation
-    # The private marker dataclasses' own functions test (same name on 3.8 to 3.13).
-    kind = "_FIELD_INITVAR" if initvar else "_FIELD"
-    entry._field_type = getattr(dataclasses, kind)  # type: ignore[attr-defined]
     return entry
 
 

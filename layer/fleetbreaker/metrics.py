@@ -11,14 +11,18 @@ Metrics (namespace ``POWERTOOLS_METRICS_NAMESPACE``, default ``FleetBreaker``; d
 
 - ``Transition`` (Count): state changes written by this container; extra dimension ``To``
 - ``Trip`` (Count): of those, the ones into ``open``; extra dimension ``Reason``, the
-  :class:`~fleetbreaker.state.TransitionReason` (``failure_threshold``, ``failure_rate``,
+  :class:`~fleetbreaker.record.TransitionReason` (``failure_threshold``, ``failure_rate``,
   ``slow_call_rate``, ``probe_failed``)
 - ``Rejected`` (Count): calls rejected without running
 - ``WouldReject`` (Count): shadow mode: calls an enforcing breaker would have rejected (they ran)
 - ``Fallback`` (Count): rejected calls answered by the fallback
 - ``FailureRecorded`` (Count): failed calls counted toward the threshold
 - ``ProbeSucceeded``, ``ProbeFailed`` (Count): half-open probes and how they ended
-- ``StoreError`` (Count): store round trips that failed
+- ``StoreError`` (Count): store round trips that failed; a failure of configuration (no such
+  table, access denied, login refused) is also counted, every time, under the extra dimension
+  ``Misconfiguration`` (its :class:`~fleetbreaker.errors.StoreMisconfiguredError` ``problem``:
+  ``table_not_found``, ``wrong_key_schema``, ``access_denied``, ``authentication_refused``),
+  which the core stack's ``StoreMisconfiguredAlarm`` watches
 - ``Degraded`` (Count): switches to the local, per-container breaker
 - ``StoreLatency`` (Milliseconds): each store round trip, one sample per call
 - ``FailureRate``, ``SlowCallRate`` (Percent): the fleet's sliding window as this container's
@@ -58,8 +62,9 @@ from fleetbreaker.errors import ConfigError
 from fleetbreaker.events import BreakerListener
 
 if TYPE_CHECKING:
+    from fleetbreaker.errors import StoreMisconfiguredError
     from fleetbreaker.events import StateChange
-    from fleetbreaker.state import State
+    from fleetbreaker.record import State
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -86,6 +91,10 @@ DEGRADED = "Degraded"
 STORE_LATENCY = "StoreLatency"
 FAILURE_RATE = "FailureRate"
 SLOW_CALL_RATE = "SlowCallRate"
+
+# StoreError's extra dimension for a store misconfigured, not out of reach (template.yaml's
+# StoreMisconfiguredAlarm selects it).
+MISCONFIGURATION = "Misconfiguration"
 
 COUNT = "Count"
 MILLISECONDS = "Milliseconds"
@@ -177,6 +186,12 @@ class MetricsListener(BreakerListener):
 
     def on_store_error(self, name: str, operation: str, error: BaseException) -> None:
         self._count((("Breaker", name),), STORE_ERROR)
+
+    def on_store_misconfigured(
+        self, name: str, operation: str, error: StoreMisconfiguredError
+    ) -> None:
+        # A dimension of its own: an alarm on it fires for a broken rollout, not for weather.
+        self._count((("Breaker", name), (MISCONFIGURATION, error.problem)), STORE_ERROR)
 
     def on_degraded(self, name: str, reason: str) -> None:
         self._count((("Breaker", name),), DEGRADED)

@@ -8,13 +8,48 @@ from __future__ import annotations
 
 import math
 from functools import cached_property, lru_cache
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from fleetbreaker.frozen import frozen, replace
 from fleetbreaker.record import WINDOW_BUCKETS, State
 
-if TYPE_CHECKING:
-    from fleetbreaker.config import BreakerConfig
+
+class PolicySettings(Protocol):
+    """What a Policy is derived from: the settings of a
+    :class:`~fleetbreaker.config.BreakerConfig` it reads (a protocol, so this module stays
+    below the config and the rules never see callables or exception types)."""
+
+    @property
+    def failure_threshold(self) -> int: ...
+    @property
+    def window_seconds(self) -> float: ...
+    @property
+    def recovery_timeout(self) -> float: ...
+    @property
+    def recovery_backoff(self) -> float: ...
+    @property
+    def max_recovery_timeout(self) -> float: ...
+    @property
+    def half_open_max_probes(self) -> int: ...
+    @property
+    def half_open_successes(self) -> int: ...
+    @property
+    def probe_lease_seconds(self) -> float: ...
+    @property
+    def record_ttl_seconds(self) -> int: ...
+    @property
+    def failure_rate_threshold(self) -> float | None: ...
+    @property
+    def minimum_calls(self) -> int: ...
+    @property
+    def slow_call_duration(self) -> float | None: ...
+    @property
+    def slow_call_rate_threshold(self) -> float: ...
+    @property
+    def min_containers(self) -> int: ...
+    @property
+    def reporting(self) -> bool: ...
+
 
 # A rate threshold is compared as a fraction whose denominator is at most this: exact for any
 # threshold written with up to six decimals, and small enough that the Redis scripts (doubles,
@@ -82,7 +117,7 @@ class Policy:
         return max(1, -(-self.window_ms // WINDOW_BUCKETS))
 
     @classmethod
-    def from_config(cls, config: BreakerConfig) -> Policy:
+    def from_config(cls, config: PolicySettings) -> Policy:
         slow = config.slow_call_duration
         return cls(
             failure_threshold=config.failure_threshold,

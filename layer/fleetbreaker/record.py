@@ -1,7 +1,7 @@
 """The shared record: its types, and the schema every store keeps it by.
 
 Everything a store reads or writes is defined here: the record and the values the rules pass
-around (:mod:`fleetbreaker.state` holds the rules), the names of the record's parts in a store
+around (:mod:`fleetbreaker.rules` holds the rules), the names of the record's parts in a store
 (a Redis hash's fields, a DynamoDB item's attributes), the bucket and quorum codes, the
 window's bucket count and the limits every store applies. Stores import this module and the
 rules, nothing above them; RedisStore fills the schema into its Lua scripts, so the names
@@ -104,6 +104,21 @@ class Bucket:
 
 
 @frozen
+class CensusBucket:
+    """One slice of the census ring: the census writes the fleet sent in it.
+
+    A count-policy fleet writes nothing while healthy, so each container now and then sends
+    a census write instead of a refresh read (:mod:`fleetbreaker.census`): how many arrive
+    per second tells the fleet's size. They are counted apart from the rate policy's calls
+    (a census write is no call) and kept across state changes (the fleet's size does not
+    change when the breaker trips). ``idx`` is the slice's absolute number, as a Bucket's.
+    """
+
+    idx: int
+    count: int = 0
+
+
+@frozen
 class Report:
     """What one container reports in one write: its calls since its last report.
 
@@ -132,8 +147,11 @@ class Record:
     DynamoDB's TTL wants seconds. ``gen`` grows by one on every state change, so a write
     fenced on the generation it observed cannot land on a later state. ``opened_at`` is when
     the current outage began: an open record sets it, and the closed record that ends the
-    outage keeps it, which is how the recovery ramp tells a recovery from a plain reset
-    (:func:`fleetbreaker.ramp.closed_at`).
+    outage keeps it. ``closed_at`` is when a recovery closed the breaker (a probe's success,
+    or an operator's reset of an open breaker), 0 otherwise: every write of that generation
+    keeps it, so every container ramps from the same moment however late it first sees the
+    record. ``window_ms`` is the window of the policy that last counted into the record (0:
+    not known), so an operator's tools need not be told it.
 
     ``tuned`` (live settings, a JSON object) and ``last_action`` (the last operator action, a
     JSON object) are kept as the store holds them, as text: state changes carry them over
@@ -161,6 +179,10 @@ class Record:
     slowing: Mapping[str, int] = field(default_factory=dict)
     # Bumped by every rewrite of the quorum maps: DynamoDB fences such a rewrite on it.
     rev: int = 0
+    closed_at: int = 0
+    window_ms: int = 0
+    # The census ring by slot (both policies keep it; state changes carry it over).
+    census: Mapping[int, CensusBucket] = field(default_factory=dict)
 
     def is_expired(self, now_ms: int) -> bool:
         """Past its TTL: DynamoDB may still return it, but it counts as absent."""
@@ -259,6 +281,8 @@ TUNED = "tuned"
 LAST_ACTION = "last_action"
 # DynamoDB only: the fence of a quorum map rewrite (Redis scripts run alone, so need none).
 REV = "rev"
+CLOSED_AT = "closed_at"
+WINDOW_MS = "window_ms"
 
 # The record's integer fields, Record attribute -> stored name. A record without one of them,
 # or with one that is not an integer of at most MAX_RECORD_DIGITS digits, is corrupt.
@@ -273,6 +297,11 @@ NUMBER_FIELDS: dict[str, str] = {
     "updated_at": UPDATED_AT,
     "expires_at": EXPIRES_AT,
 }
+# Integer fields added after the first release, Record attribute -> stored name: a record
+# written before them reads them as 0 (absent, or not a number), so a fleet can upgrade
+# while its records live. A value that is a number but not one the package trusts (see
+# MAX_RECORD_DIGITS) still makes the record corrupt.
+OPTIONAL_NUMBER_FIELDS: dict[str, str] = {"closed_at": CLOSED_AT, "window_ms": WINDOW_MS}
 # Operator fields, Record attribute -> stored name: text a state change carries over untouched
 # (absent means "").
 TEXT_FIELDS: dict[str, str] = {"tuned": TUNED, "last_action": LAST_ACTION}
@@ -288,10 +317,14 @@ BUCKET_CODES = {BUCKET_INDEX: "idx", "c": "calls", "f": "failures", "s": "slow",
 # container, "<code><QUORUM_SEPARATOR><container id>".
 QUORUM_CODES = {"fq": "failing", "sq": "slowing"}
 QUORUM_SEPARATOR = ":"
+# The census ring: n<slot>_<code>, code -> CensusBucket attribute (CENSUS_INDEX: the idx).
+CENSUS_INDEX = "i"
+CENSUS_COUNT = "n"
+CENSUS_CODES = {CENSUS_INDEX: "idx", CENSUS_COUNT: "count"}
 
 # Record attributes by kind, for code that walks the record (the fields not listed here are
 # the structured ones above: leases, buckets, the quorum maps, and rev).
-RECORD_NUMBERS = tuple(NUMBER_FIELDS)
+RECORD_NUMBERS = (*NUMBER_FIELDS, *OPTIONAL_NUMBER_FIELDS)
 RECORD_TEXTS = tuple(TEXT_FIELDS)
 
 
@@ -306,6 +339,11 @@ def bucket_field(slot: int, code: str) -> str:
     return f"w{slot}_{code}"
 
 
+def census_field(slot: int, code: str) -> str:
+    """The stored name of one number (CENSUS_CODES) of the census ring's slice in ``slot``."""
+    return f"n{slot}_{code}"
+
+
 def quorum_field(code: str, container: str) -> str:
     """Redis' field for one container of a quorum map (DynamoDB keeps the map whole)."""
     return f"{code}{QUORUM_SEPARATOR}{container}"
@@ -314,16 +352,24 @@ def quorum_field(code: str, container: str) -> str:
 def parse_window(
     number: Callable[[str], int | None], quorum: Mapping[str, Mapping[str, int]]
 ) -> dict[str, Any]:
-    """The window fields of a Record from a store's raw values (shared by every store).
+    """The window and census fields of a Record from a store's raw values (every store's).
 
-    ``number(field)`` gives a stored integer or None. A bucket with any part missing or
-    negative is dropped: it reads as empty, never as a crash or a trip.
+    ``number(field)`` gives a stored integer or None. A bucket (or census slice) with any
+    part missing or negative is dropped: it reads as empty, never as a crash or a trip.
     """
     buckets: dict[int, Bucket] = {}
+    census: dict[int, CensusBucket] = {}
     for slot in range(WINDOW_BUCKETS):
         parts = {name: number(bucket_field(slot, code)) for code, name in BUCKET_CODES.items()}
-        if all(
-            value is not None and (name == "idx" or value >= 0) for name, value in parts.items()
-        ):
+        if _whole(parts):
             buckets[slot] = Bucket(**parts)  # type: ignore[arg-type]
-    return {"buckets": buckets, **{QUORUM_CODES[code]: dict(m) for code, m in quorum.items()}}
+        ring = {name: number(census_field(slot, code)) for code, name in CENSUS_CODES.items()}
+        if _whole(ring):
+            census[slot] = CensusBucket(**ring)  # type: ignore[arg-type]
+    quorums = {QUORUM_CODES[code]: dict(m) for code, m in quorum.items()}
+    return {"buckets": buckets, "census": census, **quorums}
+
+
+def _whole(parts: Mapping[str, int | None]) -> bool:
+    """Every part present, and every count (all but idx) non-negative."""
+    return all(value is not None and (name == "idx" or value >= 0) for name, value in parts.items())

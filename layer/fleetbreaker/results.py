@@ -2,10 +2,10 @@
 
 The package's result types, from the rules up:
 
-- :class:`~fleetbreaker.state.Decision`: allow, probe or reject, the one word every layer uses;
-- :class:`~fleetbreaker.state.Verdict`: what the rules make of a record at a time (decision,
+- :class:`~fleetbreaker.record.Decision`: allow, probe or reject, the one word every layer uses;
+- :class:`~fleetbreaker.rules.Verdict`: what the rules make of a record at a time (decision,
   state, wait in ms): it says nothing about who asked;
-- :class:`~fleetbreaker.state.Outcome`: what one store operation wrote and the record it left;
+- :class:`~fleetbreaker.record.Outcome`: what one store operation wrote and the record it left;
 - :class:`Admission`: the breaker's answer to one call, a verdict plus what only the breaker
   knows (its name, the probe's lease token, degraded mode, shadow mode), with the wait in
   seconds, as Retry-After and :class:`~fleetbreaker.errors.CircuitOpenError` give it;
@@ -16,9 +16,20 @@ from __future__ import annotations
 
 import warnings
 
-from fleetbreaker.frozen import public_value
-from fleetbreaker.state import Decision, State
-from fleetbreaker.stores.fallback import FallbackStats
+from fleetbreaker.frozen import mutable_value, public_value
+from fleetbreaker.record import Decision, State
+
+
+@mutable_value  # a dataclass without generated code (cold start)
+class FallbackStats:
+    """Counters of one fallback store (a breaker's ``stats``)."""
+
+    store_errors: int = 0
+    degradations: int = 0
+    corrupt_records: int = 0
+    # Shadow mode: calls an enforcing breaker would have rejected (counted by the breaker).
+    would_rejects: int = 0
+
 
 # A breaker's counters in this container (``breaker.stats``): store errors, degradations,
 # corrupt records and shadow mode's would-be rejections. It counts no calls.

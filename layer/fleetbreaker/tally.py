@@ -1,5 +1,5 @@
 """What a container counts between its reports: its calls since the last one, and the calls
-still running (slow-call detection). See :mod:`fleetbreaker.reporting` for when it reports.
+still running (slow-call detection). See :mod:`fleetbreaker.rate` for when it reports.
 """
 
 from __future__ import annotations
@@ -10,10 +10,11 @@ import threading
 import zlib
 from typing import TYPE_CHECKING
 
-from fleetbreaker.state import Report, WindowCounts
+from fleetbreaker.record import Report
+from fleetbreaker.window import WindowCounts
 
 if TYPE_CHECKING:
-    from fleetbreaker.state import Policy
+    from fleetbreaker.policy import Policy
 
 
 class CallTally:

@@ -42,11 +42,11 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from fleetbreaker.events import BreakerListener
-from fleetbreaker.stores.fallback import store_call_wrapper
+from fleetbreaker.stores.deadline import store_call_wrapper
 
 if TYPE_CHECKING:
     from fleetbreaker.events import StateChange
-    from fleetbreaker.state import Decision, State
+    from fleetbreaker.record import Decision, State
 
 TRACE_HEADER_ENV = "_X_AMZN_TRACE_ID"
 DAEMON_ADDRESS_ENV = "AWS_XRAY_DAEMON_ADDRESS"
@@ -182,16 +182,30 @@ class TracingListener(BreakerListener):
         recorder = self._activate()
         if recorder is None:
             return
-        subsegment = None
+        stack = self._open_subsegments()
+        if _lambda_initializing() or _current_entity(recorder) is None:
+            stack.append((None, None))
+            return
+        subsegment = recorder.begin_subsegment(f"{SUBSEGMENT_PREFIX}.{operation}")
+        if subsegment is None:
+            stack.append((None, None))
+            return
         token = None
-        if not _lambda_initializing() and _current_entity(recorder) is not None:
-            subsegment = recorder.begin_subsegment(f"{SUBSEGMENT_PREFIX}.{operation}")
-            if subsegment is not None:
-                subsegment.put_annotation(ANNOTATION_BREAKER, name)
-                # The round trip runs on a store worker thread: the SDK's own subsegment
-                # (botocore's, redis') must find this one as its parent there.
-                token = store_call_wrapper.set(functools.partial(_within, recorder, subsegment))
-        self._open_subsegments().append((subsegment, token))
+        try:
+            subsegment.put_annotation(ANNOTATION_BREAKER, name)
+            # The round trip runs on a store worker thread: the SDK's own subsegment
+            # (botocore's, redis') must find this one as its parent there.
+            token = store_call_wrapper.set(functools.partial(_within, recorder, subsegment))
+            stack.append((subsegment, token))
+        except BaseException:
+            # Interrupted before on_store_call could close it: close it now.
+            if stack and stack[-1][0] is subsegment:
+                stack.pop()
+            if token is not None:
+                store_call_wrapper.reset(token)
+            if _current_entity(recorder) is subsegment:
+                recorder.end_subsegment()
+            raise
 
     def on_store_call(self, name: str, operation: str, elapsed_ms: float, ok: bool) -> None:
         recorder = self._activate()
@@ -304,9 +318,12 @@ class OpenTelemetryListener(BreakerListener):
       ``fleetbreaker.to_state``, ``fleetbreaker.generation`` and ``fleetbreaker.reason``.
     - Each store round trip runs in a child span ``fleetbreaker.store.<operation>`` (kind
       CLIENT) with ``fleetbreaker.store.kind`` (``dynamodb``, ``redis``...) and
-      ``fleetbreaker.store.outcome`` (``answered``, ``store_error``, ``deadline``; the latter
-      two also set the span's status to error and record the exception). The AWS SDK's own
-      span (botocore instrumentation) nests inside it.
+      ``fleetbreaker.store.outcome`` (``answered``, ``store_error``, ``deadline``,
+      ``interrupted``; all but the first also set the span's status to error and record the
+      exception, its message and stack trace redacted by :mod:`fleetbreaker.redaction`). The
+      span ends, and its context is detached, however the round trip ends: a
+      KeyboardInterrupt included. The AWS SDK's own span (botocore instrumentation) nests
+      inside it.
 
     Nothing is recorded outside a recording span: no root spans of its own, and a hook costs
     one context lookup when the current span does not record.
@@ -334,13 +351,13 @@ class OpenTelemetryListener(BreakerListener):
             raise ConfigError(
                 "OpenTelemetryListener needs opentelemetry-api: pip install 'fleetbreaker[otel]'"
             ) from exc
-        from fleetbreaker import __version__
+        from fleetbreaker._version import __version__
 
         self._trace: Any = trace
         self._context: Any = context
-        # The hot path (every decision) looks the current span up in the context itself when
-        # the API keeps it in its default contextvars store: two C calls instead of the API's
-        # four Python frames (bench/fleet_vs_powertools.py, row a_otel).
+        # The hot path (every decision) looks the current span up in the current context
+        # itself: two calls instead of the API's four Python frames (bench/
+        # fleet_vs_powertools.py, row a_otel).
         self._context_get, self._span_key = _fast_span_lookup()
         self._client = SpanKind.CLIENT
         self._error_status = functools.partial(Status, StatusCode.ERROR)
@@ -427,18 +444,29 @@ class OpenTelemetryListener(BreakerListener):
         )
 
     def on_store_call_start(self, name: str, operation: str) -> None:
-        entry: tuple[Any, Any] | None = None
-        if self._trace.get_current_span().is_recording():
-            span = self._tracer.start_span(
-                f"{OTEL_STORE_SPAN}.{operation}",
-                kind=self._client,
-                attributes={OTEL_BREAKER: name, OTEL_OPERATION: operation},
-            )
+        stack = self._open_spans()
+        if not self._trace.get_current_span().is_recording():
+            stack.append(None)
+            return
+        span = self._tracer.start_span(
+            f"{OTEL_STORE_SPAN}.{operation}",
+            kind=self._client,
+            attributes={OTEL_BREAKER: name, OTEL_OPERATION: operation},
+        )
+        token = None
+        try:
             # Current on this thread, and on the store's worker thread, which runs the round
             # trip in a copy of this context: the SDK's own span becomes its child.
             token = self._context.attach(self._trace.set_span_in_context(span))
-            entry = (span, token)
-        self._open_spans().append(entry)
+            stack.append((span, token))
+        except BaseException:
+            # Interrupted before the span was ours to close in on_store_call: close it now.
+            if stack and stack[-1] is not None and stack[-1][0] is span:
+                stack.pop()
+            if token is not None:
+                self._context.detach(token)
+            span.end()
+            raise
 
     def on_store_result(
         self, name: str, operation: str, store: str, outcome: str, error: BaseException | None
@@ -450,7 +478,7 @@ class OpenTelemetryListener(BreakerListener):
         span.set_attribute(OTEL_STORE, store)
         span.set_attribute(OTEL_OUTCOME, outcome)
         if error is not None:
-            span.record_exception(error)
+            _record_exception(span, error)
             span.set_status(self._error_status(f"{outcome}: {type(error).__name__}"))
 
     def on_store_call(self, name: str, operation: str, elapsed_ms: float, ok: bool) -> None:
@@ -473,25 +501,35 @@ class OpenTelemetryListener(BreakerListener):
         return stack
 
 
+def _record_exception(span: Any, error: BaseException) -> None:
+    """``span.record_exception(error)``, its message and stack trace without secrets: a
+    client's message may quote its URL or token (the trace keeps what the log would not)."""
+    import traceback
+
+    from fleetbreaker.redaction import redact
+
+    stacktrace = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+    span.record_exception(
+        error,
+        attributes={
+            "exception.message": redact(str(error)),
+            "exception.stacktrace": redact(stacktrace),
+        },
+    )
+
+
 def _fast_span_lookup() -> tuple[Callable[[], Any] | None, Any]:
     """``(get the current Context, the key of its span)``, or ``(None, None)``.
 
-    Only for the API's default runtime context (contextvars); any other, or an API whose
-    internals differ, takes the public ``get_current_span()``.
+    Both from the API's public functions: the key is the one entry of a Context that holds
+    a span and nothing else. An API without them takes the public ``get_current_span()``.
     """
     try:
-        import contextvars
+        from opentelemetry import context, trace
 
-        from opentelemetry import context
-        from opentelemetry.context.contextvars_context import ContextVarsRuntimeContext
-        from opentelemetry.trace.propagation import _SPAN_KEY
-
-        runtime = context._RUNTIME_CONTEXT
-        variable = getattr(runtime, "_current_context", None)
-        if type(runtime) is ContextVarsRuntimeContext and isinstance(
-            variable, contextvars.ContextVar
-        ):
-            return variable.get, _SPAN_KEY
+        holder = trace.set_span_in_context(trace.INVALID_SPAN, context.Context())
+        (key,) = holder.keys()
+        get_current: Callable[[], Any] = context.get_current
+        return get_current, key
     except Exception:  # another API version: the public path works everywhere
-        pass
-    return None, None
+        return None, None

@@ -81,6 +81,20 @@ def decode_tuned(text: str) -> dict[str, Any]:
     return raw
 
 
+def merge_tuned(text: str, values: Mapping[str, int | float | str]) -> dict[str, Any]:
+    """The stored settings ``text`` with ``values`` over them, as ``aws lambda
+    update-function-configuration`` merges: a setting not named keeps its live value.
+
+    Text that is not a JSON object (a hand-edited record) counts as no settings: containers
+    ignore it already, and the merge replaces it.
+    """
+    try:
+        stored = decode_tuned(text)
+    except ConfigError:
+        stored = {}
+    return {**stored, **values}
+
+
 def encode_tuned(values: Mapping[str, int | float | str]) -> str:
     """The text stored for ``values`` ("" when there is nothing to store)."""
     if not values:
@@ -140,7 +154,14 @@ def retuned(config: BreakerConfig, text: str, name: str) -> BreakerConfig:
     return config
 
 
+# What an operator's action is called in the record, by the state it forces: "reset" releases
+# an override or closes the breaker, whatever state it was in, so it is not called "closed".
+ACTION_NAMES = {"forced_open": "forced_open", "disabled": "disabled", "closed": "reset"}
+
+
 def operator_action(target: str, reason: str | None, by: str | None, now_ms: int) -> Action:
-    """The record of an operator forcing a breaker to ``target``: by whom (default: the local
-    user), why (checked), and when."""
-    return Action(target, by or local_user(), check_reason(reason), now_ms)
+    """The record of an operator forcing a breaker to ``target``: what (``ACTION_NAMES``), by
+    whom (default: the local user), why (checked), and when."""
+    return Action(
+        ACTION_NAMES.get(target, target), by or local_user(), check_reason(reason), now_ms
+    )

@@ -2,7 +2,7 @@
 
 A :class:`SlidingWindow` is a policy's view of a record's ring of buckets and quorum maps:
 it adds a container's report, sums what is still inside the window, and says whether (and
-why) those counts open the breaker. The rules in :mod:`fleetbreaker.state` decide what to do
+why) those counts open the breaker. The rules in :mod:`fleetbreaker.rules` decide what to do
 with that answer; the window never changes a record's state. Pure: no I/O, no clock.
 """
 

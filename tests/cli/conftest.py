@@ -41,7 +41,7 @@ from fleetbreaker import (
     tuning,
 )
 from fleetbreaker.breaker import system_clock
-from fleetbreaker.state import Policy
+from fleetbreaker.policy import Policy
 from tests.support import Dependency, FakeClock
 
 CLI = Path(sys.executable).with_name("fleetbreaker")

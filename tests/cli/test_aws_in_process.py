@@ -12,7 +12,7 @@ import pytest
 
 from fleetbreaker import tuning
 from fleetbreaker.cli import build_parser, store_environ
-from fleetbreaker.cli.aws import _aws_error, caller_identity
+from fleetbreaker.cli.aws import aws_error, caller_identity
 from fleetbreaker.stores import IAM_CACHE_ENV, IAM_USER_ENV, TABLE_ENV, URL_ENV
 from tests.cli.conftest import MOTO_ARN, one_line_error, run_in_process, stack_with_table
 
@@ -122,7 +122,7 @@ def test_an_aws_refusal_is_exit_3_with_its_code_and_message() -> None:
         {"Error": {"Code": "AccessDeniedException", "Message": "not allowed"}}, "DescribeStacks"
     )
 
-    error = _aws_error(refusal, "cannot describe stack 'fleetbreaker'")
+    error = aws_error(refusal, "cannot describe stack 'fleetbreaker'")
 
     assert (error.code, str(error)) == (
         3,
@@ -131,7 +131,7 @@ def test_an_aws_refusal_is_exit_3_with_its_code_and_message() -> None:
 
 
 def test_any_other_failure_is_exit_3_named_by_its_class() -> None:
-    error = _aws_error(ValueError("bad endpoint"), "cannot create table 't'")
+    error = aws_error(ValueError("bad endpoint"), "cannot create table 't'")
 
     assert (error.code, str(error)) == (3, "cannot create table 't': ValueError: bad endpoint")
 

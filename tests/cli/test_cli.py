@@ -11,7 +11,8 @@ import pytest
 
 from fleetbreaker import BreakerConfig, CircuitBreaker, CircuitOpenError, State
 from fleetbreaker.breaker import system_clock
-from fleetbreaker.state import Policy, Report
+from fleetbreaker.policy import Policy
+from fleetbreaker.record import Report
 from fleetbreaker.tuning import Action, decode_tuned
 from tests.cli.conftest import (
     MOTO_ARN,
@@ -97,8 +98,8 @@ def test_status_json_has_the_stable_keys(backend: Backend, name: str) -> None:
     assert status["state"] == "open"
     assert status["generation"] == 1
     assert 0 < status["retry_after"] <= POLICY.base_open_ms / 1000
-    # The count policy counts no calls; an open breaker's window holds nothing.
-    assert (status["calls"], status["slow_calls"], status["containers"]) == (0, 0, 0)
+    # The count policy counts no calls: none shown (null), not zero; no failing container.
+    assert (status["calls"], status["slow_calls"], status["containers"]) == (None, None, 0)
     assert status["tuned"] == {}
     assert status["last_action"] is None
 
@@ -224,7 +225,7 @@ def test_disable_then_reset_shows_closed_and_records_both_actions(
     assert disabled.json_lines()[0]["last_action"]["action"] == "disabled"
     (shown,) = reset.json_lines()
     assert shown["state"] == "closed"
-    assert shown["last_action"]["action"] == "closed"
+    assert shown["last_action"]["action"] == "reset"
     assert load(backend, name).state is State.CLOSED
 
 

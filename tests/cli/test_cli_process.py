@@ -20,7 +20,7 @@ from devtools import servers
 from devtools.servers import LOOPBACK
 from fleetbreaker import DynamoDBStore, RedisStore
 from fleetbreaker.breaker import system_clock
-from fleetbreaker.state import State
+from fleetbreaker.record import State
 from fleetbreaker.tuning import Action
 from tests.cli.conftest import (
     CLI,
@@ -225,11 +225,13 @@ def in_the_foreground() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
-def test_watch_ends_cleanly_on_ctrl_c(moto_server_backend: Backend, name: str) -> None:
+def test_watch_ends_on_ctrl_c_with_exit_130_and_one_line(
+    moto_server_backend: Backend, name: str
+) -> None:
     # GIVEN a watch running with no bound, as an operator's terminal runs it
     fail(moto_server_backend, name, 1)
     process = subprocess.Popen(
-        [str(CLI), *moto_server_backend.options, "watch", name, "--json"],
+        [str(CLI), *moto_server_backend.options, "watch", name, "--output", "jsonl"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -248,10 +250,11 @@ def test_watch_ends_cleanly_on_ctrl_c(moto_server_backend: Backend, name: str) -
             process.kill()
             process.wait()
 
-    # THEN it stops with exit 0 and no traceback
+    # THEN it stops with exit 130 (a script must not take it for success), saying nothing
+    # was changed, and no traceback
     assert json.loads(first)["name"] == name
-    assert process.returncode == 0
-    assert "Traceback" not in err
+    assert process.returncode == 130
+    assert err == "fleetbreaker: interrupted; nothing was changed\n"
 
 
 def test_watch_json_reports_a_store_error_as_a_json_line(

@@ -15,7 +15,7 @@ from fleetbreaker import cli
 
 
 def connections(hole: BlackholeServer) -> int:
-    return len(hole._held)
+    return hole.accepted
 
 
 # One command each: every command reaches the store through the same client, and each run
@@ -54,6 +54,6 @@ def test_a_silent_redis_gets_one_attempt_then_exit_3(
 
 def test_the_documented_timeout_is_the_clients() -> None:
     # docs/operations.md quotes these numbers
-    config = cli._aws_config()
+    config = cli.aws_config()
     assert config.read_timeout == config.connect_timeout == cli.STORE_TIMEOUT_S == 3.0
     assert config.retries["total_max_attempts"] == 2

@@ -3,15 +3,15 @@ control characters escaped (pure: no store)."""
 
 from __future__ import annotations
 
-from fleetbreaker.cli.common import _iso, printable
+from fleetbreaker.cli.common import iso, printable
 
 
 def test_time_0_is_shown_as_no_time() -> None:
-    assert _iso(0) is None
+    assert iso(0) is None
 
 
 def test_the_first_millisecond_is_a_date() -> None:
-    assert _iso(1) == "1970-01-01T00:00:00.001Z"
+    assert iso(1) == "1970-01-01T00:00:00.001Z"
 
 
 def test_a_control_character_past_latin_1_is_escaped_as_u() -> None:

@@ -23,7 +23,8 @@ from devtools import servers
 from devtools.servers import REPO_ROOT
 from fleetbreaker import BreakerConfig, DynamoDBStore
 from fleetbreaker.breaker import system_clock
-from fleetbreaker.state import Policy, State
+from fleetbreaker.policy import Policy
+from fleetbreaker.record import State
 from fleetbreaker.stores.dynamodb import TTL_ATTRIBUTE
 from fleetbreaker.stores.dynamodb_table import create_request, differences, ttl_request
 from tests.cli.conftest import one_line_error, run_cli, run_in_process
@@ -144,7 +145,12 @@ def test_a_second_run_finds_the_table_and_exits_0(endpoint: str | None, table: s
     result = create_table(endpoint, table, "--stream", "--json")
     # THEN the table is found with that shape, unchanged
     assert result.code == 0, result.err
-    assert json.loads(result.out) == {"table": table, "created": False, "differences": []}
+    assert json.loads(result.out) == {
+        "table": table,
+        "created": False,
+        "finished": False,
+        "differences": [],
+    }
 
 
 def test_a_breaker_runs_on_the_table_it_made(endpoint: str | None, table: str) -> None:
@@ -277,7 +283,8 @@ def test_in_process_without_a_region_exits_2_saying_how_to_give_one(table: str) 
 
     assert result.code == 2
     assert one_line_error(result) == (
-        "fleetbreaker: error: no AWS region: pass --region or set AWS_REGION"
+        "fleetbreaker: error: no AWS region: pass --region or set AWS_REGION (or "
+        "AWS_DEFAULT_REGION)"
     )
 
 
@@ -329,7 +336,9 @@ def test_in_process_the_json_answer_has_its_keys_sorted(table: str) -> None:
     with mock_aws():
         result = run_in_process(["create-table", table, "--json"])
 
-    assert result.out == f'{{"created": true, "differences": [], "table": "{table}"}}\n'
+    assert result.out == (
+        f'{{"created": true, "differences": [], "finished": false, "table": "{table}"}}\n'
+    )
 
 
 def test_in_process_each_difference_is_named_in_the_one_line(table: str) -> None:
@@ -355,3 +364,41 @@ def test_in_process_each_difference_is_named_in_the_one_line(table: str) -> None
     )
     assert line.startswith(prefix)
     assert "key is id (S, HASH); want name (S, HASH) only; billing mode is PROVISIONED" in line
+
+
+# -- the endpoint and the region are checked as every command checks them ---------------------
+
+BAD_SETUP = [
+    (["--endpoint-url", "localhost:8000"], "include the scheme, e.g. http://localhost:8000"),
+    (["--endpoint-url", "http://"], "is not an http(s) URL"),
+    (["--region", "us east 1"], "cannot set up the DynamoDB client"),
+    (["--region", "eu-west-1/../x"], "cannot set up the DynamoDB client"),
+    (["--region", ""], "no AWS region: pass --region"),
+]
+COMMANDS = [
+    ["create-table", "CircuitBreakers"],
+    ["--table", "T", "list"],
+    ["--table", "T", "status", "x"],
+]
+
+
+@pytest.mark.parametrize(("options", "problem"), BAD_SETUP)
+def test_create_table_refuses_a_bad_endpoint_or_region_as_list_and_status_do(
+    options: list[str], problem: str
+) -> None:
+    # GIVEN the same mistaken endpoint or region given to create-table, list and status
+    results = [run_in_process([*command, *options], NO_REGION) for command in COMMANDS]
+
+    # THEN each exits 2 (a usage error, not "store unreachable") with the same line
+    lines = {one_line_error(result) for result in results}
+    assert [result.code for result in results] == [2, 2, 2]
+    assert len(lines) == 1, lines
+    assert problem in lines.pop()
+
+
+@pytest.mark.parametrize(("options", "problem"), BAD_SETUP[::2])
+def test_the_console_script_refuses_them_too(options: list[str], problem: str) -> None:
+    result = run_cli(["create-table", "CircuitBreakers", *options], NO_REGION)
+
+    assert result.code == 2
+    assert problem in one_line_error(result)

@@ -26,7 +26,7 @@ def test_an_unknown_word_lists_the_commands_and_suggests_none() -> None:
     assert result.code == 2
     assert one_line_error(result) == (
         "fleetbreaker: error: argument COMMAND: invalid choice: 'explode' (choose from 'list',"
-        " 'status', 'open', 'disable', 'reset', 'tune', 'create-table', 'watch')"
+        " 'status', 'open', 'disable', 'reset', 'tune', 'create-table', 'doctor', 'watch')"
         " (see fleetbreaker --help)"
     )
 

@@ -17,17 +17,17 @@ from fleetbreaker import MemoryStore, cli
 from fleetbreaker.breaker import system_clock
 from fleetbreaker.cli.view import (
     BreakerView,
-    _colour_enabled,
-    _emit_json,
+    colour_enabled,
     gather_all,
     gather_one,
     render_status,
     render_table,
     view_of,
     window_of,
+    write_json,
 )
 from fleetbreaker.errors import CorruptRecordError
-from fleetbreaker.state import Record, State
+from fleetbreaker.record import Record, State
 from fleetbreaker.tuning import Action
 from tests.cli.conftest import POLICY, Backend, fail, one_line_error
 from tests.cli.test_cli import report_calls
@@ -63,13 +63,14 @@ def tuned_closed() -> BreakerView:
 
 
 def test_the_table_colours_each_state_after_padding_it() -> None:
+    # (count-policy breakers: their calls are not counted, shown as a dash)
     shown = render_table([tuned_closed(), forced_open()], colour=True)
 
     assert shown.splitlines() == [
         "NAME         STATE   FAILURES  CALLS  OPEN UNTIL                LAST CHANGE",
-        "ledger       \x1b[32mclosed\x1b[0m  2         0      -                         "
+        "ledger       \x1b[32mclosed\x1b[0m  2         -      -                         "
         "2025-12-01T03:59:59.900Z",
-        "payment-api  \x1b[31mopen  \x1b[0m  0         0      2025-12-01T04:00:30.000Z  "
+        "payment-api  \x1b[31mopen  \x1b[0m  0         -      2025-12-01T04:00:30.000Z  "
         "2025-12-01T03:59:55.000Z",
     ]
 
@@ -80,7 +81,7 @@ def test_the_table_shows_unknown_figures_as_dashes_without_trailing_spaces() -> 
 
     assert shown.splitlines() == [
         "NAME         STATE   FAILURES  CALLS  OPEN UNTIL                LAST CHANGE",
-        "payment-api  open    0         0      2025-12-01T04:00:30.000Z  2025-12-01T03:59:55.000Z",
+        "payment-api  open    0         -      2025-12-01T04:00:30.000Z  2025-12-01T03:59:55.000Z",
         "x            closed  0         -      -                         -",
     ]
 
@@ -91,8 +92,8 @@ def test_status_shows_every_figure_and_an_action_given_without_a_reason() -> Non
         "state        open",
         "generation   2",
         "failures     0",
-        "calls        0",
-        "slow calls   0",
+        "calls        -",
+        "slow calls   -",
         "containers   0",
         "open until   2025-12-01T04:00:30.000Z",
         "retry after  30.0s",
@@ -118,7 +119,7 @@ def test_status_lists_tuned_settings_sorted_and_no_action_or_retry_as_dashes() -
 def test_json_lines_carry_their_keys_sorted() -> None:
     out = io.StringIO()
 
-    _emit_json(out, [forced_open()])
+    write_json(out, "jsonl", [forced_open().as_json()])
 
     (line,) = out.getvalue().splitlines()
     keys = list(json.loads(line))
@@ -128,13 +129,13 @@ def test_json_lines_carry_their_keys_sorted() -> None:
 def test_a_terminal_gets_colour(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("NO_COLOR", raising=False)
 
-    assert _colour_enabled(Terminal())
+    assert colour_enabled(Terminal())
 
 
 def test_no_color_turns_a_terminal_s_colour_off(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("NO_COLOR", "1")
 
-    assert not _colour_enabled(Terminal())
+    assert not colour_enabled(Terminal())
 
 
 class CorruptStore(MemoryStore):

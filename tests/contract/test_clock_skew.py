@@ -13,7 +13,9 @@ from typing import Any
 
 import pytest
 
-from fleetbreaker.state import CLOCK_TOLERANCE_MS, Policy, ProbeReport, State
+from fleetbreaker.policy import Policy
+from fleetbreaker.record import ProbeReport, State
+from fleetbreaker.rules import CLOCK_TOLERANCE_MS
 from tests.contract.test_store_contract import T0, fail_n
 
 D = CLOCK_TOLERANCE_MS

@@ -16,7 +16,7 @@ import redis
 
 from fleetbreaker import CircuitBreaker, DynamoDBStore
 from fleetbreaker.errors import CorruptRecordError
-from fleetbreaker.state import State
+from fleetbreaker.record import State
 from tests.contract.conftest import make_store
 from tests.contract.test_store_contract import POLICY, T0
 

@@ -16,7 +16,7 @@ import pytest
 
 from fleetbreaker import CircuitBreaker, DynamoDBStore
 from fleetbreaker.config import BreakerConfig
-from fleetbreaker.state import ProbeReport, State
+from fleetbreaker.record import ProbeReport, State
 from tests.contract.test_store_contract import POLICY, T0, half_open, open_breaker
 from tests.support import FakeClock
 

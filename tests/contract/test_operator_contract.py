@@ -11,7 +11,7 @@ import pytest
 
 from devtools import servers
 from fleetbreaker import DynamoDBStore
-from fleetbreaker.state import State
+from fleetbreaker.record import State
 from fleetbreaker.tuning import Action, decode_tuned
 from tests.contract.test_store_contract import POLICY, T0, fail_n, open_breaker
 
@@ -102,6 +102,51 @@ def test_clearing_the_tuning_removes_it(store: Any, name: str) -> None:
     assert store.load(name, T0 + 1).tuned == ""
 
 
+# A merging tune (fleetbreaker tune without --replace) writes only over the settings it merged
+# into: ``expected``.
+MERGED = '{"failure_threshold":2,"mode":"shadow"}'
+
+
+def test_a_tune_expecting_the_stored_settings_writes(store: Any, name: str) -> None:
+    store.tune(name, POLICY, T0, TUNED, None)
+
+    record = store.tune(name, POLICY, T0 + 1, MERGED, None, expected=TUNED)
+
+    assert record.tuned == MERGED
+    assert store.load(name, T0 + 1).tuned == MERGED
+
+
+def test_a_tune_expecting_other_settings_writes_nothing(store: Any, name: str) -> None:
+    # GIVEN settings another operator changed since this one read them
+    store.tune(name, POLICY, T0, '{"mode":"shadow"}', None)
+
+    # WHEN this one's merge lands, expecting what it read (none)
+    record = store.tune(name, POLICY, T0 + 1, TUNED, ACTION, expected="")
+
+    # THEN nothing is written, and the answer is the record as it stands
+    assert record.tuned == '{"mode":"shadow"}'
+    stored = store.load(name, T0 + 1)
+    assert (stored.tuned, stored.last_action) == ('{"mode":"shadow"}', "")
+
+
+def test_a_tune_expecting_no_settings_writes_on_a_breaker_without_a_record(
+    store: Any, name: str
+) -> None:
+    record = store.tune(name, POLICY, T0, TUNED, None, expected="")
+
+    assert record.tuned == TUNED
+    assert store.load(name, T0).state is State.CLOSED
+
+
+def test_a_tune_expecting_settings_on_a_breaker_without_a_record_writes_nothing(
+    store: Any, name: str
+) -> None:
+    record = store.tune(name, POLICY, T0, MERGED, None, expected=TUNED)
+
+    assert record is None
+    assert store.load(name, T0) is None
+
+
 def test_a_forced_state_records_the_operator_action(store: Any, name: str) -> None:
     outcome = store.force_state(name, POLICY, T0, State.FORCED_OPEN, action=ACTION)
 
@@ -114,7 +159,7 @@ def test_a_second_operator_action_replaces_the_first(store: Any, name: str) -> N
     store.force_state(name, POLICY, T0, State.FORCED_OPEN, action=ACTION)
 
     # WHEN another resets it
-    reset = Action("closed", "bob", "provider is back", T0 + 1)
+    reset = Action("reset", "bob", "provider is back", T0 + 1)
     outcome = store.force_state(name, POLICY, T0 + 1, State.CLOSED, action=reset)
 
     # THEN the reset is the last action recorded
@@ -124,7 +169,7 @@ def test_a_second_operator_action_replaces_the_first(store: Any, name: str) -> N
 
 def test_the_last_action_survives_later_transitions(store: Any, name: str) -> None:
     # GIVEN an operator reset recorded on the breaker
-    reset = Action("closed", "alice", "recovered", T0)
+    reset = Action("reset", "alice", "recovered", T0)
     store.force_state(name, POLICY, T0, State.CLOSED, action=reset)
 
     # WHEN the fleet trips it on its own

@@ -1,15 +1,17 @@
-"""Every store writes, on closing, the fresh record the recovery ramp reads its close time from.
+"""Every store keeps a recovery's close time: the recovery ramp starts from it.
 
-fleetbreaker.ramp.closed_at relies on it: a probe's success leaves a closed record with a
-new generation, no failures, no failure window, and ``updated_at`` at the close.
+A probe's success, or an operator's reset of an open, half-open or forced open breaker, is a
+recovery: the closed record it writes says when (``closed_at``), and every write of that
+generation keeps it (failures, reports, census writes), so a container that first sees the
+record long after the close still ramps from the close. A reset of a closed or disabled
+breaker is no recovery: nothing was being turned away.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from fleetbreaker.ramp import closed_at
-from fleetbreaker.state import ProbeReport, State
+from fleetbreaker.record import ProbeReport, Report, State
 from tests.contract.test_store_contract import POLICY, half_open
 from tests.support import T0
 
@@ -26,23 +28,39 @@ def test_a_probe_that_closes_leaves_the_close_time(store: Any, name: str) -> Non
     # THEN the record is closed and says when: the moment of the settle
     record = store.load(name, now + 1001)
     assert record.state is State.CLOSED
-    assert closed_at(record) == now + 1000
+    assert record.closed_at == now + 1000
 
 
-def test_a_failure_after_the_close_hides_it_but_keeps_the_generation(store: Any, name: str) -> None:
+def test_every_write_after_the_close_keeps_its_time(store: Any, name: str) -> None:
     # GIVEN a breaker that just closed
     now, token = half_open(store, name)
     store.settle_probe(name, POLICY, now + 1, ProbeReport(token, True), store.load(name, now + 1))
     closed = store.load(name, now + 1)
 
-    # WHEN a failure is counted
+    # WHEN a failure is counted, a census write and a report land
     store.record_failure(name, POLICY, now + 5, closed)
+    store.census(name, POLICY, now + 6, store.load(name, now + 6))
+    store.report(name, POLICY, now + 7, Report("c1", calls=3), store.load(name, now + 7))
 
-    # THEN the record no longer says when it closed, but its generation is the close's
-    counted = store.load(name, now + 6)
-    assert closed_at(counted) is None
+    # THEN the record still says when it closed, in the close's generation
+    counted = store.load(name, now + 8)
+    assert counted.closed_at == now + 1
     assert counted.gen == closed.gen
+    assert counted.failures == 1
     assert now > T0
+
+
+def test_a_trip_ends_the_close_time(store: Any, name: str) -> None:
+    # GIVEN a breaker that closed, then failed again up to its threshold
+    now, token = half_open(store, name)
+    store.settle_probe(name, POLICY, now + 1, ProbeReport(token, True), store.load(name, now + 1))
+    for step in range(POLICY.failure_threshold):
+        store.record_failure(name, POLICY, now + 10 + step, store.load(name, now + 10 + step))
+
+    # THEN the open record has no close time (its own close will)
+    opened = store.load(name, now + 20)
+    assert opened.state is State.OPEN
+    assert opened.closed_at == 0
 
 
 def test_a_reset_of_a_closed_or_disabled_breaker_is_no_recovery(
@@ -61,7 +79,7 @@ def test_a_reset_of_a_closed_or_disabled_breaker_is_no_recovery(
     for breaker in (name, f"{name}-d"):
         record = store.load(breaker, T0 + 11)
         assert record.state is State.CLOSED
-        assert closed_at(record) is None
+        assert record.closed_at == 0
 
 
 def test_a_reset_of_an_open_or_forced_open_breaker_is_a_recovery(
@@ -78,4 +96,4 @@ def test_a_reset_of_an_open_or_forced_open_breaker_is_a_recovery(
 
     # THEN both records say when they closed: the ramp starts from the reset
     for breaker in (name, f"{name}-f"):
-        assert closed_at(store.load(breaker, now + 11)) == now + 10
+        assert store.load(breaker, now + 11).closed_at == now + 10

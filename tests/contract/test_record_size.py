@@ -15,7 +15,9 @@ from typing import Any
 from fleetbreaker import BreakerConfig, DynamoDBStore
 from fleetbreaker.config import MAX_MIN_CONTAINERS
 from fleetbreaker.naming import container_key
-from fleetbreaker.state import WINDOW_BUCKETS, Policy, Report, window_counts
+from fleetbreaker.policy import Policy
+from fleetbreaker.record import WINDOW_BUCKETS, Report
+from fleetbreaker.rules import window_counts
 
 T0 = 1_700_000_000_000
 

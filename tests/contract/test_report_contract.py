@@ -11,15 +11,10 @@ from typing import Any
 import pytest
 
 from fleetbreaker import BreakerConfig
-from fleetbreaker.state import (
-    Policy,
-    ProbeReport,
-    Record,
-    Report,
-    State,
-    snapshot_of,
-    window_counts,
-)
+from fleetbreaker.policy import Policy
+from fleetbreaker.record import ProbeReport, Record, Report, State
+from fleetbreaker.rules import window_counts
+from fleetbreaker.snapshot import snapshot_of
 
 T0 = 1_700_000_000_000
 RATE = Policy.from_config(
@@ -389,7 +384,7 @@ def test_reports_racing_on_the_quorum_map_lose_no_count(atomic_store: Any, name:
 def test_count_policy_operations_clear_a_rate_window(shared_store: Any, name: str) -> None:
     store = shared_store  # operator overrides are never answered by a degraded store
     send(store, name, Report("a", calls=4, failures=1))
-    from fleetbreaker.state import State as S
+    from fleetbreaker.record import State as S
 
     store.force_state(name, RATE, T0 + 1, S.FORCED_OPEN)
     store.force_state(name, RATE, T0 + 2, S.CLOSED)

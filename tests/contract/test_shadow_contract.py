@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from fleetbreaker import BreakerConfig, CircuitBreaker, CircuitOpenError, State
-from fleetbreaker.cli import _POLICY
+from fleetbreaker.cli import POLICY
 from fleetbreaker.metrics import MetricsListener
 from fleetbreaker.tuning import Action, encode_tuned
 from tests.contract.conftest import make_store
@@ -74,7 +74,7 @@ def test_shadow_counts_would_rejects_and_tune_enforce_switches_it_within_cache_t
     # enforce` writes), and cache_ttl passes
     clock.advance(0.5)
     action = Action("tune", "operator", "shadow run looked right", clock())
-    shadow_store.tune(name, _POLICY, clock(), encode_tuned({"mode": "enforce"}), action)
+    shadow_store.tune(name, POLICY, clock(), encode_tuned({"mode": "enforce"}), action)
     clock.advance(CACHE_TTL)
 
     # THEN the next call is rejected without reaching the dependency

@@ -11,7 +11,9 @@ from typing import Any
 import pytest
 
 from fleetbreaker.frozen import replace
-from fleetbreaker.state import Policy, ProbeReport, Report, State, lease_slot
+from fleetbreaker.policy import Policy
+from fleetbreaker.record import ProbeReport, Report, State
+from fleetbreaker.rules import lease_slot
 
 T0 = 1_700_000_000_000  # an arbitrary "now", in epoch ms
 

@@ -16,7 +16,7 @@ import pytest
 from devtools import servers
 from fleetbreaker import BreakerConfig, CircuitBreaker, DynamoDBStore, State
 from fleetbreaker.errors import StoreError
-from fleetbreaker.state import Policy
+from fleetbreaker.policy import Policy
 from tests.faults.garble import GarbleProxy
 from tests.support import Dependency, FakeClock
 

@@ -22,7 +22,8 @@ import pytest
 
 from devtools import servers
 from fleetbreaker import BreakerConfig, DynamoDBStore, RedisStore, State
-from fleetbreaker.state import Policy, window_counts
+from fleetbreaker.policy import Policy
+from fleetbreaker.rules import window_counts
 
 pytestmark = pytest.mark.realtime  # store deadlines and hung calls, on the wall clock
 

@@ -19,7 +19,8 @@ from botocore.config import Config
 
 from devtools import servers
 from fleetbreaker import BreakerConfig, DynamoDBStore, State
-from fleetbreaker.state import Policy, ProbeReport
+from fleetbreaker.policy import Policy
+from fleetbreaker.record import ProbeReport
 from tests.faults.garble import GarbleProxy
 from tests.support import FakeClock
 

@@ -96,3 +96,13 @@ def xray() -> Iterator[tuple[Any, CapturingEmitter]]:
     )
     yield recorder, emitter
     recorder.clear_trace_entities()
+
+
+@pytest.fixture
+def traces() -> Iterator[Any]:
+    """An OpenTelemetry provider whose finished spans stay in memory (capture.Traces)."""
+    from .capture import Traces
+
+    traces = Traces()
+    yield traces
+    traces.provider.shutdown()

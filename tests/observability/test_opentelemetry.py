@@ -11,56 +11,22 @@ import json
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
-from contextlib import suppress
 from typing import Any
 
 import pytest
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanKind, StatusCode
 
 from devtools.servers import REPO_ROOT
-from fleetbreaker import CircuitOpenError, MemoryStore
+from fleetbreaker import MemoryStore
 from fleetbreaker.tracing import OpenTelemetryListener
 
+from .capture import Traces
 from .support import Boom, BreakerFactory, FakeClock, fail, succeed
-
-
-class Traces:
-    """A tracer provider whose finished spans stay in memory."""
-
-    def __init__(self) -> None:
-        self.exporter = InMemorySpanExporter()
-        self.provider = TracerProvider()
-        self.provider.add_span_processor(SimpleSpanProcessor(self.exporter))
-        self.tracer = self.provider.get_tracer("tests")
-
-    def handler(self, fn: Any) -> ReadableSpan:
-        """Run fn in a fresh ``handler`` span (as the ADOT wrapper does); return that span."""
-        self.exporter.clear()
-        with self.tracer.start_as_current_span("handler"), suppress(Boom, CircuitOpenError):
-            fn()
-        return self.span("handler")
-
-    def span(self, name: str) -> ReadableSpan:
-        (found,) = [s for s in self.exporter.get_finished_spans() if s.name == name]
-        return found
-
-    def names(self) -> list[str]:
-        return [s.name for s in self.exporter.get_finished_spans()]
 
 
 def events(span: ReadableSpan, prefix: str = "fleetbreaker.") -> list[tuple[str, dict[str, Any]]]:
     return [(e.name, dict(e.attributes or {})) for e in span.events if e.name.startswith(prefix)]
-
-
-@pytest.fixture
-def traces() -> Iterator[Traces]:
-    traces = Traces()
-    yield traces
-    traces.provider.shutdown()
 
 
 @pytest.fixture(params=["fast", "public"])

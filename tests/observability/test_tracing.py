@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -10,19 +9,12 @@ import pytest
 from fleetbreaker import CircuitOpenError, MemoryStore
 from fleetbreaker.tracing import TracingListener, tracing_active
 
+from .capture import Recorder, walk
 from .support import Boom, BreakerFactory, CapturingEmitter, FakeClock, FlakyStore, fail, succeed
-
-Recorder = tuple[Any, CapturingEmitter]
 
 
 def annotations(entity: dict[str, Any]) -> dict[str, Any]:
     return dict(entity.get("annotations", {}))
-
-
-def walk(entity: dict[str, Any]) -> Iterator[dict[str, Any]]:
-    yield entity
-    for child in entity.get("subsegments", []):
-        yield from walk(child)
 
 
 def subsegment_names(segment: dict[str, Any]) -> list[str]:

@@ -22,7 +22,8 @@ from botocore.credentials import Credentials
 from devtools.servers import REPO_ROOT, RedisServer
 from fleetbreaker import RedisStore
 from fleetbreaker.errors import ConfigError, StoreError
-from fleetbreaker.state import Policy, ProbeReport, State
+from fleetbreaker.policy import Policy
+from fleetbreaker.record import ProbeReport, State
 from fleetbreaker.stores import from_env
 from fleetbreaker.stores.elasticache_iam import ElastiCacheIAMAuth
 
@@ -298,3 +299,33 @@ def test_a_provider_and_a_password_together_are_refused() -> None:
 def test_a_token_lifetime_elasticache_refuses_is_a_config_error(expires_in: object) -> None:
     with pytest.raises(ConfigError, match="expires_in"):
         ElastiCacheIAMAuth(USER, CACHE, REGION, expires_in=expires_in)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("token", [None, "session-token/with+slash="])
+@pytest.mark.parametrize("cache", ["fleetbreaker-1a2b3c4d", "Mixed-Case-Cache"])
+def test_the_token_is_the_url_botocore_presigns_at_the_same_time(
+    monkeypatch: pytest.MonkeyPatch, token: str | None, cache: str
+) -> None:
+    # GIVEN credentials, a cache and a signing time
+    import botocore.auth
+    from botocore.awsrequest import AWSRequest
+    from botocore.credentials import Credentials
+
+    credentials = Credentials("AKIDEXAMPLE", "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY", token)
+    at = datetime(2026, 12, 2, 3, 4, 5)
+    auth = ElastiCacheIAMAuth(
+        "user-1",
+        cache,
+        "eu-west-1",
+        credentials=credentials,
+        clock=lambda: at.replace(tzinfo=timezone.utc).timestamp(),
+    )
+
+    # WHEN botocore's own SigV4 query signer presigns the same connect request at that time
+    monkeypatch.setattr(botocore.auth, "get_current_datetime", lambda: at)
+    params = {"Action": "connect", "User": "user-1", "ResourceType": "ServerlessCache"}
+    request = AWSRequest(method="GET", url=f"http://{cache}/", params=params)
+    botocore.auth.SigV4QueryAuth(credentials, "elasticache", "eu-west-1", 900).add_auth(request)
+
+    # THEN the token is that URL without its scheme, to the character
+    assert auth.token() == request.prepare().url.removeprefix("http://")

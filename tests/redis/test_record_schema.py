@@ -16,7 +16,8 @@ import redis
 
 from fleetbreaker import RedisStore, State, StoreError
 from fleetbreaker import record as schema
-from fleetbreaker.state import Policy, ProbeReport, Report
+from fleetbreaker.policy import Policy
+from fleetbreaker.record import ProbeReport, Report
 from tests.support import trip_store
 
 T0 = 1_700_000_000_000
@@ -61,6 +62,9 @@ def _renamed(monkeypatch: pytest.MonkeyPatch) -> None:
         schema, "NUMBER_FIELDS", {a: f"n_{n}" for a, n in schema.NUMBER_FIELDS.items()}
     )
     monkeypatch.setattr(schema, "TEXT_FIELDS", {a: f"t_{n}" for a, n in schema.TEXT_FIELDS.items()})
+    optional = {a: f"o_{n}" for a, n in schema.OPTIONAL_NUMBER_FIELDS.items()}
+    monkeypatch.setattr(schema, "OPTIONAL_NUMBER_FIELDS", optional)
+    monkeypatch.setattr(schema, "census_field", lambda slot, code: f"z{slot}{code}")
     monkeypatch.setattr(
         schema, "lease_fields", lambda slot: (f"L{slot}tok", f"L{slot}end", f"L{slot}at")
     )
@@ -72,10 +76,12 @@ def _renamed(monkeypatch: pytest.MonkeyPatch) -> None:
 def _stored_names(slot_count: int = schema.MAX_PROBE_SLOTS) -> set[str]:
     """Every fixed name the schema (as patched) gives a stored field."""
     names = {schema.STATE, *schema.NUMBER_FIELDS.values(), *schema.TEXT_FIELDS.values()}
+    names.update(schema.OPTIONAL_NUMBER_FIELDS.values())
     for slot in range(slot_count):
         names.update(schema.lease_fields(slot))
     for slot in range(schema.WINDOW_BUCKETS):
         names.update(schema.bucket_field(slot, code) for code in schema.BUCKET_CODES)
+        names.update(schema.census_field(slot, code) for code in schema.CENSUS_CODES)
     return names
 
 
@@ -95,7 +101,11 @@ def test_a_renamed_schema_reaches_both_the_scripts_and_the_parser(
     store = make_store()
     allowed = _stored_names()
 
-    # WHEN the breaker trips, probes, fails a probe, probes again and recovers
+    # WHEN a container sends a census write, and the breaker trips, probes, fails a probe,
+    # probes again and recovers
+    counted = store.census(name, POLICY, T0 - 1, None).record
+    assert counted is not None
+    assert [bucket.count for bucket in counted.census.values()] == [1]
     opened = trip_store(store, name, POLICY, T0)
     assert opened.state is State.OPEN
     assert opened.open_until == T0 + 5_000
@@ -116,6 +126,9 @@ def test_a_renamed_schema_reaches_both_the_scripts_and_the_parser(
     assert store.load(name, T0 + 60_002) == closed.record
     assert closed.record is not None
     assert closed.record.opened_at == T0 + 5_001
+    assert closed.record.closed_at == T0 + 60_001
+    assert closed.record.window_ms == POLICY.window_ms
+    assert closed.record.census == counted.census  # every transition carried it
     assert _fields(raw, store, name) <= allowed
 
 

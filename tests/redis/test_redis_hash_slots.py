@@ -16,7 +16,8 @@ from redis.crc import key_slot as redis_py_key_slot
 
 from devtools.servers import LOOPBACK, RedisServer
 from fleetbreaker import CircuitBreaker, CircuitOpenError, RedisStore, State
-from fleetbreaker.state import Policy, ProbeReport
+from fleetbreaker.policy import Policy
+from fleetbreaker.record import ProbeReport
 from tests.redis.conftest import ClusterRedisServer
 from tests.support import Dependency, FakeClock
 

@@ -17,7 +17,7 @@ import redis
 
 from fleetbreaker import BreakerConfig, RedisStore, State
 from fleetbreaker.errors import StoreError
-from fleetbreaker.state import Policy
+from fleetbreaker.policy import Policy
 from tests.faults.trickle import TrickleProxy
 
 T0 = 1_700_000_000_000

@@ -26,7 +26,8 @@ from fleetbreaker import (
     State,
     StoreError,
 )
-from fleetbreaker.state import OVERRIDE_TTL_S, Lease, Policy, ProbeReport, Record
+from fleetbreaker.policy import OVERRIDE_TTL_S, Policy
+from fleetbreaker.record import Lease, ProbeReport, Record
 from tests.support import trip_store
 
 T0 = 1_700_000_000_000  # an arbitrary "now" (in 2023), in epoch ms
@@ -114,6 +115,8 @@ def test_the_record_is_one_hash_with_the_record_fields(
         "successes": "0",
         "updated_at": str(T0),
         "expires_at": str(T0 // 1000 + POLICY.ttl_s),
+        "closed_at": "0",
+        "window_ms": str(POLICY.window_ms),
     }
 
 
@@ -231,7 +234,13 @@ def test_a_write_replaces_a_corrupt_hash_with_a_fresh_record(
 
     outcome = store.record_failure(name, POLICY, T0, None)
 
-    fresh = Record(failures=1, window_start=T0, updated_at=T0, expires_at=T0 // 1000 + POLICY.ttl_s)
+    fresh = Record(
+        failures=1,
+        window_start=T0,
+        updated_at=T0,
+        expires_at=T0 // 1000 + POLICY.ttl_s,
+        window_ms=POLICY.window_ms,
+    )
     assert outcome.record == fresh
     assert store.load(name, T0) == fresh
     assert "stray" not in raw.hgetall(store.key(name))

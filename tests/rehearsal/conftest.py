@@ -63,6 +63,9 @@ PARAMETER_SETS: dict[str, dict[str, str]] = {
         "SlowCallRateThreshold": "0.5",
     },
     "core": {"DeployExample": "false"},
+    # The breaker functions snapshotted, their callers on the live alias (moto invokes the
+    # function itself: tests/sam/test_rehearsal.py), on the python3.12 layers.
+    "snapstart": {"SnapStart": "PublishedVersions", "Runtime": "python3.12"},
 }
 EXAMPLE_SETS = [name for name in PARAMETER_SETS if name != "core"]
 # The sets whose payment function defers instead of rejecting, with the consumer deployed.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -106,3 +107,25 @@ def consumer_module() -> ModuleType:
         env.setenv("IDEMPOTENCY_TABLE", "unused-at-import")
         env.delenv("BREAKER_MAPPINGS", raising=False)
         return load_function("deferred_payments")
+
+
+def shipped_templates() -> dict[str, str]:
+    """Every template the repository gives users: template.yaml, and each YAML block of
+    README.md and docs/*.md that is a whole template ("AWSTemplateFormatVersion"), by where
+    it is ("README.md#2": the second YAML block)."""
+    templates = {"template.yaml": (REPO_ROOT / "template.yaml").read_text()}
+    for page in [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").glob("*.md"))]:
+        blocks = re.findall(r"```yaml\n(.*?)```", page.read_text(), re.DOTALL)
+        for number, block in enumerate(blocks, start=1):
+            if "AWSTemplateFormatVersion" in block:
+                templates[f"{page.relative_to(REPO_ROOT)}#{number}"] = block
+    return templates
+
+
+def yaml_after_marker(page: Path, marker: str) -> str:
+    """The YAML block that follows ``<!-- marker`` on a page."""
+    text = page.read_text()
+    start = text.index(f"<!-- {marker}")
+    match = re.search(r"```yaml\n(.*?)```", text[start:], re.DOTALL)
+    assert match, f"no yaml block after the {marker} marker in {page.name}"
+    return match.group(1)

@@ -25,7 +25,7 @@ import pytest
 
 from devtools.functions import load_function
 from fleetbreaker import BreakerConfig, State
-from fleetbreaker.state import Lease, Record
+from fleetbreaker.record import Lease, Record
 from fleetbreaker.stores.dynamodb import DynamoDBStore
 from fleetbreaker.stores.redis import RedisStore
 from tests import support

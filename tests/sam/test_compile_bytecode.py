@@ -126,3 +126,43 @@ def test_a_missing_directory_is_a_usage_error(tmp_path: Path) -> None:
     # THEN the script says so and exits 2
     assert result.returncode == 2
     assert "is not a directory" in result.stderr
+
+
+def test_a_source_only_folder_gets_no_bytecode(tmp_path: Path) -> None:
+    # GIVEN a dependency with a subpackage no cold start imports
+    write(tmp_path / "dependency" / "core.py", "VALUE = 1\n")
+    write(tmp_path / "dependency" / "extras" / "rare.py", "VALUE = 2\n")
+
+    # WHEN the bytecode is compiled with that subpackage left as source
+    result = subprocess.run(
+        [sys.executable, str(SCRIPT), str(tmp_path), "--source-only", "dependency/extras", HERE],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+    # THEN the rest is compiled, the subpackage is not, and the build says so
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "dependency" / "__pycache__" / f"core.{TAG}.pyc").is_file()
+    assert not list((tmp_path / "dependency" / "extras").rglob("*.pyc"))
+    assert "source only as asked: dependency/extras" in result.stdout
+
+
+def test_a_source_only_path_that_is_not_there_is_a_usage_error(tmp_path: Path) -> None:
+    # GIVEN a layer whose dependency no longer has the path the build leaves as source
+    write(tmp_path / "dependency" / "core.py", "VALUE = 1\n")
+
+    # WHEN the bytecode is compiled
+    result = subprocess.run(
+        [sys.executable, str(SCRIPT), str(tmp_path), "--source-only", "dependency/moved", HERE],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+    # THEN nothing is compiled: the build stops, naming the path, before it gets bytecode back
+    assert result.returncode == 2
+    assert "--source-only dependency/moved: not under" in result.stderr
+    assert not list(tmp_path.rglob("*.pyc"))

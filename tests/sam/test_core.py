@@ -18,20 +18,35 @@ from typing import Any
 
 import pytest
 
-from devtools.sam_template import load_template
+from devtools.sam_template import layer_id, load_template, runtimes
 from devtools.servers import REPO_ROOT
+from tests.sam.conftest import yaml_after_marker
 
-CORE = {
-    "CircuitBreakersTable",
-    "FleetbreakerLayer",
-    "FleetbreakerSlimLayer",
-    "FleetbreakerLayerArnParameter",
-    "FleetbreakerSlimLayerArnParameter",
-    "CircuitBreakersAccessPolicy",
+# The layers of every runtime, full and slim, their SSM parameters, and their permissions
+# (only with LayerSharingOrganizationId).
+LAYERS = {
+    layer_id(runtime, slim=slim) for runtime in runtimes(load_template()) for slim in (False, True)
+}
+LAYER_PERMISSIONS = {f"{layer}Permission" for layer in LAYERS}
+# Conditional parts of the core: each exists only when a parameter asks for it.
+OPTIONAL_CORE = {
     # The optional Redis store: with BreakerStore=redis, functions of your own use it too.
     "BreakerCache",
     "BreakerCacheUser",
     "BreakerCacheUserGroup",
+    *LAYER_PERMISSIONS,
+}
+CORE = {
+    "CircuitBreakersTable",
+    *LAYERS,
+    *(f"{layer}ArnParameter" for layer in LAYERS),
+    # The deprecated names of the Runtime parameter's layers.
+    "FleetbreakerLayerArnParameter",
+    "FleetbreakerSlimLayerArnParameter",
+    "CircuitBreakersAccessPolicy",
+    # Fires when any function's store is misconfigured (no table, access denied, ...).
+    "StoreMisconfiguredAlarm",
+    *OPTIONAL_CORE,
 }
 # Conditions that hold only when the example is deployed.
 # PauseFromContainers is BreakerOnRedis and DeferWhenOpen: it implies the example too.
@@ -74,7 +89,7 @@ def test_every_resource_outside_the_core_belongs_to_the_example(
     assert outside
     assert {name: c for name, c in outside.items() if c not in EXAMPLE_CONDITIONS} == {}
     assert set(CORE) <= set(template["Resources"])
-    for name in CORE - {"BreakerCache", "BreakerCacheUser", "BreakerCacheUserGroup"}:
+    for name in CORE - OPTIONAL_CORE:
         assert "Condition" not in template["Resources"][name], name
 
 
@@ -149,11 +164,7 @@ def test_the_template_names_no_partition(template: dict[str, Any]) -> None:
 
 def attach_snippet() -> str:
     """The YAML block that follows the README's attach-snippet marker."""
-    readme = (REPO_ROOT / "README.md").read_text()
-    marker = readme.index("<!-- attach-snippet")
-    match = re.search(r"```yaml\n(.*?)```", readme[marker:], re.DOTALL)
-    assert match, "no yaml block after the attach-snippet marker"
-    return match.group(1)
+    return yaml_after_marker(REPO_ROOT / "README.md", "attach-snippet")
 
 
 @pytest.fixture(scope="module")
@@ -182,12 +193,14 @@ def test_the_attach_snippet_names_what_the_core_publishes(
     snippet: dict[str, Any], template: dict[str, Any]
 ) -> None:
     # GIVEN the snippet and the core deployed as STACK WHEN their names are compared THEN the
-    # SSM parameter and both imports are ones the core stack creates
+    # SSM parameter (of the function's runtime's layer) and both imports are ones the core
+    # stack creates
     layer_parameter = snippet["Parameters"]["FleetbreakerLayerArn"]
     assert layer_parameter["Type"] == "AWS::SSM::Parameter::Value<String>"
     resources = template["Resources"]
+    runtime = snippet["Resources"]["MyFunction"]["Properties"]["Runtime"]
     assert layer_parameter["Default"] == render(
-        resources["FleetbreakerLayerArnParameter"]["Properties"]["Name"]
+        resources[f"{layer_id(runtime)}ArnParameter"]["Properties"]["Name"]
     )
     exports = {
         render(output["Export"]["Name"])

@@ -21,8 +21,8 @@ from devtools import servers
 from devtools.payment_api import FakePaymentApi
 from devtools.sam_template import load_template
 from fleetbreaker import DynamoDBStore, MemoryStore
-from fleetbreaker.breaker import system_clock
-from fleetbreaker.cli import _POLICY
+from fleetbreaker.cli import POLICY
+from fleetbreaker.clock import system_clock
 from fleetbreaker.metrics import flush_metrics
 from fleetbreaker.tuning import encode_tuned
 from tests.sam.conftest import invoke, payment_event
@@ -124,7 +124,7 @@ def test_shadow_payments_reach_the_provider_until_the_operator_enforces(
     if isinstance(backend["tune"], list):
         tune_enforce(backend["tune"], name)
     else:
-        backend["tune"].tune(name, _POLICY, clock(), encode_tuned({"mode": "enforce"}), None)
+        backend["tune"].tune(name, POLICY, clock(), encode_tuned({"mode": "enforce"}), None)
     clock.advance(1)
 
     # THEN this container and a new one turn payments away with 503, without the provider

@@ -265,3 +265,12 @@ def test_bad_settings_fail_at_init(
     # A misconfigured function fails its init with the variable's name, not on a request.
     with pytest.raises(payment_module.SettingsError, match=re.escape(message)):
         payment_module.Settings.from_env({**BASE_ENV, **change})
+
+
+def test_a_bad_payment_url_is_refused_without_its_password(payment_module: ModuleType) -> None:
+    url = "ftp://shop:pa55word@pay.example.com/charge?token=t0k3n"
+
+    with pytest.raises(payment_module.SettingsError) as refused:
+        payment_module.Settings.from_env({**BASE_ENV, "PAYMENT_API_URL": url})
+
+    assert "ftp://shop:***@pay.example.com/charge?token=***" in str(refused.value)

@@ -9,11 +9,17 @@ definition with its substitutions applied.
 
 What moto cannot model, and how the rehearsal handles it:
 
-- ``AWS::ApiGatewayV2::Api`` and ``::Stage`` (the HTTP API), ``AWS::CloudWatch::Alarm`` and
-  ``AWS::ElastiCache::ServerlessCache``, ``::User`` and ``::UserGroup`` have no moto
+- ``AWS::ApiGatewayV2::Api`` and ``::Stage`` (the HTTP API), ``AWS::CloudWatch::Alarm``,
+  ``AWS::ElastiCache::ServerlessCache``, ``::User`` and ``::UserGroup``,
+  ``AWS::Lambda::Alias`` and ``AWS::Lambda::LayerVersionPermission`` have no moto
   CloudFormation support. They are taken
   out of the submitted template and references to them become placeholder strings
   (``<LogicalId>.<Attribute>``); their properties are asserted on SAM's translation instead.
+  A reference to a function's alias (its callers' with ``SnapStart=PublishedVersions``)
+  becomes the function's ARN, which moto can invoke and map; that the callers name the alias
+  is asserted on the translation.
+- ``SnapStart`` of a function is ignored (moto reports ``None``): asserted on what was
+  submitted.
 - ``TimeToLiveSpecification``, ``SSESpecification`` and ``PointInTimeRecoverySpecification`` of
   the table are ignored by moto's CloudFormation: the TTL attribute is asserted on the
   template submitted.
@@ -55,7 +61,15 @@ import pytest
 
 # translate and condition_values live in devtools.sam_template (the checkov gate translates
 # every parameter set too); imported here under their old names.
-from devtools.sam_template import BUCKET, condition_values, load_template, translate
+from devtools.sam_template import (
+    BUCKET,
+    condition_values,
+    layer_id,
+    load_template,
+    runtimes,
+    take_branches,
+    translate,
+)
 from fleetbreaker.stores.dynamodb import KEY_ATTRIBUTE, TTL_ATTRIBUTE
 
 STACK = "fleetbreaker"
@@ -67,6 +81,8 @@ UNMODELLED = {
     "AWS::ElastiCache::ServerlessCache",
     "AWS::ElastiCache::User",
     "AWS::ElastiCache::UserGroup",
+    "AWS::Lambda::Alias",
+    "AWS::Lambda::LayerVersionPermission",
 }
 SUBNETS = "subnet-0123456789abcdef0,subnet-0fedcba9876543210"
 SECURITY_GROUPS = "sg-0123456789abcdef0"
@@ -81,7 +97,12 @@ PARAMETER_SETS = {
         "BreakerCacheSubnetIds": SUBNETS,
         "BreakerCacheSecurityGroupIds": SECURITY_GROUPS,
     },
-    "core": {"DeployExample": "false", "PolicyBreakerNames": "payment-api,inventory-api"},
+    "core": {
+        "DeployExample": "false",
+        "PolicyBreakerNames": "payment-api,inventory-api",
+        "LayerSharingOrganizationId": "o-a1b2c3d4e5",
+    },
+    "snapstart": {"SnapStart": "PublishedVersions", "Runtime": "python3.12"},
 }
 EXAMPLE_FUNCTIONS = (
     "PaymentFunction",
@@ -96,12 +117,18 @@ DEFER_FUNCTIONS = ("DeferredPaymentsFunction",)
 # --------------------------------------------------------------------------- translation
 
 
-def _replace_references(value: Any, removed: set[str]) -> Any:
-    """``value`` with every Ref, GetAtt and ${...} of a removed resource as a placeholder."""
+def _replace_references(
+    value: Any, removed: set[str], aliases: dict[str, str] | None = None
+) -> Any:
+    """``value`` with every Ref, GetAtt and ${...} of a removed resource as a placeholder, and
+    a Ref to a removed alias (``aliases``: alias -> its function) as its function's ARN."""
+    aliases = aliases or {}
     if isinstance(value, list):
-        return [_replace_references(item, removed) for item in value]
+        return [_replace_references(item, removed, aliases) for item in value]
     if not isinstance(value, dict):
         return value
+    if set(value) == {"Ref"} and value["Ref"] in aliases:
+        return {"Fn::GetAtt": [aliases[value["Ref"]], "Arn"]}
     if set(value) == {"Ref"} and value["Ref"] in removed:
         return f"{value['Ref']}.Ref"
     if set(value) == {"Fn::GetAtt"}:
@@ -116,7 +143,7 @@ def _replace_references(value: Any, removed: set[str]) -> Any:
             return name if name.split(".")[0] in removed else match.group(0)
 
         return {"Fn::Sub": re.sub(r"\$\{([A-Za-z0-9.:]+)\}", placeholder, value["Fn::Sub"])}
-    return {key: _replace_references(item, removed) for key, item in value.items()}
+    return {key: _replace_references(item, removed, aliases) for key, item in value.items()}
 
 
 def for_moto(translated: dict[str, Any], parameters: dict[str, str]) -> dict[str, Any]:
@@ -130,6 +157,11 @@ def for_moto(translated: dict[str, Any], parameters: dict[str, str]) -> dict[str
     }
     resources = template["Resources"]
     removed = {name for name, r in resources.items() if r["Type"] in UNMODELLED}
+    aliases = {
+        name: r["Properties"]["FunctionName"]["Ref"]
+        for name, r in resources.items()
+        if r["Type"] == "AWS::Lambda::Alias"
+    }
     for name in removed:
         del resources[name]
     for resource in resources.values():
@@ -144,7 +176,7 @@ def for_moto(translated: dict[str, Any], parameters: dict[str, str]) -> dict[str
                 definition = separator.join(lines)
             substitutions = properties.pop("DefinitionSubstitutions", {})
             properties["DefinitionString"] = {"Fn::Sub": [definition, substitutions]}
-    return {key: _replace_references(value, removed) for key, value in template.items()}
+    return {key: _replace_references(value, removed, aliases) for key, value in template.items()}
 
 
 def _code_zip() -> bytes:
@@ -219,11 +251,18 @@ def _read_back(physical: dict[str, str], types: dict[str, str]) -> dict[str, Any
         name: lambda_.get_function_configuration(FunctionName=function)
         for name, function in of_type("AWS::Lambda::Function").items()
     }
+    versions = {
+        name: [
+            v["Version"]
+            for v in lambda_.list_versions_by_function(FunctionName=function)["Versions"]
+        ]
+        for name, function in of_type("AWS::Lambda::Function").items()
+    }
     # moto leaves a layer version's physical id empty and names the layer
     # <stack>-<logical id>-<suffix> (SAM's logical id: the resource's plus a hash).
     layers = {}
     for layer in lambda_.list_layers()["Layers"]:
-        match = re.fullmatch(rf"{STACK}-([A-Za-z]+)[0-9a-f]{{10}}-\w+", layer["LayerName"])
+        match = re.fullmatch(rf"{STACK}-([A-Za-z0-9]+?)[0-9a-f]{{10}}-\w+", layer["LayerName"])
         assert match, layer["LayerName"]
         version = layer["LatestMatchingVersion"]["Version"]
         layers[match.group(1)] = lambda_.get_layer_version(
@@ -266,6 +305,7 @@ def _read_back(physical: dict[str, str], types: dict[str, str]) -> dict[str, Any
     return {
         "table": table,
         "functions": functions,
+        "versions": versions,
         "layers": layers,
         "parameters": parameters,
         "managed": managed,
@@ -329,26 +369,61 @@ def test_the_table_has_the_stores_key_and_ttl(deployment: dict[str, Any]) -> Non
 
 
 def layer_arns(deployment: dict[str, Any]) -> dict[str, str]:
-    """{"FleetbreakerLayer": version ARN, "FleetbreakerSlimLayer": version ARN}."""
+    """{layer's logical id ("FleetbreakerLayerPython313"...): version ARN}."""
     return {name: layer["LayerVersionArn"] for name, layer in deployment["layers"].items()}
 
 
-def test_the_ssm_parameters_hold_the_layers_arns(deployment: dict[str, Any]) -> None:
-    # GIVEN the stack WHEN the SSM parameters are read THEN each names its layer version
+def stack_runtime(deployment: dict[str, Any]) -> str:
+    """The Runtime parameter the set deploys with."""
+    default: str = load_template()["Parameters"]["Runtime"]["Default"]
+    return PARAMETER_SETS[deployment["name"]].get("Runtime", default)
+
+
+def test_there_is_a_full_and_a_slim_layer_per_runtime(deployment: dict[str, Any]) -> None:
+    # GIVEN the stack WHEN its layers are listed THEN one full and one slim per runtime
+    expected = {
+        layer_id(runtime, slim=slim)
+        for runtime in runtimes(load_template())
+        for slim in (False, True)
+    }
+    assert set(layer_arns(deployment)) == expected
+
+
+def test_the_ssm_parameters_hold_each_runtimes_layer_arns(deployment: dict[str, Any]) -> None:
+    # GIVEN the stack WHEN the per-runtime SSM parameters are read THEN each names its layer
     layers = layer_arns(deployment)
-    assert set(layers) == {"FleetbreakerLayer", "FleetbreakerSlimLayer"}
     parameters = deployment["parameters"]
-    assert parameters["FleetbreakerLayerArnParameter"]["Name"] == f"/{STACK}/fleetbreaker/layer-arn"
-    assert parameters["FleetbreakerLayerArnParameter"]["Value"] == layers["FleetbreakerLayer"]
+    for runtime in runtimes(load_template()):
+        for slim, kind in ((False, "layer-arn"), (True, "slim-layer-arn")):
+            parameter = parameters[f"{layer_id(runtime, slim=slim)}ArnParameter"]
+            assert parameter["Name"] == f"/{STACK}/fleetbreaker/{runtime}/{kind}"
+            assert parameter["Value"] == layers[layer_id(runtime, slim=slim)]
+
+
+def test_the_deprecated_ssm_parameters_name_the_stack_runtimes_layers(
+    deployment: dict[str, Any],
+) -> None:
+    # GIVEN the names every stack had before the layers were split by runtime
+    layers = layer_arns(deployment)
+    parameters = deployment["parameters"]
+    runtime = stack_runtime(deployment)
+    # WHEN they are read THEN they still exist and name the Runtime parameter's layers
+    full = parameters["FleetbreakerLayerArnParameter"]
+    assert full["Name"] == f"/{STACK}/fleetbreaker/layer-arn"
+    assert full["Value"] == layers[layer_id(runtime)]
     slim = parameters["FleetbreakerSlimLayerArnParameter"]
     assert slim["Name"] == f"/{STACK}/fleetbreaker/slim-layer-arn"
-    assert slim["Value"] == layers["FleetbreakerSlimLayer"]
+    assert slim["Value"] == layers[layer_id(runtime, slim=True)]
 
 
-def test_the_layers_declare_every_runtime_and_architecture(deployment: dict[str, Any]) -> None:
-    runtimes = load_template()["Parameters"]["Runtime"]["AllowedValues"]
-    for layer in deployment["layers"].values():
-        assert layer["CompatibleRuntimes"] == runtimes
+def test_each_layer_declares_its_runtime_and_both_architectures(
+    deployment: dict[str, Any],
+) -> None:
+    for name, layer in deployment["layers"].items():
+        [runtime] = [
+            r for r in runtimes(load_template()) if name in (layer_id(r), layer_id(r, slim=True))
+        ]
+        assert layer["CompatibleRuntimes"] == [runtime], name
         assert layer["LicenseInfo"] == "MIT-0"
     # moto drops the architectures: asserted on what was submitted
     for resource in deployment["submitted"]["Resources"].values():
@@ -398,9 +473,10 @@ def test_the_core_alone_creates_no_example_resource() -> None:
         "AWS::SSM::Parameter",
         "AWS::IAM::ManagedPolicy",
     }
-    assert set(deployment["layers"]) == {"FleetbreakerLayer", "FleetbreakerSlimLayer"}
+    assert len(deployment["layers"]) == 2 * len(runtimes(load_template()))
     assert deployment["functions"] == {}
     assert set(deployment["outputs"]) == {
+        *(f"{layer}Arn" for layer in deployment["layers"]),
         "FleetbreakerLayerArn",
         "FleetbreakerSlimLayerArn",
         "FleetbreakerLayerArnParameterName",
@@ -411,31 +487,105 @@ def test_the_core_alone_creates_no_example_resource() -> None:
     }
 
 
+def test_a_shared_core_lets_the_organization_get_every_layer_version() -> None:
+    # GIVEN the core deployed with LayerSharingOrganizationId (moto has no layer permissions
+    # in CloudFormation: SAM's translation, resolved for the set's parameters)
+    deployment = deployed("core")
+    organization = PARAMETER_SETS["core"]["LayerSharingOrganizationId"]
+    translated = deployment["translated"]
+    conditions = condition_values(translated, PARAMETER_SETS["core"])
+    # WHEN the layer version permissions are read
+    permissions = {
+        take_branches(r["Properties"]["LayerVersionArn"], conditions)["Ref"]: take_branches(
+            r["Properties"], conditions
+        )
+        for r in translated["Resources"].values()
+        if r["Type"] == "AWS::Lambda::LayerVersionPermission" and conditions[r.get("Condition", "")]
+    }
+    # THEN each layer version, full and slim, may be got by the organization's accounts only
+    layers = {
+        name
+        for name, r in translated["Resources"].items()
+        if r["Type"] == "AWS::Lambda::LayerVersion"
+    }
+    assert set(permissions) == layers
+    for permission in permissions.values():
+        assert permission["Action"] == "lambda:GetLayerVersion"
+        assert permission["Principal"] == "*"
+        assert permission["OrganizationId"] == {"Ref": "LayerSharingOrganizationId"}
+    assert organization.startswith("o-")
+
+
+def test_layers_are_shared_with_one_account_by_its_id() -> None:
+    # GIVEN an account ID instead of an organization, WHEN the conditions are evaluated
+    translated = deployed("core")["translated"]
+    conditions = condition_values(translated, {"LayerSharingOrganizationId": "123456789012"})
+    [permission] = [
+        take_branches(r["Properties"], conditions)
+        for name, r in translated["Resources"].items()
+        if r["Type"] == "AWS::Lambda::LayerVersionPermission" and "SlimLayerPython313" in name
+    ]
+    # THEN the account is the principal, and no organization is named
+    assert conditions["LayersShared"]
+    assert not conditions["LayersSharedWithOrganization"]
+    assert permission["Principal"] == {"Ref": "LayerSharingOrganizationId"}
+    assert "OrganizationId" not in permission
+
+
+def test_layers_stay_private_by_default(deployment: dict[str, Any]) -> None:
+    conditions = condition_values(deployment["translated"], PARAMETER_SETS[deployment["name"]])
+    shared = "LayerSharingOrganizationId" in PARAMETER_SETS[deployment["name"]]
+    assert conditions["LayersShared"] is shared
+
+
 # --------------------------------------------------------------------------- the example
 
 
-def test_the_functions_run_on_the_full_layer(example_deployment: dict[str, Any]) -> None:
-    # moto drops a function's layers: SAM's translation, resolved to the created versions
-    full = layer_arns(example_deployment)["FleetbreakerLayer"]
+def test_the_functions_run_on_their_runtimes_full_layer(
+    example_deployment: dict[str, Any],
+) -> None:
+    # moto drops a function's layers: SAM's translation, resolved for the set's parameters
+    # (the ADOT layer is conditional: AdotLayerArn is empty here) to the created versions
+    runtime = stack_runtime(example_deployment)
+    full = layer_arns(example_deployment)[layer_id(runtime)]
     by_logical_id = {
         name: layer_arns(example_deployment)[re.sub(r"[0-9a-f]{10}$", "", name)]
         for name, resource in example_deployment["submitted"]["Resources"].items()
         if resource["Type"] == "AWS::Lambda::LayerVersion"
     }
+    conditions = condition_values(
+        example_deployment["translated"], PARAMETER_SETS[example_deployment["name"]]
+    )
     expected = set(EXAMPLE_FUNCTIONS)
     if example_deployment["name"] == "defer":
         expected |= set(DEFER_FUNCTIONS)
     assert set(example_deployment["functions"]) == expected
     for name, function in example_deployment["functions"].items():
         submitted = example_deployment["submitted"]["Resources"][name]["Properties"]
-        # The ADOT layer is conditional (AdotLayerArn, empty here: AWS::NoValue).
-        fixed = [layer for layer in submitted["Layers"] if "Fn::If" not in layer]
-        assert [by_logical_id[layer["Ref"]] for layer in fixed] == [full], name
-        for layer in submitted["Layers"]:
-            if "Fn::If" in layer:
-                assert layer["Fn::If"][0] == "TracesWithAdot", name
+        layers = take_branches(submitted["Layers"], conditions)
+        assert [by_logical_id[layer["Ref"]] for layer in layers] == [full], name
         assert submitted["Architectures"] == [{"Ref": "Architecture"}]
-        assert function["Runtime"] == "python3.13"
+        assert function["Runtime"] == runtime
+
+
+def test_the_stack_publishes_a_version_of_each_function_that_builds_a_breaker(
+    example_deployment: dict[str, Any],
+) -> None:
+    # GIVEN the stack WHEN each function's versions are listed THEN the ones SnapStart applies
+    # to have a published version besides $LATEST (the live alias's, snapshotted with
+    # SnapStart), whatever the set, and the others none
+    snapshotted = {
+        name
+        for name, resource in example_deployment["translated"]["Resources"].items()
+        if resource["Type"] == "AWS::Lambda::Function" and "SnapStart" in resource["Properties"]
+    }
+    assert snapshotted >= {"PaymentFunction", "BreakerGateFunction"}
+    for name, versions in example_deployment["versions"].items():
+        assert (len(versions) > 1) is (name in snapshotted), (name, versions)
+    # moto reports no SnapStart: what was submitted follows the stack's parameter
+    for name in snapshotted & set(example_deployment["functions"]):
+        submitted = example_deployment["submitted"]["Resources"][name]["Properties"]
+        assert submitted["SnapStart"] == {"ApplyOn": {"Ref": "SnapStart"}}
 
 
 def test_the_breaker_functions_name_the_table_and_the_store(

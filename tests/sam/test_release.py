@@ -1,7 +1,8 @@
 """What `sam package` and `sam publish` need: SAR metadata, a LICENSE, one version.
 
-The version lives in ``fleetbreaker.__version__`` only: pyproject.toml reads it from there
-(setuptools' dynamic version) and template.yaml's SemanticVersion must equal it.
+The version lives in ``fleetbreaker._version`` only (the package re-exports it as
+``fleetbreaker.__version__``): pyproject.toml reads it from there (setuptools' dynamic
+version) and template.yaml's SemanticVersion must equal it.
 """
 
 from __future__ import annotations
@@ -73,9 +74,14 @@ def test_the_license_is_the_one_every_declaration_names(
     assert "subject to the following conditions" not in text, "that is MIT, not MIT-0"
     assert metadata["SpdxLicenseId"] == "MIT-0"
     assert pyproject["project"]["license"] == "MIT-0"
-    resources = load_template()["Resources"]
-    for layer in ("FleetbreakerLayer", "FleetbreakerSlimLayer"):
-        assert resources[layer]["Properties"]["LicenseInfo"] == "MIT-0"
+    layers = [
+        resource
+        for resource in load_template()["Resources"].values()
+        if resource["Type"] == "AWS::Serverless::LayerVersion"
+    ]
+    assert layers
+    for layer in layers:
+        assert layer["Properties"]["LicenseInfo"] == "MIT-0"
 
 
 def test_the_version_is_kept_in_one_place(
@@ -86,7 +92,7 @@ def test_the_version_is_kept_in_one_place(
     assert "version" not in pyproject["project"]
     assert "version" in pyproject["project"]["dynamic"]
     dynamic = pyproject["tool"]["setuptools"]["dynamic"]["version"]
-    assert dynamic == {"attr": "fleetbreaker.__version__"}
+    assert dynamic == {"attr": "fleetbreaker._version.__version__"}
     assert importlib.metadata.version("fleetbreaker") == fleetbreaker.__version__
     assert metadata["SemanticVersion"] == fleetbreaker.__version__
 

@@ -20,7 +20,14 @@ import pytest
 import tomllib
 
 from devtools.payment_api import FakePaymentApi
-from devtools.sam_template import PARAMETER_SETS, load_template, translate_for_scan
+from devtools.sam_template import (
+    PARAMETER_SETS,
+    attached_layers,
+    layer_id,
+    load_template,
+    runtimes,
+    translate_for_scan,
+)
 from devtools.servers import REPO_ROOT, make_table
 from fleetbreaker import BreakerConfig, CircuitBreaker, CircuitOpenError
 from fleetbreaker.stores.dynamodb import KEY_ATTRIBUTE, TTL_ATTRIBUTE, DynamoDBStore
@@ -274,19 +281,22 @@ def test_policy_covers_every_dynamodb_call_the_breaker_makes(
 # --------------------------------------------------------------------------- layer, function
 
 
-@pytest.mark.parametrize("layer_id", ["FleetbreakerLayer", "FleetbreakerSlimLayer"])
-def test_layer_declarations_match_the_function(template: dict[str, Any], layer_id: str) -> None:
-    layer = template["Resources"][layer_id]
-    assert layer["Metadata"]["BuildMethod"] == "makefile"
-    assert f"build-{layer_id}:" in (REPO_ROOT / "layer" / "Makefile").read_text()
-    runtimes = layer["Properties"]["CompatibleRuntimes"]
-    assert template["Parameters"]["Runtime"]["AllowedValues"] == runtimes
-    assert "python3.14" in runtimes
+@pytest.mark.parametrize("slim", [False, True], ids=["full", "slim"])
+def test_each_runtime_has_its_layer_for_both_architectures(
+    template: dict[str, Any], slim: bool
+) -> None:
+    # GIVEN the runtimes the functions may run on WHEN each one's layer is read THEN it
+    # declares that runtime alone, both architectures, and is built by layer/Makefile
+    assert "python3.14" in runtimes(template)
     assert template["Parameters"]["Runtime"]["Default"] == "python3.13"
     assert template["Parameters"]["Architecture"]["Default"] == "arm64"
-    assert set(layer["Properties"]["CompatibleArchitectures"]) == set(
-        template["Parameters"]["Architecture"]["AllowedValues"]
-    )
+    for runtime in runtimes(template):
+        layer = template["Resources"][layer_id(runtime, slim=slim)]
+        assert layer["Metadata"]["BuildMethod"] == "makefile"
+        assert layer["Properties"]["CompatibleRuntimes"] == [runtime]
+        assert set(layer["Properties"]["CompatibleArchitectures"]) == set(
+            template["Parameters"]["Architecture"]["AllowedValues"]
+        )
 
 
 def test_function_wiring(template: dict[str, Any], payment_module: ModuleType) -> None:
@@ -296,14 +306,18 @@ def test_function_wiring(template: dict[str, Any], payment_module: ModuleType) -
     assert properties["Runtime"] == {"Ref": "Runtime"}
     assert properties["Architectures"] == [{"Ref": "Architecture"}]
     assert properties["Tracing"] == "Active"
-    assert properties["Layers"] == [
-        {"Ref": "FleetbreakerLayer"},
-        {"Fn::If": ["TracesWithAdot", {"Ref": "AdotLayerArn"}, {"Ref": "AWS::NoValue"}]},
-    ]
-    assert properties["Events"]["CreatePayment"] == {
-        "Type": "HttpApi",
-        "Properties": {"ApiId": {"Ref": "PaymentsApi"}, "Method": "POST", "Path": "/payments"},
+    for runtime in runtimes(template):
+        assert attached_layers(template, "PaymentFunction", {"Runtime": runtime}) == [
+            {"Ref": layer_id(runtime)}
+        ]
+    assert properties["Layers"][1] == {
+        "Fn::If": ["TracesWithAdot", {"Ref": "AdotLayerArn"}, {"Ref": "AWS::NoValue"}]
     }
+    # The API's one route reaches it (tests/sam/test_snapstart.py: $LATEST or its live alias).
+    assert "Events" not in properties
+    route = template["Resources"]["PaymentsApi"]["Properties"]["DefinitionBody"]["paths"]
+    assert list(route) == ["/payments"]
+    assert list(route["/payments"]) == ["post"]
     variables = properties["Environment"]["Variables"]
     assert variables["CIRCUIT_BREAKER_TABLE"] == {"Ref": "CircuitBreakersTable"}
     assert variables["PAYMENT_API_URL"] == {"Ref": "PaymentApiUrl"}
@@ -361,22 +375,27 @@ def test_outputs_export_the_table_and_the_api(template: dict[str, Any]) -> None:
     assert "Export" in api
 
 
-@pytest.mark.parametrize("layer", ["FleetbreakerLayer", "FleetbreakerSlimLayer"])
+@pytest.mark.parametrize("slim", [False, True], ids=["full", "slim"])
 def test_layer_arns_are_published_in_ssm_and_never_exported(
-    template: dict[str, Any], layer: str
+    template: dict[str, Any], slim: bool
 ) -> None:
     # An imported export cannot change, and a layer's ARN changes with every version: an
     # export would make the next layer change fail. SSM parameters are the interface.
     resources = template["Resources"]
     outputs = template["Outputs"]
-    assert outputs[f"{layer}Arn"]["Value"] == {"Ref": layer}
-    assert "Export" not in outputs[f"{layer}Arn"]
-    parameter = resources[f"{layer}ArnParameter"]
-    assert parameter["Type"] == "AWS::SSM::Parameter"
-    assert parameter["Properties"]["Value"] == {"Ref": layer}
-    for output in outputs.values():
-        if "Export" in output:
-            assert output["Value"] != {"Ref": layer}
+    kind = "slim-layer-arn" if slim else "layer-arn"
+    for runtime in runtimes(template):
+        layer = layer_id(runtime, slim=slim)
+        assert outputs[f"{layer}Arn"]["Value"] == {"Ref": layer}
+        assert "Export" not in outputs[f"{layer}Arn"]
+        parameter = resources[f"{layer}ArnParameter"]
+        assert parameter["Type"] == "AWS::SSM::Parameter"
+        assert parameter["Properties"]["Value"] == {"Ref": layer}
+        assert parameter["Properties"]["Name"] == {
+            "Fn::Sub": f"/${{AWS::StackName}}/fleetbreaker/{runtime}/{kind}"
+        }
+    exported = json.dumps([o["Value"] for o in outputs.values() if "Export" in o])
+    assert "LayerPython" not in exported
 
 
 # --------------------------------------------------------------------------- pins, samconfig

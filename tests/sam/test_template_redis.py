@@ -94,8 +94,11 @@ def test_the_rules_use_rule_functions_only(template: dict[str, Any]) -> None:
     assert used <= RULE_FUNCTIONS, used - RULE_FUNCTIONS
 
 
-def evaluate_rule(node: Any, values: dict[str, list[str]]) -> Any:
-    """A rule expression's value, with the functions as CloudFormation defines them."""
+def evaluate_rule(node: Any, values: dict[str, Any]) -> Any:
+    """A rule expression's value, with the functions as CloudFormation defines them.
+
+    ``values``: each parameter's value, a list for a CommaDelimitedList, a str otherwise.
+    """
     if not isinstance(node, dict):
         return node
     ((function, argument),) = node.items()

@@ -30,7 +30,14 @@ def test_the_consumer_reports_partial_failures_and_batches(resources: dict[str, 
     # THEN it reads the deferred-payments queue, reports failed records one by one, waits
     # for a batch, and bounds how many consumers charge at once
     assert mapping["EventSourceArn"] == {"Fn::GetAtt": ["DeferredPaymentsQueue", "Arn"]}
-    assert mapping["FunctionName"] == {"Ref": "DeferredPaymentsFunction"}
+    # (the function itself, or with SnapStart its live alias: tests/sam/test_snapstart.py)
+    assert mapping["FunctionName"] == {
+        "Fn::If": [
+            "InvokesPublishedVersions",
+            {"Ref": "DeferredPaymentsFunction.Alias"},
+            {"Ref": "DeferredPaymentsFunction"},
+        ]
+    }
     assert mapping["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
     assert mapping["MaximumBatchingWindowInSeconds"] > 0
     assert mapping["ScalingConfig"]["MaximumConcurrency"] >= 2
@@ -162,7 +169,14 @@ def test_the_consumer_does_not_name_its_own_mapping(resources: dict[str, Any]) -
     mapping = resources["DeferredPaymentsMapping"]["Properties"]
     # THEN the mapping names the function, so the function cannot name the mapping: that
     # would be a dependency cycle, which CloudFormation refuses
-    assert mapping["FunctionName"] == {"Ref": "DeferredPaymentsFunction"}
+    # (the function itself, or with SnapStart its live alias: tests/sam/test_snapstart.py)
+    assert mapping["FunctionName"] == {
+        "Fn::If": [
+            "InvokesPublishedVersions",
+            {"Ref": "DeferredPaymentsFunction.Alias"},
+            {"Ref": "DeferredPaymentsFunction"},
+        ]
+    }
     assert "DeferredPaymentsMapping" not in json.dumps(variables)
     # AND the schedule that pauses it on its own trips is there
     events = resources["BreakerEventsFunction"]["Properties"]["Events"]

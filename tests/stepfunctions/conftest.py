@@ -16,7 +16,7 @@ import io
 import json
 import types
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,10 +26,11 @@ import pytest
 from devtools import servers
 from devtools.functions import load_function
 from devtools.payment_api import FakePaymentApi
-from devtools.sam_template import load_template
+from devtools.sam_template import load_template, take_branches
 from devtools.servers import REPO_ROOT
 from fleetbreaker import DynamoDBStore
 from tests.stepfunctions.harness import (
+    DEFAULT_CONDITIONS,
     InProcessLambdas,
     Workflow,
     environment,
@@ -58,10 +59,12 @@ GATE_OVERRIDES = {
 
 
 def functions_named_by(machine: dict[str, Any]) -> list[str]:
-    """Logical ids of the functions a state machine's DefinitionSubstitutions point at."""
+    """Logical ids of the functions a state machine's DefinitionSubstitutions point at, in the
+    default stack (the harness's conditions)."""
+    values = take_branches(machine["DefinitionSubstitutions"], DEFAULT_CONDITIONS).values()
     return sorted(
         value["Fn::GetAtt"][0]
-        for value in machine["DefinitionSubstitutions"].values()
+        for value in values
         if isinstance(value, dict) and "Fn::GetAtt" in value
     )
 
@@ -84,12 +87,15 @@ class Waits:
 
     While ``clock_moves`` is True a Wait state moves the breakers' clock by its duration, as
     real time would; set it False to keep the breaker's time frozen across a wait loop.
+    ``during`` runs inside each Wait, before the clock moves: what happens elsewhere while
+    an execution waits (another execution finishing, say).
     """
 
     clock: FakeClock
     seconds: list[int]
     retry_intervals: list[float]
     clock_moves: bool = True
+    during: Callable[[int], None] | None = None
 
 
 @pytest.fixture
@@ -106,6 +112,8 @@ def waits(monkeypatch: pytest.MonkeyPatch, clock: FakeClock) -> Waits:
     # blocks; the retrier calls time.sleep(interval) through its own module's `time`.
     def wait_interval(self: Any, env: Any, wait_seconds: int) -> None:
         recorded.seconds.append(wait_seconds)
+        if recorded.during is not None:
+            recorded.during(wait_seconds)
         if recorded.clock_moves:
             clock.advance(wait_seconds)
 

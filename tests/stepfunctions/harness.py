@@ -219,6 +219,7 @@ DEFAULT_CONDITIONS = {
     "SlowCallDetection": False,
     "PauseFromContainers": False,
     "TracesWithAdot": False,
+    "InvokesPublishedVersions": False,
 }
 
 

@@ -170,3 +170,14 @@ def test_the_charge_step_has_no_breaker_of_its_own() -> None:
     assert "fleetbreaker" not in {
         getattr(value, "__module__", "").split(".")[0] for value in vars(app).values()
     }
+
+
+def test_a_bad_url_is_refused_without_the_key_it_carries() -> None:
+    # GIVEN a provider URL with credentials and a key, and no http(s) scheme
+    url = "ftp://shop:pa55word@pay.example.com/charge?api_key=k3y-7f"
+
+    with pytest.raises(app.ChargeConfigError) as refused:
+        app.ChargeSettings.from_env({"PAYMENT_API_URL": url})
+
+    # THEN the message (it lands in the init log) names the URL without its secrets
+    assert "ftp://shop:***@pay.example.com/charge?api_key=***" in str(refused.value)

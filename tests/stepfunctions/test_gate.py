@@ -75,7 +75,7 @@ EXPECTED = {
     "gate-record-stale-token.json": {"applied": False, "stale_token": True, "state": "closed"},
     "gate-bad-request.json": app.InvalidGateRequest,
     "gate-bad-outcome.json": app.InvalidGateRequest,
-    "gate-status.json": {"state": "closed", "generation": 0, "calls": 0, "open_until": None},
+    "gate-status.json": {"state": "closed", "generation": 0, "calls": None, "open_until": None},
 }
 
 
@@ -109,6 +109,7 @@ def test_check_on_a_closed_breaker_allows(gate: Any) -> None:
         "token": None,
         "degraded": False,
         "mode": "enforce",
+        "would": None,  # always there, so the workflow's ResultSelector can select it
     }
 
 
@@ -158,6 +159,34 @@ def test_after_the_open_window_one_check_probes_and_the_next_waits_for_its_lease
     other = check()
     assert (other["decision"], other["state"]) == ("reject", "half_open")
     assert other["wait_seconds"] == 20  # the lease (BREAKER_PROBE_LEASE_SECONDS)
+
+
+def test_a_probe_that_states_its_deadline_holds_its_slot_only_until_then(
+    gate: Any, clock: FakeClock
+) -> None:
+    # GIVEN a probe whose step may take 4 s (BREAKER_PROBE_LEASE_SECONDS is 20)
+    open_breaker()
+    clock.advance(30)
+    probe = check(probe_seconds=4)
+    assert probe["decision"] == "probe"
+    clock.advance(0.25)
+    # WHEN another execution checks while it runs THEN it waits for the probe's deadline
+    other = check(probe_seconds=4)
+    assert (other["decision"], other["retry_after"], other["wait_seconds"]) == (
+        "reject",
+        3.75,
+        4,
+    )
+    # AND past that deadline the slot is the next caller's
+    clock.advance(3.75)
+    assert check()["decision"] == "probe"
+
+
+def test_a_deadline_beyond_the_lease_waits_for_the_lease(gate: Any, clock: FakeClock) -> None:
+    open_breaker()
+    clock.advance(30)
+    assert check(probe_seconds=600)["decision"] == "probe"
+    assert check()["wait_seconds"] == 20
 
 
 # --------------------------------------------------------------------------- record
@@ -241,6 +270,14 @@ def test_a_token_used_twice_applies_once(gate: Any, clock: FakeClock) -> None:
         ({"action": "check", "breaker": "payment-api", "max_wait_seconds": 0}, "max_wait_seconds"),
         ({"action": "check", "breaker": "payment-api", "max_wait_seconds": 1.5}, "whole number"),
         ({"action": "check", "breaker": "payment-api", "max_wait_seconds": True}, "whole number"),
+        (
+            {"action": "check", "breaker": "payment-api", "probe_seconds": 0},
+            "probe_seconds: must be a positive number of seconds",
+        ),
+        ({"action": "check", "breaker": "payment-api", "probe_seconds": "40"}, "got '40'"),
+        ({"action": "check", "breaker": "payment-api", "probe_seconds": True}, "probe_seconds"),
+        ({"action": "check", "breaker": "payment-api", "probe_seconds": None}, "got None"),
+        ({"action": "check", "breaker": "payment-api", "probe_seconds": 10**400}, "at most"),
         ({"action": "record", "breaker": "payment-api"}, "outcome: required"),
         (
             {"action": "record", "breaker": "payment-api", "outcome": "ok"},
@@ -466,6 +503,7 @@ def test_status_shows_the_fleet_window_without_deciding(clock: FakeClock) -> Non
         "open_until": None,
         "updated_at": "2023-11-14T22:13:21.000Z",
         "mode": "enforce",
+        "census_writes": 0,
     }
 
 

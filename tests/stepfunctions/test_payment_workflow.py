@@ -38,6 +38,8 @@ THRESHOLD = 3  # BREAKER_FAILURE_THRESHOLD in conftest.GATE_ENV
 OPEN_SECONDS = 30  # BREAKER_RECOVERY_TIMEOUT
 MAX_WAITS = 3  # circuit.max_waits in the definition
 MAX_WAIT_SECONDS = 60  # circuit.max_wait_seconds
+PROBE_SECONDS = 40  # circuit.probe_seconds: how long the Charge step may take
+LEASE_SECONDS = 60  # BREAKER_PROBE_LEASE_SECONDS in conftest.GATE_OVERRIDES
 
 
 def payment(key: str) -> dict[str, Any]:
@@ -212,6 +214,83 @@ def test_concurrent_executions_admit_exactly_one_probe(
     assert sorted(run.error for run in runs if run.status == "FAILED") == ["PaymentDeferred"] * 4
     assert payment_api.calls == calls_before + 1
     assert stack.breaker_state() == "closed"
+
+
+# --------------------------------------------------------------------------- probe deadline
+
+
+def test_an_execution_turned_away_waits_for_the_probes_deadline_not_the_lease(
+    stack: Any, payment_api: Any, waits: Any
+) -> None:
+    # GIVEN an open breaker whose window has passed, a recovered provider that answers the
+    # probe's charge 250 ms in, but only once the test lets it (the probe is in flight)
+    open_the_breaker(stack, payment_api)
+    waits.clock.advance(OPEN_SECONDS)
+    payment_api.mode = "ok"
+    release = threading.Event()
+
+    def slow_provider() -> None:
+        release.wait(30)
+        waits.clock.advance(0.25)
+
+    payment_api.on_call = slow_provider
+    calls_before = payment_api.calls
+    probe_arn = stack.workflow.start(payment("order-probe"))
+    deadline = time.monotonic() + 30
+    while payment_api.calls == calls_before:
+        assert time.monotonic() < deadline, "the probe did not reach the provider"
+        time.sleep(0.01)
+
+    # WHEN a second execution checks while the probe runs, and the probe finishes during
+    # its wait
+    def probe_finishes(_: int) -> None:
+        release.set()
+        stack.workflow.wait(probe_arn)
+
+    waits.during = probe_finishes
+    run = stack.workflow.run(payment("order-patient"))
+
+    # THEN it was told to wait until the probe's deadline (the workflow's probe_seconds),
+    # not for the gate's whole lease, and it was charged after that one wait
+    assert waits.seconds == [PROBE_SECONDS]
+    assert PROBE_SECONDS < LEASE_SECONDS
+    assert (run.status, run.output["decision"]) == ("SUCCEEDED", "allow")
+    assert run.entered("WaitForBreaker") == 1
+    assert stack.workflow.wait(probe_arn).output["decision"] == "probe"
+
+
+# --------------------------------------------------------------------------- shadow mode
+
+
+def test_a_shadow_gate_passes_on_what_it_would_have_decided(
+    stack_factory: Any, payment_api: Any
+) -> None:
+    # GIVEN the workflow behind a gate in shadow mode, whose breaker the failures opened
+    stack = stack_factory(BREAKER_MODE="shadow")
+    open_the_breaker(stack, payment_api)
+    payment_api.mode = "ok"
+    # WHEN a payment runs
+    run = stack.workflow.run(payment("order-shadow"))
+    # THEN it is charged, and the execution says the gate let it through where an enforcing
+    # gate would have made it wait for the open window
+    assert (run.status, run.output["status"], run.output["decision"]) == (
+        "SUCCEEDED",
+        "charged",
+        "allow",
+    )
+    assert run.output["would"] == {
+        "decision": "reject",
+        "state": "open",
+        "retry_after": float(OPEN_SECONDS),
+        "wait_seconds": OPEN_SECONDS,
+    }
+    assert run.entered("WaitForBreaker") == 0
+
+
+def test_an_enforcing_gate_passes_on_no_would(stack: Any) -> None:
+    run = stack.workflow.run(payment("order-enforced"))
+    assert run.status == "SUCCEEDED"
+    assert run.output["would"] is None
 
 
 # --------------------------------------------------------------------------- branches

@@ -14,8 +14,16 @@ from typing import Any
 import pytest
 
 from devtools.functions import load_function
-from devtools.sam_template import load_template
+from devtools.sam_template import (
+    attached_layers,
+    condition_values,
+    layer_id,
+    load_template,
+    runtimes,
+    take_branches,
+)
 from devtools.servers import REPO_ROOT
+from fleetbreaker import MemoryStore
 from tests.stepfunctions.conftest import (
     CHARGE_FUNCTION,
     GATE_FUNCTION,
@@ -77,19 +85,40 @@ def test_the_state_machine_is_the_definition_file(template: dict[str, Any]) -> N
     assert "Definition" not in resource["Properties"]
 
 
+# The stacks the workflow is wired for: the gate is invoked as $LATEST, or with SnapStart as
+# its live alias (a published, snapshotted version).
+SNAPSTART = ["None", "PublishedVersions"]
+
+
+def invoked(template: dict[str, Any], value: Any, snapstart: str) -> tuple[str, str]:
+    """(function, "Arn" or "Alias"): what a substitution or policy resource names with
+    SnapStart=``snapstart`` (a Ref to ``Function.Alias`` is SAM's name for its live alias)."""
+    taken = take_branches(value, condition_values(template, {"SnapStart": snapstart}))
+    if list(taken) == ["Fn::GetAtt"]:
+        logical_id, attribute = taken["Fn::GetAtt"]
+        return logical_id, attribute
+    assert list(taken) == ["Ref"], f"{value!r} is neither a function's ARN nor its alias"
+    logical_id, _, attribute = taken["Ref"].partition(".")
+    return logical_id, attribute
+
+
+@pytest.mark.parametrize("snapstart", SNAPSTART)
 def test_every_task_names_its_function_through_a_substitution(
-    machine: dict[str, Any], tasks: dict[str, dict[str, Any]]
+    template: dict[str, Any],
+    machine: dict[str, Any],
+    tasks: dict[str, dict[str, Any]],
+    snapstart: str,
 ) -> None:
     substitutions = machine["DefinitionSubstitutions"]
     assert tasks
     for name, task in tasks.items():
         placeholder = task_function_placeholder(task)
         assert placeholder in substitutions, f"{name}: ${{{placeholder}}} has no substitution"
-        value = substitutions[placeholder]
-        assert list(value) == ["Fn::GetAtt"], f"{name}: {value!r} is not a function's ARN"
-        logical_id, attribute = value["Fn::GetAtt"]
-        assert attribute == "Arn"
+        logical_id, attribute = invoked(template, substitutions[placeholder], snapstart)
         assert logical_id in (GATE_FUNCTION, CHARGE_FUNCTION), name
+        # Only the gate builds a breaker, and only SnapStart snapshots it (its live alias).
+        snapshotted = logical_id == GATE_FUNCTION and snapstart == "PublishedVersions"
+        assert attribute == ("Alias" if snapshotted else "Arn"), name
 
 
 def test_placeholders_and_substitutions_match_both_ways(
@@ -102,31 +131,42 @@ def test_placeholders_and_substitutions_match_both_ways(
 def test_substituted_values_resolve(template: dict[str, Any], machine: dict[str, Any]) -> None:
     # Every substitution is a function ARN, a parameter or a pseudo parameter: nothing a
     # deployment cannot fill.
-    refs = {f"{logical_id}.Arn": "arn" for logical_id in functions_named_by(machine)}
-    for value in machine["DefinitionSubstitutions"].values():
-        assert resolve(value, template, refs)
+    for snapstart in SNAPSTART:
+        conditions = condition_values(template, {"SnapStart": snapstart})
+        refs = {
+            f"{logical_id}.{attribute}": "arn"
+            for logical_id in functions_named_by(machine)
+            for attribute in ("Arn", "Alias")
+        }
+        for value in machine["DefinitionSubstitutions"].values():
+            assert resolve(take_branches(value, conditions), template, refs)
 
 
 # --------------------------------------------------------------------------- IAM
 
 
+@pytest.mark.parametrize("snapstart", SNAPSTART)
 def test_the_workflow_may_invoke_exactly_its_functions(
-    template: dict[str, Any], machine: dict[str, Any], tasks: dict[str, dict[str, Any]]
+    template: dict[str, Any],
+    machine: dict[str, Any],
+    tasks: dict[str, dict[str, Any]],
+    snapstart: str,
 ) -> None:
     [policy] = machine["Policies"]
     [statement] = [s for s in policy["Statement"] if s["Sid"] == "InvokeWorkflowFunctions"]
     assert statement["Effect"] == "Allow"
     assert statement["Action"] == "lambda:InvokeFunction"
-    granted = {item["Fn::GetAtt"][0] for item in statement["Resource"]}
-    invoked = {
-        machine["DefinitionSubstitutions"][task_function_placeholder(task)]["Fn::GetAtt"][0]
-        for task in tasks.values()
+    # Exact ARNs (of the functions, or of the live aliases the tasks name): no
+    # "function:<name>*" wildcard that could match another function.
+    granted = {invoked(template, item, snapstart) for item in statement["Resource"]}
+    named = {
+        invoked(
+            template, machine["DefinitionSubstitutions"][task_function_placeholder(t)], snapstart
+        )
+        for t in tasks.values()
     }
-    assert granted == invoked == {GATE_FUNCTION, CHARGE_FUNCTION}
-    # Exact ARNs: no "function:<name>*" wildcard that could match another function.
-    assert sorted(statement["Resource"], key=str) == sorted(
-        ({"Fn::GetAtt": [name, "Arn"]} for name in granted), key=str
-    )
+    assert granted == named
+    assert {logical_id for logical_id, _ in granted} == {GATE_FUNCTION, CHARGE_FUNCTION}
     assert machine["Tracing"] == {"Enabled": True}
 
 
@@ -216,15 +256,14 @@ def test_function_is_built_and_traced_like_the_others(
     assert f"build-{logical_id}:" in makefile
     assert properties["Runtime"] == {"Ref": "Runtime"}
     assert properties["Architectures"] == [{"Ref": "Architecture"}]
-    # The fleetbreaker layer, and the ADOT layer only when AdotLayerArn is set.
-    assert [layer for layer in properties["Layers"] if "Fn::If" not in layer] == [
-        {"Ref": "FleetbreakerLayer"}
-    ]
-    assert all(
-        layer["Fn::If"][0] == "TracesWithAdot"
-        for layer in properties["Layers"]
-        if "Fn::If" in layer
-    )
+    # The Runtime's fleetbreaker layer, and the ADOT layer only when AdotLayerArn is set.
+    for runtime in runtimes(template):
+        assert attached_layers(template, logical_id, {"Runtime": runtime}) == [
+            {"Ref": layer_id(runtime)}
+        ]
+    adot = {"AdotLayerArn": "arn:aws:lambda:us-east-1:901920570463:layer:aws-otel-python:1"}
+    traced = attached_layers(template, logical_id, adot)
+    assert traced[1:] == ([{"Ref": "AdotLayerArn"}] if logical_id == GATE_FUNCTION else [])
     assert properties["Tracing"] == "Active"
 
 
@@ -284,6 +323,60 @@ def test_the_probe_lease_outlasts_the_charge_step(template: dict[str, Any]) -> N
         retry["IntervalSeconds"] * retry["BackoffRate"] ** n for n in range(retry["MaxAttempts"])
     )
     assert lease > charge_timeout + backoff
+
+
+def test_the_probe_deadline_covers_the_charge_step(tasks: dict[str, dict[str, Any]]) -> None:
+    # The workflow states how long Charge may take (circuit.probe_seconds): a probe's lease
+    # lasts that long, so its record must arrive by then, after the Charge retries too.
+    definition = json.loads((REPO_ROOT / "statemachine" / "payment.asl.json").read_text())
+    probe_seconds = definition["States"]["Init"]["Parameters"]["circuit"]["probe_seconds"]
+    charge = tasks["Charge"]
+    [retry] = charge["Retry"]
+    backoff = sum(
+        retry["IntervalSeconds"] * retry["BackoffRate"] ** n for n in range(retry["MaxAttempts"])
+    )
+    assert probe_seconds > charge["TimeoutSeconds"] + backoff
+
+
+def test_the_probe_deadline_is_not_cut_by_the_gates_lease(template: dict[str, Any]) -> None:
+    # The gate caps probe_seconds at its lease: a longer one would be cut silently.
+    app = load_function("breaker_gate")
+    properties = template["Resources"][GATE_FUNCTION]["Properties"]
+    env = environment(properties, template, {"CircuitBreakersTable": "CircuitBreakers"})
+    lease = app.GateSettings.from_env(env).breaker_config.probe_lease_seconds
+    definition = json.loads((REPO_ROOT / "statemachine" / "payment.asl.json").read_text())
+    assert definition["States"]["Init"]["Parameters"]["circuit"]["probe_seconds"] <= lease
+
+
+def test_the_charge_task_outlasts_the_charge_function(
+    template: dict[str, Any], tasks: dict[str, dict[str, Any]]
+) -> None:
+    # A Task that times out first would record a failure for a charge still running.
+    function_timeout = template["Resources"][CHARGE_FUNCTION]["Properties"]["Timeout"]
+    assert tasks["Charge"]["TimeoutSeconds"] > function_timeout
+
+
+def test_the_wait_loop_carries_the_whole_circuit_block(definition_text: str) -> None:
+    states = json.loads(definition_text)["States"]
+    circuit = states["Init"]["Parameters"]["circuit"]
+    carried = states["CountWait"]["Parameters"]
+    assert states["CountWait"]["ResultPath"] == "$.circuit"
+    assert {key.removesuffix(".$") for key in carried} == set(circuit)
+
+
+@pytest.mark.parametrize("mode", ["enforce", "shadow"])
+def test_the_check_task_passes_on_every_field_of_the_gates_answer(
+    tasks: dict[str, dict[str, Any]], mode: str
+) -> None:
+    # GIVEN the gate's answer to a check, in either mode
+    app = load_function("breaker_gate")
+    env = {"CIRCUIT_BREAKER_TABLE": "CircuitBreakers", "BREAKER_MODE": mode}
+    gate = app.BreakerGate(app.GateSettings.from_env(env), MemoryStore())
+    answer = gate.handle({"action": "check", "breaker": "payment-api"})
+    # THEN CheckBreaker's ResultSelector selects each of its fields (and no other: a path
+    # to a field the gate does not answer fails the execution)
+    selector = tasks["CheckBreaker"]["ResultSelector"]
+    assert selector == {f"{key}.$": f"$.Payload.{key}" for key in answer}
 
 
 def test_the_gate_and_charge_outputs(template: dict[str, Any]) -> None:

@@ -12,7 +12,8 @@ import itertools
 import random
 
 from fleetbreaker import BreakerConfig, CircuitBreaker, Decision, MemoryStore
-from fleetbreaker.state import CLOCK_TOLERANCE_MS, Lease, lease_ended
+from fleetbreaker.record import Lease
+from fleetbreaker.rules import CLOCK_TOLERANCE_MS, lease_ended
 from tests.support import T0, FakeClock
 
 D = CLOCK_TOLERANCE_MS

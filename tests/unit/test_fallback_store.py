@@ -13,7 +13,9 @@ import pytest
 
 from fleetbreaker import BreakerConfig, StoreError
 from fleetbreaker.errors import CorruptRecordError
-from fleetbreaker.state import Policy, State
+from fleetbreaker.policy import Policy
+from fleetbreaker.record import State
+from fleetbreaker.stores import deadline
 from fleetbreaker.stores.fallback import FallbackStore
 from tests.support import FakeClock, FlakyStore, trip_store
 
@@ -310,7 +312,7 @@ def test_callers_arriving_together_on_a_hung_store_hold_at_most_the_cap_of_threa
     clock: FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # GIVEN a store that hangs, and 64 callers that reach it at the same moment
-    from fleetbreaker.stores import deadline, fallback
+    from fleetbreaker.stores import deadline
 
     monkeypatch.setattr(deadline, "_POOL", deadline._WorkerPool())
     hung = HungStore()
@@ -333,8 +335,8 @@ def test_callers_arriving_together_on_a_hung_store_hold_at_most_the_cap_of_threa
             thread.join()
 
         # THEN at most MAX_STUCK_WORKERS store threads were ever started for them
-        assert len(store_threads() - before) <= fallback.MAX_STUCK_WORKERS
-        assert max(peak) <= fallback.MAX_STUCK_WORKERS
+        assert len(store_threads() - before) <= deadline.MAX_STUCK_WORKERS
+        assert max(peak) <= deadline.MAX_STUCK_WORKERS
         assert store.degraded
     finally:
         hung.release.set()
@@ -343,7 +345,6 @@ def test_callers_arriving_together_on_a_hung_store_hold_at_most_the_cap_of_threa
 def test_a_thousand_breakers_built_and_dropped_keep_the_threads_bounded() -> None:
     # GIVEN breakers that each run store calls on a worker and watch for slow calls
     from fleetbreaker import CircuitBreaker
-    from fleetbreaker.stores import fallback
 
     config = BreakerConfig(failure_threshold=2, cache_ttl=0, slow_call_duration=5.0)
     baseline = threading.active_count()
@@ -359,7 +360,7 @@ def test_a_thousand_breakers_built_and_dropped_keep_the_threads_bounded() -> Non
 
     # THEN the process never held more than the shared pool's idle workers, a call's
     # worker and the one slow-call watcher on top of what it had
-    assert peak - baseline <= fallback.MAX_IDLE_WORKERS + 2
+    assert peak - baseline <= deadline.MAX_IDLE_WORKERS + 2
 
 
 def test_a_weighted_failure_counts_its_weight_on_the_shared_store(

@@ -136,3 +136,29 @@ def test_a_field_not_read_from_the_environment_is_refused_by_name() -> None:
     with pytest.raises(ConfigError) as refused:
         env_variable("fallback")
     assert str(refused.value) == "'fallback' is not read from the environment"
+
+
+@pytest.mark.parametrize(
+    ("raw", "verify"),
+    [
+        *[(raw, True) for raw in ("true", "TRUE", "1", "yes", "on")],
+        *[(raw, False) for raw in ("false", "False", "0", "no", "off")],
+    ],
+)
+def test_breaker_verify_store_is_read_as_a_boolean(raw: str, verify: bool) -> None:
+    assert BreakerConfig.from_env({"BREAKER_VERIFY_STORE": raw}).verify_store is verify
+
+
+def test_breaker_verify_store_defaults_to_off() -> None:
+    assert BreakerConfig.from_env({}).verify_store is False
+
+
+def test_a_breaker_verify_store_that_is_no_boolean_is_refused_by_name() -> None:
+    # bool("false") is True: a value that is not spelled as a boolean must not turn it on
+    with pytest.raises(ConfigError, match="BREAKER_VERIFY_STORE must be true or false"):
+        BreakerConfig.from_env({"BREAKER_VERIFY_STORE": "enabled"})
+
+
+def test_verify_store_must_be_a_boolean() -> None:
+    with pytest.raises(ConfigError, match="verify_store must be True or False"):
+        BreakerConfig(verify_store="yes")  # type: ignore[arg-type]

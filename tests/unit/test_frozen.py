@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from fleetbreaker.frozen import frozen, replace
-from fleetbreaker.state import Lease, Record, State
+from fleetbreaker.record import Lease, Record, State
 
 
 @frozen

@@ -19,24 +19,33 @@ import pytest
 
 LAYER = Path(__file__).resolve().parents[2] / "layer"
 
-# What a function's cold start needs: the breaker, its config and rules, the cache, the
-# fallback store, the default logging listener and DynamoDB. The rate policy's reporting,
-# window and the recovery ramp load when a breaker's settings use them; the fallback's
-# in-memory twin (stores.memory) on the first degradation; fleetbreaker.snapshot when asked.
+# What a function's cold start needs: the breaker and the parts one call crosses (the
+# admission pipeline, the view, the count policy's strategy and census, probes, the judge),
+# its config, rules and live tuning's tracker, the fallback store, the default logging
+# listener and DynamoDB. The rate policy (rate, tally, window, watcher) loads when a
+# breaker's settings use it; the fallback's in-memory twin (stores.memory) on the first
+# degradation; tuning's checks with the first tuned record; snapshot when asked.
 COLD_START_MODULES = {
     "fleetbreaker",
+    "fleetbreaker._version",
+    "fleetbreaker.admission",
     "fleetbreaker.breaker",
-    "fleetbreaker.cache",
+    "fleetbreaker.census",
+    "fleetbreaker.classify",
+    "fleetbreaker.clock",
     "fleetbreaker.config",
-    "fleetbreaker.controls",
+    "fleetbreaker.count",
+    "fleetbreaker.counting",
     "fleetbreaker.errors",
     "fleetbreaker.events",
     "fleetbreaker.frozen",
+    "fleetbreaker.live",
     "fleetbreaker.naming",
     "fleetbreaker.policy",
+    "fleetbreaker.probes",
     "fleetbreaker.record",
     "fleetbreaker.results",
-    "fleetbreaker.state",
+    "fleetbreaker.rules",
     "fleetbreaker.stores",
     "fleetbreaker.stores.base",
     "fleetbreaker.stores.deadline",
@@ -45,14 +54,21 @@ COLD_START_MODULES = {
     "fleetbreaker.stores.dynamodb.store",
     "fleetbreaker.stores.dynamodb.wire",
     "fleetbreaker.stores.fallback",
+    "fleetbreaker.stores.variables",
+    "fleetbreaker.switch",
+    "fleetbreaker.view",
 }
-# Public value classes users may pass to dataclasses.replace / asdict: they stay dataclasses.
+# Public value classes users may pass to dataclasses.replace / asdict: they stay dataclasses
+# (StoreErrorStats is FallbackStats' public name). frozen._Marked is a dataclass that
+# generates no method: the field marks the public ones need.
 COLD_START_DATACLASSES = {
     "fleetbreaker.config.BreakerConfig",
+    "fleetbreaker.frozen._Marked",
     "fleetbreaker.results.Admission",
+    "fleetbreaker.results.FallbackStats",
     "fleetbreaker.results.RecordResult",
+    "fleetbreaker.results.StoreErrorStats",
     "fleetbreaker.stores.base.StoreStats",
-    "fleetbreaker.stores.fallback.FallbackStats",
 }
 # Third-party packages a breaker on DynamoDB must not pull in at import.
 NEVER_AT_IMPORT = ("aws_xray_sdk", "aws_lambda_powertools", "redis", "opentelemetry")

@@ -4,7 +4,7 @@ replaces the stored one wholesale, None removes it (and is no error where there 
 from __future__ import annotations
 
 from fleetbreaker import MemoryStore, State
-from fleetbreaker.state import Record
+from fleetbreaker.record import Record
 
 T0 = 1_700_000_000_000
 

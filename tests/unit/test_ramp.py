@@ -12,10 +12,14 @@ from typing import Any
 import pytest
 
 from fleetbreaker import BreakerConfig, CircuitBreaker, CircuitOpenError, ConfigError, MemoryStore
-from fleetbreaker.ramp import MIN_SHARE, RETRY_AFTER_MS, RecoveryRamp, admitted_share, closed_at
-from fleetbreaker.state import Bucket, Record, State
+from fleetbreaker.admission import RAMP_MIN_SHARE as MIN_SHARE
+from fleetbreaker.admission import RAMP_RETRY_AFTER_MS as RETRY_AFTER_MS
+from fleetbreaker.admission import RecoveryRamp, ramp_share
+from fleetbreaker.record import Bucket, CensusBucket, Decision, Record, State
+from fleetbreaker.rules import Verdict
 from tests.support import Dependency, FakeClock
 
+ALLOW = Verdict(Decision.ALLOW, State.CLOSED)
 RAMP = BreakerConfig(
     failure_threshold=3, recovery_timeout=10, recovery_jitter=0.0, recovery_ramp_seconds=10
 )
@@ -73,55 +77,52 @@ def recovered(
 )
 def test_the_share_grows_linearly_from_the_minimum_to_all(elapsed_ms: int, share: float) -> None:
     # GIVEN a 10 s ramp, THEN the share at each moment lies on the line from 10 % to 100 %
-    assert admitted_share(elapsed_ms, 10_000) == pytest.approx(share)
+    assert ramp_share(elapsed_ms, 10_000) == pytest.approx(share)
 
 
 def test_no_ramp_admits_everything() -> None:
-    assert admitted_share(0, 0) == 1.0
-    assert admitted_share(-5, 0) == 1.0  # a clock behind the close, no ramp: still all
+    assert ramp_share(0, 0) == 1.0
+    assert ramp_share(-5, 0) == 1.0  # a clock behind the close, no ramp: still all
 
 
 def test_a_one_millisecond_ramp_starts_at_the_minimum() -> None:
-    assert admitted_share(0, 1) == MIN_SHARE
+    assert ramp_share(0, 1) == MIN_SHARE
+
+
+def stage(draw: float, seconds: float = 10) -> RecoveryRamp:
+    rng = SetDraw()
+    rng.draw = draw
+    return RecoveryRamp(seconds, rng)
+
+
+def test_the_ramp_counts_its_length_in_milliseconds() -> None:
+    assert stage(0.0, 2.5).ramp_ms == 2500
 
 
 @pytest.mark.parametrize(
     "since_close",
     [
-        {"window_start": 9},
+        {"failures": 2, "window_start": 1_200},
         {"buckets": {0: Bucket(0, calls=1, failures=0, slow=0, reports=1)}},
+        {"census": {0: CensusBucket(0, 7)}},
         {"failing": {"c1": 1}},
-        {"slowing": {"c1": 1}},
+        {"updated_at": 1_900},
     ],
 )
-def test_any_count_written_since_the_close_hides_the_close_time(
-    since_close: dict[str, Any],
-) -> None:
-    assert (
-        closed_at(Record(State.CLOSED, gen=4, opened_at=100, updated_at=123, **since_close)) is None
-    )
+def test_writes_since_the_close_keep_its_time(since_close: dict[str, Any]) -> None:
+    # GIVEN a record closed by a recovery at 1,000, then written to (counts, census writes)
+    record = Record(State.CLOSED, gen=4, opened_at=100, closed_at=1_000, **since_close)
 
-
-def test_the_ramp_counts_its_length_in_milliseconds() -> None:
-    assert RecoveryRamp(2.5).ramp_ms == 2500
-
-
-def test_the_first_generation_a_container_sees_ramps_too() -> None:
-    # GIVEN a container whose first sight of the breaker is its first close (generation 1)
-    ramp = RecoveryRamp(10)
-    fresh = Record(State.CLOSED, gen=1, opened_at=500, updated_at=1_000)  # closed an outage
-
-    # THEN a call drawing above the minimum share at the close is turned away
-    assert ramp.rejects(fresh, 1_000, 0.5) > 0
+    # THEN a call drawing above the minimum share at the close is still turned away
+    assert stage(0.5)(ALLOW, record, 1_000).decision is Decision.REJECT
 
 
 def test_a_call_is_admitted_only_below_the_share() -> None:
     # GIVEN a ramp at its close, THEN a draw equal to the share is turned away (draws are
     # uniform in [0, 1): P(draw < share) is the share), one just below it runs
-    ramp = RecoveryRamp(10)
-    fresh = Record(State.CLOSED, gen=3, opened_at=500, updated_at=1_000)  # closed an outage
-    assert ramp.rejects(fresh, 1_000, MIN_SHARE) > 0
-    assert ramp.rejects(fresh, 1_000, MIN_SHARE - 1e-9) == 0
+    fresh = Record(State.CLOSED, gen=3, opened_at=500, closed_at=1_000)
+    assert stage(MIN_SHARE)(ALLOW, fresh, 1_000).decision is Decision.REJECT
+    assert stage(MIN_SHARE - 1e-9)(ALLOW, fresh, 1_000) is ALLOW
 
 
 @pytest.mark.parametrize(
@@ -132,45 +133,16 @@ def test_a_turned_away_call_retries_at_most_when_the_ramp_ends(
     elapsed_ms: int, retry_after_ms: int
 ) -> None:
     # GIVEN a 10 s ramp, THEN a call turned away waits a second at most, never past its end
-    ramp = RecoveryRamp(10)
-    fresh = Record(State.CLOSED, gen=3, opened_at=500, updated_at=1_000)  # closed an outage
-    assert ramp.rejects(fresh, 1_000 + elapsed_ms, 0.999999) == retry_after_ms
+    fresh = Record(State.CLOSED, gen=3, opened_at=500, closed_at=1_000)
+    ramped = stage(0.999999)(ALLOW, fresh, 1_000 + elapsed_ms)
+    assert (ramped.decision, ramped.retry_after_ms) == (Decision.REJECT, retry_after_ms)
 
 
-def test_only_the_fresh_record_written_on_closing_has_a_close_time() -> None:
-    # GIVEN records as the stores write them, THEN only a fresh closed one says when it closed
-    assert closed_at(Record(State.CLOSED, gen=4, opened_at=100, updated_at=123)) == 123
-    # a reset of a breaker that was closed or disabled keeps no outage: not a recovery
-    assert closed_at(Record(State.CLOSED, gen=4, updated_at=123)) is None
-    assert closed_at(Record(State.CLOSED, gen=4, failures=1, window_start=9, updated_at=9)) is None
-    assert closed_at(Record(State.CLOSED, gen=0, updated_at=123)) is None
-    assert closed_at(Record(State.CLOSED, gen=1, opened_at=100, updated_at=123)) == 123
-    assert closed_at(Record(State.OPEN, gen=4, updated_at=123)) is None
-    assert closed_at(None) is None
-
-
-def test_a_record_still_open_has_no_close_time_though_it_keeps_its_outage_start() -> None:
-    # GIVEN an open record of a later generation, with its outage's start
-    still_open = Record(State.OPEN, gen=4, opened_at=100, updated_at=123)
-
-    # THEN it did not close: no ramp is counted from it
-    assert closed_at(still_open) is None
-
-
-def test_a_generation_0_record_never_closed_an_outage() -> None:
-    # GIVEN the first generation, closed, with an outage start (as a hand-edited record may be)
-    first = Record(State.CLOSED, gen=0, opened_at=100, updated_at=123)
-
-    # THEN only a write on closing (which moves the generation on) has a close time
-    assert closed_at(first) is None
-
-
-def test_an_outage_that_began_at_1_ms_still_has_a_close_time() -> None:
-    # GIVEN an outage whose start a clock counting from 0 stamped 1 ms
-    closed = Record(State.CLOSED, gen=1, opened_at=1, updated_at=123)
-
-    # THEN any outage start counts: the close ramps
-    assert closed_at(closed) == 123
+def test_a_record_no_recovery_closed_does_not_ramp() -> None:
+    # GIVEN closed records that no recovery wrote (never tripped, a reset of a closed one)
+    # THEN every call runs, whatever it draws
+    for record in (None, Record(State.CLOSED, gen=4, updated_at=123), Record(State.CLOSED)):
+        assert stage(0.999)(ALLOW, record, 1_000) is ALLOW
 
 
 # -- the breaker -------------------------------------------------------------------------------

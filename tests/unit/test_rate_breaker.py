@@ -267,7 +267,7 @@ def test_the_watcher_reports_hung_calls_again_after_tuning_back_from_a_long_dura
     store: MemoryStore, clock: FakeClock
 ) -> None:
     # GIVEN a breaker whose slow_call_duration an operator tuned to the longest accepted
-    from fleetbreaker.state import Policy
+    from fleetbreaker.policy import Policy
 
     config = BreakerConfig(slow_call_duration=2.0, minimum_calls=1, cache_ttl=1.0)
     policy = Policy.from_config(config)

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from fleetbreaker import BreakerConfig, ConfigError, State
-from fleetbreaker import state as rules
-from fleetbreaker.state import Policy, Record, Report
+from fleetbreaker import BreakerConfig, ConfigError, State, rules
+from fleetbreaker.policy import Policy
+from fleetbreaker.record import Outcome, Record, Report
+from fleetbreaker.snapshot import snapshot_of
 
 T0 = 1_700_000_000_000
 RATE = Policy.from_config(
@@ -14,9 +15,9 @@ RATE = Policy.from_config(
 )
 
 
-def report_all(policy: Policy, reports: list[tuple[int, Report]]) -> rules.Outcome:
+def report_all(policy: Policy, reports: list[tuple[int, Report]]) -> Outcome:
     record: Record | None = None
-    outcome = rules.Outcome(None)
+    outcome = Outcome(None)
     for at, report in reports:
         outcome = rules.apply_report(record, policy, at, report)
         record = outcome.record
@@ -154,7 +155,7 @@ def test_containers_whose_failures_left_the_window_do_not_count() -> None:
 def test_snapshot_of_a_rate_window() -> None:
     record = report_all(RATE, [(T0, Report("a", calls=8, failures=2, slow=1))]).record
 
-    snap = rules.snapshot_of("svc", record, RATE, T0 + 1)
+    snap = snapshot_of("svc", record, RATE, T0 + 1)
 
     assert (snap.state, snap.calls, snap.failures, snap.slow_calls) == (State.CLOSED, 8, 2, 1)
     assert snap.failure_rate == 0.25
@@ -166,7 +167,7 @@ def test_snapshot_of_a_rate_window() -> None:
 def test_snapshot_of_an_open_breaker_says_when_it_may_admit() -> None:
     record = Record(state=State.OPEN, gen=4, open_until=T0 + 2_500)
 
-    snap = rules.snapshot_of("svc", record, RATE, T0)
+    snap = snapshot_of("svc", record, RATE, T0)
 
     assert (snap.generation, snap.retry_after, snap.open_until) == (4, 2.5, T0 + 2_500)
     assert snap.failure_rate is None
@@ -176,8 +177,8 @@ def test_snapshot_under_the_count_policy_reports_the_current_window() -> None:
     policy = Policy.from_config(BreakerConfig(failure_threshold=5, window_seconds=60))
     record = Record(failures=3, window_start=T0)
 
-    assert rules.snapshot_of("svc", record, policy, T0 + 1).failures == 3
-    assert rules.snapshot_of("svc", record, policy, T0 + 60_000).failures == 0
+    assert snapshot_of("svc", record, policy, T0 + 1).failures == 3
+    assert snapshot_of("svc", record, policy, T0 + 60_000).failures == 0
 
 
 @pytest.mark.parametrize(

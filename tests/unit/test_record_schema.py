@@ -17,18 +17,20 @@ from fleetbreaker import record as schema
 from fleetbreaker.record import Record
 
 # Record attributes a store keeps in structured form (not one scalar field each).
-STRUCTURED = {"leases", "buckets", "rev", *schema.QUORUM_CODES.values()}
+STRUCTURED = {"leases", "buckets", "census", "rev", *schema.QUORUM_CODES.values()}
 
 
 def stored_names() -> set[str]:
     """Every fixed name the schema gives a stored field or a part of one."""
     names = {schema.STATE, schema.REV, *schema.NUMBER_FIELDS.values()}
+    names.update(schema.OPTIONAL_NUMBER_FIELDS.values())
     names.update(schema.TEXT_FIELDS.values())
     names.update(schema.QUORUM_CODES)
     for slot in range(schema.MAX_PROBE_SLOTS):
         names.update(schema.lease_fields(slot))
     for slot in range(schema.WINDOW_BUCKETS):
         names.update(schema.bucket_field(slot, code) for code in schema.BUCKET_CODES)
+        names.update(schema.census_field(slot, code) for code in schema.CENSUS_CODES)
     return names
 
 
@@ -47,27 +49,38 @@ LUA_STRING = re.compile(r"'((?:[^'\\\n]|\\.)*)'|\"((?:[^\"\\\n]|\\.)*)\"")
 def test_the_schema_names_every_field_of_the_record_once() -> None:
     # GIVEN the Record's fields and the schema's tables
     fields = list(Record.__match_args__)
-    classified = ["state", *schema.NUMBER_FIELDS, *schema.TEXT_FIELDS, *STRUCTURED]
+    classified = [
+        "state",
+        *schema.NUMBER_FIELDS,
+        *schema.OPTIONAL_NUMBER_FIELDS,
+        *schema.TEXT_FIELDS,
+        *STRUCTURED,
+    ]
 
     # THEN each field is in exactly one of them (a new field must be given a stored form)
     assert sorted(classified) == sorted(fields)
-    assert tuple(schema.NUMBER_FIELDS) == schema.RECORD_NUMBERS
+    assert (*schema.NUMBER_FIELDS, *schema.OPTIONAL_NUMBER_FIELDS) == schema.RECORD_NUMBERS
     assert tuple(schema.TEXT_FIELDS) == schema.RECORD_TEXTS
 
 
 def test_stored_names_are_distinct() -> None:
     # GIVEN the scalar fields' stored names, the lease and the bucket fields
     scalars = [schema.STATE, schema.REV, *schema.NUMBER_FIELDS.values()]
-    scalars += list(schema.TEXT_FIELDS.values())
+    scalars += [*schema.OPTIONAL_NUMBER_FIELDS.values(), *schema.TEXT_FIELDS.values()]
     leases = [name for slot in range(schema.MAX_PROBE_SLOTS) for name in schema.lease_fields(slot)]
     buckets = [
         schema.bucket_field(slot, code)
         for slot in range(schema.WINDOW_BUCKETS)
         for code in schema.BUCKET_CODES
     ]
+    census = [
+        schema.census_field(slot, code)
+        for slot in range(schema.WINDOW_BUCKETS)
+        for code in schema.CENSUS_CODES
+    ]
 
     # THEN no two parts of a record share a stored name
-    everything = scalars + leases + buckets + list(schema.QUORUM_CODES)
+    everything = scalars + leases + buckets + census + list(schema.QUORUM_CODES)
     assert len(set(everything)) == len(everything)
 
 
@@ -170,14 +183,16 @@ def test_no_python_module_but_the_schema_spells_a_stored_name() -> None:
 
 
 # What a store may import from the package: the record and its schema, the rules below it,
-# and its own plumbing. (FallbackStore and the deadline wrap stores for the breaker: they
-# emit its events and read its limits, so they are not stores in this sense.)
+# and its own plumbing, the redaction of its messages included (a leaf: the standard library
+# only). (FallbackStore and the deadline wrap stores for the breaker: they emit its events and
+# read its limits, so they are not stores in this sense.)
 STORE_MAY_IMPORT = {
     "fleetbreaker.errors",
     "fleetbreaker.frozen",
     "fleetbreaker.policy",
     "fleetbreaker.record",
-    "fleetbreaker.state",
+    "fleetbreaker.redaction",
+    "fleetbreaker.rules",
     "fleetbreaker.window",
 }
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from fleetbreaker import state as rules
-from fleetbreaker.record import MAX_TOKEN_CHARS
-from fleetbreaker.state import Decision, Lease, Policy, Record, State
+from fleetbreaker import rules
+from fleetbreaker.policy import OVERRIDE_TTL_S, Policy, open_duration_ms
+from fleetbreaker.record import MAX_TOKEN_CHARS, Decision, Lease, ProbeReport, Record, State
 
 T0 = 1_700_000_000_000
 POLICY = Policy(
@@ -92,7 +92,7 @@ def test_failure_after_the_window_starts_a_new_count() -> None:
 def test_open_duration_grows_exponentially_with_jitter_and_a_cap(
     reopens: int, jitter: float, expected: int
 ) -> None:
-    assert rules.open_duration_ms(POLICY, reopens, jitter) == expected
+    assert open_duration_ms(POLICY, reopens, jitter) == expected
 
 
 def test_claims_fill_the_probe_budget_then_stop() -> None:
@@ -108,9 +108,9 @@ def test_claims_fill_the_probe_budget_then_stop() -> None:
 
 def test_successes_close_only_when_enough_probes_succeeded() -> None:
     opened = rules.apply_claim(Record(state=State.OPEN, open_until=T0, reopens=3), POLICY, T0, "a")
-    first = rules.apply_settle(opened.record, POLICY, T0, rules.ProbeReport("0-a", True, 1.0))
+    first = rules.apply_settle(opened.record, POLICY, T0, ProbeReport("0-a", True, 1.0))
     again = rules.apply_claim(first.record, POLICY, T0, "b")
-    second = rules.apply_settle(again.record, POLICY, T0, rules.ProbeReport("0-b", True, 1.0))
+    second = rules.apply_settle(again.record, POLICY, T0, ProbeReport("0-b", True, 1.0))
 
     assert first.record is not None
     assert first.record.state is State.HALF_OPEN
@@ -123,7 +123,7 @@ def test_settle_with_an_expired_lease_is_ignored() -> None:
     opened = rules.apply_claim(Record(state=State.OPEN, open_until=T0), POLICY, T0, "a")
 
     outcome = rules.apply_settle(
-        opened.record, POLICY, T0 + POLICY.lease_ms, rules.ProbeReport("0-a", False, 1.0)
+        opened.record, POLICY, T0 + POLICY.lease_ms, ProbeReport("0-a", False, 1.0)
     )
 
     assert not outcome.changed
@@ -150,18 +150,11 @@ def test_a_two_digit_slot_is_read_whole() -> None:
     assert rules.lease_slot(rules.make_token(15, "x")) == 15
 
 
-def test_a_name_the_rules_do_not_have_is_an_attribute_error_naming_it() -> None:
-    with pytest.raises(AttributeError) as missing:
-        rules.no_such_rule  # noqa: B018
-
-    assert str(missing.value) == "module 'fleetbreaker.state' has no attribute 'no_such_rule'"
-
-
 def test_overrides_outlive_the_idle_ttl() -> None:
     forced = rules.apply_force(None, POLICY, T0, State.FORCED_OPEN).record
 
     assert forced is not None
-    assert forced.expires_at - T0 // 1000 >= rules.OVERRIDE_TTL_S
+    assert forced.expires_at - T0 // 1000 >= OVERRIDE_TTL_S
 
 
 def test_force_refuses_states_that_are_not_overrides() -> None:

@@ -4,11 +4,10 @@ quorum's map keeps (pure: no store, no clock)."""
 
 from __future__ import annotations
 
-from fleetbreaker import BreakerConfig, State
-from fleetbreaker import state as rules
+from fleetbreaker import BreakerConfig, State, rules
 from fleetbreaker.frozen import replace
-from fleetbreaker.policy import ttl_seconds
-from fleetbreaker.state import Lease, Policy, ProbeReport, Record
+from fleetbreaker.policy import Policy, ttl_seconds
+from fleetbreaker.record import Lease, ProbeReport, Record
 
 T0 = 1_700_000_000_000
 POLICY = Policy.from_config(BreakerConfig(failure_threshold=3, half_open_max_probes=1))

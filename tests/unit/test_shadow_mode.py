@@ -20,7 +20,7 @@ from fleetbreaker import (
     MemoryStore,
     State,
 )
-from fleetbreaker.cli import _POLICY
+from fleetbreaker.cli import POLICY
 from fleetbreaker.events import BreakerListener, LoggingListener, StateChange
 from fleetbreaker.tuning import apply_tuning, encode_tuned
 from tests.support import Dependency, FakeClock
@@ -287,7 +287,7 @@ def test_tuning_the_mode_switches_a_running_breaker_within_cache_ttl(store, cloc
     fail_times(breaker, dep, 2)
     assert breaker.mode == "shadow"
     # WHEN an operator tunes the mode to enforce
-    store.tune("payment-api", _POLICY, clock(), encode_tuned({"mode": "enforce"}), None)
+    store.tune("payment-api", POLICY, clock(), encode_tuned({"mode": "enforce"}), None)
     # THEN once the cache has aged, the next call is rejected
     clock.advance(1.0)
     with pytest.raises(CircuitOpenError):
@@ -295,7 +295,7 @@ def test_tuning_the_mode_switches_a_running_breaker_within_cache_ttl(store, cloc
     assert breaker.mode == "enforce"
     assert breaker.snapshot().mode == "enforce"
     # AND clearing the tuning returns it to its deployed mode
-    store.tune("payment-api", _POLICY, clock(), "", None)
+    store.tune("payment-api", POLICY, clock(), "", None)
     clock.advance(1.0)
     assert breaker.call(lambda: "ran") == "ran"
     assert breaker.mode == "shadow"

@@ -30,9 +30,11 @@ from fleetbreaker import (
     Decision,
     MemoryStore,
     State,
+    rules,
 )
-from fleetbreaker import state as rules
-from fleetbreaker.state import Policy, Report
+from fleetbreaker.policy import Policy
+from fleetbreaker.record import WINDOW_BUCKETS, Report
+from fleetbreaker.window import RECENT_BUCKETS, WindowCounts
 from tests.support import FakeClock
 
 NAME = "stateful-rate"
@@ -71,7 +73,7 @@ class Journal:
     def __getattr__(self, attribute: str) -> Any:
         return getattr(self.store, attribute)
 
-    def _model(self, now: int) -> rules.WindowCounts:
+    def _model(self, now: int) -> WindowCounts:
         current = rules.bucket_index(self.policy, now)
         calls = failures = slow = 0
         # The short window: reports in the newest RECENT_BUCKETS buckets (rules.should_trip).
@@ -80,11 +82,11 @@ class Journal:
         slowing: dict[str, int] = {}
         for at, report in self.accepted:
             bucket = rules.bucket_index(self.policy, at)
-            if current - rules.WINDOW_BUCKETS < bucket <= current:
+            if current - WINDOW_BUCKETS < bucket <= current:
                 calls += report.calls
                 failures += report.failures
                 slow += report.slow
-            if current - rules.RECENT_BUCKETS < bucket <= current:
+            if current - RECENT_BUCKETS < bucket <= current:
                 recent_calls += report.calls
                 recent_failures += report.failures
                 recent_slow += report.slow
@@ -93,7 +95,7 @@ class Journal:
             if report.slow:
                 slowing[report.container] = at
         window = self.policy.window_ms
-        return rules.WindowCounts(
+        return WindowCounts(
             calls,
             failures,
             slow,

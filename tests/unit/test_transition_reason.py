@@ -7,7 +7,10 @@ from __future__ import annotations
 import pytest
 
 from fleetbreaker import BreakerConfig, State
-from fleetbreaker.state import Policy, TransitionReason, WindowCounts, transition_reason
+from fleetbreaker.policy import Policy
+from fleetbreaker.record import TransitionReason
+from fleetbreaker.rules import transition_reason
+from fleetbreaker.window import WindowCounts
 
 COUNT = Policy.from_config(BreakerConfig(failure_threshold=3))
 RATE = Policy.from_config(BreakerConfig(failure_rate_threshold=0.5, minimum_calls=10))

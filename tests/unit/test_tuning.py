@@ -7,7 +7,7 @@ import logging
 import pytest
 
 from fleetbreaker import BreakerConfig, CircuitBreaker, ConfigError, MemoryStore, State
-from fleetbreaker.state import Policy
+from fleetbreaker.policy import Policy
 from fleetbreaker.tuning import (
     MAX_REASON_CHARS,
     TUNABLE,
@@ -17,6 +17,7 @@ from fleetbreaker.tuning import (
     decode_tuned,
     encode_tuned,
     local_user,
+    merge_tuned,
     retuned,
 )
 from tests.support import Dependency, FakeClock, FlakyStore
@@ -92,7 +93,7 @@ def test_a_stored_tuning_past_the_bounds_is_ignored_with_one_warning(
 
     # THEN every call ran, the breaker kept its own config, and one warning said why
     assert dep.calls == 3
-    assert breaker._policy == POLICY
+    assert breaker.effective_config == CONFIG
     lines = [r.getMessage() for r in caplog.records if "ignoring tuned" in r.getMessage()]
     assert len(lines) == 1
 
@@ -103,7 +104,7 @@ def test_tuned_text_that_is_not_json_is_ignored() -> None:
     breaker = CircuitBreaker("api", store=store, config=CONFIG, clock=clock)
 
     assert breaker.state is State.CLOSED
-    assert breaker._policy == POLICY
+    assert breaker.effective_config == CONFIG
 
 
 @pytest.mark.parametrize(
@@ -283,3 +284,31 @@ def test_the_local_user_is_unknown_when_the_system_has_none(
 
     monkeypatch.setattr("getpass.getuser", no_user)
     assert local_user() == "unknown"
+
+
+def test_a_merge_keeps_the_stored_settings_it_does_not_name() -> None:
+    stored = encode_tuned({"mode": "shadow", "failure_threshold": 3})
+
+    merged = merge_tuned(stored, {"failure_rate_threshold": 0.5, "failure_threshold": 4})
+
+    assert merged == {"mode": "shadow", "failure_threshold": 4, "failure_rate_threshold": 0.5}
+
+
+@pytest.mark.parametrize("stored", ["", "not json", "[1, 2]"])
+def test_a_merge_into_no_or_unreadable_settings_is_the_new_ones(stored: str) -> None:
+    assert merge_tuned(stored, {"mode": "shadow"}) == {"mode": "shadow"}
+
+
+def test_reset_with_a_reason_is_recorded_as_reset() -> None:
+    # GIVEN a breaker an operator forced open
+    clock, store = FakeClock(), MemoryStore()
+    breaker = CircuitBreaker("api", store=store, config=CONFIG, clock=clock)
+    breaker.force_open(reason="incident", by="alice")
+
+    # WHEN it is reset with a reason
+    clock.advance(1)
+    breaker.reset(reason="provider recovered", by="bob")
+
+    # THEN the last action says reset (it closed the breaker, whatever state it was in)
+    action = Action.decode(store.load("api", clock()).last_action)  # type: ignore[union-attr]
+    assert action == Action("reset", "bob", "provider recovered", clock())

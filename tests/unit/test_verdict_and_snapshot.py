@@ -3,9 +3,10 @@ the CLI, the gate and ``CircuitBreaker.snapshot`` show (pure: no store, no clock
 
 from __future__ import annotations
 
-from fleetbreaker import BreakerConfig, State
-from fleetbreaker import state as rules
-from fleetbreaker.state import Decision, Lease, Policy, Record, Report
+from fleetbreaker import BreakerConfig, State, rules
+from fleetbreaker.policy import Policy
+from fleetbreaker.record import Decision, Lease, Record, Report
+from fleetbreaker.snapshot import Snapshot, iso_utc, snapshot_of
 
 T0 = 1_700_000_000_000
 POLICY = Policy.from_config(BreakerConfig(failure_threshold=3, half_open_max_probes=2))
@@ -54,17 +55,18 @@ def test_half_open_full_rejects_until_a_lease_ending_next_millisecond() -> None:
 
 
 def test_the_snapshot_of_a_breaker_with_no_record_is_closed_and_empty() -> None:
-    snap = rules.snapshot_of("svc", None, POLICY, T0)
+    snap = snapshot_of("svc", None, POLICY, T0)
 
+    # THEN closed, no failures; a count policy reports no calls: none shown, not zero
     assert (
         snap.as_dict()
-        == rules.Snapshot(
+        == Snapshot(
             name="svc",
             state=State.CLOSED,
             generation=0,
-            calls=0,
+            calls=None,
             failures=0,
-            slow_calls=0,
+            slow_calls=None,
             containers=0,
             failure_rate=None,
             slow_call_rate=None,
@@ -80,7 +82,7 @@ def test_the_snapshot_of_a_breaker_with_no_record_is_closed_and_empty() -> None:
 def test_the_snapshot_carries_the_record_s_last_write_and_the_mode_given() -> None:
     record = Record(state=State.OPEN, gen=2, open_until=T0 + 1_000, updated_at=T0 - 5)
 
-    snap = rules.snapshot_of("svc", record, POLICY, T0, mode="shadow")
+    snap = snapshot_of("svc", record, POLICY, T0, mode="shadow")
 
     assert (snap.name, snap.updated_at, snap.mode) == ("svc", T0 - 5, "shadow")
     assert snap.retry_after == 1.0
@@ -98,7 +100,7 @@ def test_the_snapshot_counts_the_containers_whose_failures_fall_in_the_window() 
     record = report_all([Report("a", calls=10, failures=3), Report("b", calls=5, failures=2)])
 
     # THEN both containers are counted
-    assert rules.snapshot_of("svc", record, QUORUM, T0 + 1).containers == 2
+    assert snapshot_of("svc", record, QUORUM, T0 + 1).containers == 2
 
 
 def test_the_snapshot_counts_the_containers_whose_slow_calls_fall_in_the_window() -> None:
@@ -106,23 +108,23 @@ def test_the_snapshot_counts_the_containers_whose_slow_calls_fall_in_the_window(
     record = report_all([Report("a", calls=10, slow=1), Report("b", calls=5, slow=1)])
 
     # THEN both containers are counted
-    assert rules.snapshot_of("svc", record, QUORUM, T0 + 1).containers == 2
+    assert snapshot_of("svc", record, QUORUM, T0 + 1).containers == 2
 
 
 def test_times_are_shown_as_iso_8601_utc_to_the_millisecond() -> None:
-    assert rules.iso_utc(0) == "1970-01-01T00:00:00.000Z"
-    assert rules.iso_utc(T0 + 123) == "2023-11-14T22:13:20.123Z"
+    assert iso_utc(0) == "1970-01-01T00:00:00.000Z"
+    assert iso_utc(T0 + 123) == "2023-11-14T22:13:20.123Z"
 
 
 def test_a_time_past_any_date_or_no_time_is_shown_as_none() -> None:
-    assert rules.iso_utc(10**17) is None  # year 3 million: a hand-edited record
-    assert rules.iso_utc(None) is None
+    assert iso_utc(10**17) is None  # year 3 million: a hand-edited record
+    assert iso_utc(None) is None
 
 
 def test_the_snapshot_s_dict_gives_its_times_as_iso_8601() -> None:
     record = Record(state=State.OPEN, gen=2, open_until=T0 + 1_000, updated_at=T0)
 
-    shown = rules.snapshot_of("svc", record, POLICY, T0).as_dict()
+    shown = snapshot_of("svc", record, POLICY, T0).as_dict()
 
     assert (shown["open_until"], shown["updated_at"]) == (
         "2023-11-14T22:13:21.000Z",
@@ -131,6 +133,6 @@ def test_the_snapshot_s_dict_gives_its_times_as_iso_8601() -> None:
 
 
 def test_the_snapshot_of_a_forced_open_breaker_asks_callers_to_wait_the_base_open_window() -> None:
-    snap = rules.snapshot_of("svc", Record(state=State.FORCED_OPEN), POLICY, T0)
+    snap = snapshot_of("svc", Record(state=State.FORCED_OPEN), POLICY, T0)
 
     assert snap.retry_after == POLICY.base_open_ms / 1000

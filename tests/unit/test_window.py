@@ -5,10 +5,10 @@ not make)."""
 
 from __future__ import annotations
 
-from fleetbreaker import BreakerConfig
-from fleetbreaker import state as rules
+from fleetbreaker import BreakerConfig, rules
 from fleetbreaker.frozen import replace
-from fleetbreaker.state import Bucket, Policy, Record, Report, TransitionReason
+from fleetbreaker.policy import Policy
+from fleetbreaker.record import Bucket, Record, Report, TransitionReason
 from fleetbreaker.window import SlidingWindow, WindowCounts
 
 T0 = 1_700_000_000_000

@@ -4,8 +4,9 @@ Run as ``fleetbreaker`` (the console script) or ``python -m fleetbreaker``. Noth
 this module on the breaker's path: ``import fleetbreaker`` stays as light as it was.
 
 Exit codes: 0 ok, 1 breaker (or its record) not found, or (create-table) a table that differs,
-2 usage or validation error, 3 store unreachable. Every error is one line on stderr, never a
-traceback.
+2 usage or validation error, 3 store unreachable, 130 interrupted (Ctrl-C), with one line
+saying what may be left half done. Every error is one line on stderr, never a traceback, and
+holds no password or token (:mod:`fleetbreaker.redaction`).
 """
 
 from __future__ import annotations
@@ -13,14 +14,16 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-from fleetbreaker.cli.aws import _aws_config, open_store, stack_outputs, store_environ
+from fleetbreaker.cli.aws import aws_config, open_store, stack_outputs, store_environ
 from fleetbreaker.cli.commands import run
 from fleetbreaker.cli.common import (
-    _POLICY,
+    EXIT_INTERRUPTED,
     EXIT_NOT_FOUND,
     EXIT_OK,
     EXIT_UNREACHABLE,
     EXIT_USAGE,
+    NOTHING_CHANGED,
+    POLICY,
     STORE_TIMEOUT_S,
     CliError,
     printable,
@@ -37,16 +40,17 @@ from fleetbreaker.cli.view import (
 from fleetbreaker.errors import ConfigError, StoreError
 
 __all__ = [
+    "EXIT_INTERRUPTED",
     "EXIT_NOT_FOUND",
     "EXIT_OK",
     "EXIT_UNREACHABLE",
     "EXIT_USAGE",
     "STORE_TIMEOUT_S",
     "TUNE_HELP",
-    "_POLICY",
+    "POLICY",
     "BreakerView",
     "CliError",
-    "_aws_config",
+    "aws_config",
     "build_parser",
     "gather_all",
     "gather_one",
@@ -75,8 +79,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except StoreError as exc:
         return _fail(EXIT_UNREACHABLE, str(exc).splitlines()[0] if str(exc) else "store error")
     except KeyboardInterrupt:
-        # Ctrl-C is how `watch` ends; elsewhere it still ends quietly.
-        return EXIT_OK
+        # Outside every step that writes (those say what they may have left half done).
+        return _fail(EXIT_INTERRUPTED, NOTHING_CHANGED)
     except BrokenPipeError:
         # `fleetbreaker list | head`: the reader left; nothing more to say.
         sys.stderr.close()
@@ -87,5 +91,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _fail(code: int, message: str) -> int:
-    print(f"fleetbreaker: error: {message}", file=sys.stderr)
+    from fleetbreaker.redaction import redact
+
+    # The last word on secrets: a message may quote a store URL or a token, from any library.
+    kind = "" if code == EXIT_INTERRUPTED else "error: "
+    print(f"fleetbreaker: {kind}{redact(message)}", file=sys.stderr)
     return code

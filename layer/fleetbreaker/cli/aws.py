@@ -21,6 +21,8 @@ from fleetbreaker.stores import (
 
 if TYPE_CHECKING:
     from fleetbreaker.stores.base import AdminStore
+    from fleetbreaker.stores.dynamodb import DynamoDBStore
+    from fleetbreaker.stores.redis import RedisStore
 from fleetbreaker.cli.common import (
     EXIT_UNREACHABLE,
     EXIT_USAGE,
@@ -41,7 +43,7 @@ CACHE_USER_OUTPUT = "BreakerCacheUserId"
 CACHE_NAME_OUTPUT = "BreakerCacheName"
 
 
-def _aws_error(exc: Exception, what: str) -> CliError:
+def aws_error(exc: Exception, what: str) -> CliError:
     from botocore.exceptions import BotoCoreError, ClientError
 
     if isinstance(exc, ClientError):
@@ -52,7 +54,7 @@ def _aws_error(exc: Exception, what: str) -> CliError:
     return CliError(EXIT_UNREACHABLE, f"{what}: {type(exc).__name__}: {exc}")
 
 
-def _aws_config() -> Any:
+def aws_config() -> Any:
     from botocore.config import Config
 
     return Config(
@@ -62,31 +64,45 @@ def _aws_config() -> Any:
     )
 
 
-def stack_outputs(stack: str, region: str | None) -> dict[str, str]:
-    """The outputs of a CloudFormation stack (DescribeStacks)."""
+NO_REGION = "no AWS region: pass --region or set AWS_REGION (or AWS_DEFAULT_REGION)"
+
+
+def aws_session(region: str | None, profile: str | None = None) -> Any:
+    """A boto3 session for ``--region`` and ``--profile`` (None: the environment's); an
+    unknown profile is a usage error."""
     import boto3
+    from botocore.exceptions import ProfileNotFound
+
+    try:
+        return boto3.session.Session(region_name=region or None, profile_name=profile or None)
+    except ProfileNotFound:
+        raise CliError(
+            EXIT_USAGE,
+            f"AWS profile {printable(str(profile))!r} not found in the AWS config and credentials "
+            "files (AWS_CONFIG_FILE, AWS_SHARED_CREDENTIALS_FILE)",
+        ) from None
+
+
+def stack_outputs(stack: str, region: str | None, profile: str | None = None) -> dict[str, str]:
+    """The outputs of a CloudFormation stack (DescribeStacks)."""
     from botocore.exceptions import ClientError
 
-    session = boto3.session.Session(region_name=region or None)
-    if not session.region_name:  # unset, or set empty (as _dynamodb_client checks)
-        raise CliError(
-            EXIT_USAGE, "no AWS region: pass --region or set AWS_REGION (or AWS_DEFAULT_REGION)"
-        )
+    session = aws_session(region, profile)
+    if not session.region_name:  # unset, or set empty (as dynamodb_client checks)
+        raise CliError(EXIT_USAGE, NO_REGION)
     try:
-        client = session.client("cloudformation", config=_aws_config())
+        client = session.client("cloudformation", config=aws_config())
         stacks = client.describe_stacks(StackName=stack)["Stacks"]
     except ClientError as exc:
         if exc.response.get("Error", {}).get("Code") == "ValidationError":
             raise CliError(EXIT_USAGE, f"stack {stack!r} not found") from None
-        raise _aws_error(exc, f"cannot describe stack {stack!r}") from None
+        raise aws_error(exc, f"cannot describe stack {stack!r}") from None
     except Exception as exc:
         from botocore.exceptions import NoRegionError
 
         if isinstance(exc, NoRegionError):
-            raise CliError(
-                EXIT_USAGE, "no AWS region: pass --region or set AWS_REGION (or AWS_DEFAULT_REGION)"
-            ) from None
-        raise _aws_error(exc, f"cannot describe stack {stack!r}") from None
+            raise CliError(EXIT_USAGE, NO_REGION) from None
+        raise aws_error(exc, f"cannot describe stack {stack!r}") from None
     outputs = stacks[0].get("Outputs", []) if stacks else []
     return {o["OutputKey"]: o["OutputValue"] for o in outputs if "OutputKey" in o}
 
@@ -106,7 +122,7 @@ def store_environ(
         env[URL_ENV] = args.redis_url or ""
         env[TABLE_ENV] = args.table or ""
     elif args.stack is not None:
-        outputs = stack_outputs(args.stack, args.region)
+        outputs = stack_outputs(args.stack, args.region, getattr(args, "profile", None))
         if outputs.get(CACHE_OUTPUT):
             env[URL_ENV] = f"rediss://{outputs[CACHE_OUTPUT]}"
             # The stack's cache admits its IAM user only: sign in as it, with the operator's
@@ -143,21 +159,48 @@ def open_store(args: argparse.Namespace) -> tuple[AdminStore, str]:
     except ConfigError as exc:
         raise CliError(EXIT_USAGE, str(exc)) from None
     client = None
+    credentials = None
     if settings.redis_url is None:
-        client = _dynamodb_client(args)
+        client = dynamodb_client(args)
+    elif settings.iam_user is not None and getattr(args, "profile", None):
+        # The cache's IAM tokens are signed with the profile's credentials.
+        credentials = aws_session(args.region, args.profile).get_credentials()
     store = settings.open(
         boto3_client=client,
         redis_options={
             "socket_timeout": STORE_TIMEOUT_S,
             "socket_connect_timeout": STORE_TIMEOUT_S,
         },
+        aws_credentials=credentials,
     )
+    # A misconfigured store's errors name what set it: here the option, not the variable the
+    # options were mapped into.
+    named = _named_by(args)
+    if named is not None:
+        if settings.redis_url is None:
+            cast("DynamoDBStore", store).configured_by = named
+        else:
+            cache = cast("RedisStore", store)
+            cache.configured_by = named
+            # The login is the URL's own, or the IAM user the stack's outputs named.
+            if settings.iam_user is None or (args.stack is not None and args.redis_url is None):
+                cache.credentials_by = named
     return cast("AdminStore", store), settings.description
 
 
-def _dynamodb_client(args: argparse.Namespace) -> Any:
+def _named_by(args: argparse.Namespace) -> str | None:
+    """The option that named the store (None: the environment's variables did)."""
+    if args.redis_url is not None:
+        return "--redis-url"
+    if args.table is not None:
+        return "--table"
+    if args.stack is not None:
+        return f"--stack {printable(args.stack)}"
+    return None
+
+
+def dynamodb_client(args: argparse.Namespace) -> Any:
     """The CLI's DynamoDB client; a set-up mistake is a usage error (exit 2) with a hint."""
-    import boto3
     from botocore.exceptions import NoRegionError
 
     endpoint = args.endpoint_url
@@ -166,19 +209,19 @@ def _dynamodb_client(args: argparse.Namespace) -> Any:
 
         parts = urlsplit(endpoint)
         if parts.scheme not in ("http", "https") or not parts.netloc:
+            from fleetbreaker.redaction import redact_url
+
             raise CliError(
                 EXIT_USAGE,
-                f"--endpoint-url {printable(endpoint)!r} is not an http(s) URL: include the "
-                "scheme, e.g. http://localhost:8000",
+                f"--endpoint-url {printable(redact_url(endpoint))!r} is not an http(s) URL: "
+                "include the scheme, e.g. http://localhost:8000",
             )
-    no_region = CliError(
-        EXIT_USAGE, "no AWS region: pass --region or set AWS_REGION (or AWS_DEFAULT_REGION)"
-    )
-    session = boto3.session.Session(region_name=args.region or None)
+    no_region = CliError(EXIT_USAGE, NO_REGION)
+    session = aws_session(args.region, getattr(args, "profile", None))
     if not session.region_name:  # unset, or set empty
         raise no_region
     try:
-        return session.client("dynamodb", endpoint_url=endpoint, config=_aws_config())
+        return session.client("dynamodb", endpoint_url=endpoint, config=aws_config())
     except NoRegionError:
         raise no_region from None
     except ValueError as exc:  # botocore's "Invalid endpoint" and the like
@@ -195,7 +238,6 @@ def caller_identity(args: argparse.Namespace) -> str:
     if args.endpoint_url is not None and not sts_configured:
         return tuning.local_user()
     try:
-        import boto3
         from botocore.config import Config
 
         config = Config(
@@ -203,7 +245,8 @@ def caller_identity(args: argparse.Namespace) -> str:
             read_timeout=IDENTITY_TIMEOUT_S,
             retries={"mode": "standard", "total_max_attempts": 1},
         )
-        client = boto3.session.Session(region_name=args.region).client("sts", config=config)
+        session = aws_session(args.region, getattr(args, "profile", None))
+        client = session.client("sts", config=config)
         arn = client.get_caller_identity()["Arn"]
     except Exception:
         return tuning.local_user()

@@ -1,44 +1,52 @@
-"""The commands: list, status, open, disable, reset, tune, watch and create-table."""
+"""The commands: list, status, open, disable, reset, tune, watch, create-table and doctor."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, TextIO
 
 from fleetbreaker import tuning
-from fleetbreaker.breaker import system_clock
-from fleetbreaker.errors import ConfigError, StoreError
+from fleetbreaker.clock import system_clock
+from fleetbreaker.errors import ConfigError, CorruptRecordError, StoreError
 from fleetbreaker.naming import validate_name
-from fleetbreaker.state import State
+from fleetbreaker.record import State
+from fleetbreaker.redaction import redact
 
 if TYPE_CHECKING:
     from fleetbreaker.stores.base import AdminStore
-from fleetbreaker.cli.aws import _aws_config, _aws_error, caller_identity, open_store
+from fleetbreaker.cli.aws import aws_error, caller_identity, dynamodb_client, open_store
 from fleetbreaker.cli.common import (
-    _DEFAULTS,
-    _POLICY,
+    DEFAULTS,
     EXIT_NOT_FOUND,
     EXIT_OK,
     EXIT_USAGE,
+    POLICY,
     CliError,
-    _iso,
+    if_interrupted,
+    iso,
     printable,
 )
-from fleetbreaker.cli.parser import _option_name
+from fleetbreaker.cli.doctor import doctor
+from fleetbreaker.cli.parser import option_name
 from fleetbreaker.cli.view import (
     BreakerView,
-    _colour_enabled,
-    _emit_json,
+    colour_enabled,
     gather_all,
     gather_one,
+    output_of,
     render_status,
     render_table,
     view_of,
     window_of,
+    write_json,
 )
+
+# A merging tune that keeps losing the race to other tunes gives up after this many tries.
+TUNE_ATTEMPTS = 4
 
 
 def _checked_name(name: str) -> str:
@@ -53,7 +61,7 @@ def _require(
     name: str,
     where: str,
     now_ms: int,
-    window_seconds: float = _DEFAULTS.window_seconds,
+    window_seconds: float = DEFAULTS.window_seconds,
 ) -> BreakerView:
     view = gather_one(store, name, now_ms, window_seconds)
     if view is None:
@@ -63,29 +71,34 @@ def _require(
 
 def _tuning_from(args: argparse.Namespace) -> dict[str, int | float | str]:
     values = {s: getattr(args, s) for s in tuning.TUNABLE if getattr(args, s) is not None}
-    options = ", ".join(_option_name(s) for s in tuning.TUNABLE)
+    options = ", ".join(option_name(s) for s in tuning.TUNABLE)
     if args.clear and values:
         raise CliError(EXIT_USAGE, "tune takes settings or --clear, not both")
+    if args.clear and args.replace:
+        raise CliError(EXIT_USAGE, "tune takes --replace (with settings) or --clear, not both")
     if not args.clear and not values:
         raise CliError(EXIT_USAGE, f"tune needs at least one of {options}, or --clear")
     try:
-        tuning.apply_tuning(_DEFAULTS, values)
+        tuning.apply_tuning(DEFAULTS, values)
     except ConfigError as exc:
         raise CliError(EXIT_USAGE, f"refused: {exc}") from None
     return values
 
 
 def _print(args: argparse.Namespace, out: TextIO, views: Sequence[BreakerView]) -> None:
-    if args.json:
-        _emit_json(out, views)
+    if args.output != "text":
+        objects = [view.as_json() for view in views]
+        write_json(out, args.output, objects if args.command == "list" else objects[0])
     elif args.command == "list":
         if views:
-            out.write(render_table(views, _colour_enabled(out)) + "\n")
+            out.write(render_table(views, colour_enabled(out)) + "\n")
     else:
-        out.write(render_status(views[0], _colour_enabled(out)) + "\n")
+        out.write(render_status(views[0], colour_enabled(out)) + "\n")
 
 
 _FORCE_TARGETS = {"open": State.FORCED_OPEN, "disable": State.DISABLED, "reset": State.CLOSED}
+# What each forcing command does to a breaker, as its interrupt line says it.
+_FORCED = {"open": "forced open", "disable": "disabled", "reset": "reset"}
 
 
 def run(
@@ -95,8 +108,11 @@ def run(
     sleep: Callable[[float], None] = time.sleep,
 ) -> int:
     """Run one parsed command; raises CliError, StoreError or ConfigError on failure."""
+    args.output = output_of(args, sys.stderr)
     if args.command == "create-table":
         return create_table(args, out)
+    if args.command == "doctor":
+        return doctor(args, out, clock)
     name = _checked_name(args.name) if hasattr(args, "name") else ""
     values = _tuning_from(args) if args.command == "tune" else {}
     reason = tuning.check_reason(getattr(args, "reason", None))
@@ -105,7 +121,7 @@ def run(
     now = clock()
     if args.command == "list":
         views = gather_all(store, now, window)
-        if not views and not args.json:  # JSON Lines: no breaker, no line
+        if not views and args.output == "text":  # JSON: [] or, as lines, no line
             out.write(f"no breakers in {where}\n")
         _print(args, out, views)
         return EXIT_OK
@@ -117,14 +133,35 @@ def run(
         if target is State.CLOSED:
             # Resetting a name with no record would only create one: most likely a typo.
             _require(store, name, where, now)
-        action = tuning.Action(target.value, caller_identity(args), reason, clock())
-        store.force_state(name, _POLICY, action.at, target, action=action)
-        _print(args, out, [_require(store, name, where, clock(), window)])
+        action = tuning.operator_action(target.value, reason, caller_identity(args), clock())
+        done = _FORCED[args.command]
+        # The write may have reached the store before Ctrl-C: it may or may not be applied.
+        with if_interrupted(
+            f"while breaker {name!r} was being {done}: it may or may not be; run "
+            f"`fleetbreaker {args.command} {name}` again to be sure"
+        ):
+            store.force_state(name, POLICY, action.at, target, action=action)
+        with if_interrupted(
+            f"after breaker {name!r} was {done} (that is done): "
+            f"`fleetbreaker status {name}` shows it"
+        ):
+            _print(args, out, [_require(store, name, where, clock(), window)])
         return EXIT_OK
     if args.command == "tune":
         action = tuning.Action("tune", caller_identity(args), reason, clock())
-        store.tune(name, _POLICY, action.at, tuning.encode_tuned(values), action)
-        _print(args, out, [_require(store, name, where, clock(), window)])
+        with if_interrupted(
+            f"while breaker {name!r}'s live settings were being stored: they may or may not "
+            "be; run the same tune again to be sure (it merges them again)"
+        ):
+            if args.clear or args.replace:
+                store.tune(name, POLICY, action.at, tuning.encode_tuned(values), action)
+            else:
+                tune_merged(store, name, values, action)
+        with if_interrupted(
+            f"after breaker {name!r}'s live settings were stored (that is done): "
+            f"`fleetbreaker status {name}` shows them"
+        ):
+            _print(args, out, [_require(store, name, where, clock(), window)])
         return EXIT_OK
     if args.command == "watch":
         return _watch(args, out, store, name, where, clock, sleep)
@@ -140,23 +177,36 @@ def create_table(args: argparse.Namespace, out: TextIO) -> int:
         raise CliError(
             EXIT_USAGE, f"table name must be 3 to 255 of A-Z a-z 0-9 _ . -, got {table!r}"
         )
-    import boto3
-
-    session = boto3.session.Session(region_name=args.region)
-    if not session.region_name:  # a table lives in one region: never guess it
-        raise CliError(EXIT_USAGE, "no AWS region: pass --region or set AWS_REGION")
+    # The endpoint and the region are checked as for every other command (exit 2); a table
+    # lives in one region: it is never guessed.
+    client = dynamodb_client(args)
     try:
-        client = session.client("dynamodb", endpoint_url=args.endpoint_url, config=_aws_config())
-        created, differences = dynamodb_table.ensure_table(client, table, stream=args.stream)
-    except StoreError:
+        with if_interrupted(
+            f"while table {table!r} was being created: it may exist without its TTL; run "
+            f"`fleetbreaker create-table {table}` again (same options) to finish"
+        ):
+            created, finished, differences = dynamodb_table.ensure_table(
+                client, table, stream=args.stream
+            )
+    except (StoreError, CliError):
         raise
     except Exception as exc:
-        raise _aws_error(exc, f"cannot create table {table!r}") from None
-    if args.json:
-        result = {"table": table, "created": created, "differences": differences}
-        out.write(json.dumps(result, sort_keys=True) + "\n")
+        raise aws_error(exc, f"cannot create table {table!r}") from None
+    if args.output != "text":
+        result = {
+            "table": table,
+            "created": created,
+            "finished": finished,
+            "differences": differences,
+        }
+        write_json(out, args.output, result)
     elif not differences:
-        done = f"created table {table!r}" if created else f"table {table!r} exists with that shape"
+        if created:
+            done = f"created table {table!r}"
+        elif finished:
+            done = f"finished table {table!r} (turned its TTL on)"
+        else:
+            done = f"table {table!r} exists with that shape"
         out.write(f"{done}: {dynamodb_table.describe_shape(stream=args.stream)}\n")
     if differences:
         raise CliError(
@@ -177,7 +227,9 @@ def _watch(
     sleep: Callable[[float], None],
 ) -> int:
     _require(store, name, where, clock())
-    clear = out.isatty() and not args.json
+    # A stream of frames: with JSON, one object per frame and line whatever --output says.
+    as_json = args.output != "text"
+    clear = out.isatty() and not as_json
     shown = 0
     while args.count is None or shown < args.count:
         if shown:
@@ -188,23 +240,58 @@ def _watch(
             view = gather_one(store, name, now, window) or view_of(name, None, now)
         except StoreError as exc:
             # A blip mid-incident must not end the watch: say so and try again (with --json
-            # as a JSON line too: a reader of the stream gets nothing else).
-            if args.json:
-                problem = {"name": name, "error": f"store error: {exc}", "at": _iso(now)}
+            # as a JSON line too: a reader of the stream gets nothing else). The message may
+            # quote the store's URL: never with its password.
+            error = redact(str(exc))
+            if as_json:
+                problem = {"name": name, "error": f"store error: {error}", "at": iso(now)}
                 out.write(json.dumps(problem, sort_keys=True) + "\n")
             else:
-                out.write(f"{_iso(now)}  store error: {printable(str(exc))}\n")
+                out.write(f"{iso(now)}  store error: {printable(error)}\n")
         else:
             # Each frame says when it was read: piped into a log, frames are told apart.
-            if args.json:
-                out.write(json.dumps({**view.as_json(), "at": _iso(now)}, sort_keys=True) + "\n")
+            if as_json:
+                out.write(json.dumps({**view.as_json(), "at": iso(now)}, sort_keys=True) + "\n")
             else:
                 if clear:
                     out.write("\x1b[H\x1b[2J")
-                out.write(f"at {_iso(now)}\n")
+                out.write(f"at {iso(now)}\n")
                 _print(args, out, [view])
                 if not clear:
                     out.write("\n")
         out.flush()
         shown += 1
     return EXIT_OK
+
+
+def tune_merged(
+    store: AdminStore,
+    name: str,
+    values: dict[str, int | float | str],
+    action: tuning.Action,
+) -> None:
+    """Merge ``values`` into breaker ``name``'s live settings, as one fenced write: the store
+    writes only if the settings are still those the merge started from (``expected``), so a
+    tune racing this one is never overwritten: the merge starts again from its result.
+    """
+    try:
+        record = store.load(name, action.at)
+        stored = record.tuned if record is not None else ""
+    except CorruptRecordError:
+        stored = ""  # the write replaces a record no one can read, settings and all
+    for _ in range(TUNE_ATTEMPTS):
+        settings = tuning.merge_tuned(stored, values)
+        try:
+            tuning.apply_tuning(DEFAULTS, settings)
+        except ConfigError as exc:
+            raise CliError(
+                EXIT_USAGE,
+                f"refused: {exc} (with the live settings {printable(stored)}; --replace drops "
+                "them)",
+            ) from None
+        text = tuning.encode_tuned(settings)
+        after = store.tune(name, POLICY, action.at, text, action, expected=stored)
+        if after is not None and after.tuned == text:
+            return
+        stored = after.tuned if after is not None else ""
+    raise StoreError(f"could not tune breaker {name!r}: its live settings keep changing")

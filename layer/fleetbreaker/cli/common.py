@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from fleetbreaker.config import BreakerConfig
+from fleetbreaker.policy import Policy
 from fleetbreaker.snapshot import iso_utc
-from fleetbreaker.state import Policy
 
 if TYPE_CHECKING:
     pass
@@ -15,6 +17,11 @@ EXIT_OK = 0
 EXIT_NOT_FOUND = 1
 EXIT_USAGE = 2
 EXIT_UNREACHABLE = 3
+# Ctrl-C (SIGINT): 128 + 2, what a shell reports for a command the signal ended. Never 0: a
+# script must not take an interrupted step as done.
+EXIT_INTERRUPTED = 130
+# What an interrupt outside any step that writes leaves behind.
+NOTHING_CHANGED = "interrupted; nothing was changed"
 
 # A CLI may wait longer than a breaker on the hot path, but not forever: an operator during an
 # incident must learn quickly that the store is out of reach (exit 3).
@@ -23,8 +30,8 @@ IDENTITY_TIMEOUT_S = 2.0
 
 # Settings CLI callers cannot know (each container has its own config): the CLI checks tuned
 # values against BreakerConfig's defaults plus the values themselves.
-_DEFAULTS = BreakerConfig()
-_POLICY = Policy.from_config(_DEFAULTS)
+DEFAULTS = BreakerConfig()
+POLICY = Policy.from_config(DEFAULTS)
 
 
 class CliError(Exception):
@@ -35,7 +42,17 @@ class CliError(Exception):
         self.code = code
 
 
-def _iso(epoch_ms: int) -> str | None:
+@contextlib.contextmanager
+def if_interrupted(what: str) -> Iterator[None]:
+    """While the block runs, Ctrl-C ends the command with exit 130 and one line:
+    ``interrupted {what}``, saying what may be left half done and how to finish it."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        raise CliError(EXIT_INTERRUPTED, f"interrupted {what}") from None
+
+
+def iso(epoch_ms: int) -> str | None:
     """``snapshot.iso_utc``, with no date for 0 and the number for a date it cannot show."""
     if epoch_ms <= 0:
         return None

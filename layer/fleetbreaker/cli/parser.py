@@ -44,7 +44,7 @@ class _Parser(argparse.ArgumentParser):
         return f"; did you mean {nearest[0]!r}?" if nearest else ""
 
 
-def _option_name(setting: str) -> str:
+def option_name(setting: str) -> str:
     return "--" + setting.replace("_", "-")
 
 
@@ -73,6 +73,9 @@ def _positive_count(raw: str) -> int:
         raise argparse.ArgumentTypeError(f"must be a positive whole number, got {raw!r}")
     return value
 
+
+# What --output prints: text for people, one JSON document, or JSON Lines.
+OUTPUTS = ("text", "json", "jsonl")
 
 # Every operator action may say why; none must (an incident is no time to be stopped by a
 # missing flag). Who and when are always stored; status shows "-" for no reason.
@@ -115,6 +118,11 @@ def build_parser() -> argparse.ArgumentParser:
         )
         parser.add_argument("--region", default=default(None), help="AWS region")
         parser.add_argument(
+            "--profile",
+            default=default(None),
+            help="AWS named profile for the credentials and the region (default: $AWS_PROFILE)",
+        )
+        parser.add_argument(
             "--stack",
             default=default(None),
             help="CloudFormation stack whose outputs name the table and the cache",
@@ -127,17 +135,25 @@ def build_parser() -> argparse.ArgumentParser:
             help=f"window the figures cover (default: ${WINDOW_ENV}, else 60)",
         )
         parser.add_argument(
+            "--output",
+            choices=OUTPUTS,
+            default=default(None),
+            help="text (default); json: one document (list: an array); jsonl: one object per "
+            "breaker (or check) and line",
+        )
+        parser.add_argument(
             "--json",
             action="store_true",
             default=default(False),
-            help="print JSON, one object per breaker and line",
+            help="deprecated: the JSON lines of --output jsonl",
         )
 
     parser = _Parser(
         prog="fleetbreaker",
         description="See and steer fleet-wide circuit breakers.",
-        epilog="Exit codes: 0 ok, 1 not found (create-table: the table differs), 2 usage or "
-        "validation error, 3 store unreachable.",
+        epilog="Exit codes: 0 ok, 1 not found (create-table: the table differs; doctor: a "
+        "check failed), 2 usage or validation error, 3 store unreachable, 130 interrupted "
+        "(Ctrl-C).",
     )
     add_globals(parser, suppress=False)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
@@ -160,35 +176,50 @@ def build_parser() -> argparse.ArgumentParser:
         sub.add_argument("--reason", help=REASON_HELP)
     tune = command(
         "tune",
-        "set a breaker's live settings (they replace earlier ones); every container applies "
-        "them within its cache_ttl",
+        "change a breaker's live settings (merged into the earlier ones); every container "
+        "applies them within its cache_ttl",
     )
     tune.add_argument("name")
     for setting, kind in tuning.TUNABLE.items():
         if kind is str:  # mode: enforce or shadow
             tune.add_argument(
-                _option_name(setting), dest=setting, choices=MODES, help=TUNE_HELP[setting]
+                option_name(setting), dest=setting, choices=MODES, help=TUNE_HELP[setting]
             )
         elif kind is int or kind is float:
             tune.add_argument(
-                _option_name(setting),
+                option_name(setting),
                 dest=setting,
                 type=_number(kind),
                 metavar=kind.__name__.upper(),
                 help=TUNE_HELP[setting],
             )
+    tune.add_argument(
+        "--replace",
+        action="store_true",
+        help="replace the live settings with these: the ones not given fall back to each "
+        "container's own",
+    )
     tune.add_argument("--clear", action="store_true", help="remove every live setting")
     tune.add_argument("--reason", help=REASON_HELP)
     create = command(
         "create-table",
         "create a breaker table as template.yaml declares it: key name, on-demand, TTL on "
-        "expires_at, encrypted (exit 0 if it exists with that shape, 1 with the differences)",
+        "expires_at, encrypted (exit 0 if it exists with that shape, 1 with the differences; "
+        "run again, it finishes a table an interrupted run left without its TTL)",
     )
     create.add_argument("table_name", metavar="NAME", help="the table's name")
     create.add_argument(
         "--stream",
         action="store_true",
         help="with a stream of new and old images (the stack's BreakerEventsFunction reads it)",
+    )
+    doctor = command(
+        "doctor",
+        "check the store: reachable with these credentials, the table's shape (or the cache's "
+        "TLS, login and scripts), a read and a fenced write (exit 1 naming what to change)",
+    )
+    doctor.add_argument(
+        "--name", help="a breaker whose record the read check reads (default: none of them)"
     )
     watch = command("watch", "show a breaker's status every second until Ctrl-C")
     watch.add_argument("name")

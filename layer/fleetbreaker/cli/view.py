@@ -12,16 +12,17 @@ from typing import TYPE_CHECKING, Any, TextIO
 from fleetbreaker import tuning
 from fleetbreaker.config import env_field, env_variable
 from fleetbreaker.errors import ConfigError, CorruptRecordError
-from fleetbreaker.snapshot import Snapshot
-from fleetbreaker.state import Policy, Record, State, snapshot_of
+from fleetbreaker.policy import Policy
+from fleetbreaker.record import Record, State
+from fleetbreaker.snapshot import Snapshot, snapshot_of
 
 if TYPE_CHECKING:
     from fleetbreaker.stores.base import AdminStore
 from fleetbreaker.cli.common import (
-    _DEFAULTS,
+    DEFAULTS,
     EXIT_USAGE,
     CliError,
-    _iso,
+    iso,
     printable,
 )
 
@@ -29,11 +30,15 @@ from fleetbreaker.cli.common import (
 # figures are counted over --window, default the functions' BREAKER_WINDOW_SECONDS, else 60.
 WINDOW_ENV = env_variable("window_seconds")
 
+# How the text output shows an open breaker whose window is over (BreakerView.probe_due).
+PROBE_DUE = "half-open: next call probes"
+
 _COLOURS = {
     State.CLOSED.value: "32",  # green
     State.OPEN.value: "31",  # red
     State.FORCED_OPEN.value: "1;31",  # bold red
     State.HALF_OPEN.value: "33",  # yellow
+    PROBE_DUE: "33",
     State.DISABLED.value: "35",  # magenta
     "corrupt": "1;35",
 }
@@ -63,20 +68,24 @@ class BreakerView:
         tuned: dict[str, Any] | None = None,
         last_action: dict[str, Any] | None = None,
         error: str | None = None,
+        probe_due: bool = False,
     ) -> None:
         self.name = name
         self.snapshot = snapshot
+        # Open, its window over: the record still says open (nobody has claimed the probe
+        # yet), but the next call is the probe. Shown so, not as "open, retry after 0.0s".
+        self.probe_due = probe_due
         self.tuned = tuned
         self.last_action = last_action
         self.error = error
         self.state = "corrupt" if snapshot is None else snapshot.state.value
         self.generation = None if snapshot is None else snapshot.generation
         until = None if snapshot is None else snapshot.open_until
-        self.open_until = None if until is None else _iso(until)
+        self.open_until = None if until is None else iso(until)
         opened = snapshot is not None and snapshot.state is State.OPEN
         self.retry_after = snapshot.retry_after if snapshot is not None and opened else None
         updated = None if snapshot is None else snapshot.updated_at
-        self.last_change = None if updated is None else _iso(updated)
+        self.last_change = None if updated is None else iso(updated)
         # "enforce" or "shadow" when tuned live; None: each container runs its deployed
         # BREAKER_MODE (default enforce), which the record does not hold.
         mode = (tuned or {}).get("mode")
@@ -86,6 +95,11 @@ class BreakerView:
                 snapshot.updated_at is not None or figure == "failures"
             )
             setattr(self, figure, getattr(snapshot, figure) if known else None)
+
+    @property
+    def shown_state(self) -> str:
+        """The state as the text output shows it."""
+        return PROBE_DUE if self.probe_due else self.state
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -111,16 +125,16 @@ def view_of(
     record: Record | None,
     now_ms: int,
     error: str | None = None,
-    window_seconds: float = _DEFAULTS.window_seconds,
+    window_seconds: float = DEFAULTS.window_seconds,
 ) -> BreakerView:
     """The view of one breaker from its record (None: no record, i.e. closed).
 
-    The figures are :func:`fleetbreaker.state.snapshot_of`'s, with a Policy from
+    The figures are :func:`fleetbreaker.snapshot.snapshot_of`'s, with a Policy from
     BreakerConfig's defaults, ``window_seconds`` and the record's tuned settings.
     """
     if error is not None:
         return BreakerView(name, None, error=error)
-    config = dataclasses.replace(_DEFAULTS, window_seconds=window_seconds)
+    config = dataclasses.replace(DEFAULTS, window_seconds=window_seconds)
     tuned: dict[str, Any] = {}
     if record is not None:
         try:
@@ -136,13 +150,20 @@ def view_of(
             "action": action.action,
             "by": action.by,
             "reason": action.reason,
-            "at": _iso(action.at),
+            "at": iso(action.at),
         }
-    return BreakerView(name, snapshot, tuned=tuned, last_action=last_action, error=error)
+    due = (
+        snapshot.state is State.OPEN
+        and snapshot.open_until is not None
+        and snapshot.open_until <= now_ms
+    )
+    return BreakerView(
+        name, snapshot, tuned=tuned, last_action=last_action, error=error, probe_due=due
+    )
 
 
 def gather_one(
-    store: AdminStore, name: str, now_ms: int, window_seconds: float = _DEFAULTS.window_seconds
+    store: AdminStore, name: str, now_ms: int, window_seconds: float = DEFAULTS.window_seconds
 ) -> BreakerView | None:
     """One breaker's view, or None when the store holds no record of it."""
     try:
@@ -163,7 +184,7 @@ def _safe_view(
 
 
 def gather_all(
-    store: AdminStore, now_ms: int, window_seconds: float = _DEFAULTS.window_seconds
+    store: AdminStore, now_ms: int, window_seconds: float = DEFAULTS.window_seconds
 ) -> list[BreakerView]:
     """Every breaker in the store, sorted by name; one bad record never ends the walk."""
     views = [
@@ -181,7 +202,7 @@ def window_of(args: argparse.Namespace, environ: Any = None) -> float:
         seconds = env_field("window_seconds", environ)
     except ConfigError as exc:
         raise CliError(EXIT_USAGE, str(exc)) from None
-    return _DEFAULTS.window_seconds if seconds is None else float(seconds)
+    return DEFAULTS.window_seconds if seconds is None else float(seconds)
 
 
 # --------------------------------------------------------------------------- output
@@ -192,7 +213,7 @@ def _colour(state: str, text: str, enabled: bool) -> str:
     return f"\x1b[{code}m{text}\x1b[0m" if enabled and code else text
 
 
-def _colour_enabled(stream: TextIO) -> bool:
+def colour_enabled(stream: TextIO) -> bool:
     # https://no-color.org: any non-empty NO_COLOR turns colour off.
     return stream.isatty() and not os.environ.get("NO_COLOR")
 
@@ -211,7 +232,7 @@ def render_table(views: Sequence[BreakerView], colour: bool) -> str:
     rows = [
         (
             printable(v.name),
-            v.state,
+            v.shown_state,
             _dash(v.failures),
             _dash(v.calls),
             _dash(v.open_until),
@@ -239,14 +260,14 @@ def render_status(view: BreakerView, colour: bool) -> str:
     tuned = ", ".join(f"{k}={v}" for k, v in sorted((view.tuned or {}).items())) or "-"
     fields = [
         ("name", printable(view.name)),
-        ("state", _colour(view.state, view.state, colour)),
+        ("state", _colour(view.shown_state, view.shown_state, colour)),
         ("generation", _dash(view.generation)),
         ("failures", _dash(view.failures)),
         ("calls", _dash(view.calls)),
         ("slow calls", _dash(view.slow_calls)),
         ("containers", _dash(view.containers)),
         ("open until", _dash(view.open_until)),
-        ("retry after", _seconds(view.retry_after)),
+        ("retry after", "now" if view.probe_due else _seconds(view.retry_after)),
         ("last change", _dash(view.last_change)),
         ("mode", view.mode or f"as deployed ({env_variable('mode')})"),
         ("tuned", printable(tuned)),
@@ -258,7 +279,29 @@ def render_status(view: BreakerView, colour: bool) -> str:
     return "\n".join(f"{label.ljust(width)}  {value}" for label, value in fields)
 
 
-def _emit_json(out: TextIO, views: Sequence[BreakerView]) -> None:
-    # JSON Lines: one object per breaker, so `list` and `watch` stream and jq reads both.
-    for view in views:
-        out.write(json.dumps(view.as_json(), sort_keys=True) + "\n")
+def write_json(out: TextIO, output: str, payload: dict[str, Any] | list[dict[str, Any]]) -> None:
+    """``payload`` as ``--output`` asks: ``json``, one document (indented); ``jsonl``, one
+    object per line (a list's items each on its own line, so `list` streams and jq reads
+    it)."""
+    if output == "json":
+        out.write(json.dumps(payload, sort_keys=True, indent=2) + "\n")
+        return
+    for item in payload if isinstance(payload, list) else [payload]:
+        out.write(json.dumps(item, sort_keys=True) + "\n")
+
+
+def output_of(args: argparse.Namespace, warn: TextIO) -> str:
+    """``--output``, or ``jsonl`` for the deprecated ``--json`` (the lines it always printed,
+    with a note on ``warn``); ``text`` by default."""
+    chosen = getattr(args, "output", None)
+    if getattr(args, "json", False):
+        if chosen not in (None, "jsonl"):
+            raise CliError(
+                EXIT_USAGE, f"--json prints what --output jsonl prints: not with --output {chosen}"
+            )
+        warn.write(
+            "fleetbreaker: --json is deprecated: use --output jsonl (the same JSON lines) or "
+            "--output json (one document)\n"
+        )
+        return "jsonl"
+    return str(chosen or "text")

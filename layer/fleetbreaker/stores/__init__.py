@@ -18,6 +18,16 @@ from fleetbreaker.errors import ConfigError
 from fleetbreaker.frozen import frozen
 from fleetbreaker.stores.base import Store, StoreStats
 from fleetbreaker.stores.fallback import FallbackStore
+from fleetbreaker.stores.variables import (
+    IAM_CACHE_ENV,
+    IAM_USER_ENV,
+    STORE_VARIABLES,
+    TABLE_ENV,
+    URL_ENV,
+    default_redis_url,
+    default_table_name,
+)
+from fleetbreaker.stores.variables import read as read_variable
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb.client import DynamoDBClient
@@ -25,40 +35,27 @@ if TYPE_CHECKING:
     from fleetbreaker.stores.memory import MemoryStore
 
 __all__ = [
+    "IAM_CACHE_ENV",
+    "IAM_USER_ENV",
+    "STORE_VARIABLES",
+    "TABLE_ENV",
+    "URL_ENV",
     "FallbackStore",
     "MemoryStore",
     "Store",
     "StoreNotNamedError",
     "StoreSettings",
     "StoreStats",
+    "default_redis_url",
+    "default_table_name",
     "from_env",
 ]
 
-TABLE_ENV = "CIRCUIT_BREAKER_TABLE"
-URL_ENV = "CIRCUIT_BREAKER_REDIS_URL"
-IAM_USER_ENV = "CIRCUIT_BREAKER_REDIS_IAM_USER"
-IAM_CACHE_ENV = "CIRCUIT_BREAKER_REDIS_IAM_CACHE"
-STORE_VARIABLES = (TABLE_ENV, URL_ENV, IAM_USER_ENV, IAM_CACHE_ENV)
 REDIS_SCHEMES = ("redis://", "rediss://")
 
 
 class StoreNotNamedError(ConfigError):
     """The environment names no store: neither a Redis URL nor a table."""
-
-
-def _read(environ: Mapping[str, str] | None, variable: str) -> str:
-    env = os.environ if environ is None else environ
-    return env.get(variable, "").strip()
-
-
-def default_table_name() -> str:
-    """``CIRCUIT_BREAKER_TABLE`` ("" when unset): the table of ``DynamoDBStore()``."""
-    return _read(None, TABLE_ENV)
-
-
-def default_redis_url() -> str:
-    """``CIRCUIT_BREAKER_REDIS_URL`` ("" when unset): the URL of ``RedisStore()``."""
-    return _read(None, URL_ENV)
 
 
 @frozen
@@ -99,12 +96,16 @@ class StoreSettings:
         variables.
         """
         env = os.environ if environ is None else environ
-        url = _read(env, URL_ENV)
-        table = _read(env, TABLE_ENV)
-        user = _read(env, IAM_USER_ENV)
-        cache = _read(env, IAM_CACHE_ENV)
+        url = read_variable(env, URL_ENV)
+        table = read_variable(env, TABLE_ENV)
+        user = read_variable(env, IAM_USER_ENV)
+        cache = read_variable(env, IAM_CACHE_ENV)
         if url and not url.startswith(REDIS_SCHEMES):
-            raise ConfigError(f"{URL_ENV} must be a redis:// or rediss:// URL, got {url!r}")
+            from fleetbreaker.redaction import redact_url
+
+            raise ConfigError(
+                f"{URL_ENV} must be a redis:// or rediss:// URL, got {redact_url(url)!r}"
+            )
         if not url and not table:
             raise StoreNotNamedError(
                 f"{TABLE_ENV} is required: set {TABLE_ENV} (or {URL_ENV}) to name the "
@@ -116,13 +117,23 @@ class StoreSettings:
                 f"IAM authentication needs both {IAM_USER_ENV} and {IAM_CACHE_ENV} "
                 f"(got only {IAM_USER_ENV if user else IAM_CACHE_ENV})"
             )
-        region = _read(env, "AWS_REGION") or _read(env, "AWS_DEFAULT_REGION")
+        region = read_variable(env, "AWS_REGION") or read_variable(env, "AWS_DEFAULT_REGION")
         return cls(
             table_name=table or None,
             redis_url=url or None,
             iam_user=user or None,
             iam_cache=cache or None,
             region=region or None,
+        )
+
+    def __repr__(self) -> str:
+        # The URL may hold the cache's password: settings get logged.
+        from fleetbreaker.redaction import redact_url
+
+        url = None if self.redis_url is None else redact_url(self.redis_url)
+        return (
+            f"StoreSettings(table_name={self.table_name!r}, redis_url={url!r}, "
+            f"iam_user={self.iam_user!r}, iam_cache={self.iam_cache!r}, region={self.region!r})"
         )
 
     @property
@@ -138,6 +149,7 @@ class StoreSettings:
         endpoint_url: str | None = None,
         boto3_client: DynamoDBClient | None = None,
         redis_options: Mapping[str, Any] | None = None,
+        aws_credentials: Any = None,
     ) -> Store:
         """The store itself (no connection until its first operation).
 
@@ -151,6 +163,9 @@ class StoreSettings:
         redis_options:
             More keyword arguments for :class:`~fleetbreaker.stores.redis.RedisStore`
             (the CLI's longer socket timeouts, for instance).
+        aws_credentials:
+            botocore credentials the cache's IAM tokens are signed with (the CLI's
+            ``--profile``); default: botocore's credential chain.
         """
         if self.redis_url is not None:
             from fleetbreaker.stores.redis import RedisStore
@@ -160,12 +175,18 @@ class StoreSettings:
                 from fleetbreaker.stores.elasticache_iam import ElastiCacheIAMAuth
 
                 options["credential_provider"] = ElastiCacheIAMAuth(
-                    self.iam_user, self.iam_cache, self.region
+                    self.iam_user, self.iam_cache, self.region, credentials=aws_credentials
                 )
-            return RedisStore(url=self.redis_url, **options)
+            cache = RedisStore(url=self.redis_url, **options)
+            # A misconfigured store's errors name the variables that set it up.
+            cache.configured_by = URL_ENV
+            cache.credentials_by = URL_ENV if self.iam_user is None else IAM_USER_ENV
+            return cache
         from fleetbreaker.stores.dynamodb import DynamoDBStore
 
-        return DynamoDBStore(self.table_name, boto3_client=boto3_client, endpoint_url=endpoint_url)
+        table = DynamoDBStore(self.table_name, boto3_client=boto3_client, endpoint_url=endpoint_url)
+        table.configured_by = TABLE_ENV
+        return table
 
 
 def from_env(environ: Mapping[str, str] | None = None, *, endpoint_url: str | None = None) -> Store:

@@ -11,8 +11,8 @@ from fleetbreaker.frozen import frozen, mutable_value
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-    from fleetbreaker.record import Action
-    from fleetbreaker.state import Outcome, Policy, ProbeReport, Record, Report, State
+    from fleetbreaker.policy import Policy
+    from fleetbreaker.record import Action, Outcome, ProbeReport, Record, Report, State
 
 
 @mutable_value  # a dataclass without generated code (cold start)
@@ -85,6 +85,12 @@ class Store(Protocol):
         slow-call or count rule says so. The outcome's record is the fleet's view after it."""
         ...
 
+    def census(self, name: str, policy: Policy, now_ms: int, observed: Record | None) -> Outcome:
+        """Count one census write in the record's census ring, in any state; never a
+        transition. An absent record becomes a fresh closed one. The outcome's record is the
+        fleet's view after it (the write replaces a refresh read)."""
+        ...
+
     def force_state(self, name: str, policy: Policy, now_ms: int, target: State) -> Outcome:
         """Operator override: forced_open, disabled, or closed (reset)."""
         ...
@@ -123,10 +129,20 @@ class AdminStore(Store, Protocol):
         ...
 
     def tune(
-        self, name: str, policy: Policy, now_ms: int, tuned: str, action: Action | None
+        self,
+        name: str,
+        policy: Policy,
+        now_ms: int,
+        tuned: str,
+        action: Action | None,
+        *,
+        expected: str | None = None,
     ) -> Record | None:
         """Store live settings (JSON text, "" to clear) with the record; state untouched.
 
-        A breaker without a live record gets a fresh closed one to carry them.
+        A breaker without a live record gets a fresh closed one to carry them. With
+        ``expected``, only if the stored settings are still that text (a record without any
+        holds ""): the caller merged its change into them. Returns the record after the write,
+        or, when the settings were no longer ``expected``, the record as it is (unchanged).
         """
         ...

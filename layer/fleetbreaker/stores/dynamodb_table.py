@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from fleetbreaker.errors import StoreError
 from fleetbreaker.stores.dynamodb import KEY_ATTRIBUTE, TTL_ATTRIBUTE
@@ -75,33 +75,80 @@ def differences(
 
     A stream is required only when ``stream`` is asked for; any KMS key counts as encrypted.
     """
-    found: list[str] = []
+    found = [
+        key_difference(table),
+        billing_difference(table),
+        ttl_difference(ttl),
+        encryption_difference(table),
+        stream_difference(table) if stream else None,
+    ]
+    return [difference for difference in found if difference is not None]
+
+
+def key_difference(table: Mapping[str, Any]) -> str | None:
+    """How the table's key differs from ``name`` (S) alone, or None."""
     types = {
         a.get("AttributeName"): a.get("AttributeType")
         for a in table.get("AttributeDefinitions", [])
     }
     keys = [(k.get("AttributeName"), k.get("KeyType")) for k in table.get("KeySchema", [])]
-    if keys != [(KEY_ATTRIBUTE, "HASH")] or types.get(KEY_ATTRIBUTE) != "S":
-        have = ", ".join(f"{name} ({types.get(name)}, {kind})" for name, kind in keys)
-        found.append(f"key is {have or 'unknown'}; want {KEY_ATTRIBUTE} (S, HASH) only")
+    if keys == [(KEY_ATTRIBUTE, "HASH")] and types.get(KEY_ATTRIBUTE) == "S":
+        return None
+    have = ", ".join(f"{name} ({types.get(name)}, {kind})" for name, kind in keys)
+    return f"key is {have or 'unknown'}; want {KEY_ATTRIBUTE} (S, HASH) only"
+
+
+def billing_difference(table: Mapping[str, Any]) -> str | None:
+    """How the table's billing differs from on-demand, or None."""
     billing = table.get("BillingModeSummary", {}).get("BillingMode", "PROVISIONED")
-    if billing != BILLING_MODE:
-        found.append(f"billing mode is {billing}; want {BILLING_MODE} (on-demand)")
+    if billing == BILLING_MODE:
+        return None
+    return f"billing mode is {billing}; want {BILLING_MODE} (on-demand)"
+
+
+def ttl_difference(ttl: Mapping[str, Any]) -> str | None:
+    """How the table's TTL (DescribeTimeToLive's description) differs from on, on the
+    record's TTL attribute, or None."""
     status, attribute = ttl.get("TimeToLiveStatus"), ttl.get("AttributeName")
     if status not in TTL_ON:
-        found.append(f"TTL is {str(status).lower()}; want it on {TTL_ATTRIBUTE}")
-    elif attribute != TTL_ATTRIBUTE:
-        found.append(f"TTL is on {attribute}; want it on {TTL_ATTRIBUTE}")
+        return f"TTL is {str(status).lower()}; want it on {TTL_ATTRIBUTE}"
+    if attribute != TTL_ATTRIBUTE:
+        return f"TTL is on {attribute}; want it on {TTL_ATTRIBUTE}"
+    return None
+
+
+def encryption_difference(table: Mapping[str, Any]) -> str | None:
+    """How the table's encryption at rest differs from KMS (any key), or None."""
     sse = table.get("SSEDescription") or {}
-    if sse.get("Status") not in SSE_ON or sse.get("SSEType") != "KMS":
-        have = f"{sse.get('SSEType')} {sse.get('Status')}" if sse else "the AWS owned key"
-        found.append(f"encryption at rest uses {have}; want KMS (SSEEnabled)")
-    if stream:
-        spec = table.get("StreamSpecification") or {}
-        if not spec.get("StreamEnabled") or spec.get("StreamViewType") != STREAM_VIEW_TYPE:
-            view = spec.get("StreamViewType") if spec.get("StreamEnabled") else "off"
-            found.append(f"stream is {view}; want {STREAM_VIEW_TYPE}")
-    return found
+    if sse.get("Status") in SSE_ON and sse.get("SSEType") == "KMS":
+        return None
+    have = f"{sse.get('SSEType')} {sse.get('Status')}" if sse else "the AWS owned key"
+    return f"encryption at rest uses {have}; want KMS (SSEEnabled)"
+
+
+def stream_difference(table: Mapping[str, Any]) -> str | None:
+    """How the table's stream differs from one of new and old images, or None."""
+    spec = table.get("StreamSpecification") or {}
+    if spec.get("StreamEnabled") and spec.get("StreamViewType") == STREAM_VIEW_TYPE:
+        return None
+    view = spec.get("StreamViewType") if spec.get("StreamEnabled") else "off"
+    return f"stream is {view}; want {STREAM_VIEW_TYPE}"
+
+
+class Ensured(NamedTuple):
+    """What :func:`ensure_table` found and did."""
+
+    created: bool
+    """This call created the table."""
+    finished: bool
+    """The table existed without its TTL, and with nothing else missing (what a run
+    interrupted before it turned the TTL on leaves): this call turned it on."""
+    differences: list[str]
+    """How the table differs from a breaker table; empty when it has that shape."""
+
+
+# A breaker table whose TTL is simply off (never turned on, or off and settled).
+_TTL_ON = {"TimeToLiveStatus": "ENABLED", "AttributeName": TTL_ATTRIBUTE}
 
 
 def ensure_table(
@@ -112,12 +159,14 @@ def ensure_table(
     timeout_s: float = ACTIVE_TIMEOUT_S,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
-) -> tuple[bool, list[str]]:
-    """Create the breaker table ``table`` unless it exists; (created, differences).
+) -> Ensured:
+    """Create the breaker table ``table`` unless it exists.
 
-    A new table gets its TTL once it is ACTIVE. An existing one is compared, never changed:
-    its differences are returned. botocore's ClientError escapes for anything else
-    (credentials, permissions, an endpoint without TTL such as dynalite).
+    A new table gets its TTL once it is ACTIVE. An existing one is compared and its
+    differences returned; it is changed only when its TTL is off and nothing else differs,
+    what a run interrupted between CreateTable and UpdateTimeToLive leaves: its TTL is turned
+    on, so running the command again finishes the table. botocore's ClientError escapes for
+    anything else (credentials, permissions, an endpoint without TTL such as dynalite).
     """
     from botocore.exceptions import ClientError
 
@@ -129,10 +178,16 @@ def ensure_table(
             raise
         created = False
     description = wait_until_active(client, table, timeout_s=timeout_s, clock=clock, sleep=sleep)
-    if created:
+    finished = False
+    if not created:
+        ttl = client.describe_time_to_live(TableName=table)["TimeToLiveDescription"]
+        finished = ttl.get("TimeToLiveStatus") == "DISABLED" and not differences(
+            description, _TTL_ON, stream=stream
+        )
+    if created or finished:
         client.update_time_to_live(**ttl_request(table))
     ttl = client.describe_time_to_live(TableName=table)["TimeToLiveDescription"]
-    return created, differences(description, ttl, stream=stream)
+    return Ensured(created, finished, differences(description, ttl, stream=stream))
 
 
 def wait_until_active(

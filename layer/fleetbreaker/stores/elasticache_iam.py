@@ -10,15 +10,16 @@ container opens until shortly before it expires.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import os
 import threading
 import time
 from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any
+from urllib.parse import quote
 
-from botocore.auth import SIGV4_TIMESTAMP, SigV4QueryAuth
-from botocore.awsrequest import AWSRequest
 from redis.credentials import CredentialProvider
 
 from fleetbreaker.errors import ConfigError
@@ -28,27 +29,63 @@ SERVICE = "elasticache"
 MAX_EXPIRES_SECONDS = 900
 
 
-class _SigV4AtTime(SigV4QueryAuth):
-    """botocore's SigV4 query signer, signing at a given time instead of the system clock.
+def presign(
+    host: str,
+    params: dict[str, str],
+    *,
+    access_key: str,
+    secret_key: str,
+    session_token: str | None,
+    region: str,
+    expires: int,
+    at: datetime,
+) -> str:
+    """A SigV4 query-presigned GET of ``http://{host}/?{params}``, signed at ``at`` (UTC),
+    as ``{host}/?{query}`` (the presigned URL without its scheme: ElastiCache's token).
 
-    The signing time is the only input botocore takes from the clock; taking it from the
-    provider's clock lets the provider decide when a token was made (and tests fix it).
+    Signature Version 4 as AWS documents it for query-string authentication: the request's
+    own parameters, then the X-Amz-* ones, the canonical request over the sorted query, the
+    host header alone and the empty body's SHA-256, and the key derived from the secret, the
+    date, the region and the service. The signing time is the caller's, so the provider's
+    clock decides when a token was made (and tests fix it).
     """
+    stamp = at.strftime("%Y%m%dT%H%M%SZ")
+    day = stamp[:8]
+    scope = f"{day}/{region}/{SERVICE}/aws4_request"
+    auth = {
+        "X-Amz-Algorithm": "AWS4-HMAC-SHA256",
+        "X-Amz-Credential": f"{access_key}/{scope}",
+        "X-Amz-Date": stamp,
+        "X-Amz-Expires": str(expires),
+        "X-Amz-SignedHeaders": "host",
+    }
+    if session_token is not None:
+        auth["X-Amz-Security-Token"] = session_token
+    pairs = [(_encode(k), _encode(v)) for k, v in (*params.items(), *auth.items())]
+    canonical = "\n".join(
+        (
+            "GET",
+            "/",
+            "&".join(f"{k}={v}" for k, v in sorted(pairs)),
+            f"host:{host.lower()}\n",
+            "host",
+            hashlib.sha256(b"").hexdigest(),
+        )
+    )
+    to_sign = "\n".join(
+        ("AWS4-HMAC-SHA256", stamp, scope, hashlib.sha256(canonical.encode()).hexdigest())
+    )
+    key = f"AWS4{secret_key}".encode()
+    for part in (day, region, SERVICE, "aws4_request"):
+        key = hmac.new(key, part.encode(), hashlib.sha256).digest()
+    signature = hmac.new(key, to_sign.encode(), hashlib.sha256).hexdigest()
+    query = "&".join(f"{k}={v}" for k, v in pairs)
+    return f"{host}/?{query}&X-Amz-Signature={signature}"
 
-    def __init__(self, credentials: Any, region: str, expires: int, at: datetime) -> None:
-        super().__init__(credentials, SERVICE, region, expires=expires)
-        self._at = at
 
-    def add_auth(self, request: AWSRequest) -> None:
-        # The steps of SigV4Auth.add_auth, with the timestamp from self._at.
-        # (botocore's stubs omit the two underscored steps, which every SigV4 signer has.)
-        signer: Any = self
-        request.context["timestamp"] = self._at.strftime(SIGV4_TIMESTAMP)
-        signer._modify_request_before_signing(request)
-        canonical_request = self.canonical_request(request)
-        string_to_sign = self.string_to_sign(request, canonical_request)
-        signature = self.signature(string_to_sign, request)
-        signer._inject_signature_to_request(request, signature)
+def _encode(text: str) -> str:
+    """RFC 3986 percent-encoding, every character but the unreserved ones (SigV4's rule)."""
+    return quote(text, safe="-_.~")
 
 
 class ElastiCacheIAMAuth(CredentialProvider):
@@ -171,9 +208,13 @@ class ElastiCacheIAMAuth(CredentialProvider):
         params = {"Action": "connect", "User": self.user_id}
         if self.serverless:
             params["ResourceType"] = "ServerlessCache"
-        request = AWSRequest(method="GET", url=f"http://{self.cache_name}/", params=params)
-        at = datetime.fromtimestamp(now, tz=timezone.utc).replace(tzinfo=None)
-        _SigV4AtTime(signing, self.region, self.expires_in, at).add_auth(request)
-        # The token is the presigned URL without its scheme.
-        url: str = request.prepare().url
-        return url.removeprefix("http://")
+        return presign(
+            self.cache_name,
+            params,
+            access_key=signing.access_key,
+            secret_key=signing.secret_key,
+            session_token=signing.token,
+            region=self.region,
+            expires=self.expires_in,
+            at=datetime.fromtimestamp(now, tz=timezone.utc),
+        )

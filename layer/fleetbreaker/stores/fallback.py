@@ -19,35 +19,30 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from fleetbreaker import state as rules
+from fleetbreaker.clock import system_clock
 from fleetbreaker.errors import (
     ConfigError,
     CorruptRecordError,
     StoreDeadlineError,
-    TableNotFoundError,
+    StoreMisconfiguredError,
 )
-from fleetbreaker.events import STORE_ANSWERED, STORE_DEADLINE, STORE_ERROR, StateChange
-from fleetbreaker.frozen import mutable_value
-from fleetbreaker.state import (
-    Record,
-    State,
-    TransitionReason,
-    add_report,
-    transition_reason,
-    window_counts,
+from fleetbreaker.events import (
+    STORE_ANSWERED,
+    STORE_DEADLINE,
+    STORE_ERROR,
+    STORE_INTERRUPTED,
+    StateChange,
 )
+from fleetbreaker.policy import alone, check_weight
+from fleetbreaker.record import Record, State, TransitionReason
+from fleetbreaker.results import FallbackStats
+from fleetbreaker.rules import add_report, transition_reason, window_counts
 from fleetbreaker.stores import deadline
 from fleetbreaker.stores.base import StoreStats
 
-# Their home before deadline.py; tracing installs store_call_wrapper from here.
-from fleetbreaker.stores.deadline import MAX_IDLE_WORKERS as MAX_IDLE_WORKERS
-from fleetbreaker.stores.deadline import MAX_PROCESS_WORKERS as MAX_PROCESS_WORKERS
-from fleetbreaker.stores.deadline import MAX_STUCK_WORKERS as MAX_STUCK_WORKERS
-from fleetbreaker.stores.deadline import store_call_wrapper as store_call_wrapper
-
 if TYPE_CHECKING:
-    from fleetbreaker.record import Action
-    from fleetbreaker.state import Outcome, Policy, ProbeReport, Report
+    from fleetbreaker.policy import Policy
+    from fleetbreaker.record import Action, Outcome, ProbeReport, Report
     from fleetbreaker.stores.base import Store
     from fleetbreaker.stores.memory import MemoryStore
 
@@ -58,23 +53,8 @@ AnswerHook = Callable[["Record | None", int], None]
 Reason = Callable[["Outcome"], TransitionReason]
 
 
-def _system_clock() -> int:
-    return time.time_ns() // 1_000_000
-
-
 def _ignore(*_: Any) -> None:
     return None
-
-
-@mutable_value  # a dataclass without generated code (cold start)
-class FallbackStats:
-    """Counters of one fallback store (a breaker's ``stats``)."""
-
-    store_errors: int = 0
-    degradations: int = 0
-    corrupt_records: int = 0
-    # Shadow mode: calls an enforcing breaker would have rejected (counted by the breaker).
-    would_rejects: int = 0
 
 
 class FallbackStore:
@@ -98,14 +78,15 @@ class FallbackStore:
     emit:
         ``emit(hook, name, *args)`` receives the listener events (``on_store_call_start``,
         ``on_store_result``, ``on_store_call``, ``on_store_error``, ``on_degraded``,
-        ``on_recovered``, ``on_corrupt_record``, ``on_transition``, ``on_state_change``).
+        ``on_store_misconfigured``, ``on_recovered``, ``on_corrupt_record``,
+        ``on_transition``, ``on_state_change``).
     on_answer:
         ``on_answer(record, now_ms)`` receives every record the shared store returned
         (the breaker's cache).
 
     Example
     -------
-    >>> from fleetbreaker.state import Policy
+    >>> from fleetbreaker.policy import Policy
     >>> store = FallbackStore(MemoryStore(), clock=lambda: 0)
     >>> policy = Policy.from_config(BreakerConfig(failure_threshold=1))
     >>> store.record_failure("payment-api", policy, 0, None).record.state
@@ -149,7 +130,7 @@ class FallbackStore:
         # The local twin is built on the first degradation: a healthy breaker never loads it.
         self._local = local
         self._local_lock = threading.Lock()
-        self.clock: Clock = clock or _system_clock
+        self.clock: Clock = clock or system_clock
         self.backoff_ms = round(backoff_seconds * 1000)
         # The package's own MemoryStore answers from this process's memory with nothing to
         # wait for: it skips the worker hand-off (about 70 us a call).
@@ -168,7 +149,9 @@ class FallbackStore:
         # Each breaker owns one wrapper: the last record the shared store returned (and its
         # name) is what a degradation starts the local twin from.
         self._last_seen: tuple[str, Record | None] | None = None
-        self._missing_table_logged = False
+        # A misconfigured store fails every operation alike: its error is reported once per
+        # breaker (and logged once per process, by LoggingListener), though counted each time.
+        self._misconfiguration_reported = False
         self._prepared = False
 
     def __repr__(self) -> str:
@@ -199,12 +182,28 @@ class FallbackStore:
     # -- the contract ----------------------------------------------------------------------
 
     def load(self, name: str, now_ms: int) -> Record | None:
+        return self._load(name, now_ms, strict=False)
+
+    def verify(self, name: str, now_ms: int) -> Record | None:
+        """One read of breaker ``name`` that raises :class:`ConfigError` when the store is
+        misconfigured (:class:`~fleetbreaker.errors.StoreMisconfiguredError`: no such table,
+        access denied, login refused), with the store's own message.
+
+        Weather is let through: a store that is unreachable, slow or throttling leaves this
+        wrapper degraded, as the first call would, and a store that answers fills the cache.
+        ``CircuitBreaker`` calls it at construction when ``verify_store`` is set.
+        """
+        return self._load(name, now_ms, strict=True)
+
+    def _load(self, name: str, now_ms: int, *, strict: bool) -> Record | None:
         self.stats.count_read()
         if self.paused(now_ms):
             return self.local.load(name, now_ms)
-        self._emit("on_store_call_start", name, "load")
         started = time.perf_counter()
         try:
+            # Inside the try: an interrupt during a listener's start hook still ends the
+            # spans the listeners before it opened.
+            self._emit("on_store_call_start", name, "load")
             record = self._call("load", name, lambda: self.shared.load(name, now_ms))
         except CorruptRecordError as exc:
             # The store answered; its record is unusable and counts as closed until the next
@@ -215,8 +214,13 @@ class FallbackStore:
             record = None
         except Exception as exc:
             self._call_done(name, "load", started, exc)
+            if strict and isinstance(exc, StoreMisconfiguredError):
+                raise ConfigError(f"the breaker's store is misconfigured: {exc}") from exc
             self._degrade(name, "load", exc)
             return self.local.load(name, now_ms)
+        except BaseException as exc:
+            self._call_done(name, "load", started, exc)
+            raise
         else:
             self._call_done(name, "load", started, None)
         self._answered(name, record, now_ms)
@@ -226,13 +230,13 @@ class FallbackStore:
         self, name: str, policy: Policy, now_ms: int, observed: Record | None, weight: int = 1
     ) -> Outcome:
         if weight == 1:
-            return self._forward("record_failure", name, policy, now_ms, observed, alone=True)
-        rules.check_weight(weight)  # a caller's bug: raised, not taken for a store failure
+            return self._forward("record_failure", name, policy, now_ms, observed, own_quorum=True)
+        check_weight(weight)  # a caller's bug: raised, not taken for a store failure
 
         def send(store: Store) -> Outcome:
             if store is not self.shared:
                 # The local twin is this container alone: its failures count once each.
-                return store.record_failure(name, rules.alone(policy), now_ms, observed)
+                return store.record_failure(name, alone(policy), now_ms, observed)
             return store.record_failure(name, policy, now_ms, observed, weight)
 
         return self._operation("record_failure", name, now_ms, send, _reason_by_states(policy))
@@ -259,7 +263,7 @@ class FallbackStore:
             return transition_reason(before, after, policy, counts)
 
         return self._forward(
-            "report", name, policy, now_ms, report, observed, alone=True, reason=reason
+            "report", name, policy, now_ms, report, observed, own_quorum=True, reason=reason
         )
 
     def _forward(
@@ -269,21 +273,24 @@ class FallbackStore:
         policy: Policy,
         now_ms: int,
         *args: Any,
-        alone: bool = False,
+        own_quorum: bool = False,
         reason: Reason | None = None,
     ) -> Outcome:
         """One contract operation on the shared store, else on the local twin.
 
-        ``alone``: on the local twin the container is its own quorum (docs/architecture.md,
+        ``own_quorum``: on the local twin the container is its own quorum (docs/architecture.md,
         "Store trouble"). ``reason`` says why a transition happened (default: from the states).
         """
 
         def send(store: Store) -> Outcome:
-            used = rules.alone(policy) if alone and store is not self.shared else policy
+            used = alone(policy) if own_quorum and store is not self.shared else policy
             method: Callable[..., Outcome] = getattr(store, operation)
             return method(name, used, now_ms, *args)
 
         return self._operation(operation, name, now_ms, send, reason or _reason_by_states(policy))
+
+    def census(self, name: str, policy: Policy, now_ms: int, observed: Record | None) -> Outcome:
+        return self._forward("census", name, policy, now_ms, observed)
 
     def force_state(
         self, name: str, policy: Policy, now_ms: int, target: State, *, action: Action | None = None
@@ -332,14 +339,19 @@ class FallbackStore:
         self.stats.count_write()
         if self.paused(now_ms):
             return op(self.local)
-        self._emit("on_store_call_start", name, operation)
         started = time.perf_counter()
         try:
+            self._emit("on_store_call_start", name, operation)
             outcome = self._call(operation, name, lambda: op(self.shared))
         except Exception as exc:
             self._call_done(name, operation, started, exc)
             self._degrade(name, operation, exc)
             return op(self.local)
+        except BaseException as exc:
+            # KeyboardInterrupt, SystemExit: not the store's failure (no degradation), but
+            # the listeners close what they opened (a span, its context) before it goes on.
+            self._call_done(name, operation, started, exc)
+            raise
         self._call_done(name, operation, started, None)
         self._answered(name, outcome.record, now_ms)
         if outcome.transition is not None:
@@ -362,10 +374,14 @@ class FallbackStore:
             outcome = STORE_ANSWERED
         elif isinstance(error, StoreDeadlineError):
             outcome = STORE_DEADLINE
-        else:
+        elif isinstance(error, Exception):
             outcome = STORE_ERROR
-        self._emit("on_store_result", name, operation, self.kind, outcome, error)
-        self._emit("on_store_call", name, operation, elapsed_ms, ok)
+        else:
+            outcome = STORE_INTERRUPTED
+        try:
+            self._emit("on_store_result", name, operation, self.kind, outcome, error)
+        finally:
+            self._emit("on_store_call", name, operation, elapsed_ms, ok)
         if ok and self._degraded:
             with self._lock:
                 recovered, self._degraded = self._degraded, False
@@ -391,11 +407,16 @@ class FallbackStore:
             self.fallback_stats.store_errors += 1
             if first:
                 self.fallback_stats.degradations += 1
-            quiet = isinstance(exc, TableNotFoundError) and self._missing_table_logged
-            if isinstance(exc, TableNotFoundError):
-                self._missing_table_logged = True
+            misconfigured = exc if isinstance(exc, StoreMisconfiguredError) else None
+            quiet = misconfigured is not None and self._misconfiguration_reported
+            if misconfigured is not None:
+                self._misconfiguration_reported = True
         if not quiet:
             self._emit("on_store_error", name, operation, exc)
+        if misconfigured is not None:
+            # Configuration, not weather: every occurrence is counted (an alarm stays raised
+            # while it lasts), and the listener decides how often to log it.
+            self._emit("on_store_misconfigured", name, operation, misconfigured)
         if first:
             # The error itself was just reported; the reason stays short and generic.
             self._emit("on_degraded", name, f"store {operation} failed")

@@ -6,12 +6,13 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
-from fleetbreaker import state as rules
+from fleetbreaker import rules
 from fleetbreaker.frozen import replace
-from fleetbreaker.state import Outcome, Policy, ProbeReport, Record, Report, State
+from fleetbreaker.record import RECORD_TEXTS, Outcome, ProbeReport, Record, Report, State
 from fleetbreaker.stores.base import Listing, StoreStats
 
 if TYPE_CHECKING:
+    from fleetbreaker.policy import Policy
     from fleetbreaker.record import Action
 
 
@@ -88,6 +89,9 @@ class MemoryStore:
     ) -> Outcome:
         return self._apply(name, now_ms, lambda r: rules.apply_report(r, policy, now_ms, report))
 
+    def census(self, name: str, policy: Policy, now_ms: int, observed: Record | None) -> Outcome:
+        return self._apply(name, now_ms, lambda r: rules.apply_census(r, policy, now_ms))
+
     def force_state(
         self, name: str, policy: Policy, now_ms: int, target: State, *, action: Action | None = None
     ) -> Outcome:
@@ -108,11 +112,20 @@ class MemoryStore:
                 yield Listing(name, record)
 
     def tune(
-        self, name: str, policy: Policy, now_ms: int, tuned: str, action: Action | None
+        self,
+        name: str,
+        policy: Policy,
+        now_ms: int,
+        tuned: str,
+        action: Action | None,
+        *,
+        expected: str | None = None,
     ) -> Record | None:
         self.stats.count_write()
         with self._lock:
             current = self._live(name, now_ms)
+            if expected is not None and (current.tuned if current is not None else "") != expected:
+                return current
             if current is None:
                 current = Record(expires_at=now_ms // 1000 + policy.ttl_s, updated_at=now_ms)
             after = replace(current, tuned=tuned)
@@ -129,7 +142,7 @@ def _carry_texts(before: Record | None, outcome: Outcome) -> Outcome:
         return outcome
     carried = {
         field: getattr(before, field)
-        for field in rules.RECORD_TEXTS
+        for field in RECORD_TEXTS
         if getattr(before, field) and not getattr(after, field)
     }
     return replace(outcome, record=replace(after, **carried)) if carried else outcome

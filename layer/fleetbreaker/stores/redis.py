@@ -1,7 +1,7 @@
 """Redis store (ElastiCache, Valkey, Redis OSS): one hash per breaker, one Lua script per operation.
 
 Each operation is a single EVALSHA. The script reads the breaker's hash, applies the rule
-from state.py and writes the whole record back, atomically on the server, so there is no
+from rules.py and writes the whole record back, atomically on the server, so there is no
 read-modify-write across the network and no retry loop: Redis runs one script at a time.
 By default the scripts take the time from the server's TIME, so containers whose clocks
 disagree still agree on when an open window or a probe lease ends.
@@ -18,14 +18,22 @@ import re
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from fleetbreaker import record as schema
-from fleetbreaker import state as rules
-from fleetbreaker.errors import ConfigError, CorruptRecordError, StoreError
+from fleetbreaker import rules
+from fleetbreaker.errors import (
+    ACCESS_DENIED,
+    AUTHENTICATION_REFUSED,
+    ConfigError,
+    CorruptRecordError,
+    StoreError,
+    StoreMisconfiguredError,
+)
 from fleetbreaker.frozen import replace
-from fleetbreaker.policy import Policy
+from fleetbreaker.policy import Policy, check_weight
 from fleetbreaker.record import Decision, Lease, Outcome, ProbeReport, Record, Report, State
-from fleetbreaker.stores import URL_ENV, default_redis_url
+from fleetbreaker.redaction import redact, redact_url, url_secrets
 from fleetbreaker.stores.base import Listing, StoreStats
 from fleetbreaker.stores.redis_scripts import load_scripts, policy_json
+from fleetbreaker.stores.variables import URL_ENV, default_redis_url
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
@@ -82,6 +90,10 @@ def parse_fields(fields: dict[str, str]) -> Record | None:
     numbers: dict[str, Any] = {
         attribute: _integer(fields, name) for attribute, name in schema.NUMBER_FIELDS.items()
     }
+    # Added after the first release: absent or malformed reads as 0 (as the scripts do).
+    for attribute, name in schema.OPTIONAL_NUMBER_FIELDS.items():
+        raw = fields.get(name)
+        numbers[attribute] = int(raw) if raw is not None and _INTEGER.fullmatch(raw) else 0
     leases: dict[int, Lease] = {}
     for slot in range(schema.MAX_PROBE_SLOTS):
         token_field, until_field, since_field = schema.lease_fields(slot)
@@ -177,8 +189,10 @@ class RedisStore:
             )
         if credential_provider is not None:
             if not callable(getattr(credential_provider, "get_credentials", None)):
+                # Its type, not its repr: a provider may show the secret it holds.
                 raise ConfigError(
-                    f"credential_provider needs a get_credentials() method: {credential_provider!r}"
+                    "credential_provider needs a get_credentials() method, got a "
+                    f"{type(credential_provider).__name__}"
                 )
             if username is not None or password is not None:
                 raise ConfigError("RedisStore takes a credential_provider or username/password")
@@ -193,6 +207,10 @@ class RedisStore:
         self.stats = StoreStats()
         self._scripts = load_scripts()
         self._owns_client = client is None
+        # What named the cache and what supplies the login, for the errors a misconfiguration
+        # raises (StoreMisconfiguredError); StoreSettings.open names its variables instead.
+        self.configured_by = "client" if client is not None else "url" if url else URL_ENV
+        self.credentials_by = self.configured_by
         if client is not None:
             if url is not None:
                 raise ConfigError("RedisStore takes a client or a url, not both")
@@ -227,6 +245,32 @@ class RedisStore:
         """Every key the store uses for a breaker (all in one cluster slot)."""
         return (self.key(name),)
 
+    def upload_scripts(self) -> list[str]:
+        """SCRIPT LOAD every operation's script now; the operations' names, in order.
+
+        The store does this by itself when the cache answers NOSCRIPT; ``fleetbreaker doctor``
+        calls it to check the user may load them and the server runs them. A SHA1 the server
+        gives back that is not the script's own is a StoreError (the cache is not Redis as
+        the scripts know it).
+        """
+        from redis.exceptions import RedisError
+
+        loaded = []
+        for operation, script in self._scripts.items():
+            try:
+                sha = _text(self.client.script_load(script.source))
+            except (RedisError, ConfigError) as exc:
+                raise self.translate(exc, f"Redis SCRIPT LOAD of {operation} failed") from exc
+            except OSError as exc:
+                raise StoreError(f"Redis unreachable: {redact(str(exc))}") from exc
+            if sha != script.sha:
+                raise StoreError(
+                    f"Redis SCRIPT LOAD of {operation} answered SHA1 {sha[:40]!r}, "
+                    f"not the script's {script.sha}"
+                )
+            loaded.append(operation)
+        return loaded
+
     # -- raw calls -------------------------------------------------------------------------
 
     def _now_arg(self, now_ms: int) -> str:
@@ -250,13 +294,46 @@ class RedisStore:
                 # run again. Nothing ran the first time, so the retry cannot double-count.
                 self.client.script_load(script.source)
                 reply = self.client.evalsha(script.sha, len(keys), *keys, *args)
-        except RedisError as exc:
-            raise StoreError(f"Redis {operation} failed for breaker {name!r}: {exc}") from exc
+        except (RedisError, ConfigError) as exc:
+            raise self.translate(exc, f"Redis {operation} failed for breaker {name!r}") from exc
         except OSError as exc:  # a custom client may let a socket error through
-            raise StoreError(f"Redis unreachable for breaker {name!r}: {exc}") from exc
+            raise StoreError(f"Redis unreachable for breaker {name!r}: {redact(str(exc))}") from exc
         if not isinstance(reply, list) or len(reply) < 6:
             raise StoreError(f"Redis {operation} for breaker {name!r} gave {reply!r}")
         return reply
+
+    def translate(self, exc: Exception, what: str) -> StoreError:
+        """The store error a failed command becomes: a :class:`StoreMisconfiguredError` when
+        the login was refused or the user may not run the command (a setting must change),
+        else a plain :class:`StoreError` (weather)."""
+        from redis.exceptions import (
+            AuthenticationError,
+            AuthenticationWrongNumberOfArgsError,
+            NoPermissionError,
+        )
+
+        named = self.credentials_by
+        # A client's message may quote its URL: never with its password.
+        detail = redact(str(exc))
+        if isinstance(exc, (AuthenticationError, AuthenticationWrongNumberOfArgsError)):
+            return StoreMisconfiguredError(
+                f"{what}: the cache refused the login (set by {named}): {detail}",
+                problem=AUTHENTICATION_REFUSED,
+                variable=named,
+            )
+        if isinstance(exc, ConfigError):  # the credential provider's: no AWS credentials
+            return StoreMisconfiguredError(
+                f"{what}: no login for the cache (set by {named}): {detail}",
+                problem=AUTHENTICATION_REFUSED,
+                variable=named,
+            )
+        if isinstance(exc, NoPermissionError):
+            return StoreMisconfiguredError(
+                f"{what}: the cache's user (set by {named}) may not: {detail}",
+                problem=ACCESS_DENIED,
+                variable=named,
+            )
+        return StoreError(f"{what}: {detail}")
 
     def _outcome(self, operation: str, name: str, reply: list[Any]) -> Outcome:
         status, changed, before, after, token = (_text(v) for v in reply[:5])
@@ -291,7 +368,7 @@ class RedisStore:
         self, name: str, policy: Policy, now_ms: int, observed: Record | None, weight: int = 1
     ) -> Outcome:
         # `observed` is not needed: the script reads the current record under Redis' lock.
-        rules.check_weight(weight)
+        check_weight(weight)
         return self._operation("record_failure", name, self._args(now_ms, policy, str(weight)))
 
     def claim_probe(
@@ -331,6 +408,9 @@ class RedisStore:
         )
         return self._operation("report", name, args)
 
+    def census(self, name: str, policy: Policy, now_ms: int, observed: Record | None) -> Outcome:
+        return self._operation("census", name, self._args(now_ms, policy))
+
     def force_state(
         self, name: str, policy: Policy, now_ms: int, target: State, *, action: Action | None = None
     ) -> Outcome:
@@ -365,10 +445,10 @@ class RedisStore:
             raise StoreError(f"{type(self.client).__name__} cannot SCAN: no scan_iter()")
         try:
             keys = sorted({_text(k) for k in cast("Any", scan_iter)(match=pattern, count=500)})
-        except RedisError as exc:
-            raise StoreError(f"Redis SCAN failed: {exc}") from exc
+        except (RedisError, ConfigError) as exc:
+            raise self.translate(exc, "Redis SCAN failed") from exc
         except OSError as exc:
-            raise StoreError(f"Redis unreachable: {exc}") from exc
+            raise StoreError(f"Redis unreachable: {redact(str(exc))}") from exc
         for key in keys:
             name = self.name_of(key)
             if name is None:
@@ -382,9 +462,18 @@ class RedisStore:
                 yield Listing(name, record)
 
     def tune(
-        self, name: str, policy: Policy, now_ms: int, tuned: str, action: Action | None
+        self,
+        name: str,
+        policy: Policy,
+        now_ms: int,
+        tuned: str,
+        action: Action | None,
+        *,
+        expected: str | None = None,
     ) -> Record | None:
         args = self._args(now_ms, policy, tuned, action.encode() if action is not None else "")
+        if expected is not None:
+            args.append(expected)
         return self._operation("tune", name, args).record
 
 
@@ -436,13 +525,15 @@ def _make_client(
     except ImportError as exc:  # pragma: no cover - depends on the environment
         raise ConfigError("RedisStore needs redis-py: pip install 'fleetbreaker[redis]'") from exc
 
+    # Every message below quotes the URL without its password (it lands in init logs).
+    shown = redact_url(url)
     scheme, sep, rest = url.partition("://")
     if not sep or scheme not in ("redis", "rediss"):
-        raise ConfigError(f"Redis url must start with redis:// or rediss://, got {url!r}")
+        raise ConfigError(f"Redis url must start with redis:// or rediss://, got {shown!r}")
     if ssl is True and scheme == "redis":
         url = f"rediss://{rest}"
     elif ssl is False and scheme == "rediss":
-        raise ConfigError(f"ssl=False contradicts the rediss:// url {url!r}")
+        raise ConfigError(f"ssl=False contradicts the rediss:// url {shown!r}")
     options: dict[str, Any] = {
         "socket_timeout": socket_timeout,
         "socket_connect_timeout": socket_connect_timeout,
@@ -466,5 +557,9 @@ def _make_client(
     try:
         client: RedisClient = redis.Redis.from_url(url, **options)
     except (ValueError, TypeError) as exc:
-        raise ConfigError(f"invalid Redis url or options for {url!r}: {exc}") from exc
+        # redis-py's own message may quote any part of the URL, the password included.
+        secrets = (*url_secrets(url), *(() if password is None else (password,)))
+        raise ConfigError(
+            f"invalid Redis url or options for {shown!r}: {redact(str(exc), secrets)}"
+        ) from None
     return client

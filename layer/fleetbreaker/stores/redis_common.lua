@@ -1,7 +1,7 @@
 -- fleetbreaker RedisStore: helpers shared by every operation's script.
 --
 -- RedisStore puts this file in front of each redis_<operation>.lua, so each operation is one
--- script, run atomically by one EVALSHA. The rules are state.py's, translated line for line:
+-- script, run atomically by one EVALSHA. The rules are rules.py's, translated line for line:
 -- the contract suite runs the same tests against this and against MemoryStore.
 --
 -- Conventions: KEYS[1] is the breaker's hash; ARGV[1] is the caller's epoch ms, or "" to use
@@ -21,6 +21,8 @@ local STATES = __STATES__
 -- The stored name of the state; the integer and text fields as {attribute, stored name}.
 local STATE_FIELD = __STATE_FIELD__
 local NUMBERS = __NUMBER_FIELDS__
+-- Integer fields added after the first release: absent or malformed reads as 0.
+local OPTIONAL_NUMBERS = __OPTIONAL_NUMBER_FIELDS__
 -- Operator fields (live tuning, last action): text that state changes carry over untouched.
 local TEXTS = __TEXT_FIELDS__
 -- Each probe slot's stored fields: {token, until, since}, by slot.
@@ -32,6 +34,8 @@ local WINDOW_BUCKETS = __WINDOW_BUCKETS__
 -- The short window judged beside the whole one (window.RECENT_BUCKETS).
 local RECENT_BUCKETS = __RECENT_BUCKETS__
 local BUCKET_FIELDS = __BUCKET_FIELDS__
+-- The census ring (record.CensusBucket): WINDOW_BUCKETS slices, each {idx, count} by slot.
+local CENSUS_FIELDS = __CENSUS_FIELDS__
 local QUORUM_MAPS = __QUORUM_MAPS__
 local QUORUM_SEPARATOR = __QUORUM_SEPARATOR__
 
@@ -39,7 +43,7 @@ local function int(n)
   return string.format('%d', n)
 end
 
--- An optional minus and 1 to 14 digits (state.MAX_RECORD_DIGITS): a double holds 15 exactly,
+-- An optional minus and 1 to 14 digits (record.MAX_RECORD_DIGITS): a double holds 15 exactly,
 -- and the spare digit keeps gen + 1 of an accepted record acceptable too. RedisStore's Python
 -- parser applies the same rule.
 local function parse_int(raw)
@@ -92,6 +96,7 @@ local function read(key, now)
         old
     end
   end
+  for _, field in ipairs(OPTIONAL_NUMBERS) do rec[field[1]] = parse_int(raw[field[2]]) or 0 end
   -- Leases: a malformed one counts as free, as in the DynamoDB store.
   for slot = 0, MAX_SLOTS - 1 do
     local names = LEASE_FIELDS[slot]
@@ -103,7 +108,14 @@ local function read(key, now)
     end
   end
   -- Buckets and quorum entries: a malformed one is dropped (read as empty), as in Python.
-  rec.buckets, rec.failing, rec.slowing = {}, {}, {}
+  rec.buckets, rec.failing, rec.slowing, rec.census = {}, {}, {}, {}
+  for slot = 0, WINDOW_BUCKETS - 1 do
+    local names = CENSUS_FIELDS[slot]
+    local idx, count = parse_int(raw[names.idx]), parse_int(raw[names.count])
+    if idx ~= nil and count ~= nil and count >= 0 then
+      rec.census[slot] = {idx = idx, count = count}
+    end
+  end
   for slot = 0, WINDOW_BUCKETS - 1 do
     local names = BUCKET_FIELDS[slot]
     local idx = parse_int(raw[names.idx])
@@ -134,9 +146,15 @@ local function read(key, now)
   return rec, nil, old
 end
 
-local function blank(state, gen)
-  local rec = {state = state, leases = {}, buckets = {}, failing = {}, slowing = {}}
+-- A fresh record of a new state or generation. ``from`` is the record it replaces (or nil):
+-- its census ring goes on, as the fleet's size does not change with the state.
+local function blank(state, gen, from)
+  local rec = {state = state, leases = {}, buckets = {}, failing = {}, slowing = {}, census = {}}
   for _, field in ipairs(NUMBERS) do rec[field[1]] = 0 end
+  for _, field in ipairs(OPTIONAL_NUMBERS) do rec[field[1]] = 0 end
+  if from ~= nil then
+    for slot, slice in pairs(from.census or {}) do rec.census[slot] = slice end
+  end
   rec.gen = gen
   return rec
 end
@@ -146,8 +164,9 @@ local function copy(rec)
   for k, v in pairs(rec) do out[k] = v end
   out.leases = {}
   for slot, lease in pairs(rec.leases) do out.leases[slot] = lease end
-  out.buckets, out.failing, out.slowing = {}, {}, {}
+  out.buckets, out.failing, out.slowing, out.census = {}, {}, {}, {}
   for slot, bucket in pairs(rec.buckets or {}) do out.buckets[slot] = bucket end
+  for slot, slice in pairs(rec.census or {}) do out.census[slot] = slice end
   for id, at in pairs(rec.failing or {}) do out.failing[id] = at end
   for id, at in pairs(rec.slowing or {}) do out.slowing[id] = at end
   return out
@@ -158,6 +177,7 @@ end
 local function fields_of(rec)
   local fields = {[STATE_FIELD] = rec.state}
   for _, field in ipairs(NUMBERS) do fields[field[2]] = int(rec[field[1]]) end
+  for _, field in ipairs(OPTIONAL_NUMBERS) do fields[field[2]] = int(rec[field[1]] or 0) end
   for slot = 0, MAX_SLOTS - 1 do
     local lease, names = rec.leases[slot], LEASE_FIELDS[slot]
     if lease ~= nil then
@@ -168,6 +188,9 @@ local function fields_of(rec)
   end
   for slot, bucket in pairs(rec.buckets or {}) do
     for attribute, name in pairs(BUCKET_FIELDS[slot]) do fields[name] = int(bucket[attribute]) end
+  end
+  for slot, slice in pairs(rec.census or {}) do
+    for attribute, name in pairs(CENSUS_FIELDS[slot]) do fields[name] = int(slice[attribute]) end
   end
   for code, map in pairs(QUORUM_MAPS) do
     for id, at in pairs(rec[map] or {}) do fields[code .. QUORUM_SEPARATOR .. id] = int(at) end
@@ -188,10 +211,13 @@ local function ttl_seconds(policy, state)
 end
 
 -- Write the whole record over what read() found (old): set every field, drop the fields the
--- new record lacks (ended leases, strays), and set the key's expiry.
-local function save(key, rec, policy, now, old)
+-- new record lacks (ended leases, strays), and set the key's expiry. A breaker's write says
+-- which window it counts over (rules._stamp); an operator's (``operator`` true) keeps the
+-- record's, as the operator's tool may not know it.
+local function save(key, rec, policy, now, old, operator)
   rec.updated_at = now
   rec.expires_at = math.floor(now / 1000) + ttl_seconds(policy, rec.state)
+  if not operator then rec.window_ms = policy.window_ms end
   -- A record built from scratch (a transition) keeps the operator's fields of the one it
   -- replaces; "" clears a field.
   for _, field in ipairs(TEXTS) do
@@ -231,7 +257,7 @@ local function reply(rec, now, changed, from, to, token)
   return out
 end
 
--- A lease granted later than this clock plus CLOCK_TOLERANCE_MS is free (state.lease_ended):
+-- A lease granted later than this clock plus CLOCK_TOLERANCE_MS is free (rules.lease_ended):
 -- a prober whose clock ran far ahead cannot hold its slot for long.
 local function lease_ended(lease, now)
   if lease.until_ms <= now then return true end
@@ -267,17 +293,17 @@ local function open_duration(policy, reopens, jitter)
   return math.max(1, math.floor(grown * jitter))
 end
 
--- state.trip: the open record that replaces a closed one whose counts reached the threshold.
+-- rules.trip: the open record that replaces a closed one whose counts reached the threshold.
 local function trip(rec, policy, now)
-  local opened = blank('open', rec.gen + 1)
+  local opened = blank('open', rec.gen + 1, rec)
   opened.opened_at = now
   opened.open_until = now + open_duration(policy, 0, 1.0)
   return opened
 end
 
--- state.reopen: the open record that replaces a half-open one whose probe failed.
+-- rules.reopen: the open record that replaces a half-open one whose probe failed.
 local function reopen(rec, policy, now, jitter)
-  local reopened = blank('open', rec.gen + 1)
+  local reopened = blank('open', rec.gen + 1, rec)
   reopened.reopens = rec.reopens + 1
   reopened.opened_at = now
   reopened.open_until = now + open_duration(policy, reopened.reopens, jitter)

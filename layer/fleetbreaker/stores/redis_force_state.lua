@@ -15,14 +15,17 @@ if rec ~= nil then
   before = rec.state
   gen = rec.gen + 1
 end
-local forced = blank(target, gen)
--- As state.apply_force: a reset that ends an outage keeps when it began (a recovery, so the
--- ramp may start); a reset of a closed or disabled breaker is not one.
+local forced = blank(target, gen, rec)
+-- An operator's tool may not know the fleet's window: the record keeps the one it had.
+if rec ~= nil then forced.window_ms = rec.window_ms end
+-- As rules.apply_force: a reset that ends an outage keeps when it began and is a recovery
+-- (closed_at starts the ramp); a reset of a closed or disabled breaker is not one.
 if target == 'closed' and rec ~= nil
     and (before == 'open' or before == 'half_open' or before == 'forced_open') then
   if rec.opened_at > 0 then forced.opened_at = rec.opened_at
   elseif rec.updated_at > 0 then forced.opened_at = rec.updated_at
   else forced.opened_at = now end
+  forced.closed_at = now
 end
 if ARGV[4] ~= nil and ARGV[4] ~= '' then forced.last_action = ARGV[4] end
-return reply(save(key, forced, policy, now, old), now, true, before, target)
+return reply(save(key, forced, policy, now, old, true), now, true, before, target)

@@ -1,4 +1,4 @@
--- record_failure: count a failure (ARGV[3] failures: its weight, state.apply_failure) in the
+-- record_failure: count a failure (ARGV[3] failures: its weight, rules.apply_failure) in the
 -- current window; trip (once) at the threshold.
 local now = clock(ARGV[1])
 local policy = policy_from(ARGV)

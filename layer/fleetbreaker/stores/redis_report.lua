@@ -1,13 +1,13 @@
 -- report: add one container's batch to the window (rate policy, slow calls, quorum) and trip
--- once when state.should_trip says so. ARGV[3..6] are the report (container, calls, failures,
+-- once when rules.should_trip says so. ARGV[3..6] are the report (container, calls, failures,
 -- slow); ARGV[7] is the generation the counts were taken under ('' for any): counts of
--- another generation are dropped (state.report_fits). The rate policy comes with the rest of
--- the policy: failure_ratio and slow_ratio as {numerator, denominator} (state.exact_ratio),
+-- another generation are dropped (rules.report_fits). The rate policy comes with the rest of
+-- the policy: failure_ratio and slow_ratio as {numerator, denominator} (policy.exact_ratio),
 -- failure_ratio and slow_ms absent when not set.
 local now = clock(ARGV[1])
 local policy = policy_from(ARGV)
 
--- state.reaches: part / whole >= num / den, exactly. whole * num could pass 2^53, where
+-- policy.reaches: part / whole >= num / den, exactly. whole * num could pass 2^53, where
 -- doubles stop being exact, so split whole = q * den + r: the test becomes
 -- part - q * num >= r * num / den, whose right side is below num (den <= 10^6).
 local function reaches(part, whole, frac)
@@ -47,7 +47,7 @@ local function live(map)
   return n
 end
 
--- As state.quorum_unchanged: skip when this container or a full map was noted in the last bucket.
+-- As rules.quorum_unchanged: skip when this container or a full map was noted in the last bucket.
 local function unchanged(map)
   if min_containers <= 1 then return true end
   local fresh = now - bucket_ms
@@ -62,7 +62,7 @@ local function unchanged(map)
 end
 
 -- Stamp the container and keep the newest min_containers entries (ties: the larger id wins,
--- as in state.note_container).
+-- as in rules.note_container).
 local function note(map)
   map[container] = now
   local count = 0
@@ -93,7 +93,7 @@ counted.buckets[slot] = {
 if failures > 0 and not unchanged(counted.failing) then note(counted.failing) end
 if slow > 0 and not unchanged(counted.slowing) then note(counted.slowing) end
 
--- The whole window and its newest RECENT_BUCKETS buckets (state.window_counts).
+-- The whole window and its newest RECENT_BUCKETS buckets (rules.window_counts).
 local total = {calls = 0, failures = 0, slow = 0}
 local recent = {calls = 0, failures = 0, slow = 0}
 for _, b in pairs(counted.buckets) do

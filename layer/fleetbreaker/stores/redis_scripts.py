@@ -15,9 +15,10 @@ from importlib import resources
 from typing import Any
 
 from fleetbreaker import record as schema
-from fleetbreaker import state as rules
-from fleetbreaker.policy import Policy
+from fleetbreaker.policy import OVERRIDE_TTL_S, Policy, exact_ratio
 from fleetbreaker.record import State
+from fleetbreaker.rules import CLOCK_TOLERANCE_MS
+from fleetbreaker.window import RECENT_BUCKETS
 
 _OPERATIONS = (
     "load",
@@ -27,6 +28,7 @@ _OPERATIONS = (
     "force_state",
     "tune",
     "report",
+    "census",
 )
 
 
@@ -64,6 +66,15 @@ def _schema_constants() -> dict[str, str]:
         + "}"
         for slot in range(schema.WINDOW_BUCKETS)
     )
+    census = ", ".join(
+        f"[{slot}] = {{"
+        + ", ".join(
+            f"{attribute} = {_lua_string(schema.census_field(slot, code))}"
+            for code, attribute in schema.CENSUS_CODES.items()
+        )
+        + "}"
+        for slot in range(schema.WINDOW_BUCKETS)
+    )
     quorum = ", ".join(
         f"[{_lua_string(code)}] = {_lua_string(attribute)}"
         for code, attribute in schema.QUORUM_CODES.items()
@@ -72,17 +83,19 @@ def _schema_constants() -> dict[str, str]:
     return {
         "__MAX_PROBE_SLOTS__": str(schema.MAX_PROBE_SLOTS),
         "__MAX_RECORD_DIGITS__": str(schema.MAX_RECORD_DIGITS),
-        "__CLOCK_TOLERANCE_MS__": str(rules.CLOCK_TOLERANCE_MS),
+        "__CLOCK_TOLERANCE_MS__": str(CLOCK_TOLERANCE_MS),
         "__STATES__": f"{{{states}}}",
         "__STATE_FIELD__": _lua_string(schema.STATE),
         "__NUMBER_FIELDS__": _lua_pairs(schema.NUMBER_FIELDS),
+        "__OPTIONAL_NUMBER_FIELDS__": _lua_pairs(schema.OPTIONAL_NUMBER_FIELDS),
         "__TEXT_FIELDS__": _lua_pairs(schema.TEXT_FIELDS),
         "__LEASE_FIELDS__": f"{{{leases}}}",
         "__WINDOW_BUCKETS__": str(schema.WINDOW_BUCKETS),
         "__BUCKET_FIELDS__": f"{{{buckets}}}",
+        "__CENSUS_FIELDS__": f"{{{census}}}",
         "__QUORUM_MAPS__": f"{{{quorum}}}",
         "__QUORUM_SEPARATOR__": _lua_string(schema.QUORUM_SEPARATOR),
-        "__RECENT_BUCKETS__": str(rules.RECENT_BUCKETS),
+        "__RECENT_BUCKETS__": str(RECENT_BUCKETS),
     }
 
 
@@ -115,11 +128,11 @@ def policy_json(policy: Policy) -> str:
     # them would add keys to the policy's __dict__ (which callers may copy into a new one).
     rate = policy.failure_rate
     values.update(
-        override_ttl_s=rules.OVERRIDE_TTL_S,
+        override_ttl_s=OVERRIDE_TTL_S,
         bucket_ms=policy.bucket_ms,
-        failure_ratio=None if rate is None else rules.exact_ratio(rate),
-        slow_ratio=rules.exact_ratio(policy.slow_rate),
+        failure_ratio=None if rate is None else exact_ratio(rate),
+        slow_ratio=exact_ratio(policy.slow_rate),
     )
     # json writes a float as its repr(), which Lua's cjson reads back to the same double: the
-    # scripts' open-window arithmetic matches state.open_duration_ms.
+    # scripts' open-window arithmetic matches policy.open_duration_ms.
     return json.dumps({k: v for k, v in values.items() if v is not None}, separators=(",", ":"))

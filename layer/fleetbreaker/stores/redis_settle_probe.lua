@@ -18,9 +18,10 @@ if success then
     kept.leases[slot] = nil
     return reply(save(key, kept, policy, now, old), now, true)
   end
-  local closed = blank('closed', rec.gen + 1)
-  -- As state.apply_settle: a close keeps when the outage began (the ramp starts only then).
+  local closed = blank('closed', rec.gen + 1, rec)
+  -- As rules.apply_settle: a recovery; closed_at starts the recovery ramp.
   closed.opened_at = rec.opened_at > 0 and rec.opened_at or now
+  closed.closed_at = now
   return reply(save(key, closed, policy, now, old), now, true, 'half_open', 'closed')
 end
 local reopened = reopen(rec, policy, now, jitter)

@@ -11,9 +11,9 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, cast
 
 from fleetbreaker import record as schema
-from fleetbreaker import state as rules
 from fleetbreaker.errors import CorruptRecordError
-from fleetbreaker.record import MAX_PROBE_SLOTS, Bucket, Lease, Record, State
+from fleetbreaker.policy import ttl_seconds
+from fleetbreaker.record import MAX_PROBE_SLOTS, Bucket, CensusBucket, Lease, Record, State
 
 if TYPE_CHECKING:
     from fleetbreaker.policy import Policy
@@ -126,6 +126,11 @@ def parse_item(item: dict[str, Any] | None, now_ms: int) -> Record | None:
         return None if raw is None else _integer(field, raw)
 
     rev = window_number(schema.REV)
+    # Added after the first release: absent (an item written before them) reads as 0.
+    optional: dict[str, Any] = {
+        attribute: window_number(name) or 0
+        for attribute, name in schema.OPTIONAL_NUMBER_FIELDS.items()
+    }
     # Operator fields are text; anything else in them is left for the next tune to replace.
     texts = {attribute: scalar(item, name, "S") for attribute, name in schema.TEXT_FIELDS.items()}
     kept: dict[str, Any] = {k: v for k, v in texts.items() if isinstance(v, str)}
@@ -134,6 +139,7 @@ def parse_item(item: dict[str, Any] | None, now_ms: int) -> Record | None:
         leases=leases,
         rev=rev if rev is not None else 0,
         **numbers,
+        **optional,
         **kept,
         **schema.parse_window(window_number, quorum),
     )
@@ -176,11 +182,21 @@ _WINDOW_ATTRIBUTES = (
 )
 
 
+# The census ring: state changes keep it (the fleet's size does not change with the state);
+# only a write that replaces an absent, expired or corrupt item removes it.
+_CENSUS_ATTRIBUTES = tuple(
+    schema.census_field(slot, code)
+    for slot in range(schema.WINDOW_BUCKETS)
+    for code in schema.CENSUS_CODES
+)
+
 # Attributes besides state and the numbers that can make an item corrupt: a replacement of
 # a corrupt item is fenced on them too.
 _FENCED = (
     *(slot_names(slot)[1] for slot in range(MAX_PROBE_SLOTS)),
     *(schema.bucket_field(slot, schema.BUCKET_INDEX) for slot in range(schema.WINDOW_BUCKETS)),
+    *(schema.census_field(slot, schema.CENSUS_INDEX) for slot in range(schema.WINDOW_BUCKETS)),
+    *schema.OPTIONAL_NUMBER_FIELDS.values(),
     schema.REV,
 )
 
@@ -188,7 +204,9 @@ _FENCED = (
 class Write:
     """One UpdateItem under construction: expression parts plus their placeholders."""
 
-    def __init__(self, now_ms: int, policy: Policy, state: State | None = None) -> None:
+    def __init__(
+        self, now_ms: int, policy: Policy, state: State | None = None, *, window: bool = True
+    ) -> None:
         self.sets: list[str] = []
         self.adds: list[str] = []
         self.removes: list[str] = []
@@ -197,8 +215,12 @@ class Write:
         self.values: dict[str, dict[str, Any]] = {}
         self.now_ms = now_ms
         self.set(schema.UPDATED_AT, now_ms)
-        ttl_s = rules.ttl_seconds(policy, state) if state is not None else policy.ttl_s
+        ttl_s = ttl_seconds(policy, state) if state is not None else policy.ttl_s
         self.set(TTL_ATTRIBUTE, now_ms // 1000 + ttl_s)
+        if window:
+            # A breaker's write says which window it counts over (rules._stamp); an
+            # operator's tool may not know it, and leaves the record's (window=False).
+            self.set(schema.WINDOW_MS, policy.window_ms)
 
     def name(self, attribute: str) -> str:
         placeholder = f"#{attribute}"
@@ -219,12 +241,20 @@ class Write:
         self.sets.append(f"{self.name(attribute)} = {self.value(value)}")
         return self
 
+    def sets_attribute(self, attribute: str) -> bool:
+        """Whether this write already SETs ``attribute``."""
+        return any(part.startswith(f"#{attribute} = ") for part in self.sets)
+
     def add(self, attribute: str, amount: int) -> Write:
         self.adds.append(f"{self.name(attribute)} {self.value(amount)}")
         return self
 
     def remove_window(self) -> Write:
         self.removes.extend(self.name(attribute) for attribute in _WINDOW_ATTRIBUTES)
+        return self
+
+    def remove_census(self) -> Write:
+        self.removes.extend(self.name(attribute) for attribute in _CENSUS_ATTRIBUTES)
         return self
 
     def remove_leases(self, slots: range) -> Write:
@@ -289,7 +319,36 @@ def write_record(write: Write, record: Record) -> Write:
     for attribute, name in schema.NUMBER_FIELDS.items():
         if name not in _SET_APART:
             write.set(name, getattr(record, attribute))
+    # A new state or generation starts its own recovery ramp (or none).
+    write.set(schema.CLOSED_AT, record.closed_at)
     return write
+
+
+def write_fresh(write: Write, record: Record, corrupt: dict[str, Any] | None) -> Write:
+    """SET ``record`` whole over an absent, expired or corrupt item, fenced on what it replaces
+    (Write.replaceable); nothing of the old item stays, its census ring included."""
+    write_record(write, record).set(schema.GEN, record.gen)
+    if not write.sets_attribute(schema.WINDOW_MS):
+        write.set(schema.WINDOW_MS, record.window_ms)
+    write.remove_leases(range(MAX_PROBE_SLOTS)).remove_census()
+    for slot, bucket in record.census.items():
+        write_census(write, slot, bucket)
+    write.removes = _not_set(write)
+    return write.require(write.replaceable(corrupt))
+
+
+def write_census(write: Write, slot: int, bucket: CensusBucket) -> Write:
+    """SET both numbers of the census ring's slice in ``slot``."""
+    for code, attribute in schema.CENSUS_CODES.items():
+        write.set(schema.census_field(slot, code), getattr(bucket, attribute))
+    return write
+
+
+def _not_set(write: Write) -> list[str]:
+    """The REMOVEs of ``write`` without the attributes it SETs (an expression cannot name
+    one attribute twice)."""
+    set_names = {part.split(" = ")[0] for part in write.sets}
+    return [name for name in write.removes if name not in set_names]
 
 
 # Numbers write_record leaves to others: Write sets the times, callers ADD or SET gen.
@@ -301,9 +360,7 @@ def write_window(write: Write, record: Record) -> Write:
     for slot, bucket in record.buckets.items():
         write_bucket(write, slot, bucket)
     write_quorum(write, record)
-    # Drop the REMOVEs of the attributes just set (one expression cannot name one twice).
-    set_names = {part.split(" = ")[0] for part in write.sets}
-    write.removes = [name for name in write.removes if name not in set_names]
+    write.removes = _not_set(write)
     return write
 
 

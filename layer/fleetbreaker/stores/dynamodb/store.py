@@ -12,11 +12,19 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from fleetbreaker import record as schema
-from fleetbreaker import state as rules
+from fleetbreaker import rules
 from fleetbreaker.errors import ConfigError, CorruptRecordError, StoreError
 from fleetbreaker.policy import Policy
-from fleetbreaker.record import MAX_PROBE_SLOTS, Bucket, Outcome, ProbeReport, Record, Report, State
-from fleetbreaker.stores import TABLE_ENV, default_table_name
+from fleetbreaker.record import (
+    MAX_PROBE_SLOTS,
+    WINDOW_BUCKETS,
+    Bucket,
+    Outcome,
+    ProbeReport,
+    Record,
+    Report,
+    State,
+)
 from fleetbreaker.stores.base import Listing, StoreStats
 from fleetbreaker.stores.dynamodb.codec import (
     KEY_ATTRIBUTE,
@@ -29,11 +37,14 @@ from fleetbreaker.stores.dynamodb.codec import (
     since_name,
     slot_names,
     write_bucket,
+    write_census,
+    write_fresh,
     write_quorum,
     write_record,
     write_window,
 )
 from fleetbreaker.stores.dynamodb.wire import Wire
+from fleetbreaker.stores.variables import TABLE_ENV, default_table_name
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -164,10 +175,26 @@ class DynamoDBStore:
             boto_config=boto_config,
             endpoint_url=endpoint_url,
         )
+        self._wire.configured_by = TABLE_ENV if table_name is None else "table_name"
 
     @property
     def client(self) -> DynamoDBClient:
         return self._wire.client
+
+    @property
+    def configured_by(self) -> str:
+        """What named the table (``CIRCUIT_BREAKER_TABLE`` or ``table_name``): the errors of
+        a misconfigured store (:class:`~fleetbreaker.errors.StoreMisconfiguredError`) name it."""
+        return self._wire.configured_by
+
+    @configured_by.setter
+    def configured_by(self, setting: str) -> None:
+        self._wire.configured_by = setting
+
+    def translate(self, exc: Exception) -> StoreError:
+        """The store error a failed request on this table becomes (a
+        :class:`~fleetbreaker.errors.StoreMisconfiguredError` when a setting must change)."""
+        return self._wire.translate(exc)
 
     def prepare(self) -> None:
         """Build the client now (no request): the breaker calls this before the first store
@@ -227,8 +254,7 @@ class DynamoDBStore:
             write = Write(now_ms, policy)
             if seen is None:
                 # Absent, expired or corrupt: write a whole fresh record over it.
-                write_record(write, planned.record).set(schema.GEN, planned.record.gen)
-                write.remove_leases(range(MAX_PROBE_SLOTS)).require(write.replaceable(corrupt))
+                write_fresh(write, planned.record, corrupt)
                 return _Step(write, _changed(planned.transition))
             write.require(write.usable()).require(write.is_(schema.STATE, State.CLOSED.value))
             write.require(write.is_(schema.GEN, seen.gen))
@@ -358,7 +384,7 @@ class DynamoDBStore:
         if not report:
             return Outcome(seen)
         idx = rules.bucket_index(policy, now_ms)
-        slot = idx % rules.WINDOW_BUCKETS
+        slot = idx % WINDOW_BUCKETS
 
         def plan(
             seen: Record | None, corrupt: dict[str, Any] | None, attempt: int
@@ -369,10 +395,9 @@ class DynamoDBStore:
             write = Write(now_ms, policy)
             if seen is None:
                 after = planned.record
-                write_record(write, after).set(schema.GEN, after.gen)
+                write_fresh(write, after, corrupt)
                 if planned.transition is None:
                     write_window(write, after)
-                write.remove_leases(range(MAX_PROBE_SLOTS)).require(write.replaceable(corrupt))
                 return _Step(write, _changed(planned.transition))
             write.require(write.usable()).require(write.is_(schema.STATE, State.CLOSED.value))
             if report.gen is not None:
@@ -413,6 +438,39 @@ class DynamoDBStore:
             name, now_ms, seen, plan, attempts=6, gave_up=_keep_latest, counts=True
         )
 
+    def census(self, name: str, policy: Policy, now_ms: int, observed: Record | None) -> Outcome:
+        # One ADD to the current slice of the census ring, fenced on the slice and on the
+        # state (the TTL written depends on it): census writes commute with each other and
+        # change nothing a transition is fenced on, so they never make a breaker's own writes
+        # retry. Starting a slice, or replacing an absent or corrupt item, re-plans.
+        idx, slot = rules.census_slot(policy, now_ms)
+
+        def plan(seen: Record | None, corrupt: dict[str, Any] | None, _: int) -> _Step:
+            planned = rules.apply_census(seen, policy, now_ms)
+            after = planned.record
+            assert after is not None
+            if seen is None:
+                return _Step(write_fresh(Write(now_ms, policy), after, corrupt), _changed(None))
+            write = Write(now_ms, policy, seen.state)
+            write.require(write.usable()).require(write.is_(schema.STATE, seen.state.value))
+            index = schema.census_field(slot, schema.CENSUS_INDEX)
+            held = seen.census.get(slot)
+            if held is not None and held.idx == idx:
+                write.require(write.is_(index, idx))
+                write.add(schema.census_field(slot, schema.CENSUS_COUNT), 1)
+            else:
+                if held is None:
+                    write.require(f"NOT attribute_type({write.name(index)}, {write.value('N')})")
+                else:
+                    write.require(write.is_(index, held.idx))
+                write_census(write, slot, after.census[slot])
+            return _Step(write, _changed(None))
+
+        seen = _alive(observed, now_ms)
+        return self._fenced_write(
+            name, now_ms, seen, plan, attempts=4, gave_up=_keep_latest, counts=True
+        )
+
     def force_state(
         self, name: str, policy: Policy, now_ms: int, target: State, *, action: Action | None = None
     ) -> Outcome:
@@ -422,13 +480,16 @@ class DynamoDBStore:
             planned = rules.apply_force(seen, policy, now_ms, target)
             after = planned.record
             assert after is not None
-            write = write_record(Write(now_ms, policy, target), after).set(schema.GEN, after.gen)
-            write.remove_leases(range(MAX_PROBE_SLOTS))
+            # window=False: an operator's tool may not know the fleet's window.
+            write = Write(now_ms, policy, target, window=False)
             if action is not None:
                 write.set(schema.LAST_ACTION, action.encode())
             if seen is None:
-                write.require(write.replaceable(corrupt))
+                write_fresh(write, after, corrupt)
             else:
+                # The census ring stays: the fleet's size does not change with its state.
+                write_record(write, after).set(schema.GEN, after.gen)
+                write.remove_leases(range(MAX_PROBE_SLOTS))
                 write.require(write.usable()).require(write.is_(schema.GEN, seen.gen))
             return _Step(write, _changed(planned.transition))
 
@@ -471,10 +532,20 @@ class DynamoDBStore:
                 return
 
     def tune(
-        self, name: str, policy: Policy, now_ms: int, tuned: str, action: Action | None
+        self,
+        name: str,
+        policy: Policy,
+        now_ms: int,
+        tuned: str,
+        action: Action | None,
+        *,
+        expected: str | None = None,
     ) -> Record | None:
-        def plan(seen: Record | None, corrupt: dict[str, Any] | None, _: int) -> _Step:
-            write = Write(now_ms, policy, seen.state if seen is not None else State.CLOSED)
+        def plan(seen: Record | None, corrupt: dict[str, Any] | None, _: int) -> _Step | Outcome:
+            if expected is not None and (seen.tuned if seen is not None else "") != expected:
+                return Outcome(seen)  # the settings changed since the caller read them
+            state = seen.state if seen is not None else State.CLOSED
+            write = Write(now_ms, policy, state, window=False)
             if tuned:
                 write.set(schema.TUNED, tuned)
             else:
@@ -483,12 +554,18 @@ class DynamoDBStore:
                 write.set(schema.LAST_ACTION, action.encode())
             if seen is None:
                 # No live record: a fresh closed one carries the settings.
-                write_record(write, Record()).set(schema.GEN, 0)
-                write.remove_leases(range(MAX_PROBE_SLOTS))
-                write.require(write.replaceable(corrupt))
+                write_fresh(write, Record(), corrupt)
             else:
                 # Fenced on the generation: the TTL written depends on the state it found.
                 write.require(write.usable()).require(write.is_(schema.GEN, seen.gen))
+                if expected is not None:
+                    # And on the settings the caller merged into: a tune in between re-plans.
+                    held = write.name(schema.TUNED)
+                    write.require(
+                        write.is_(schema.TUNED, expected)
+                        if expected
+                        else f"attribute_not_exists({held}) OR {write.is_(schema.TUNED, '')}"
+                    )
             return _Step(write, _changed(None))
 
         seen, corrupt = parse_or_corrupt(self._get(name), now_ms)

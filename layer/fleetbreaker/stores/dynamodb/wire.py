@@ -11,12 +11,20 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import secrets
 import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
-from fleetbreaker.errors import StoreError, TableNotFoundError
+from fleetbreaker.errors import (
+    ACCESS_DENIED,
+    AUTHENTICATION_REFUSED,
+    WRONG_KEY_SCHEMA,
+    StoreError,
+    StoreMisconfiguredError,
+    TableNotFoundError,
+)
 from fleetbreaker.stores.dynamodb.codec import KEY_ATTRIBUTE, OP_ATTRIBUTE, Write
 
 if TYPE_CHECKING:
@@ -75,6 +83,39 @@ def note_looser_client(client: Any) -> None:
 
 # The operations the store sends; their 200 answers are checked before botocore parses them.
 _OPERATIONS = ("GetItem", "UpdateItem", "Scan")
+
+# Error codes that are configuration, not weather: retrying cannot help, a setting must change.
+# (DynamoDB's own, and those of the signature and token checks in front of every AWS API.)
+DENIED_CODES = frozenset({"AccessDeniedException", "AccessDenied"})
+AUTHENTICATION_CODES = frozenset(
+    {
+        "UnrecognizedClientException",
+        "InvalidSignatureException",
+        "SignatureDoesNotMatch",
+        "IncompleteSignatureException",
+        "MissingAuthenticationTokenException",
+        "InvalidClientTokenId",
+        "ExpiredTokenException",
+    }
+)
+# What DynamoDB says when the key sent is not the table's key (a table keyed otherwise).
+WRONG_KEY_MESSAGE = "key element does not match the schema"
+_XML_ERROR = re.compile(r"<Code>([^<]+)</Code>(?:.*?<Message>([^<]*)</Message>)?", re.DOTALL)
+
+
+def error_code(exc: Any) -> tuple[str, str]:
+    """A botocore ClientError's code and message.
+
+    DynamoDB answers in JSON; an authorization failure from a front door that answers in XML
+    (moto's IAM check does, with HTTP 403) reaches botocore as code "403" with the XML as its
+    message: the real code is read out of it, so an access denied is never taken for weather.
+    """
+    error = exc.response.get("Error", {})
+    code, message = str(error.get("Code", "")), str(error.get("Message", ""))
+    found = _XML_ERROR.search(message) if code.isdigit() else None
+    if found is not None:
+        code, message = found.group(1), found.group(2) or message
+    return code, message
 
 
 def check_answer(response_dict: dict[str, Any], **_: Any) -> None:
@@ -173,6 +214,8 @@ class Wire:
         endpoint_url: str | None = None,
     ) -> None:
         self.table_name = table_name
+        # What named the table, for the errors a misconfiguration raises (see translate).
+        self.configured_by = "table_name"
         self.stats = stats
         self._client_lock = threading.Lock()
         if client is not None:
@@ -210,17 +253,56 @@ class Wire:
         return client
 
     def translate(self, exc: Exception) -> StoreError:
-        """The store error a failed request becomes."""
-        from botocore.exceptions import ClientError
+        """The store error a failed request becomes: a :class:`StoreMisconfiguredError` when
+        a setting must change (no such table, a table keyed otherwise, access denied,
+        credentials refused), else a plain :class:`StoreError` (weather)."""
+        from botocore.exceptions import ClientError, NoCredentialsError, PartialCredentialsError
 
         if isinstance(exc, StoreError):  # check_answer's, raised from inside botocore
             return exc
+        table, named = self.table_name, self.configured_by
         if isinstance(exc, ClientError):
-            code = exc.response.get("Error", {}).get("Code", "")
+            code, message = error_code(exc)
             if code == "ResourceNotFoundException":
-                return TableNotFoundError(f"DynamoDB table {self.table_name!r} does not exist")
-            return StoreError(f"DynamoDB {code or 'error'} on table {self.table_name!r}: {exc}")
-        return StoreError(f"DynamoDB unreachable for table {self.table_name!r}: {exc}")
+                return TableNotFoundError(
+                    f"DynamoDB table {table!r} does not exist in {self.region} (named by {named})",
+                    variable=named,
+                )
+            if code == "ValidationException" and WRONG_KEY_MESSAGE in message:
+                return StoreMisconfiguredError(
+                    f"DynamoDB table {table!r} (named by {named}) is not keyed by "
+                    f"{KEY_ATTRIBUTE} (S): {message}",
+                    problem=WRONG_KEY_SCHEMA,
+                    variable=named,
+                )
+            if code in DENIED_CODES:
+                return StoreMisconfiguredError(
+                    f"DynamoDB {code}: access denied to table {table!r} (named by {named}): "
+                    f"{message}",
+                    problem=ACCESS_DENIED,
+                    variable=named,
+                )
+            if code in AUTHENTICATION_CODES:
+                return StoreMisconfiguredError(
+                    f"DynamoDB refused the credentials ({code}) for table {table!r}: {message}",
+                    problem=AUTHENTICATION_REFUSED,
+                    variable=named,
+                )
+            return StoreError(f"DynamoDB {code or 'error'} on table {table!r}: {exc}")
+        if isinstance(exc, (NoCredentialsError, PartialCredentialsError)):
+            return StoreMisconfiguredError(
+                f"no usable AWS credentials for DynamoDB table {table!r}: {exc}",
+                problem=AUTHENTICATION_REFUSED,
+                variable=named,
+            )
+        return StoreError(f"DynamoDB unreachable for table {table!r}: {exc}")
+
+    @property
+    def region(self) -> str:
+        """The client's region, for messages ("an unknown region" before it exists)."""
+        client = self._client
+        region = getattr(getattr(client, "meta", None), "region_name", None)
+        return f"region {region}" if isinstance(region, str) and region else "an unknown region"
 
     def get(self, name: str, *, consistent: bool) -> dict[str, Any] | None:
         """One GetItem: the raw item, or None when there is none."""

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from fleetbreaker.cache import RecordCache
-from fleetbreaker.state import Record, State
+from fleetbreaker.record import Record, State
+from fleetbreaker.view import RecordCache
 
 TTL_MS = 1_000
 T = 50_000  # a "now" well away from 0, so sums and differences of times differ

@@ -5,40 +5,23 @@ apply these rules atomically (MemoryStore literally calls them under a lock; Dyn
 RedisStore express the same rules as conditional writes and Lua scripts), and the contract
 test suite checks that every store agrees with them.
 
-The rules build on three modules below them: :mod:`fleetbreaker.record` (the record, the
-values the rules pass around, and the schema stores keep it by), :mod:`fleetbreaker.policy`
-(the config as numbers) and :mod:`fleetbreaker.window` (the rate policy's sliding window and
-quorum). Their public names are importable from here too.
+The rules build on three modules below them, whose names are imported from where they are
+defined: :mod:`fleetbreaker.record` (the record, the values the rules pass around, and the
+schema stores keep it by), :mod:`fleetbreaker.policy` (the config as numbers) and
+:mod:`fleetbreaker.window` (the rate policy's sliding window and quorum).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from fleetbreaker.frozen import frozen, replace
-from fleetbreaker.policy import (
-    MAX_RATIO_DENOMINATOR,
-    OVERRIDE_TTL_S,
-    Policy,
-    alone,
-    check_weight,
-    exact_ratio,
-    open_duration_ms,
-    reaches,
-    ttl_seconds,
-)
+from fleetbreaker.policy import Policy, check_weight, open_duration_ms, ttl_seconds
 from fleetbreaker.record import (
-    BUCKET_CODES,
-    MAX_PROBE_SLOTS,
-    MAX_RECORD_DIGITS,
     MAX_TOKEN_CHARS,
-    QUORUM_CODES,
-    RECORD_NUMBERS,
-    RECORD_TEXTS,
     WINDOW_BUCKETS,
-    Action,
-    Bucket,
+    CensusBucket,
     Decision,
     Lease,
     Outcome,
@@ -47,77 +30,10 @@ from fleetbreaker.record import (
     Report,
     State,
     TransitionReason,
-    bucket_field,
-    parse_window,
 )
 
 if TYPE_CHECKING:
-    from fleetbreaker.snapshot import Snapshot, iso_utc
-    from fleetbreaker.window import RECENT_BUCKETS, SlidingWindow, WindowCounts
-
-__all__ = [
-    "BUCKET_CODES",
-    "CLOCK_TOLERANCE_MS",
-    "FORCEABLE",
-    "MAX_PROBE_SLOTS",
-    "MAX_RATIO_DENOMINATOR",
-    "MAX_RECORD_DIGITS",
-    "MAX_TOKEN_CHARS",
-    "OVERRIDE_TTL_S",
-    "QUORUM_CODES",
-    "RECORD_NUMBERS",
-    "RECORD_TEXTS",
-    "RECENT_BUCKETS",
-    "RECOVERABLE",
-    "WINDOW_BUCKETS",
-    "Action",
-    "Bucket",
-    "Decision",
-    "Lease",
-    "Outcome",
-    "Policy",
-    "ProbeReport",
-    "Record",
-    "Report",
-    "SlidingWindow",
-    "Snapshot",
-    "State",
-    "TransitionReason",
-    "Verdict",
-    "WindowCounts",
-    "add_report",
-    "alone",
-    "apply_claim",
-    "apply_failure",
-    "apply_force",
-    "apply_report",
-    "apply_settle",
-    "bucket_field",
-    "bucket_index",
-    "check_weight",
-    "exact_ratio",
-    "free_slot",
-    "holds_lease",
-    "iso_utc",
-    "lease_ended",
-    "lease_slot",
-    "live_containers",
-    "make_token",
-    "note_container",
-    "open_duration_ms",
-    "parse_window",
-    "quorum_unchanged",
-    "reaches",
-    "reopen",
-    "report_fits",
-    "should_trip",
-    "snapshot_of",
-    "transition_reason",
-    "trip",
-    "ttl_seconds",
-    "verdict",
-    "window_counts",
-]
+    from fleetbreaker.window import SlidingWindow, WindowCounts
 
 # How far apart the fleet's clocks may be (ms). Lambda keeps its clocks synced, so the
 # package runs no clock service; the stores' conditions compare times on the caller's clock
@@ -198,8 +114,9 @@ def holds_lease(record: Record | None, token: str, now_ms: int) -> bool:
 
 
 def _stamp(record: Record, policy: Policy, now_ms: int) -> Record:
+    """The record as a breaker's write leaves it: when, until when, and over what window."""
     expires_at = now_ms // 1000 + ttl_seconds(policy, record.state)
-    return replace(record, updated_at=now_ms, expires_at=expires_at)
+    return replace(record, updated_at=now_ms, expires_at=expires_at, window_ms=policy.window_ms)
 
 
 def verdict(record: Record | None, policy: Policy, now_ms: int) -> Verdict:
@@ -246,6 +163,7 @@ def trip(record: Record, policy: Policy, now_ms: int) -> Record:
         gen=record.gen + 1,
         opened_at=now_ms,
         open_until=now_ms + open_duration_ms(policy, 0, 1.0),
+        census=record.census,
     )
     return _stamp(opened, policy, now_ms)
 
@@ -259,6 +177,7 @@ def reopen(record: Record, policy: Policy, now_ms: int, jitter: float) -> Record
         opened_at=now_ms,
         open_until=now_ms + open_duration_ms(policy, reopens, jitter),
         reopens=reopens,
+        census=record.census,
     )
     return _stamp(reopened, policy, now_ms)
 
@@ -313,10 +232,14 @@ def apply_settle(
             rest = {k: v for k, v in record.leases.items() if k != slot}
             kept = replace(record, successes=successes, leases=rest)
             return Outcome(_stamp(kept, policy, now_ms), changed=True)
-        # opened_at carried over: a closed record that has one closed a real outage (the
-        # recovery ramp starts only then; see ramp.closed_at).
+        # A recovery: closed_at starts the recovery ramp, and every write of this
+        # generation keeps it (admission.RecoveryRamp).
         closed = Record(
-            state=State.CLOSED, gen=record.gen + 1, opened_at=record.opened_at or now_ms
+            state=State.CLOSED,
+            gen=record.gen + 1,
+            opened_at=record.opened_at or now_ms,
+            closed_at=now_ms,
+            census=record.census,
         )
         return Outcome(
             _stamp(closed, policy, now_ms),
@@ -343,13 +266,23 @@ def apply_force(record: Record | None, policy: Policy, now_ms: int, target: Stat
         raise ValueError(f"cannot force a breaker to {target.value!r}")
     before = record.state if record is not None else State.CLOSED
     gen = record.gen + 1 if record is not None else 1
-    opened_at = 0
+    opened_at = closed_at = 0
     if record is not None and target is State.CLOSED and before in RECOVERABLE:
         # A reset that ends an outage (open, probing, forced open) is a recovery: the ramp
         # may start. A reset of a closed or disabled breaker is not.
         opened_at = record.opened_at or record.updated_at or now_ms
-    forced = _stamp(Record(state=target, gen=gen, opened_at=opened_at), policy, now_ms)
-    return Outcome(forced, changed=True, transition=(before, target))
+        closed_at = now_ms
+    forced = Record(
+        state=target,
+        gen=gen,
+        opened_at=opened_at,
+        closed_at=closed_at,
+        census=record.census if record is not None else {},
+    )
+    # An operator's tool may not know the fleet's window: the record keeps the one it had.
+    kept_window = record.window_ms if record is not None else 0
+    stamped = replace(_stamp(forced, policy, now_ms), window_ms=kept_window)
+    return Outcome(stamped, changed=True, transition=(before, target))
 
 
 # -- rate policy, slow calls and quorum: the window's answers, as rules --------------------
@@ -417,6 +350,30 @@ def apply_report(record: Record | None, policy: Policy, now_ms: int, report: Rep
     return Outcome(_stamp(counted, policy, now_ms), changed=True)
 
 
+# -- the census (both policies): the fleet's size, never judged ---------------------------
+
+
+def census_slot(policy: Policy, now_ms: int) -> tuple[int, int]:
+    """(idx, slot) of the census ring's slice ``now_ms`` falls in (slices of bucket_ms)."""
+    idx = now_ms // policy.bucket_ms
+    return idx, idx % WINDOW_BUCKETS
+
+
+def apply_census(record: Record | None, policy: Policy, now_ms: int) -> Outcome:
+    """Count one census write, in any state: never a transition, never a judged count.
+
+    An absent record becomes a fresh closed one that carries it. The census is the fleet's
+    size, not its health: the rules that open a breaker never read it, so a census write can
+    neither trip a breaker nor hide a close (``closed_at`` stays).
+    """
+    current = record if record is not None else Record()
+    idx, slot = census_slot(policy, now_ms)
+    held = current.census.get(slot)
+    count = held.count + 1 if held is not None and held.idx == idx else 1
+    counted = replace(current, census={**current.census, slot: CensusBucket(idx, count)})
+    return Outcome(_stamp(counted, policy, now_ms), changed=True)
+
+
 def transition_reason(
     before: State, after: State, policy: Policy, counts: WindowCounts | None = None
 ) -> TransitionReason:
@@ -442,58 +399,3 @@ def transition_reason(
             return failure
         return TransitionReason.SLOW_CALL_RATE
     return TransitionReason.OPERATOR
-
-
-# -- the fleet's view ----------------------------------------------------------------------
-
-
-def snapshot_of(
-    name: str, record: Record | None, policy: Policy, now_ms: int, mode: str = "enforce"
-) -> Snapshot:
-    """What a record says about a breaker at ``now_ms`` (pure: the CLI and gate reuse it)."""
-    from fleetbreaker.snapshot import Snapshot
-
-    counts = window_counts(record, policy, now_ms)
-    failures, calls = counts.failures, counts.calls
-    # The plain count policy keeps its own window: failures since window_start (+ a census).
-    if (
-        record is not None
-        and record.state is State.CLOSED
-        and record.window_start
-        and now_ms - record.window_start < policy.window_ms
-    ):
-        failures = max(failures, record.failures)
-    decided = verdict(record, policy, now_ms)
-    state = record.state if record is not None else State.CLOSED
-    return Snapshot(
-        name=name,
-        state=state,
-        generation=record.gen if record is not None else 0,
-        calls=calls,
-        failures=failures,
-        slow_calls=counts.slow,
-        # The record keeps up to min_containers ids (none under min_containers=1): "capped as
-        # stored", and at least one container when the window holds failures or slow calls.
-        containers=max(
-            counts.failing_containers, counts.slow_containers, 1 if failures or counts.slow else 0
-        ),
-        failure_rate=counts.failures / calls if calls else None,
-        slow_call_rate=counts.slow / calls if calls else None,
-        retry_after=decided.retry_after_ms / 1000 if decided.decision is Decision.REJECT else 0.0,
-        open_until=record.open_until if record is not None and state is State.OPEN else None,
-        updated_at=record.updated_at if record is not None else None,
-        mode=mode,
-    )
-
-
-# Importable from here, loaded on first use: presentation, and the rate policy's window.
-_LAZY = {"Snapshot": "snapshot", "iso_utc": "snapshot", "SlidingWindow": "window"}
-_LAZY.update(WindowCounts="window", RECENT_BUCKETS="window")
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _LAZY:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    from importlib import import_module
-
-    return getattr(import_module(f"fleetbreaker.{_LAZY[name]}"), name)

@@ -8,21 +8,23 @@ import random
 import pytest
 
 from fleetbreaker import BreakerConfig, CircuitBreaker
-from fleetbreaker.reporting import (
-    MAX_REFRESH_STRETCH,
-    TARGET_REFRESHES_PER_S,
+from fleetbreaker.policy import Policy
+from fleetbreaker.rate import (
     TARGET_REPORTS_PER_S,
-    CallTally,
+    RateStrategy,
     fleet_size,
     max_interval_ms,
     next_interval_ms,
     recent_failing,
-    refresh_ms,
     wants_urgent_report,
     write_rate,
 )
-from fleetbreaker.state import WINDOW_BUCKETS, Bucket, Policy, Record, WindowCounts, bucket_index
+from fleetbreaker.record import WINDOW_BUCKETS, Bucket, Record
+from fleetbreaker.rules import bucket_index
 from fleetbreaker.stores.memory import MemoryStore
+from fleetbreaker.tally import CallTally
+from fleetbreaker.view import MAX_REFRESH_STRETCH, TARGET_REFRESHES_PER_S, refresh_ms
+from fleetbreaker.window import WindowCounts
 from tests.support import Dependency, FakeClock
 
 RATE = Policy.from_config(
@@ -147,7 +149,7 @@ def test_breaker_on_a_hot_record_refreshes_by_reading_not_writing() -> None:
     reads = store.stats.reads
 
     # WHEN its cache goes stale again with calls pending (a fleet this large keeps its view
-    # for up to refresh.MAX_REFRESH_STRETCH cache_ttl: 2 s)
+    # for up to view.MAX_REFRESH_STRETCH cache_ttl: 2 s)
     clock.advance(1.0)
     breaker.call(dependency)
 
@@ -343,9 +345,8 @@ def test_a_crowd_that_started_together_spreads_its_first_reports() -> None:
     # THEN it does not write: it read (a newcomer reads before it reports), took the longest
     # interval, and put its first report anywhere in it
     assert store.stats.writes == 0
-    reporter = breaker._reporter
-    assert reporter is not None
-    assert reporter._interval_ms == max_interval_ms(RATE)
-    tally = reporter.tally
-    assert tally is not None
+    strategy = breaker._counting
+    assert isinstance(strategy, RateStrategy)
+    assert strategy.interval_ms == max_interval_ms(RATE)
+    tally = strategy.tally
     assert clock() + 1000 <= tally.report_due_ms <= clock() + max_interval_ms(RATE)

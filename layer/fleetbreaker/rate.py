@@ -1,4 +1,4 @@
-"""What a container counts between reports, and when it reports (rate policy, slow calls, quorum).
+"""The rate policy (and slow calls, and the quorum): calls tallied, then reported in batches.
 
 A success must not cost a store write, so under the rate policy each container adds its calls,
 failures and slow calls up here and sends them in one write per report interval (the write
@@ -22,22 +22,20 @@ import random
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from fleetbreaker import state as rules
-from fleetbreaker.refresh import (
-    MAX_REFRESH_STRETCH,
-    TARGET_REFRESHES_PER_S,
-    fleet_size,
-    refresh_ms,
-)
-from fleetbreaker.state import State
+from fleetbreaker.policy import alone, reaches
+from fleetbreaker.record import State
+from fleetbreaker.results import RecordResult
+from fleetbreaker.rules import report_fits, should_trip, window_counts
 from fleetbreaker.tally import CallTally
+from fleetbreaker.view import MAX_REFRESH_STRETCH, TARGET_REFRESHES_PER_S, refresh_ms
 from fleetbreaker.watcher import SLOW_WATCH_MAX_PERIOD_S, SlowCallWatcher
 
 if TYPE_CHECKING:
-    from fleetbreaker.cache import RecordCache
     from fleetbreaker.config import BreakerConfig
-    from fleetbreaker.state import Policy, Record, WindowCounts
-    from fleetbreaker.stores.fallback import FallbackStore
+    from fleetbreaker.counting import CountingContext
+    from fleetbreaker.policy import Policy
+    from fleetbreaker.record import Record
+    from fleetbreaker.window import WindowCounts
 
 R = TypeVar("R")
 
@@ -50,6 +48,18 @@ URGENT_REPORTS_PER_S = 200.0
 # the same, and 5,000 containers then send 250 reports/s, not 500 (a margin under one item's
 # 1,000 writes/s for lost fences, newcomers and out-of-turn reports).
 MAX_INTERVAL_WINDOWS = 2
+
+
+def fleet_size(counts: WindowCounts, policy: Policy, own_calls: int, own_ms: int) -> float | None:
+    """The containers calling a breaker: the fleet's call rate over this container's own.
+
+    Every call is reported once, so the window's calls over its length are the fleet's call
+    rate, whatever the intervals; Lambda spreads requests evenly over a function's
+    containers. None when there is nothing to go on.
+    """
+    if counts.calls <= 0 or own_calls <= 0 or own_ms <= 0:
+        return None
+    return (counts.calls / policy.window_ms) / (own_calls / own_ms)
 
 
 def write_rate(counts: WindowCounts, policy: Policy) -> float:
@@ -74,9 +84,9 @@ def recent_failing(recent: tuple[int, int, int], policy: Policy) -> bool:
     if calls <= 0:
         return False
     ratio = policy.failure_ratio
-    if ratio is not None and failures and rules.reaches(failures, calls, ratio):
+    if ratio is not None and failures and reaches(failures, calls, ratio):
         return True
-    return policy.slow_ms is not None and slow > 0 and rules.reaches(slow, calls, policy.slow_ratio)
+    return policy.slow_ms is not None and slow > 0 and reaches(slow, calls, policy.slow_ratio)
 
 
 def next_interval_ms(current_ms: int, base_ms: int, counts: WindowCounts, policy: Policy) -> int:
@@ -148,45 +158,36 @@ def wants_urgent_report(
     """
     if tally.stretched and recent_failing(tally.recent(), policy):
         return True
-    counts = rules.window_counts(record, policy, now_ms)
+    counts = window_counts(record, policy, now_ms)
     noted = record is not None and container in record.failing
-    return rules.should_trip(tally.projected(counts, noted), policy)
+    return should_trip(tally.projected(counts, noted), policy)
 
 
-class Reporter:
-    """A breaker's calls under the rate policy, slow calls or quorum: tallied, then reported.
+class RateStrategy:
+    """The rate policy's side of a breaker (a :class:`~fleetbreaker.counting.Counting`).
 
-    The breaker holds one while its settings report (``BreakerConfig.reporting``) and runs
-    every call it allows through :meth:`run`. The reporter keeps the tally, the report
-    interval (stretched with the record's write rate, adopted from the fleet by a newcomer),
-    the slow-call watcher's entry, and the write that sends the tally (:meth:`flush`), whose
-    answer refreshes the breaker's cache like any store answer.
+    It keeps the tally, the report interval (stretched with the record's write rate, adopted
+    from the fleet by a newcomer), the slow-call watcher's entry, and the write that sends
+    the tally (:meth:`report`), whose answer refreshes the breaker's cache like any store
+    answer.
     """
 
+    kind = "rate"
+
     def __init__(
-        self,
-        name: str,
-        store: FallbackStore,
-        cache: RecordCache,
-        config: BreakerConfig,
-        *,
-        clock: Callable[[], int],
-        rng: random.Random,
-        container_key: str,
-        emit: Callable[..., None],
-        judge: Callable[[Any], bool],
+        self, context: CountingContext, config: BreakerConfig, policy: Policy, cache_ms: int
     ) -> None:
-        self.name = name
-        self._store = store
-        self._cache = cache
-        self._config = config  # the deployed one: call classification is not tunable
-        self._clock = clock
-        self._rng = rng
-        self._container_key = container_key
-        self._emit = emit
-        self._judge = judge
-        self._failure_result = config.failure_result
+        self._ctx = context
+        self._cache_ms = cache_ms
         self._base_interval_ms = max(1, round(config.effective_report_interval * 1000))
+        self.policy = policy
+        self._watcher: SlowCallWatcher | None = None
+        self._watching = False
+        self._start(context.clock())
+        self.adopt(config, policy)
+
+    def _start(self, now_ms: int) -> None:
+        """A newcomer's schedule and an empty tally (at construction, and after a restore)."""
         self._interval_ms = self._base_interval_ms
         self._has_reported = False  # a newcomer adopts the fleet's interval once
         # Whether the record showed no reports when this container first read it: it may be
@@ -196,76 +197,89 @@ class Reporter:
         # while open: the fleet's refreshes must stay spread while it waits out an outage).
         self._fleet = 0.0
         self._reported = False  # whether a report of this container has reached the store
-        self._started_ms = clock()
-        self.policy: Policy = rules.Policy.from_config(config)
-        self.tally: CallTally | None = None
-        self._watcher: SlowCallWatcher | None = None
-        self._watching = False
+        self._started_ms = now_ms
+        self.tally = CallTally(self.policy, self._base_interval_ms)
+        self.tally.start(now_ms)
 
-    def adopt(self, config: BreakerConfig, policy: Policy) -> bool:
-        """Tally and report calls as ``config`` says; False when it does not report.
-
-        Called at construction and when live tuning changes the settings: tuning can switch a
-        running fleet between the count and the rate policy, or change the slow-call duration.
-        """
+    def adopt(self, config: BreakerConfig, policy: Policy) -> None:
+        """Follow tuned numbers (the slow-call duration, the thresholds)."""
         self.policy = policy
-        if not config.reporting:
-            self.tally = None
-            return False
-        tally = self.tally
-        if tally is None:
-            tally = CallTally(policy, self._base_interval_ms)
-            tally.start(self._clock())
-        tally.slow_ms = policy.slow_ms
+        self.tally.slow_ms = policy.slow_ms
         if config.slow_call_duration is not None:
             # A quarter of the duration: a hung call is reported within 1.25 times it.
             period = min(max(0.005, config.slow_call_duration / 4), SLOW_WATCH_MAX_PERIOD_S)
             if self._watcher is None:
                 self._watcher = SlowCallWatcher(self.report_hung_calls, period)
             self._watcher.period_s = period
-        self.tally = tally
-        return True
+
+    def restart(self, now_ms: int) -> None:
+        # Counts and schedules were the snapshot's: its reports went before it was taken.
+        self._start(now_ms)
+
+    def flush(self, now_ms: int) -> None:
+        self.report(now_ms, urgent=True)
+
+    def claim_weight(self, now_ms: int) -> int:
+        return 1
 
     @property
-    def refreshes_by_report(self) -> bool:
-        """Whether a cache refresh sends the tally instead of reading the record.
+    def interval_ms(self) -> int:
+        """The report interval in force (the base one, or stretched for a busy record)."""
+        return self._interval_ms
 
-        Not while the interval is stretched: the record then takes too many writes.
-        """
-        tally = self.tally
-        return tally is not None and not tally.stretched
+    # -- the record ------------------------------------------------------------------------
 
-    def report_hung_calls(self) -> int:
-        """Report the calls running past ``slow_call_duration`` as slow calls now; how many."""
-        tally = self.tally
-        if tally is None:
-            return 0
-        now = self._clock()
-        hung = tally.sweep(now)
-        if hung:
-            # Out of turn: the Lambda timeout may kill this container before the call ends.
-            self.flush(now, urgent=True)
-        return hung
-
-    def count(self, success: bool, now: int) -> None:
-        """Tally the outcome of a call that ran outside :meth:`run` (``record()``)."""
-        tally = self.tally
-        assert tally is not None
-        if now >= tally.due_ms:
-            self._due(tally, now)
-        if success:
-            next(tally.good)
-        else:
-            self._tally_bad(tally, None, True, now)
+    def refresh(self, now_ms: int) -> Record | None:
+        """The report's answer is the fleet's record: it replaces the refresh read, unless
+        the interval is stretched (the record then takes too many writes)."""
+        if not self.tally.stretched:
+            return self.report(now_ms, load_if_empty=True)
+        return self._ctx.store.load(self._ctx.name, now_ms)
 
     def observe(self, record: Record | None) -> None:
         """Tell the tally the generation the store holds (its older counts are stale)."""
+        self.tally.observe(record.gen if record is not None else 0)
+
+    def fresh_ms(self, record: Record | None, now_ms: int) -> int:
+        """How long a store answer stays fresh: cache_ttl, longer for a large fleet."""
         tally = self.tally
-        if tally is not None:
-            tally.observe(record.gen if record is not None else 0)
+        counts = window_counts(record, self.policy, now_ms)
+        own_calls = tally.taken + tally.pending_calls()
+        fleet = fleet_size(counts, self.policy, own_calls, now_ms - self._started_ms)
+        if not self._reported and self._started_cold and self._has_reported:
+            # One of a crowd, waiting for its first report: the crowd's calls are not in the
+            # window yet, so nothing shows its size. Refresh as a fleet large enough for the
+            # longest wait (jittered), until its own report shows more.
+            fleet = TARGET_REFRESHES_PER_S * MAX_REFRESH_STRETCH * self._cache_ms / 1000
+        if fleet is not None:
+            self._fleet = fleet
+        return refresh_ms(self._fleet, self._cache_ms, self._ctx.rng)
+
+    # -- calls -----------------------------------------------------------------------------
+
+    def report_hung_calls(self) -> int:
+        """Report the calls running past ``slow_call_duration`` as slow calls now; how many."""
+        now = self._ctx.clock()
+        hung = self.tally.sweep(now)
+        if hung:
+            # Out of turn: the Lambda timeout may kill this container before the call ends.
+            self.report(now, urgent=True)
+        return hung
+
+    def count(self, success: bool, now_ms: int) -> RecordResult:
+        """Tally the outcome of a call that ran elsewhere (``record()``)."""
+        tally = self.tally
+        if now_ms >= tally.due_ms:
+            self._due(tally, now_ms)
+        if success:
+            next(tally.good)
+        else:
+            self._tally_bad(tally, None, True, now_ms)
+        seen = self._ctx.view.last_seen
+        return RecordResult(True, seen.state if seen is not None else State.CLOSED, "call tallied")
 
     def run(
-        self, now: int, fn: Callable[..., R], args: tuple[Any, ...], kwargs: dict[str, Any]
+        self, now_ms: int, fn: Callable[..., R], args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> R:
         """Run an allowed call and tally it.
 
@@ -274,34 +288,35 @@ class Reporter:
         clock read when slow-call detection times it.
         """
         tally = self.tally
-        assert tally is not None
-        if now >= tally.due_ms:
-            self._due(tally, now)
+        if now_ms >= tally.due_ms:
+            self._due(tally, now_ms)
+        judge = self._ctx.judge
         slow_ms = tally.slow_ms
         if slow_ms is None:
             try:
                 result = fn(*args, **kwargs)
             except Exception as exc:
-                self._tally_bad(tally, None, self._config.counts_exception(exc))
+                self._tally_bad(tally, None, judge.exception_fails(exc))
                 raise
-            if self._failure_result is not None and self._judge(result):
+            if judge.failure_result is not None and judge.result_fails(result):
                 self._tally_bad(tally, None, True)
             else:
                 next(tally.good)
             return result
         number = next(tally.numbers)
         running = tally.running
-        running[number] = now
+        running[number] = now_ms
         if not self._watching:
             self._start_watcher()
+        clock = self._ctx.clock
         try:
             result = fn(*args, **kwargs)
         except Exception as exc:
-            failed = self._config.counts_exception(exc)
+            failed = judge.exception_fails(exc)
             started = running.pop(number, None)
             if started is None:
                 if tally.late(failed):
-                    self._maybe_flush_urgently(tally, self._clock())
+                    self._maybe_report_urgently(tally, clock())
             else:
                 self._tally_bad(tally, started, failed)
             raise
@@ -309,12 +324,12 @@ class Reporter:
             # Interrupted (SystemExit, KeyboardInterrupt): no verdict on the dependency.
             running.pop(number, None)
             raise
-        failed = self._failure_result is not None and self._judge(result)
-        end = self._clock()
+        failed = judge.failure_result is not None and judge.result_fails(result)
+        end = clock()
         started = running.pop(number, None)
         if started is None:  # the watcher reported it slow while it ran
             if tally.late(failed):
-                self._maybe_flush_urgently(tally, end)
+                self._maybe_report_urgently(tally, end)
         elif end - started < slow_ms and not failed:
             next(tally.good)
         else:
@@ -322,93 +337,99 @@ class Reporter:
         return result
 
     def _tally_bad(
-        self, tally: CallTally, started: int | None, failed: bool, now: int | None = None
+        self, tally: CallTally, started: int | None, failed: bool, now_ms: int | None = None
     ) -> None:
-        now = self._clock() if now is None else now
-        if tally.bad(started, now, failed):
-            self._maybe_flush_urgently(tally, now)
+        now_ms = self._ctx.clock() if now_ms is None else now_ms
+        if tally.bad(started, now_ms, failed):
+            self._maybe_report_urgently(tally, now_ms)
 
     def _start_watcher(self) -> None:
         if self._watcher is not None:
             self._watcher.ensure_running()
         self._watching = True
 
-    def _maybe_flush_urgently(self, tally: CallTally, now: int) -> None:
-        record = self._cache.last_seen
-        degraded = self._store.degraded
+    def _maybe_report_urgently(self, tally: CallTally, now_ms: int) -> None:
+        ctx = self._ctx
+        record = ctx.view.last_seen
+        degraded = ctx.store.degraded
         if degraded:
             # On local state: the local breaker's record, and its own quorum (alone()).
-            record = self._store.local.load(self.name, now)
-        policy = rules.alone(self.policy) if degraded else self.policy
-        if now < tally.urgent_after_ms or not wants_urgent_report(
-            record, tally, policy, self._container_key, now
+            record = ctx.store.local.load(ctx.name, now_ms)
+        policy = alone(self.policy) if degraded else self.policy
+        if now_ms < tally.urgent_after_ms or not wants_urgent_report(
+            record, tally, policy, ctx.container_key, now_ms
         ):
             return
         # One out-of-turn decision per cache_ttl per container, thinned across a large fleet.
-        tally.urgent_after_ms = now + self._cache.ttl_ms
-        counts = rules.window_counts(record, self.policy, now)
-        if urgent_allowed(counts, self.policy, self._interval_ms, self._cache.ttl_ms, self._rng):
-            self.flush(now, urgent=True)
+        tally.urgent_after_ms = now_ms + self._cache_ms
+        counts = window_counts(record, self.policy, now_ms)
+        if urgent_allowed(counts, self.policy, self._interval_ms, self._cache_ms, ctx.rng):
+            self.report(now_ms, urgent=True)
 
-    def _due(self, tally: CallTally, now: int) -> None:
+    def _due(self, tally: CallTally, now_ms: int) -> None:
         """The hot path's check fired: the report is due, or only the tally's span ended."""
-        if now >= tally.report_due_ms:
-            self.flush(now)
+        if now_ms >= tally.report_due_ms:
+            self.report(now_ms)
         else:
-            tally.rotate(now)
+            tally.rotate(now_ms)
 
-    def flush(self, now: int, load_if_empty: bool = False, urgent: bool = False) -> Record | None:
+    # -- the report ------------------------------------------------------------------------
+
+    def report(
+        self, now_ms: int, load_if_empty: bool = False, urgent: bool = False
+    ) -> Record | None:
         """Report the tally in one write; the answer refreshes the cache."""
+        ctx = self._ctx
         tally = self.tally
-        assert tally is not None
-        tally.rotate(now)
+        tally.rotate(now_ms)
         read = not self._has_reported and not urgent
-        if read and self._join_fleet(tally, now):
+        if read and self._join_fleet(tally, now_ms):
             # The first report waits for the fleet's interval: no write now. (It has just
             # read the record: that read is this refresh.)
-            return self._cache.last_seen
+            return ctx.view.last_seen
         policy = self.policy
+        key = ctx.container_key
         if recent_failing(tally.recent(), policy):
             # Its own recent calls are failing: those alone, so the newest buckets show the
-            # outage (state.should_trip's short window); the older counts follow later.
-            report = tally.take_recent(self._container_key, now, self._interval_ms)
+            # outage (rules.should_trip's short window); the older counts follow later.
+            batch = tally.take_recent(key, now_ms, self._interval_ms)
         else:
-            report = tally.take(self._container_key, now, self._interval_ms)
-        if not report:
+            batch = tally.take(key, now_ms, self._interval_ms)
+        if not batch:
             if load_if_empty and not read:
-                return self._store.load(self.name, now)
-            return self._cache.last_seen
-        outcome = self._store.report(self.name, policy, now, report, self._cache.last_seen)
+                return ctx.store.load(ctx.name, now_ms)
+            return ctx.view.last_seen
+        outcome = ctx.store.report(ctx.name, policy, now_ms, batch, ctx.view.last_seen)
         self._reported = True
         after = outcome.record
         if (
             not outcome.changed
             and after is not None
             and after.state is State.CLOSED
-            and rules.report_fits(after, report)
+            and report_fits(after, batch)
         ):
             # Closed, this generation, yet not counted: it lost every race. Not lost.
-            tally.carry(report)
+            tally.carry(batch)
         tally.observe(after.gen if after is not None else 0)
         # Stretch the interval while the record takes more writes than one item should.
-        counts = rules.window_counts(after, policy, now)
+        counts = window_counts(after, policy, now_ms)
         interval = next_interval_ms(self._interval_ms, self._base_interval_ms, counts, policy)
         if not self._has_reported:
             # A newcomer joins at the interval the fleet already uses.
             self._has_reported = True
-            joined = fleet_interval_ms(counts, policy, report.calls, now - self._started_ms)
+            joined = fleet_interval_ms(counts, policy, batch.calls, now_ms - self._started_ms)
             if joined is not None:
                 interval = max(interval, min(joined, max_interval_ms(policy)))
         if interval != self._interval_ms:
             self._interval_ms = interval
-            tally.reschedule(self._container_key, now, interval)
+            tally.reschedule(key, now_ms, interval)
         if counts.calls:
-            self._emit(
-                "on_window", self.name, counts.calls, counts.failure_rate, counts.slow_call_rate
+            ctx.emit(
+                "on_window", ctx.name, counts.calls, counts.failure_rate, counts.slow_call_rate
             )
         return after
 
-    def _join_fleet(self, tally: CallTally, now: int) -> bool:
+    def _join_fleet(self, tally: CallTally, now_ms: int) -> bool:
         """A newcomer whose first report is due: join the interval a hot fleet already uses.
 
         It reads the record first (one read in its life, and this refresh): the record tells
@@ -419,9 +440,10 @@ class Reporter:
         in the same second from adding a thousand writes a second.
         True when it joined (the counts then wait, spread by the interval's jitter).
         """
-        record = self._store.load(self.name, now)
+        ctx = self._ctx
+        record = ctx.store.load(ctx.name, now_ms)
         policy = self.policy
-        counts = rules.window_counts(record, policy, now)
+        counts = window_counts(record, policy, now_ms)
         if self._started_cold is None:
             self._started_cold = counts.reports == 0
         rate = write_rate(counts, policy)
@@ -440,37 +462,21 @@ class Reporter:
             self._has_reported = True
             self._interval_ms = longest
             base = self._base_interval_ms
-            tally.defer(now, longest, base + round(self._rng.random() * (longest - base)))
-            self._refreshed(record, now)
+            tally.defer(now_ms, longest, base + round(ctx.rng.random() * (longest - base)))
+            self._refreshed(record, now_ms)
             return True
-        joined = fleet_interval_ms(counts, policy, pending, now - self._started_ms)
+        joined = fleet_interval_ms(counts, policy, pending, now_ms - self._started_ms)
         by_rate = round(self._interval_ms * rate / TARGET_REPORTS_PER_S)
         interval = min(max(joined or 0, by_rate), longest)
         if interval <= self._interval_ms:
             return False
         self._has_reported = True  # joined: the first report's answer need not do it again
         self._interval_ms = interval
-        tally.reschedule(self._container_key, now, self._interval_ms)
-        self._refreshed(record, now)
+        tally.reschedule(ctx.container_key, now_ms, self._interval_ms)
+        self._refreshed(record, now_ms)
         return True
 
-    def _refreshed(self, record: Record | None, now: int) -> None:
+    def _refreshed(self, record: Record | None, now_ms: int) -> None:
         """Keep the record just read as fresh as the interval just joined says (the read's
         answer was cached under the base interval's estimate of the fleet)."""
-        self._cache.put(record, now, self.fresh_ms(record, now))
-
-    def fresh_ms(self, record: Record | None, now: int) -> int:
-        """How long a store answer stays fresh: cache_ttl, longer for a large fleet."""
-        tally = self.tally
-        assert tally is not None
-        counts = rules.window_counts(record, self.policy, now)
-        own_calls = tally.taken + tally.pending_calls()
-        fleet = fleet_size(counts, self.policy, own_calls, now - self._started_ms)
-        if not self._reported and self._started_cold and self._has_reported:
-            # One of a crowd, waiting for its first report: the crowd's calls are not in the
-            # window yet, so nothing shows its size. Refresh as a fleet large enough for the
-            # longest wait (jittered), until its own report shows more.
-            fleet = TARGET_REFRESHES_PER_S * MAX_REFRESH_STRETCH * self._cache.ttl_ms / 1000
-        if fleet is not None:
-            self._fleet = fleet
-        return refresh_ms(self._fleet, self._cache.ttl_ms, self._rng)
+        self._ctx.view.keep(record, now_ms, self.fresh_ms(record, now_ms))

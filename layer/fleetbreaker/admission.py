@@ -1,0 +1,340 @@
+"""Admission: one pipeline of small, named stages that turns the record into a call's answer.
+
+A call's admission reads the container's view of the record (:mod:`fleetbreaker.view`),
+asks the rules for a verdict (:func:`fleetbreaker.rules.verdict`), and passes it through
+these stages, in this order, each a no-op unless it applies:
+
+1. :class:`ClaimBarrier` (a probe verdict): a store that decides on its own clock refused a
+   claim of this generation until a time; until then, reject without asking again.
+2. :class:`ClaimThinning` (a probe verdict): a large count-policy fleet claims with
+   probability 1 / weight, so thousands of containers do not all write in the second an
+   open window ends.
+3. :class:`RecoveryRamp` (a closed verdict): after a recovery each container admits a share
+   of its calls growing from 10 % to all of them over ``recovery_ramp_seconds``.
+4. :class:`Shadow` (shadow mode, any verdict but allow): the call runs anyway, marked with
+   what an enforcing breaker would have done; its probe is settled after it (never a lease
+   held for the call's duration).
+5. :class:`ProbeClaim` (a probe verdict): one conditional write claims a lease; losing it is
+   a rejection.
+
+The result is an :class:`~fleetbreaker.results.Admission`. A healthy call (closed record,
+no ramp) takes the first branch of :meth:`AdmissionPipeline.admit` and allocates nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from fleetbreaker.frozen import replace
+from fleetbreaker.record import Decision, State
+from fleetbreaker.results import Admission, RecordResult
+from fleetbreaker.rules import Verdict
+from fleetbreaker.rules import verdict as verdict_of
+
+if TYPE_CHECKING:
+    import random
+
+    from fleetbreaker.events import Hooks
+    from fleetbreaker.policy import Policy
+    from fleetbreaker.probes import ProbeLeases
+    from fleetbreaker.record import Outcome, Record
+    from fleetbreaker.results import FallbackStats
+    from fleetbreaker.view import RecordView
+
+# Enum members read through their class cost a descriptor call on Python 3.11 (about ten
+# times a module global's read, several per decision): the hot path reads these.
+_ALLOW, _PROBE, _REJECT = Decision.ALLOW, Decision.PROBE, Decision.REJECT
+_CLOSED, _DISABLED = State.CLOSED, State.DISABLED
+_ALLOW_CLOSED = Verdict(_ALLOW, _CLOSED)
+
+# Turned away by thinning, or after losing every race for a probe slot: wait this long (ms)
+# for the next lease to end.
+LOST_CLAIM_RETRY_MS = 100
+# The recovery ramp: the share admitted at the close (the probes that closed the breaker
+# showed the dependency answers again, so a trickle is safe and lets the fleet see that it
+# holds), and the longest retry_after of a call it turns away (ms): come back soon.
+RAMP_MIN_SHARE = 0.1
+RAMP_RETRY_AFTER_MS = 1000
+
+
+class ClaimBarrier:
+    """Keeps a store's refusal of a probe claim until the time it said.
+
+    A store that decides on its own clock (Redis' TIME) refuses a claim that ours thinks is
+    due; it says how long its refusal holds, for this generation of the record. Asking again
+    on every call meanwhile would cost a store request per call (51 where there was one).
+    """
+
+    def __init__(self) -> None:
+        self._barred: tuple[int, int] | None = None  # (generation, until ms on our clock)
+
+    def bar(self, gen: int, until_ms: int) -> None:
+        self._barred = (gen, until_ms)
+
+    def __call__(self, verdict: Verdict, record: Record | None, now_ms: int) -> Verdict:
+        barred = self._barred
+        if barred is None or record is None or record.gen != barred[0] or now_ms >= barred[1]:
+            return verdict
+        return Verdict(_REJECT, verdict.state, barred[1] - now_ms)
+
+
+class ClaimThinning:
+    """A large count-policy fleet claims a probe with probability 1 / weight, as it writes
+    failures (:func:`fleetbreaker.census.failure_weight`); one that does not is turned away
+    as a lost race is. ``weight(now_ms)`` is the counting strategy's (1: no thinning)."""
+
+    def __init__(self, weight: Callable[[int], int], rng: random.Random) -> None:
+        self.weight = weight
+        self._rng = rng
+
+    def __call__(self, verdict: Verdict, record: Record | None, now_ms: int) -> Verdict:
+        weight = self.weight(now_ms)
+        if weight <= 1 or self._rng.random() * weight < 1:
+            return verdict
+        return Verdict(_REJECT, verdict.state, LOST_CLAIM_RETRY_MS)
+
+
+def ramp_share(elapsed_ms: int, ramp_ms: int) -> float:
+    """The share of calls admitted ``elapsed_ms`` after a recovery: linear, from
+    RAMP_MIN_SHARE to 1 over ``ramp_ms``."""
+    if ramp_ms <= 0 or elapsed_ms >= ramp_ms:
+        return 1.0
+    return RAMP_MIN_SHARE + (1.0 - RAMP_MIN_SHARE) * max(0, elapsed_ms) / ramp_ms
+
+
+class RecoveryRamp:
+    """After a recovery, each container admits a growing share of its calls.
+
+    A closed breaker admits everything at once: a dependency that just survived one probe
+    would get the fleet's full load in the next millisecond. Each container decides alone,
+    from the record it already has (its ``closed_at``, which every write of the generation
+    keeps), with a random draw: no store request, and across N containers the dependency
+    sees about ``share * load``. A call turned away is rejected like an open circuit's, with
+    a short ``retry_after``. A reset of a closed or disabled breaker is no recovery (nothing
+    was turned away) and does not ramp.
+    """
+
+    def __init__(self, ramp_seconds: float, rng: random.Random) -> None:
+        self.ramp_ms = round(ramp_seconds * 1000)
+        self._rng = rng
+
+    def __call__(self, verdict: Verdict, record: Record | None, now_ms: int) -> Verdict:
+        if record is None or not record.closed_at:
+            return verdict
+        elapsed = now_ms - record.closed_at
+        ramp_ms = self.ramp_ms
+        if elapsed >= ramp_ms or self._rng.random() < ramp_share(elapsed, ramp_ms):
+            return verdict
+        return Verdict(_REJECT, _CLOSED, max(1, min(RAMP_RETRY_AFTER_MS, ramp_ms - elapsed)))
+
+
+class Shadow:
+    """Shadow mode as a stage: a breaker that counts, trips and recovers with the fleet but
+    never rejects (resilience4j's METRICS_ONLY, shared by a fleet).
+
+    It turns a verdict that would reject or probe into an allow marked with what an enforcing
+    breaker would have done. A would-be rejected call counts nowhere (an enforcing fleet
+    would not have made it). A would-be probe settles a probe only once it has finished,
+    through ``claim`` and ``settle`` (:class:`~fleetbreaker.probes.ProbeLeases`'): its lease
+    lives for the two round trips in between, never for the call, so an enforcing container
+    is never kept from probing by a shadow call.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        stats: FallbackStats,
+        hooks: Hooks,
+        claim: Callable[[Policy, int, Record | None], Outcome],
+        settle: Callable[[Policy, str, bool, int, Record | None], RecordResult],
+        lease_ms: int,
+        degraded: Callable[[], bool],
+    ) -> None:
+        self.name = name
+        self._stats = stats
+        self._emit = hooks.emit
+        self._claim = claim
+        self._settle = settle
+        # At most two store deadlines, should this container die between claim and settle.
+        self._lease_ms = lease_ms
+        self._degraded = degraded
+
+    def admit(self, verdict: Verdict) -> Admission:
+        """Allow the call, saying what an enforcing breaker would have decided."""
+        would = verdict.decision
+        admission = Admission(self.name, _ALLOW, verdict.state, 0.0, None, self._degraded(), would)
+        self._emit("on_decision", self.name, _ALLOW, verdict.state)
+        if would is _REJECT:
+            self._would_reject(verdict)
+        return admission
+
+    def _would_reject(self, verdict: Verdict) -> None:
+        self._stats.would_rejects += 1
+        self._emit("on_would_reject", self.name, verdict.state, verdict.retry_after_ms / 1000)
+
+    def probe(
+        self, policy: Policy, success: bool, now_ms: int, observed: Record | None
+    ) -> RecordResult:
+        """Settle a probe with the outcome of a call that already ran.
+
+        Losing the claim means an enforcing breaker would have rejected the call: it counts
+        as a would-be rejection.
+        """
+        short = replace(policy, lease_ms=min(policy.lease_ms, self._lease_ms))
+        claim = self._claim(short, now_ms, observed)
+        if claim.token is None:
+            record = claim.record
+            state = record.state if record is not None else _CLOSED
+            decided = verdict_of(record, policy, now_ms)
+            if decided.decision is not _ALLOW:
+                self._would_reject(decided)
+            return RecordResult(False, state, "shadow: probe slot taken; not counted")
+        return self._settle(policy, claim.token, success, now_ms, claim.record)
+
+    def outcome(
+        self, policy: Policy, record: Record | None, success: bool, now_ms: int
+    ) -> RecordResult | None:
+        """An outcome recorded without a token: None when it counts as usual.
+
+        While the breaker would reject, the outcome counts nowhere; when a probe is due, it
+        settles one (see :meth:`probe`).
+        """
+        decided = verdict_of(record, policy, now_ms)
+        if decided.decision is _PROBE:
+            return self.probe(policy, success, now_ms, record)
+        if decided.decision is _REJECT:
+            state = record.state if record is not None else _CLOSED
+            return RecordResult(False, state, f"shadow: breaker is {state.value}; not counted")
+        return None
+
+
+class ProbeClaim:
+    """The pipeline's last stage for a probe verdict: one conditional write for a lease.
+
+    A granted claim is a probe admission with its token. A refused one is a rejection: for
+    as long as the store said (and the barrier keeps that answer), or LOST_CLAIM_RETRY_MS
+    when every slot went to others.
+    """
+
+    def __init__(self, probes: ProbeLeases, barrier: ClaimBarrier, degraded: Callable[[], bool]):
+        self._probes = probes
+        self._barrier = barrier
+        self._degraded = degraded
+
+    def __call__(
+        self, policy: Policy, record: Record | None, now_ms: int
+    ) -> tuple[Admission | Verdict, Record | None]:
+        outcome = self._probes.claim(policy, now_ms, record)
+        found = outcome.record
+        if outcome.token is not None:
+            admission = Admission(
+                self._probes.name,
+                _PROBE,
+                State.HALF_OPEN,
+                0.0,
+                outcome.token,
+                self._degraded(),
+            )
+            return admission, found
+        verdict = verdict_of(found, policy, now_ms)
+        if verdict.decision is not _PROBE:
+            return verdict, found
+        wait = outcome.retry_after_ms
+        if wait and found is not None:
+            self._barrier.bar(found.gen, now_ms + wait)
+            return Verdict(_REJECT, verdict.state, wait), found
+        # Lost every race for a slot: wait for the next lease to end.
+        return Verdict(_REJECT, verdict.state, LOST_CLAIM_RETRY_MS), found
+
+
+class AdmissionPipeline:
+    """One breaker's admission: the record, the rules' verdict, the stages, an Admission.
+
+    ``policy`` and ``shadow`` follow live tuning (the breaker sets them); ``thinning.weight``
+    follows the counting strategy.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        view: RecordView,
+        probes: ProbeLeases,
+        hooks: Hooks,
+        *,
+        policy: Policy,
+        degraded: Callable[[], bool],
+        ramp_seconds: float,
+        rng: random.Random,
+    ) -> None:
+        self.name = name
+        self.policy = policy
+        self._view = view
+        self._hooks = hooks
+        self._degraded = degraded
+        self.barrier = ClaimBarrier()
+        self.thinning = ClaimThinning(lambda _now: 1, rng)
+        self.ramp = RecoveryRamp(ramp_seconds, rng) if ramp_seconds else None
+        self.shadow: Shadow | None = None
+        self.claim = ProbeClaim(probes, self.barrier, degraded)
+        # The hot path's answers, built once: a healthy call allocates nothing (the breaker
+        # tells a healthy call by its admission's identity).
+        self._allow = {state: Admission(name, _ALLOW, state) for state in (_CLOSED, _DISABLED)}
+        self.allow_closed = self._allow[_CLOSED]
+
+    def admit(self, now_ms: int, lease_ms: int | None = None) -> Admission:
+        """Decide one call at ``now_ms``: allow, probe (with a token) or reject.
+
+        ``lease_ms``: should the call win a probe, its lease is this long at most (a caller
+        that knows its call's deadline: the others then wait for that, not a whole lease).
+        """
+        record = self._view.read(now_ms)
+        if record is None or record.state is _CLOSED:
+            if self.ramp is None:
+                return self._decided(self.allow_closed if not self._degraded() else None)
+            verdict = self.ramp(_ALLOW_CLOSED, record, now_ms)
+        else:
+            verdict = verdict_of(record, self.policy, now_ms)
+            if verdict.decision is _PROBE:
+                verdict = self.barrier(verdict, record, now_ms)
+                verdict = self.thinning(verdict, record, now_ms)
+        if verdict.decision is not _ALLOW and self.shadow is not None:
+            return self.shadow.admit(verdict)
+        if verdict.decision is _PROBE:
+            policy = self.policy
+            if lease_ms is not None and lease_ms < policy.lease_ms:
+                policy = replace(policy, lease_ms=lease_ms)
+            claimed, record = self.claim(policy, record, now_ms)
+            if isinstance(claimed, Admission):
+                return self._decided(claimed)
+            verdict = claimed
+            if verdict.decision is _ALLOW and verdict.state is _CLOSED and self.ramp is not None:
+                # Someone else's probe closed it meanwhile: this call is the ramp's to judge.
+                verdict = self.ramp(verdict, record, now_ms)
+        return self._decided(self._admission(verdict))
+
+    def _admission(self, verdict: Verdict) -> Admission | None:
+        """The Admission for a verdict (None: the hot path's allow, picked in _decided)."""
+        degraded = self._degraded()
+        if verdict.decision is _ALLOW and not degraded:
+            return self._allow[verdict.state]
+        return Admission(
+            self.name,
+            verdict.decision,
+            verdict.state,
+            verdict.retry_after_ms / 1000,
+            None,
+            degraded,
+        )
+
+    def _decided(self, admission: Admission | None) -> Admission:
+        if admission is None:  # allowed while degraded: say so
+            admission = Admission(self.name, _ALLOW, _CLOSED, 0.0, None, True)
+        hooks = self._hooks
+        for hook in hooks.decision:  # inline: every admitted call passes here
+            try:
+                hook(self.name, admission.decision, admission.state)
+            except Exception:
+                hooks.failed(hook, "on_decision")
+        return admission

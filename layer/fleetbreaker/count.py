@@ -1,0 +1,138 @@
+"""The count policy: every failure one atomic write, a census for the fleet's size.
+
+A failure is added to the record's current window (``failure_threshold`` within
+``window_seconds`` opens the breaker, once, whatever the race); a success writes nothing. A
+healthy fleet therefore writes nothing its record could tell the fleet's size by, so the
+refreshes carry a census (:mod:`fleetbreaker.census`). The fleet's size, once the census
+shows it with enough evidence, stretches refreshes past ``cache_ttl`` (so 5,000 containers
+stay inside one partition's read units) and, past twice TARGET_FAILURE_WRITES_PER_S
+containers, thins failure writes: a failure is written with probability 1 / weight and
+counts ``weight`` failures (the same rule in every store). A fleet of up to 300 containers
+is never thinned: it opens on exactly ``failure_threshold`` failures.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from fleetbreaker.census import (
+    MIN_CENSUS_GAP_MS,
+    census_chance,
+    census_containers,
+    failure_weight,
+)
+from fleetbreaker.record import State
+from fleetbreaker.results import RecordResult
+from fleetbreaker.view import MAX_REFRESH_STRETCH, refresh_ms
+
+if TYPE_CHECKING:
+    from fleetbreaker.config import BreakerConfig
+    from fleetbreaker.counting import CountingContext
+    from fleetbreaker.policy import Policy
+    from fleetbreaker.record import Record
+
+R = TypeVar("R")
+
+
+class CountStrategy:
+    """The count policy's side of a breaker (a :class:`~fleetbreaker.counting.Counting`)."""
+
+    kind = "count"
+
+    def __init__(self, context: CountingContext, policy: Policy, cache_ms: int) -> None:
+        self._ctx = context
+        self.policy = policy
+        self._cache_ms = cache_ms
+        # A store of the user's own without a census operation: no census, no thinning.
+        self._censuses = callable(getattr(context.store.shared, "census", None))
+        # The longest gap between refreshes that counts toward a census write: a container
+        # that was idle owes none for its idle time (census.census_chance).
+        self._max_gap_ms = max(MIN_CENSUS_GAP_MS, round(MAX_REFRESH_STRETCH * cache_ms) * 2)
+        self._refreshed_ms = context.clock()
+
+    # -- the record ------------------------------------------------------------------------
+
+    def refresh(self, now_ms: int) -> Record | None:
+        """A read, or now and then a census write instead (its answer is the record too)."""
+        ctx = self._ctx
+        gap = min(max(0, now_ms - self._refreshed_ms), self._max_gap_ms)
+        self._refreshed_ms = now_ms
+        store = ctx.store
+        if self._censuses and not store.degraded and ctx.rng.random() < census_chance(gap):
+            return store.census(ctx.name, self.policy, now_ms, ctx.view.last_seen).record
+        return store.load(ctx.name, now_ms)
+
+    def fresh_ms(self, record: Record | None, now_ms: int) -> int:
+        containers = census_containers(record, self.policy, now_ms)
+        return refresh_ms(containers, self._cache_ms, self._ctx.rng)
+
+    def observe(self, record: Record | None) -> None:
+        """Nothing to do: the count policy holds no counts of its own."""
+
+    # -- calls -----------------------------------------------------------------------------
+
+    def run(
+        self, now_ms: int, fn: Callable[..., R], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> R:
+        judge = self._ctx.judge
+        try:
+            result = fn(*args, **kwargs)
+        except Exception as exc:
+            if judge.exception_fails(exc):
+                self.failed(self._ctx.clock())
+            raise
+        if judge.failure_result is not None and judge.result_fails(result):
+            self.failed(self._ctx.clock())
+        return result
+
+    def count(self, success: bool, now_ms: int) -> RecordResult:
+        if success:
+            state = _state_of(self._ctx.view.read(now_ms))
+            return RecordResult(True, state, "success: nothing to write")
+        return self.failed(now_ms)
+
+    def failed(self, now_ms: int) -> RecordResult:
+        """Count one failure: a write (or, in a large fleet, 1 in ``weight`` of them)."""
+        ctx = self._ctx
+        store, observed = ctx.store, ctx.view.last_seen
+        weight = self.weight(now_ms)
+        if weight > 1:
+            if ctx.rng.random() * weight >= 1:
+                state = _state_of(observed)
+                return RecordResult(False, state, f"failure not written: 1 in {weight} is")
+            outcome = store.record_failure(ctx.name, self.policy, now_ms, observed, weight)
+        else:
+            outcome = store.record_failure(ctx.name, self.policy, now_ms, observed)
+        state = _state_of(outcome.record)
+        if outcome.changed:
+            ctx.emit("on_failure_recorded", ctx.name, state)
+            return RecordResult(True, state, "failure counted")
+        return RecordResult(False, state, f"breaker is {state.value}: failure not counted")
+
+    def weight(self, now_ms: int) -> int:
+        """What one written failure counts for: 1 unless the census shows a large fleet
+        (as of now: the estimate decays as the census it was read from ages)."""
+        if not self._censuses or self._ctx.store.degraded:
+            # The local twin is this container alone: its failures count once each.
+            return 1
+        return failure_weight(census_containers(self._ctx.view.last_seen, self.policy, now_ms))
+
+    def claim_weight(self, now_ms: int) -> int:
+        return self.weight(now_ms)
+
+    # -- settings and lifetime -------------------------------------------------------------
+
+    def adopt(self, config: BreakerConfig, policy: Policy) -> None:
+        self.policy = policy
+
+    def flush(self, now_ms: int) -> None:
+        """Nothing is ever pending: every failure was written when it happened."""
+
+    def restart(self, now_ms: int) -> None:
+        # The census clock starts again: the snapshot's refresh gap is not this container's.
+        self._refreshed_ms = now_ms
+
+
+def _state_of(record: Record | None) -> State:
+    return record.state if record is not None else State.CLOSED

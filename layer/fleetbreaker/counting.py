@@ -1,0 +1,104 @@
+"""How a breaker counts its calls: one interface, two strategies.
+
+A breaker holds one :class:`Counting` strategy at a time, chosen by its settings and swapped
+when live tuning changes them:
+
+- :class:`fleetbreaker.count.CountStrategy`, the count policy: every failure is one atomic
+  write; successes write nothing; census writes tell the fleet's size;
+- :class:`fleetbreaker.rate.RateStrategy`, the rate policy, slow calls and the quorum: each
+  container tallies its calls and reports them in batches.
+
+Each strategy owns what differs between them: the refresh of the cached record (a read, a
+census write or a report), how long a store answer stays fresh, what a finished call
+writes, and the weight of a probe claim. Neither reads what the other left in the record:
+the count policy's failures (``failures``, ``window_start``), the rate policy's window
+(``buckets``) and the census ring are separate fields, so a tune from one to the other
+never judges the leftovers of the first by the rule of the second.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+
+if TYPE_CHECKING:
+    import random
+
+    from fleetbreaker.classify import OutcomeJudge
+    from fleetbreaker.config import BreakerConfig
+    from fleetbreaker.policy import Policy
+    from fleetbreaker.protocols import GuardedStore, View
+    from fleetbreaker.record import Record
+    from fleetbreaker.results import RecordResult
+
+R = TypeVar("R")
+
+
+class Counting(Protocol):
+    """What a counting strategy does for its breaker (see the module doc)."""
+
+    kind: str  # "count" or "rate"
+
+    def refresh(self, now_ms: int) -> Record | None:
+        """The cache's refresh: one store request whose answer is the fleet's record."""
+        ...
+
+    def fresh_ms(self, record: Record | None, now_ms: int) -> int:
+        """How long a store answer stays fresh (``cache_ttl``, longer in a large fleet)."""
+        ...
+
+    def observe(self, record: Record | None) -> None:
+        """Hear a record a store returned (its generation: older counts are stale)."""
+        ...
+
+    def run(self, now_ms: int, fn: Callable[..., R], args: tuple[Any, ...], kwargs: Any) -> R:
+        """Run a call admitted while closed, and count its outcome."""
+        ...
+
+    def count(self, success: bool, now_ms: int) -> RecordResult:
+        """Count the outcome of a call admitted while closed that ran elsewhere."""
+        ...
+
+    def claim_weight(self, now_ms: int) -> int:
+        """1, or the weight that thins a large fleet's probe claims."""
+        ...
+
+    def adopt(self, config: BreakerConfig, policy: Policy) -> None:
+        """Follow tuned numbers of the same strategy (thresholds, durations)."""
+        ...
+
+    def flush(self, now_ms: int) -> None:
+        """Send what is pending now (before a snapshot is taken, or the process ends)."""
+        ...
+
+    def restart(self, now_ms: int) -> None:
+        """Start over as a new container (the context's id and random source are new):
+        forget every schedule and pending count, draw them afresh."""
+        ...
+
+
+class CountingContext:
+    """What both strategies work with: the breaker's name, store, view, clock, random
+    source, container key, event hook and failure judge (the breaker builds one). The random
+    source and the container key change when a snapshot is restored: read them at use."""
+
+    def __init__(
+        self,
+        name: str,
+        store: GuardedStore,
+        view: View,
+        *,
+        clock: Callable[[], int],
+        rng: random.Random,
+        container_key: str,
+        emit: Callable[..., None],
+        judge: OutcomeJudge,
+    ) -> None:
+        self.name = name
+        self.store = store
+        self.view = view
+        self.clock = clock
+        self.rng = rng
+        self.container_key = container_key
+        self.emit = emit
+        self.judge = judge

@@ -1,0 +1,72 @@
+"""Probe leases: claiming one when an open window ends, and settling it with a probe's result.
+
+Half-open admits exactly ``half_open_max_probes`` calls fleet-wide: each is a lease claimed
+with one conditional write and settled with another, fenced on its token, so a prober whose
+lease ran out changes nothing. The admission pipeline claims (``admission.ProbeClaim``); the
+breaker settles a probe it ran, a workflow settles one through ``record(token=...)``, and
+shadow mode claims and settles at once, after its call (``admission.Shadow``).
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from fleetbreaker.record import ProbeReport, State
+from fleetbreaker.results import RecordResult
+
+if TYPE_CHECKING:
+    import random
+
+    from fleetbreaker.policy import Policy
+    from fleetbreaker.protocols import GuardedStore
+    from fleetbreaker.record import Outcome, Record
+
+
+class ProbeLeases:
+    """One breaker's probe claims and settles on its store.
+
+    ``observe(record)`` hears every record a claim or settle returns, the local twin's too
+    (the store's answer hook hears only the shared store's).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        store: GuardedStore,
+        *,
+        rng: random.Random,
+        recovery_jitter: float,
+        emit: Callable[..., None],
+        observe: Callable[[Record | None], None],
+    ) -> None:
+        self.name = name
+        self.rng = rng
+        self._store = store
+        self._jitter = recovery_jitter
+        self._emit = emit
+        self._observe = observe
+
+    def claim(self, policy: Policy, now_ms: int, observed: Record | None) -> Outcome:
+        """Try to take a probe lease (open -> half_open when the open window has ended)."""
+        outcome = self._store.claim_probe(self.name, policy, now_ms, secrets.token_hex(8), observed)
+        self._observe(outcome.record)
+        return outcome
+
+    def settle(
+        self, policy: Policy, token: str, success: bool, now_ms: int, observed: Record | None
+    ) -> RecordResult:
+        """Report a probe's result; a token whose lease has ended changes nothing."""
+        # A failed probe reopens for a grown window, shortened by up to recovery_jitter so
+        # the breakers of many functions do not reopen in step.
+        jitter = 1.0 - self.rng.random() * self._jitter
+        report = ProbeReport(token, success, jitter)
+        outcome = self._store.settle_probe(self.name, policy, now_ms, report, observed)
+        self._observe(outcome.record)
+        record = outcome.record
+        state = record.state if record is not None else State.CLOSED
+        self._emit("on_probe", self.name, success, outcome.changed)
+        if outcome.changed:
+            return RecordResult(True, state, f"probe {'succeeded' if success else 'failed'}")
+        return RecordResult(False, state, "stale probe token: its lease has ended; nothing changed")

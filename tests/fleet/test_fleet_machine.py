@@ -1,0 +1,168 @@
+"""Hypothesis drives a small fleet (1 to 300 containers) through arrivals, scale-ins, wake-ups,
+outages, resets, long idles and live tuning, and checks after every step:
+
+- a small fleet's failures are never thinned: every failure written counts once, so the
+  count policy opens on exactly ``failure_threshold`` failures in the window;
+- a census write never trips (nor makes any transition);
+- a close always ramps: the closed record says when it closed, and keeps saying it;
+- under the count policy, a trip is the threshold-th failure written in its window.
+
+Containers are real breakers on one store and one virtual clock (tests/fleet/harness.py);
+the fleet makes at most about 100 calls a second, whatever its size, so a step stays cheap.
+"""
+
+from __future__ import annotations
+
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from fleetbreaker import BreakerConfig, MemoryStore, State
+from fleetbreaker.policy import Policy
+from fleetbreaker.tuning import encode_tuned
+from tests.fleet.harness import Fleet
+
+MAX_CONTAINERS = 300
+
+
+def config_for(window_seconds: float, threshold: int) -> BreakerConfig:
+    return BreakerConfig(
+        failure_threshold=threshold,
+        window_seconds=window_seconds,
+        recovery_timeout=5,
+        max_recovery_timeout=20,
+        recovery_ramp_seconds=5,
+        cache_ttl=1.0,
+        store_deadline_seconds=30,
+    )
+
+
+NAME = "small-fleet"
+
+
+class SmallFleet(RuleBasedStateMachine):
+    """A fleet of at most MAX_CONTAINERS on a MemoryStore (see the module doc)."""
+
+    @initialize(
+        first=st.integers(1, 20),
+        seed=st.integers(0, 10_000),
+        # A 1 s window has 100 ms slices: a census write or two in one reads as a crowd to
+        # an estimator without evidence.
+        window=st.sampled_from([1.0, 20.0, 60.0]),
+        threshold=st.sampled_from([2, 3, 5]),
+    )
+    def start(self, first: int, seed: int, window: float, threshold: int) -> None:
+        self.config = config_for(window, threshold)
+        self.policy = Policy.from_config(self.config)
+        self.store = MemoryStore()
+        self.fleet = Fleet(self.store, self.config, seed=seed, name=NAME)
+        self.tuned_to_rate = False
+        self.checked_closes = 0
+        self.checked_trips = 0
+        self._arrive(first)
+
+    def _period(self) -> float:
+        # About 100 calls a second in all, at least one a second per container.
+        return max(1.0, len(self.fleet.containers) / 100)
+
+    def _arrive(self, count: int) -> None:
+        self.fleet.add(count, period_s=self._period())
+        self.fleet.set_period(range(len(self.fleet.containers)), self._period())
+
+    @precondition(lambda self: len(self.fleet.containers) < MAX_CONTAINERS)
+    @rule(count=st.sampled_from([1, 10, 50, 150]))
+    def arrive(self, count: int) -> None:
+        self._arrive(min(count, MAX_CONTAINERS - len(self.fleet.containers)))
+
+    @rule(data=st.data())
+    def scale_in(self, data: st.DataObject) -> None:
+        size = len(self.fleet.containers)
+        keep = data.draw(st.integers(1, size))
+        self.fleet.set_active(range(keep), True)
+        self.fleet.set_active(range(keep, size), False)
+
+    @rule()
+    def wake_everyone(self) -> None:
+        self.fleet.set_active(range(len(self.fleet.containers)), True)
+
+    @rule(seconds=st.sampled_from([0.3, 1.0, 3.0, 10.0]), failing=st.booleans())
+    def run(self, seconds: float, failing: bool) -> None:
+        # Each stretch of time, the dependency is up or down throughout.
+        self.fleet.failing = failing
+        self.fleet.run_for(seconds)
+
+    @rule(minutes=st.sampled_from([2, 15, 90]))
+    def long_idle(self, minutes: int) -> None:
+        # Nobody calls: the clock jumps (Lambda keeps idle containers for a while).
+        self.fleet.clock.now_ms += minutes * 60_000
+
+    @rule(count=st.sampled_from([1, 2, 5, 20]))
+    def census_cluster(self, count: int) -> None:
+        # Census writes are drawn at random: now and then several land together (each from
+        # another container; no container sends more than one per refresh).
+        active = sum(c.active for c in self.fleet.containers)
+        for _ in range(min(count, active)):
+            outcome = self.store.census(NAME, self.policy, self.fleet.clock(), None)
+            assert outcome.transition is None, "a census write made a transition"
+
+    @rule()
+    def operator_reset(self) -> None:
+        self.fleet.containers[0].breaker.reset()
+
+    @rule()
+    def tune_to_the_rate_policy(self) -> None:
+        text = encode_tuned({"failure_rate_threshold": 0.5})
+        self.store.tune(NAME, self.policy, self.fleet.clock(), text, None)
+        self.tuned_to_rate = True
+
+    @rule()
+    def tune_clear(self) -> None:
+        self.store.tune(NAME, self.policy, self.fleet.clock(), "", None)
+        self.tuned_to_rate = False
+
+    # -- invariants ------------------------------------------------------------------------
+
+    @invariant()
+    def failures_are_never_thinned(self) -> None:
+        weights = {weight for _, weight in self.fleet.ledger.failure_writes}
+        assert weights <= {1}, f"a failure of a small fleet was thinned: weights {weights}"
+
+    @invariant()
+    def census_writes_never_move_the_state(self) -> None:
+        assert self.fleet.ledger.census_transitions == 0
+
+    @invariant()
+    def a_close_says_when_it_closed(self) -> None:
+        closes = self.fleet.ledger.closes
+        if len(closes) == self.checked_closes:
+            return
+        self.checked_closes = len(closes)
+        record = self.store.load(NAME, self.fleet.clock())
+        if record is not None and record.state is State.CLOSED and record.gen > 0:
+            # The newest close; a reset of a closed breaker is no recovery (closed_at 0).
+            assert record.closed_at in (closes[-1], 0), (record.closed_at, closes[-1])
+
+    @invariant()
+    def a_count_policy_trip_is_the_thresholdth_failure(self) -> None:
+        trips = self.fleet.ledger.trips
+        while self.checked_trips < len(trips):
+            at = trips[self.checked_trips]
+            self.checked_trips += 1
+            if self.tuned_to_rate:
+                continue  # the rate policy trips on rates, not counts
+            written = [
+                (when, weight)
+                for when, weight in self.fleet.ledger.failure_writes
+                if at - self.policy.window_ms < when <= at
+            ]
+            assert written, "a count-policy trip without a failure written"
+            assert written[-1][0] == at
+
+
+SmallFleet.TestCase.settings = settings(
+    max_examples=100,
+    stateful_step_count=30,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+test_small_fleets_keep_every_guarantee = SmallFleet.TestCase
