@@ -16,6 +16,7 @@ run passed, else 1.
 from __future__ import annotations
 
 import argparse
+import ctypes
 import os
 import re
 import resource
@@ -27,6 +28,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 LOGS = ROOT / "build" / "time-tests"
@@ -86,8 +88,23 @@ def in_the_foreground() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
+# Looked up here, not in the forked child, where loading a library is unsafe.
+_prctl: Any = ctypes.CDLL(None, use_errno=True).prctl if sys.platform == "linux" else None
+_PR_SET_PDEATHSIG = 1
+
+
+def _loop_dies_with_this_script() -> None:
+    """preexec_fn: the kernel kills the loop when this script ends, however it ends (Linux)."""
+    if _prctl is not None:
+        _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
 def busy_loop() -> subprocess.Popen[bytes]:
-    return subprocess.Popen(["bash", "-c", "while :; do :; done"], start_new_session=True)
+    return subprocess.Popen(
+        ["bash", "-c", "while :; do :; done"],
+        start_new_session=True,
+        preexec_fn=_loop_dies_with_this_script,
+    )
 
 
 def run_once(number: int, pytest_args: list[str], slowest: int, busy: bool) -> tuple[bool, str]:
