@@ -272,7 +272,7 @@ class IamMoto:
 @pytest.fixture(scope="session")
 def iam_moto() -> Iterator[IamMoto]:
     """moto's server enforcing IAM: a server of its own (enforcement is server-wide)."""
-    with _serve(MotoServer()) as server:
+    with _serve(MotoServer(validate_once=True)) as server:
         yield IamMoto(server.endpoint_url)
 
 

@@ -45,6 +45,8 @@ SHARED_FIXTURES = {
     "tests.bench.test_scale.rate": "scale-rate",
     "tests.bench.test_scale.count": "scale-count",
     "tests.redis.conftest.cluster_redis": "redis-cluster",
+    "tests.conftest.iam_moto": "iam-moto",
+    "tests.cli.test_doctor.stack_cache": "doctor-cache",
 }
 # workerinput key: the directory where workers leave the groups they found.
 GROUPS_DIR = "fleetbreaker_groups_dir"
