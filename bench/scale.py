@@ -119,6 +119,7 @@ class Scenario:
     noise: float = NOISE
     noise_s: float = 20.0
     outage_s: float = 10.0
+    outage_share: float = 1.0  # the share of calls that fail during the outage
     settle_s: float = 10.0  # noise after the last arrival, before the measured phases
     calls_per_s: int = CALLS_PER_S
     seed: int = 1
@@ -334,8 +335,13 @@ def simulate(scenario: Scenario, store: Any, store_label: str, name: str) -> Res
 
     failing = False
 
+    share = scenario.outage_share
+
     def dependency() -> None:
-        if failing or rng.random() < scenario.noise:
+        if failing:
+            if share >= 1.0 or rng.random() < share:
+                raise DependencyDown
+        elif rng.random() < scenario.noise:
             raise DependencyDown
 
     # Events in time order: (ms, kind, container); kind 0 joins, 1 calls.

@@ -15,7 +15,7 @@ from fleetbreaker.rate import (
     fleet_size,
     max_interval_ms,
     next_interval_ms,
-    recent_failing,
+    recent_worse,
     wants_urgent_report,
     write_rate,
 )
@@ -87,27 +87,28 @@ def test_quiet_record_keeps_the_base_interval() -> None:
     assert next_interval_ms(1000, 1000, _counts_at(10), RATE) == 1000
 
 
-def test_stretched_container_failing_at_the_policy_rate_reports_early() -> None:
+def test_stretched_container_failing_on_a_healthy_record_waits_for_its_report() -> None:
     # GIVEN a stretched container whose pending calls all failed, on a healthy-looking record
     tally = CallTally(RATE, 1000)
     tally.take("c1", 0, 8000)
     tally.bad(None, 10, failed=True)
     tally.bad(None, 20, failed=True)
-    # THEN it asks to report out of turn (the fleet's counts would otherwise arrive late)
-    assert wants_urgent_report(None, tally, RATE, "c1", 30)
+    # THEN it does not report out of turn: a report sent because its own calls failed is a
+    # sample chosen by its failures, and would bias the fleet's newest buckets upward
+    assert not wants_urgent_report(None, tally, RATE, "c1", 30)
 
 
-def test_stretched_container_with_scattered_failures_waits() -> None:
-    # GIVEN a stretched container with one failure among many calls
+def test_a_failure_that_would_open_the_breaker_as_last_seen_is_reported_at_once() -> None:
+    # GIVEN a stretched container that last saw 10 failures in 19 calls in the window
     tally = CallTally(RATE, 1000)
     tally.take("c1", 0, 8000)
-    for at in range(10):
-        if at == 0:
-            tally.bad(None, at, failed=True)
-        else:
-            next(tally.good)
-    # THEN it keeps the counts until they are due
-    assert not wants_urgent_report(None, tally, RATE, "c1", 30)
+    idx = bucket_index(RATE, 0)
+    bucket = Bucket(idx, calls=19, failures=10, slow=0, reports=3)
+    record = Record(buckets={idx % WINDOW_BUCKETS: bucket}, expires_at=3600)
+    # WHEN one more of its calls fails (20 calls, 11 failures: over 50 %)
+    tally.bad(None, 10, failed=True)
+    # THEN it reports at once
+    assert wants_urgent_report(record, tally, RATE, "c1", 30)
 
 
 def _busy_record(now_ms: int, reports: int) -> Record:
@@ -288,10 +289,46 @@ def test_a_report_of_the_recent_calls_keeps_the_older_ones_pending() -> None:
     assert (later.calls, later.failures) == (10, 0)
 
 
-def test_a_container_sees_its_own_recent_calls_failing_at_the_rate() -> None:
-    assert recent_failing((4, 2, 0), RATE)
-    assert not recent_failing((4, 1, 0), RATE)
-    assert not recent_failing((0, 0, 0), RATE)
+def test_recent_calls_failing_more_often_than_older_ones_are_held_apart() -> None:
+    # GIVEN older calls that failed 1 in 40 times, THEN one failure in 5 recent calls is worse
+    assert recent_worse((5, 1, 0), (40, 1, 0), RATE)
+    # AND recent calls that fail as often as (or less than) the older ones are not
+    assert not recent_worse((4, 1, 0), (40, 10, 0), RATE)
+    assert not recent_worse((5, 0, 0), (40, 1, 0), RATE)
+    # AND with nothing recent, or nothing older to hold back, there is nothing to split
+    assert not recent_worse((0, 0, 0), (40, 0, 0), RATE)
+    assert not recent_worse((5, 5, 0), (0, 0, 0), RATE)
+
+
+def test_recent_calls_running_slow_more_often_are_held_apart() -> None:
+    slow = Policy.from_config(
+        BreakerConfig(failure_rate_threshold=0.5, slow_call_duration=1.0, window_seconds=10)
+    )
+    assert recent_worse((5, 0, 2), (40, 0, 1), slow)
+    # the slow counts matter only when the policy times calls
+    assert not recent_worse((5, 0, 2), (40, 0, 1), RATE)
+
+
+def test_a_report_holds_healthy_older_calls_back_once_recent_ones_fail() -> None:
+    # GIVEN a container that made 40 healthy calls, then (two spans later) 2 of 5 failed: a
+    # 60 % outage's unlucky draw, under the policy's 50 %
+    tally = CallTally(RATE, 1000)
+    tally.start(0)
+    for _ in range(40):
+        next(tally.good)
+    tally.rotate(RATE.bucket_ms)
+    tally.rotate(2 * RATE.bucket_ms)
+    for failed in (True, False, True, False, False):
+        if failed:
+            tally.bad(None, 2 * RATE.bucket_ms, True)
+        else:
+            next(tally.good)
+    # THEN its recent calls fail more often than its older ones: a report carries them
+    # alone, and the 40 healthy calls stay pending
+    assert recent_worse(tally.recent(), tally.older(), RATE)
+    report = tally.take_recent("c", 2 * RATE.bucket_ms, 1000)
+    assert (report.calls, report.failures) == (5, 2)
+    assert tally.pending_calls() == 40
 
 
 def test_refreshes_stretch_with_the_fleet_up_to_twice_cache_ttl() -> None:
