@@ -35,6 +35,7 @@ import json
 import random
 import signal
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -94,9 +95,13 @@ ARRIVALS = {
 # that each run P Python processes, every process a container with its own init. Managed
 # Instances scale asynchronously (a fleet that more than doubles within 5 minutes may be
 # throttled), so the environments here start faster than Lambda would start them: evenly over
-# the first LMI_START_MS, each one's processes within its first second.
+# the first LMI_START_MS, each one's processes within its first second. Each fleet runs twice:
+# every process reading the record for itself (``process``, as on Lambda), and the processes
+# of one environment sharing their reads through a directory of their own
+# (``environment``, fleetbreaker.shared_refresh; on Managed Instances, the default).
 LMI = "lmi"
-LMI_START_MS = 10_000
+LMI_START_MS = 30_000
+REFRESH_MODELS = ("process", "environment")
 # The arrivals the read and write targets apply to: those Lambda allows one function.
 # ``burst`` is reported beside them: 5,000 containers joining in one second read the record
 # once each (half a unit), 2,500 read units in that second whatever the rules.
@@ -139,6 +144,7 @@ class Scenario:
     calls_per_s: int = CALLS_PER_S
     seed: int = 1
     processes: int = 1  # per execution environment (the lmi arrival)
+    refresh: str = "process"  # "environment": the processes of one share their reads
 
     @property
     def arrival_label(self) -> str:
@@ -149,7 +155,8 @@ class Scenario:
     @property
     def label(self) -> str:
         outage = "" if self.outage_share >= 1 else f" outage {self.outage_share:.0%}"
-        return f"{self.policy} {self.arrival_label} noise {self.noise:.1%}{outage}"
+        shared = " shared reads" if self.refresh == "environment" else ""
+        return f"{self.policy} {self.arrival_label} noise {self.noise:.1%}{outage}{shared}"
 
     def warmup_s(self, joins: Sequence[int]) -> float:
         return joins[-1] / 1000 + self.settle_s
@@ -166,6 +173,7 @@ class Result:
     noise: float
     outage_share: float = 1.0
     processes: int = 1  # per execution environment (lmi)
+    refresh: str = "process"  # "environment": its processes share their reads
     peak_read_units_per_s: float = 0.0
     peak_write_units_per_s: float = 0.0
     mean_read_units_per_s: float = 0.0
@@ -341,6 +349,16 @@ def simulate(scenario: Scenario, store: Any, store_label: str, name: str) -> Res
     # makes calls_per_s once every container is in, each one call at a time.
     phases = [rng.random() * period_ms for _ in range(n)]
     breakers: list[CircuitBreaker | None] = [None] * n
+    # Shared reads: one directory per execution environment, as each has its own /tmp.
+    scratch = contextlib.ExitStack()
+    directories: list[str | None] = [None] * n
+    if scenario.refresh == "environment":
+        per = scenario.processes
+        rooms = [
+            scratch.enter_context(tempfile.TemporaryDirectory(prefix="fleetbreaker-scale-"))
+            for _ in range(-(-n // per))
+        ]
+        directories = [rooms[i // per] for i in range(n)]
 
     def join(i: int) -> CircuitBreaker:
         clock.now_ms = START_MS + joins[i]
@@ -353,6 +371,7 @@ def simulate(scenario: Scenario, store: Any, store_label: str, name: str) -> Res
             clock=clock,
             rng=random.Random(scenario.seed * 100_003 + i),
             container_id=f"c{i:05d}",
+            shared_refresh_dir=directories[i],
         )
         breaker.state  # noqa: B018 (a container's first read, as it starts)
         breakers[i] = breaker
@@ -384,41 +403,43 @@ def simulate(scenario: Scenario, store: Any, store_label: str, name: str) -> Res
         scenario.noise,
         scenario.outage_share,
         scenario.processes,
+        scenario.refresh,
     )
     samples: list[tuple[int, int]] = [(store.stats.reads, store.stats.writes)]
     next_sample = SAMPLE_MS
     first_reject: dict[int, int] = {}
     trips_before_outage: int | None = None
-    while events:
-        at_f, kind, i = heapq.heappop(events)
-        if at_f >= end_ms:
-            break
-        at = round(at_f)
-        while at >= next_sample:
-            samples.append((store.stats.reads, store.stats.writes))
-            next_sample += SAMPLE_MS
-        if kind == 0:
-            join(i)
-            continue
-        heapq.heappush(events, (at_f + period_ms, 1, i))
-        breaker = breakers[i]
-        assert breaker is not None
-        if not failing and at >= outage_ms:
-            failing = True
-            trips_before_outage = len(trips.at_ms)
-        clock.now_ms = START_MS + at
-        outcome: object = None
-        with contextlib.suppress(DependencyDown):
-            outcome = breaker.call(dependency)
-        if at < warm_ms:
-            continue
-        if not failing:
-            result.healthy_calls += 1
-            result.healthy_rejected += outcome is rejected
-        elif outcome is rejected:
-            first_reject.setdefault(i, at)
-        elif len(first_reject) < n:
-            result.failing_calls_sent += 1
+    with scratch:  # the shared-read directories go when the run ends
+        while events:
+            at_f, kind, i = heapq.heappop(events)
+            if at_f >= end_ms:
+                break
+            at = round(at_f)
+            while at >= next_sample:
+                samples.append((store.stats.reads, store.stats.writes))
+                next_sample += SAMPLE_MS
+            if kind == 0:
+                join(i)
+                continue
+            heapq.heappush(events, (at_f + period_ms, 1, i))
+            breaker = breakers[i]
+            assert breaker is not None
+            if not failing and at >= outage_ms:
+                failing = True
+                trips_before_outage = len(trips.at_ms)
+            clock.now_ms = START_MS + at
+            outcome: object = None
+            with contextlib.suppress(DependencyDown):
+                outcome = breaker.call(dependency)
+            if at < warm_ms:
+                continue
+            if not failing:
+                result.healthy_calls += 1
+                result.healthy_rejected += outcome is rejected
+            elif outcome is rejected:
+                first_reject.setdefault(i, at)
+            elif len(first_reject) < n:
+                result.failing_calls_sent += 1
     while next_sample <= end_ms:
         samples.append((store.stats.reads, store.stats.writes))
         next_sample += SAMPLE_MS
@@ -525,19 +546,21 @@ def lmi_scenarios(
     for per_environment in processes:
         for label in policies:
             policy, noise, share = POLICIES[label]
-            scenarios.append(
-                Scenario(
-                    environments * per_environment,
-                    policy,
-                    LMI,
-                    noise,
-                    noise_s,
-                    outage_s,
-                    share,
-                    settle_s,
-                    processes=per_environment,
+            for refresh in REFRESH_MODELS:
+                scenarios.append(
+                    Scenario(
+                        environments * per_environment,
+                        policy,
+                        LMI,
+                        noise,
+                        noise_s,
+                        outage_s,
+                        share,
+                        settle_s,
+                        processes=per_environment,
+                        refresh=refresh,
+                    )
                 )
-            )
     return scenarios
 
 
@@ -572,7 +595,7 @@ def table_rows(results: Sequence[Result], outage_s: float) -> list[list[str]]:
             [
                 r.store,
                 f"{r.containers:,}",
-                r.arrival,
+                r.arrival + (" shared reads" if r.refresh == "environment" else ""),
                 r.policy,
                 f"{r.noise:.1%}",
                 f"{r.outage_share:.0%}",

@@ -253,7 +253,7 @@ class RateStrategy:
         the interval is stretched (the record then takes too many writes)."""
         if not self.tally.stretched:
             return self.report(now_ms, load_if_empty=True)
-        return self._ctx.store.load(self._ctx.name, now_ms)
+        return self._ctx.read(now_ms)
 
     def observe(self, record: Record | None) -> None:
         """Tell the tally the generation the store holds (its older counts are stale)."""
@@ -417,7 +417,7 @@ class RateStrategy:
             batch = tally.take(key, now_ms, self._interval_ms)
         if not batch:
             if load_if_empty and not read:
-                return ctx.store.load(ctx.name, now_ms)
+                return ctx.read(now_ms)
             return ctx.view.last_seen
         outcome = ctx.store.report(ctx.name, policy, now_ms, batch, ctx.view.last_seen)
         self._reported = True
