@@ -222,12 +222,12 @@ class SharedReads:
         store = self._store
         if store.degraded:
             return store.load(self.name, now_ms)  # the local twin's: nothing to share
-        seen = self._cache.last_seen
+        entry = self._cache.entry
         shared = self.copy.get()
         if (
             shared is not None
             and shared.read_at <= now_ms < shared.fresh_until
-            and (seen is None or shared.record is None or shared.record.gen >= seen.gen)
+            and not _older(shared, entry)
         ):
             self._answered(shared.record, shared.read_at)
             # Fresh for exactly as long as its reader kept it: the same staleness bound.
@@ -238,10 +238,10 @@ class SharedReads:
         except OSError:
             return store.load(self.name, now_ms)
         if not locked:
-            if self._cache.entry is not None:
+            if entry is not None:
                 # Another process of the environment is reading the store now. Not kept as
                 # fresh: the next call looks at the copy again.
-                return seen
+                return entry[0]
             return store.load(self.name, now_ms)
         try:
             record = store.load(self.name, now_ms)
@@ -251,6 +251,19 @@ class SharedReads:
             return record
         finally:
             self.copy.unlock()
+
+
+def _older(shared: Shared, entry: tuple[Record | None, int, int] | None) -> bool:
+    """Whether the copy is older than what this process last heard itself (its own report's
+    or write's answer): read before it, or of an earlier generation (an eventually
+    consistent read may return one). A view going back in time would fence the next report
+    on a bucket the fleet has left, or show a trip undone."""
+    if entry is None:
+        return False
+    seen = entry[0]
+    if shared.read_at < entry[1]:
+        return True
+    return seen is not None and shared.record is not None and shared.record.gen < seen.gen
 
 
 # -- the copy as JSON -----------------------------------------------------------------------

@@ -376,3 +376,21 @@ def test_a_copy_that_is_not_a_record_is_refused(spoil: Any) -> None:
     spoil(data)
     with pytest.raises((ValueError, TypeError, KeyError)):
         decode_copy(data)
+
+
+def test_a_copy_read_before_the_process_own_last_answer_is_not_taken(
+    store: SharedStore, clock: FakeClock, tmp_path: Path
+) -> None:
+    # GIVEN a process that read the record itself
+    breaker = process(store, clock, tmp_path, "p1")
+    breaker.state  # noqa: B018
+    reads = store.stats.reads
+    # AND a copy another process read 200 ms before that, fresh for 2 s (a large fleet's
+    # stretched view), written after it
+    copy = SharedCopy(tmp_path, copy_key(store, NAME))
+    copy.put(Shared(None, clock() - 200, clock() + 1_800))
+    # WHEN its own view goes stale while the copy is still fresh
+    clock.advance(1.0)
+    breaker.state  # noqa: B018
+    # THEN it reads the store rather than step back to the older copy
+    assert store.stats.reads == reads + 1
