@@ -36,19 +36,9 @@ import os
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from fleetbreaker import record as schema
 from fleetbreaker.frozen import frozen
-from fleetbreaker.record import (
-    MAX_PROBE_SLOTS,
-    MAX_RECORD_DIGITS,
-    RECORD_NUMBERS,
-    RECORD_TEXTS,
-    WINDOW_BUCKETS,
-    Bucket,
-    CensusBucket,
-    Lease,
-    Record,
-    State,
-)
+from fleetbreaker.record import Bucket, CensusBucket, Lease, Record, State
 
 if TYPE_CHECKING:
     from fleetbreaker.protocols import GuardedStore
@@ -58,7 +48,7 @@ if TYPE_CHECKING:
 # (for Python, its processes). This module is the one reader of the variable.
 CONCURRENCY_ENV = "AWS_LAMBDA_MAX_CONCURRENCY"
 COPY_VERSION = 1
-_LIMIT = 10**MAX_RECORD_DIGITS
+_LIMIT = 10**schema.MAX_RECORD_DIGITS
 
 log = logging.getLogger("fleetbreaker")
 
@@ -132,8 +122,14 @@ class SharedCopy:
         try:
             fd, temporary = tempfile.mkstemp(prefix=".fleetbreaker-", dir=directory)
             try:
-                with os.fdopen(fd, "w", encoding="utf-8") as file:
-                    file.write(text)
+                try:
+                    # os.write may write less than asked (a full disk, a signal): a short
+                    # copy renamed into place would be a torn one.
+                    rest = memoryview(text.encode("utf-8"))
+                    while rest:
+                        rest = rest[os.write(fd, rest) :]
+                finally:
+                    os.close(fd)
                 os.replace(temporary, self.path)
             except BaseException:
                 with contextlib.suppress(OSError):
@@ -289,10 +285,12 @@ def decode_copy(data: Any) -> Shared:
 
 
 def encode_record(record: Record) -> dict[str, Any]:
+    """The record as JSON, its scalar fields under their stored names (the one schema)."""
+    scalars: dict[str, Any] = {schema.STATE: record.state.value, schema.REV: record.rev}
+    for attribute, name in _SCALARS.items():
+        scalars[name] = getattr(record, attribute)
     return {
-        "state": record.state.value,
-        "numbers": {name: getattr(record, name) for name in (*RECORD_NUMBERS, "rev")},
-        "texts": {name: getattr(record, name) for name in RECORD_TEXTS},
+        "fields": scalars,
         "leases": [
             [slot, lease.token, lease.until, lease.since]
             for slot, lease in sorted(record.leases.items())
@@ -302,41 +300,47 @@ def encode_record(record: Record) -> dict[str, Any]:
             for slot, b in sorted(record.buckets.items())
         ],
         "census": [[slot, c.idx, c.count] for slot, c in sorted(record.census.items())],
-        "failing": dict(record.failing),
-        "slowing": dict(record.slowing),
+        "quorum": [dict(record.failing), dict(record.slowing)],
     }
 
 
 def decode_record(data: Any) -> Record:
     """The record ``data`` holds, every field checked as a store's answer is."""
-    # Any: the fields' names come from the schema's tables, which type checkers cannot follow.
-    numbers: dict[str, Any] = {
-        name: _int(data["numbers"][name]) for name in (*RECORD_NUMBERS, "rev")
-    }
-    texts: dict[str, Any] = {name: _text(data["texts"][name]) for name in RECORD_TEXTS}
+    fields = data["fields"]
+    # Any: the attributes' names come from the schema's tables, which type checkers cannot
+    # follow.
+    values: dict[str, Any] = {}
+    for attribute, name in _SCALARS.items():
+        raw = fields[name]
+        values[attribute] = _text(raw) if attribute in schema.TEXT_FIELDS else _int(raw)
     leases = {}
     for slot, token, until, since in data["leases"]:
-        leases[_slot(slot, MAX_PROBE_SLOTS)] = Lease(
+        leases[_slot(slot, schema.MAX_PROBE_SLOTS)] = Lease(
             _text(token), _int(until), None if since is None else _int(since)
         )
     buckets = {}
     for slot, idx, calls, failures, slow, reports in data["buckets"]:
-        buckets[_slot(slot, WINDOW_BUCKETS)] = Bucket(
+        buckets[_slot(slot, schema.WINDOW_BUCKETS)] = Bucket(
             _int(idx), _count(calls), _count(failures), _count(slow), _count(reports)
         )
     census = {}
     for slot, idx, count in data["census"]:
-        census[_slot(slot, WINDOW_BUCKETS)] = CensusBucket(_int(idx), _count(count))
+        census[_slot(slot, schema.WINDOW_BUCKETS)] = CensusBucket(_int(idx), _count(count))
+    failing, slowing = data["quorum"]
     return Record(
-        state=State(data["state"]),
+        state=State(fields[schema.STATE]),
+        rev=_int(fields[schema.REV]),
         leases=leases,
         buckets=buckets,
         census=census,
-        failing=_quorum(data["failing"]),
-        slowing=_quorum(data["slowing"]),
-        **numbers,
-        **texts,
+        failing=_quorum(failing),
+        slowing=_quorum(slowing),
+        **values,
     )
+
+
+# Record attribute -> stored name, for the record's integer and text fields.
+_SCALARS = {**schema.NUMBER_FIELDS, **schema.OPTIONAL_NUMBER_FIELDS, **schema.TEXT_FIELDS}
 
 
 def _int(value: Any) -> int:

@@ -119,11 +119,15 @@ def _busy_record(now_ms: int, reports: int) -> Record:
 
 
 def _breaker_on(
-    record: Record, clock: FakeClock, container_id: str | None = None
+    record: Record,
+    clock: FakeClock,
+    container_id: str | None = None,
+    rng: random.Random | None = None,
 ) -> tuple[CircuitBreaker, MemoryStore]:
     """A rate-policy breaker (10 s window, 1 s cache) whose store already holds ``record``.
 
-    ``container_id`` fixes the stretched interval's jitter (seeded by the container).
+    ``container_id`` fixes the stretched interval's jitter (seeded by the container), ``rng``
+    a newcomer's first report.
     """
     store = MemoryStore()
     store.seed("payment-api", record)
@@ -133,6 +137,7 @@ def _breaker_on(
         config=BreakerConfig(failure_rate_threshold=0.5, window_seconds=10, cache_ttl=1.0),
         clock=clock,
         container_id=container_id,
+        rng=rng,
     )
     return breaker, store
 
@@ -167,10 +172,11 @@ def test_a_newcomer_joins_at_the_interval_the_fleet_already_uses_before_writing(
     reports = round(TARGET_REPORTS_PER_S * RATE.window_ms / 1000)
     busy = Bucket(idx, calls=reports * 40, failures=0, slow=0, reports=reports)
     record = Record(buckets={idx % WINDOW_BUCKETS: busy}, expires_at=clock() // 1000 + 3600)
-    # (container "newcomer": its jitter makes the joined 20 s interval 15.63 s)
     # AND a new container that reads it at its first call (0 s) and again before its first
     # report is due (1 s): a newcomer reads before it reports
-    breaker, store = _breaker_on(record, clock, container_id="newcomer")
+    breaker, store = _breaker_on(record, clock, "newcomer", random.Random(5))
+    strategy = breaker._counting
+    assert isinstance(strategy, RateStrategy)
     dependency = Dependency()
 
     # WHEN a new container makes 2 calls a second, past its base interval (1 s)
@@ -179,24 +185,29 @@ def test_a_newcomer_joins_at_the_interval_the_fleet_already_uses_before_writing(
         clock.advance(0.5)
 
     # THEN its first report did not go out at the base interval: it joined the fleet's
-    # (at most two 10 s windows, jittered by at most 25 %: at least 15 s) without a write,
-    # so a hundred containers joining a second add no hundred writes a second
+    # interval (20 s: the longest) without a write, so a hundred containers joining a second
+    # add no hundred writes a second
     assert store.stats.writes == 0
-    for _ in range(30):
+    assert strategy.interval_ms == max_interval_ms(RATE)
+    # AND its first report falls anywhere in twice that interval (capped at the longest)
+    # after the base one: a crowd joining together spreads its first reports
+    joined_at = clock() - 500
+    due = strategy.tally.report_due_ms
+    assert joined_at + 1000 <= due <= joined_at + max_interval_ms(RATE)
+    while clock() + 500 < due:
         breaker.call(dependency)
         clock.advance(0.5)
     assert store.stats.writes == 0
 
-    # AND its counts go out in one report at its first call past that interval (joined at
-    # 1 s, due at 16.63 s), carrying every call made before it: none lost
-    breaker.call(dependency)  # at 16.5 s
-    assert store.stats.writes == 0
+    # AND its counts go out in one report at its first call past that time, carrying every
+    # call made before it: none lost
+    calls = dependency.calls
     clock.advance(0.5)
-    breaker.call(dependency)  # at 17 s
+    breaker.call(dependency)
     assert store.stats.writes == 1
     fleet = store.load("payment-api", clock())
     assert fleet is not None
-    assert sum(b.calls for b in fleet.buckets.values()) == reports * 40 + 34  # 0 to 16.5 s
+    assert sum(b.calls for b in fleet.buckets.values()) == reports * 40 + calls
 
 
 def test_a_newcomer_to_a_quiet_record_reports_at_its_own_interval() -> None:

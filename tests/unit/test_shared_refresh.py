@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from fleetbreaker import BreakerConfig, CircuitBreaker, MemoryStore, State
+from fleetbreaker import record as schema
 from fleetbreaker.record import Bucket, CensusBucket, Lease, Record
 from fleetbreaker.shared_refresh import (
     CONCURRENCY_ENV,
@@ -360,14 +361,15 @@ def test_the_copy_carries_every_field_of_a_record() -> None:
     "spoil",
     [
         lambda d: d.update(v=2),
-        lambda d: d["record"].update(state="ajar"),
-        lambda d: d["record"]["numbers"].update(gen=True),
-        lambda d: d["record"]["numbers"].update(gen=10**14),
-        lambda d: d["record"]["numbers"].pop("closed_at"),
+        lambda d: d["record"]["fields"].update({schema.STATE: "ajar"}),
+        lambda d: d["record"]["fields"].update({schema.GEN: True}),
+        lambda d: d["record"]["fields"].update({schema.GEN: 10**14}),
+        lambda d: d["record"]["fields"].pop(schema.CLOSED_AT),
+        lambda d: d["record"]["fields"].update({schema.TUNED: 3}),
         lambda d: d["record"]["buckets"][0].__setitem__(2, -1),
         lambda d: d["record"]["buckets"][0].__setitem__(0, 10),
         lambda d: d["record"]["leases"][0].__setitem__(2, "soon"),
-        lambda d: d["record"]["failing"].update(x="now"),
+        lambda d: d["record"]["quorum"][0].update(x="now"),
         lambda d: d.update(read_at=1.5),
     ],
 )
