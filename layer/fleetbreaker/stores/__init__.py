@@ -1,8 +1,8 @@
 """Shared stores: each keeps one record per breaker and applies the rules atomically.
 
-This module is the one reader of the store variables (``CIRCUIT_BREAKER_TABLE``,
-``CIRCUIT_BREAKER_REDIS_URL``, ``CIRCUIT_BREAKER_REDIS_IAM_USER``,
-``CIRCUIT_BREAKER_REDIS_IAM_CACHE``): functions pass their environment to :func:`from_env`
+The store variables (``CIRCUIT_BREAKER_TABLE``, ``CIRCUIT_BREAKER_REDIS_URL``,
+``CIRCUIT_BREAKER_REDIS_IAM_USER``, ``CIRCUIT_BREAKER_REDIS_IAM_CACHE``) are read through
+:mod:`fleetbreaker.stores.variables` alone: functions pass their environment to :func:`from_env`
 (or :meth:`StoreSettings.from_env`), the CLI maps its options into such an environment, and
 the stores' own defaults (``DynamoDBStore(table_name=None)``, ``RedisStore(url=None)``) come
 from here too.
@@ -168,8 +168,10 @@ class StoreSettings:
             ``--profile``); default: botocore's credential chain.
         """
         if self.redis_url is not None:
-            from fleetbreaker.stores.redis import RedisStore
+            from fleetbreaker.stores.redis import RedisStore, require_redis_py
 
+            # Before the IAM signer, which subclasses one of redis-py's classes.
+            require_redis_py(URL_ENV)
             options = dict(redis_options or {})
             if self.iam_user is not None and self.iam_cache is not None:
                 from fleetbreaker.stores.elasticache_iam import ElastiCacheIAMAuth
