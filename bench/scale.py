@@ -4,7 +4,7 @@
     .venv/bin/python bench/scale.py [--stores ddb-model,memory,moto] [--containers 100,1000,5000]
         [--arrivals burst,ramp100,lambda] [--policies count*,rate]
         [--noise-policies count,rate@2%] [--timeline 10,20,10] [--moto-containers 100]
-        [--moto-timeline 5,5,5] [--output PATH]
+        [--moto-timeline 5,5,5] [--seeds 1] [--output PATH]
 
 Each simulated container is a real CircuitBreaker (its own ``container_id``, cache and report
 tally: the layer's rules, not a copy) on a virtual clock, and all of them share one store
@@ -23,6 +23,9 @@ figures are the rules', not this machine's speed.
 outage starts from a closed breaker), ``rate`` (failure_rate_threshold 0.5, minimum_calls
 20, window 10 s, 0.5 % noise) and ``rate@2%`` (2 % noise).
 
+``--seeds`` runs every scenario once per seed (the arrivals' times, the calls' phases, the
+noise and each container's random source change with it): the spread of each figure.
+
 See bench/README.md ("scale.py") for each column, the targets and the derivations. Exit
 status: 0 when every scenario ran, whether or not a figure met its target.
 """
@@ -38,7 +41,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -174,6 +177,7 @@ class Result:
     outage_share: float = 1.0
     processes: int = 1  # per execution environment (lmi)
     refresh: str = "process"  # "environment": its processes share their reads
+    seed: int = 1
     peak_read_units_per_s: float = 0.0
     peak_write_units_per_s: float = 0.0
     mean_read_units_per_s: float = 0.0
@@ -404,6 +408,7 @@ def simulate(scenario: Scenario, store: Any, store_label: str, name: str) -> Res
         scenario.outage_share,
         scenario.processes,
         scenario.refresh,
+        scenario.seed,
     )
     samples: list[tuple[int, int]] = [(store.stats.reads, store.stats.writes)]
     next_sample = SAMPLE_MS
@@ -575,6 +580,7 @@ COLUMNS = (
     "policy",
     "noise",
     "outage",
+    "seed",
     "spurious trips",
     "healthy rejected",
     "s to open",
@@ -599,6 +605,7 @@ def table_rows(results: Sequence[Result], outage_s: float) -> list[list[str]]:
                 r.policy,
                 f"{r.noise:.1%}",
                 f"{r.outage_share:.0%}",
+                str(r.seed),
                 str(r.spurious_trips),
                 f"{r.healthy_rejected_pct:.1f} %",
                 _seconds(r.seconds_to_open, outage_s),
@@ -721,7 +728,8 @@ def run(
                     store = DynamoDBStore(table, boto3_client=client)
                 result = simulate(scenario, store, store_kind, name)
                 progress(
-                    f"{store_kind} {size:>5} {scenario.label:<36} done in {result.wall_s:.1f} s"
+                    f"{store_kind} {size:>5} {scenario.label:<36} seed {scenario.seed}"
+                    f" done in {result.wall_s:.1f} s"
                 )
                 results.append(result)
         finally:
@@ -741,9 +749,11 @@ def plan(
     lmi_environments: int = 0,
     lmi_processes: Sequence[int] = (),
     lmi_policies: Sequence[str] = (),
+    seeds: Sequence[int] = (1,),
 ) -> list[Scenario]:
     """The scenarios of one run, in order: each fleet size's, the partial outages (``rate60``
-    under every arrival), then Managed Instances'."""
+    under every arrival), then Managed Instances', each under every one of ``seeds`` (the
+    arrivals' times, the calls' phases, the noise, each container's random source)."""
     planned = [
         scenario
         for size in containers
@@ -756,7 +766,7 @@ def plan(
     ]
     if lmi_environments and lmi_processes:
         planned += lmi_scenarios(lmi_environments, lmi_processes, lmi_policies, timeline)
-    return planned
+    return [replace(scenario, seed=seed) for scenario in planned for seed in seeds]
 
 
 def _names(text: str, known: Sequence[str], what: str) -> list[str]:
@@ -848,6 +858,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--lmi-processes", default="16,64", help="Managed Instances: processes per environment"
     )
     parser.add_argument("--lmi-policies", default="count*,rate", help="Managed Instances' policies")
+    parser.add_argument(
+        "--seeds", default="1", help="run every scenario once per seed (the spread of a figure)"
+    )
     parser.add_argument("--timeline", default="10,20,10", help="settle,noise,outage s (model)")
     parser.add_argument("--moto-timeline", default="5,5,5", help="settle,noise,outage s (moto)")
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
@@ -865,6 +878,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     noise_policies = _names(args.noise_policies, tuple(POLICIES), "policies")
     if args.lmi_environments < 0:
         raise SystemExit(f"--lmi-environments must be 0 or more, got {args.lmi_environments}")
+    seeds = _numbers(args.seeds, int)
+    if not seeds:
+        raise SystemExit(f"--seeds needs at least one seed, got {args.seeds!r}")
     lmi_processes = _numbers(args.lmi_processes, int)
     if any(p < 1 for p in lmi_processes):
         raise SystemExit(f"--lmi-processes must be 1 or more each, got {args.lmi_processes!r}")
@@ -879,6 +895,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.lmi_environments,
         lmi_processes,
         _names(args.lmi_policies, tuple(POLICIES), "policies"),
+        seeds,
     )
     moto_plan = plan(
         _numbers(args.moto_containers, int),
@@ -886,6 +903,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         policies,
         noise_policies,
         _timeline(args.moto_timeline),
+        seeds=seeds,
     )
     results = run(stores, model_plan, moto_plan)
     print(markdown_table(table_rows(results, timeline[2])))
