@@ -145,7 +145,11 @@ def _breaker_on(
 def test_breaker_on_a_hot_record_refreshes_by_reading_not_writing() -> None:
     # GIVEN a breaker whose record takes 1,000 reports/s (over TARGET_REPORTS_PER_S)
     clock = FakeClock()
-    breaker, store = _breaker_on(_busy_record(clock(), 10_000), clock)
+    # (a newcomer's first report falls at random within twice the fleet's interval: a seeded
+    # source keeps it past this test's calls)
+    breaker, store = _breaker_on(_busy_record(clock(), 10_000), clock, rng=random.Random(5))
+    strategy = breaker._counting
+    assert isinstance(strategy, RateStrategy)
     dependency = Dependency()
     # AND two cache refreshes with calls pending: the reports' answers stretch its interval
     for _ in range(3):
@@ -153,6 +157,7 @@ def test_breaker_on_a_hot_record_refreshes_by_reading_not_writing() -> None:
         clock.advance(1.0)
     writes = store.stats.writes
     reads = store.stats.reads
+    assert strategy.tally.report_due_ms > clock() + 1000
 
     # WHEN its cache goes stale again with calls pending (a fleet this large keeps its view
     # for up to view.MAX_REFRESH_STRETCH cache_ttl: 2 s)
