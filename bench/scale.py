@@ -148,6 +148,10 @@ class Scenario:
     seed: int = 1
     processes: int = 1  # per execution environment (the lmi arrival)
     refresh: str = "process"  # "environment": the processes of one share their reads
+    # A store request's deadline in real seconds (None: the policy's, 1 s). Store time costs
+    # no virtual time, but the deadline is real: a moto request on a loaded machine can take
+    # longer, and a run that degrades on it makes other requests than the model's.
+    store_deadline_s: float | None = None
 
     @property
     def arrival_label(self) -> str:
@@ -340,6 +344,8 @@ def simulate(scenario: Scenario, store: Any, store_label: str, name: str) -> Res
     started = time.perf_counter()
     n = scenario.containers
     config = config_for(scenario.policy)
+    if scenario.store_deadline_s is not None:
+        config = replace(config, store_deadline_seconds=scenario.store_deadline_s)
     clock = VirtualClock(START_MS)
     trips = TripLog(clock)
     rejected = object()
