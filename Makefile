@@ -25,7 +25,7 @@ ARGS ?=
 # apt-get needs root; use sudo when not root (CI and the dev machines run as root).
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: help venv node redis deps lint test rehearse test-deployed mutate demo bench scale constraints clean distclean
+.PHONY: help venv node redis deps lint test rehearse test-deployed mutate demo bench scale figures constraints clean distclean
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-14s %s\n", $$1, $$2}' \
@@ -114,6 +114,12 @@ bench: venv ## import cost next to boto3, then fleetbreaker vs Powertools' circu
 
 scale: venv ## simulated fleet of 100-5,000 containers, count vs rate policy (bench/README.md)
 	$(PY) bench/scale.py $(ARGS)
+
+# Every measured figure README.md, docs/ and bench/README.md quote is marked in the page and
+# rendered from bench/results/*.json (bench/README.md says which benchmark writes which file);
+# tests/docs/test_figures.py fails while a page and the JSON disagree.
+figures: venv ## re-render the figures the docs quote from bench/results/*.json
+	$(PY) bench/figures.py
 
 constraints: venv ## regenerate constraints.txt from the current venv
 	{ echo "# Full resolved pin set for the dev environment, so a fresh clone installs what was tested."; \
