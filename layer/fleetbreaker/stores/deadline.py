@@ -193,6 +193,19 @@ class _WorkerPool:
 _POOL = _WorkerPool()
 
 
+def restart_workers() -> None:
+    """A new, empty pool for the process (after a restored snapshot).
+
+    The snapshot's workers may be gone (a fork keeps only the thread that forked: a call
+    handed to an idle worker that no longer runs would wait out its deadline every time), or
+    resumed in the middle of a call on a connection of another time. Those still alive
+    finish with the old pool, which frees their permits and ends their threads when idle;
+    new calls start new workers.
+    """
+    global _POOL
+    _POOL = _WorkerPool()
+
+
 def run_within(job: Callable[[], T], deadline_s: float, what: str, slots: CallSlots) -> T:
     """``job()`` on a worker thread, waited for at most ``deadline_s`` seconds.
 
