@@ -242,3 +242,15 @@ def test_a_restarted_pool_still_runs_calls() -> None:
     deadline.restart_workers()
     slots = deadline.CallSlots()
     assert deadline.run_within(lambda: "answer", 5.0, "test call", slots) == "answer"
+
+
+def test_a_replaced_pool_ends_its_idle_workers() -> None:
+    # GIVEN a worker left idle by a store call, kept for the next one
+    seen: list[threading.Thread] = []
+    slots = deadline.CallSlots()
+    deadline.run_within(lambda: seen.append(threading.current_thread()), 5.0, "call", slots)
+    # WHEN the process's pool is replaced (after a restored snapshot)
+    deadline.restart_workers()
+    # THEN the idle worker's thread ends (not left waiting out its idle time)
+    seen[0].join(timeout=5.0)
+    assert not seen[0].is_alive()
