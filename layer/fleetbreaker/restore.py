@@ -4,8 +4,8 @@ Lambda SnapStart runs a function's init once, when a version is published, and r
 new execution environment from a snapshot of that process: the same memory, the same pid.
 A breaker built at init (at module level, as the README says) would then be one container
 in every environment: the same container id (the quorum of ``min_containers`` sees one), the
-same random source (the same census draws, jitter and probe nonces' peers, in the same
-instant), the same cached view, and connections, a token and worker threads that belong to
+same random source (the same census draws and jitter, in the same instant), the same
+cached view and pending counts, and connections, a token and worker threads that belong to
 another time.
 
 So this module keeps a registry of the process's live breakers (weak references: it keeps
@@ -14,10 +14,10 @@ none alive) and two hooks:
 - :func:`before_snapshot`: each breaker sends what it has pending (the rate policy's tally:
   counted once, by the process that counted it), and the metrics gathered at init are
   written once;
-- :func:`after_restore`: the process gets a new container id, a new store-worker pool and
-  slow-call watcher and an empty metrics buffer, and every breaker restarts
+- :func:`after_restore`: the process gets a new container id, its slow-call watcher
+  restarted and an empty metrics buffer, and every breaker restarts
   (:meth:`~fleetbreaker.CircuitBreaker.restart`): a new id and random source, no cached view,
-  every schedule drawn afresh, its store's connections dropped.
+  every schedule drawn afresh, a new store-worker pool and its store's connections dropped.
 
 When ``snapshot_restore_py`` is importable (Lambda's Python runtimes ship it) the first
 breaker built registers both hooks with it, once per process; nothing is registered or
@@ -31,23 +31,25 @@ import logging
 import sys
 import threading
 import weakref
-from collections.abc import Callable
-from typing import Protocol
+from typing import TYPE_CHECKING
 
 from fleetbreaker import naming
 
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Protocol
+
+    class Restartable(Protocol):
+        """What the registry asks of a breaker (:class:`~fleetbreaker.CircuitBreaker`)."""
+
+        name: str
+
+        def flush(self, now: int | None = None) -> None: ...
+
+        def restart(self, now: int | None = None) -> None: ...
+
+
 log = logging.getLogger("fleetbreaker")
-
-
-class Restartable(Protocol):
-    """What the registry asks of a breaker (:class:`~fleetbreaker.CircuitBreaker`)."""
-
-    name: str
-
-    def flush(self, now: int | None = None) -> None: ...
-
-    def restart(self, now: int | None = None) -> None: ...
-
 
 _live: weakref.WeakSet[Restartable] = weakref.WeakSet()
 _lock = threading.Lock()
