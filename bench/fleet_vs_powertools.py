@@ -58,10 +58,14 @@ HEALTHY_CALLS = 1000  # (d): calls per container
 HEALTHY_SECONDS = 3.0  # (d): ...spread evenly over this long
 FLEET_RATE = "fleetbreaker (rate + slow calls)"
 FLEET_OTEL = "fleetbreaker (OpenTelemetry listener)"
-OVERHEAD_RATE_TARGET = 0.4
+# The standing targets of a closed breaker's overhead, as ratios to Powertools' measured in
+# the same run: the count policy, the rate policy with slow calls, and the count policy with
+# the OpenTelemetry listener attached (no span recording).
+OVERHEAD_TARGET = 0.25
+OVERHEAD_RATE_TARGET = 0.35
+OVERHEAD_OTEL_TARGET = 0.3
 OVERHEAD_BLOCKS = 30  # (a): interleaved blocks per contender
 OVERHEAD_BLOCK_CALLS = 4000  # (a): individually timed calls per block
-OVERHEAD_TARGET = 0.3
 
 
 def _unique(label: str) -> str:
@@ -310,8 +314,8 @@ def build_rows(results: dict[str, Any], thresholds: dict[str, Any]) -> list[dict
             "fleetbreaker": round(a["overhead_ns"][FLEET_OTEL]),
             "powertools": round(a["overhead_ns"]["powertools"]),
             "ratio": a["ratio_otel"],
-            "target": f"≤ {OVERHEAD_TARGET} × Powertools",
-            "met": a["ratio_otel"] <= OVERHEAD_TARGET,
+            "target": f"≤ {OVERHEAD_OTEL_TARGET} × Powertools",
+            "met": a["ratio_otel"] <= OVERHEAD_OTEL_TARGET,
         }
     )
     for b in results["b_trip"]:
@@ -538,7 +542,8 @@ def run(output: Path, overhead_only: bool = False) -> int:
                 f"  ratio rate + slow calls {a['ratio_rate']:.3f} (target {OVERHEAD_RATE_TARGET})"
             )
             print(
-                f"  ratio OpenTelemetry listener {a['ratio_otel']:.3f} (target {OVERHEAD_TARGET})"
+                f"  ratio OpenTelemetry listener {a['ratio_otel']:.3f} "
+                f"(target {OVERHEAD_OTEL_TARGET})"
             )
             return 0
 

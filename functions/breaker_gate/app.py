@@ -35,8 +35,9 @@ Requests and answers
 
 ``{"action": "status", "breaker": "payment-api"}``
     → ``{"breaker", "state", "generation", "calls", "failures", "slow_calls", "containers",
-    "failure_rate", "slow_call_rate", "retry_after", "open_until", "updated_at", "mode"}``: the
-    fleet's view of the breaker (its sliding window under the rate policy), for a Choice state
+    "failure_rate", "slow_call_rate", "retry_after", "open_until", "updated_at", "mode",
+    "census_writes"}``: the fleet's view of the breaker (its sliding window under the rate
+    policy; under the count policy ``calls`` and the rates are null), for a Choice state
     that branches on more than the state. It admits nothing and records nothing.
 
 A request the gate cannot serve raises :class:`InvalidGateRequest` (a workflow catches it by

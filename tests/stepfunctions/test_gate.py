@@ -75,7 +75,7 @@ EXPECTED = {
     "gate-record-stale-token.json": {"applied": False, "stale_token": True, "state": "closed"},
     "gate-bad-request.json": app.InvalidGateRequest,
     "gate-bad-outcome.json": app.InvalidGateRequest,
-    "gate-status.json": {"state": "closed", "generation": 0, "calls": 0, "open_until": None},
+    "gate-status.json": {"state": "closed", "generation": 0, "calls": None, "open_until": None},
 }
 
 
@@ -503,6 +503,7 @@ def test_status_shows_the_fleet_window_without_deciding(clock: FakeClock) -> Non
         "open_until": None,
         "updated_at": "2023-11-14T22:13:21.000Z",
         "mode": "enforce",
+        "census_writes": 0,
     }
 
 
