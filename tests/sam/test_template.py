@@ -414,7 +414,7 @@ def pins(path: Path) -> dict[str, str]:
 
 @pytest.mark.parametrize(
     "requirements",
-    ["layer/requirements.txt", "layer/requirements-slim.txt", "functions/payment/requirements.txt"],
+    ["layer/requirements.txt", "functions/payment/requirements.txt"],
 )
 def test_bundled_pins_match_the_tested_ones(requirements: str) -> None:
     # What goes to Lambda is what the tests ran with.
@@ -424,9 +424,8 @@ def test_bundled_pins_match_the_tested_ones(requirements: str) -> None:
     assert {name: tested.get(name) for name in bundled} == bundled
 
 
-@pytest.mark.parametrize("requirements", ["requirements.txt", "requirements-slim.txt"])
-def test_layer_bundles_nothing_the_runtime_has(requirements: str) -> None:
-    bundled = pins(REPO_ROOT / "layer" / requirements)
+def test_layer_bundles_nothing_the_runtime_has() -> None:
+    bundled = pins(REPO_ROOT / "layer" / "requirements.txt")
     runtime = {"boto3", "botocore", "s3transfer", "jmespath", "python-dateutil", "six", "urllib3"}
     assert not runtime & set(bundled)
 

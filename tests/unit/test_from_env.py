@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 from fleetbreaker import BreakerConfig, ConfigError, DynamoDBStore, RedisStore
@@ -162,3 +164,44 @@ def test_a_breaker_verify_store_that_is_no_boolean_is_refused_by_name() -> None:
 def test_verify_store_must_be_a_boolean() -> None:
     with pytest.raises(ConfigError, match="verify_store must be True or False"):
         BreakerConfig(verify_store="yes")  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def without_redis_py(monkeypatch: pytest.MonkeyPatch) -> None:
+    """redis-py unimportable, as on the slim layer (None in sys.modules fails the import)."""
+    monkeypatch.setitem(sys.modules, "redis", None)
+
+
+@pytest.mark.usefixtures("without_redis_py")
+@pytest.mark.parametrize(
+    "env",
+    [
+        REDIS,
+        {
+            **REDIS,
+            "CIRCUIT_BREAKER_REDIS_IAM_USER": "fleetbreaker",
+            "CIRCUIT_BREAKER_REDIS_IAM_CACHE": "breakers",
+            "AWS_REGION": "eu-west-1",
+        },
+    ],
+    ids=["password", "iam"],
+)
+def test_a_redis_url_without_redis_py_names_the_variable_and_the_full_layer(
+    env: dict[str, str],
+) -> None:
+    # GIVEN no redis-py WHEN the environment selects Redis
+    with pytest.raises(ConfigError) as raised:
+        from_env(env)
+    # THEN the error names the variable, and the layer to attach instead
+    message = str(raised.value)
+    assert message.startswith("CIRCUIT_BREAKER_REDIS_URL selects the Redis store, but RedisStore")
+    assert "slim fleetbreaker layer" in message
+    assert "/<stack>/fleetbreaker/<runtime>/layer-arn" in message
+    assert "pip install 'fleetbreaker[redis]'" in message
+
+
+@pytest.mark.usefixtures("without_redis_py")
+def test_a_redis_store_without_redis_py_names_the_full_layer() -> None:
+    # GIVEN no redis-py WHEN a RedisStore is built from a URL THEN the error says what to attach
+    with pytest.raises(ConfigError, match=r"^RedisStore needs redis-py, .* full layer"):
+        RedisStore(url="redis://127.0.0.1:1")

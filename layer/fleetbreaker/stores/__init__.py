@@ -168,8 +168,10 @@ class StoreSettings:
             ``--profile``); default: botocore's credential chain.
         """
         if self.redis_url is not None:
-            from fleetbreaker.stores.redis import RedisStore
+            from fleetbreaker.stores.redis import RedisStore, require_redis_py
 
+            # Before the IAM signer, which subclasses one of redis-py's classes.
+            require_redis_py(URL_ENV)
             options = dict(redis_options or {})
             if self.iam_user is not None and self.iam_cache is not None:
                 from fleetbreaker.stores.elasticache_iam import ElastiCacheIAMAuth

@@ -533,6 +533,26 @@ def _note_looser_client(client: Any, socket_timeout: float, connect_timeout: flo
         )
 
 
+def require_redis_py(configured_by: str | None = None) -> None:
+    """Raise :class:`ConfigError` when redis-py cannot be imported, saying where to get it.
+
+    The slim layer carries the package alone, so a function on it that asks for Redis must
+    learn at init which layer to attach rather than meet a bare ``ModuleNotFoundError`` (or,
+    on the IAM path, one from deep inside the token signer). ``configured_by`` names the
+    variable that chose Redis, when one did.
+    """
+    try:
+        import redis  # noqa: F401  (its presence is the check; callers import what they use)
+    except ImportError as exc:
+        chosen = f"{configured_by} selects the Redis store, but " if configured_by else ""
+        raise ConfigError(
+            f"{chosen}RedisStore needs redis-py, which the slim fleetbreaker layer does not "
+            "carry: attach the full layer (/<stack>/fleetbreaker/<runtime>/layer-arn) instead "
+            "of the slim one, or bundle redis with your function "
+            "(pip install 'fleetbreaker[redis]')"
+        ) from exc
+
+
 def _make_client(
     url: str,
     *,
@@ -546,13 +566,11 @@ def _make_client(
 ) -> RedisClient:
     if not isinstance(url, str) or not url.strip():
         raise ConfigError(f"RedisStore needs a client or a url: pass client=/url= or set {URL_ENV}")
-    try:
-        import redis
-        from redis.backoff import NoBackoff
-        from redis.exceptions import ConnectionError as RedisConnectionError
-        from redis.retry import Retry
-    except ImportError as exc:  # pragma: no cover - depends on the environment
-        raise ConfigError("RedisStore needs redis-py: pip install 'fleetbreaker[redis]'") from exc
+    require_redis_py()
+    import redis
+    from redis.backoff import NoBackoff
+    from redis.exceptions import ConnectionError as RedisConnectionError
+    from redis.retry import Retry
 
     # Every message below quotes the URL without its password (it lands in init logs).
     shown = redact_url(url)
