@@ -90,19 +90,23 @@ def before_snapshot() -> None:
     metrics gathered so far.
 
     Lambda SnapStart calls it (through ``snapshot_restore_py``) when init has finished. With
-    another snapshot mechanism, call it just before the snapshot is taken. It never raises:
-    a breaker whose report fails keeps its counts, and the store error is logged.
+    another snapshot mechanism, call it just before the snapshot is taken. It never raises
+    (the runtime fails a snapshot whose hook raises): a store that cannot take a report
+    leaves that breaker degraded, as any store failure does, logged by its listeners, and
+    those counts stay out of the fleet's window.
     """
     for breaker in live_breakers():
         try:
             breaker.flush()
-        except Exception:  # a hook that raises fails the snapshot: log and go on
+        except Exception:
             log.exception("fleetbreaker: breaker %r could not send its counts", breaker.name)
-    metrics = sys.modules.get("fleetbreaker.metrics")
-    if metrics is not None:
+    if sys.modules.get("fleetbreaker.metrics") is not None:
         from fleetbreaker.metrics import flush_every_listener
 
-        flush_every_listener()
+        try:
+            flush_every_listener()
+        except Exception:
+            log.exception("fleetbreaker: could not write the metrics gathered at init")
 
 
 def after_restore() -> None:
@@ -144,7 +148,7 @@ def after_restore() -> None:
     for what, step in steps:
         try:
             step()
-        except Exception:  # a hook that raises fails the restore: log and go on
+        except Exception:  # the runtime fails a restore whose hook raises: log and go on
             log.exception("fleetbreaker: could not restart the process's %s", what)
     breakers = live_breakers()
     for breaker in breakers:
