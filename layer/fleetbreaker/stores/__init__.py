@@ -1,8 +1,8 @@
 """Shared stores: each keeps one record per breaker and applies the rules atomically.
 
-This module is the one reader of the store variables (``CIRCUIT_BREAKER_TABLE``,
-``CIRCUIT_BREAKER_REDIS_URL``, ``CIRCUIT_BREAKER_REDIS_IAM_USER``,
-``CIRCUIT_BREAKER_REDIS_IAM_CACHE``): functions pass their environment to :func:`from_env`
+The store variables (``CIRCUIT_BREAKER_TABLE``, ``CIRCUIT_BREAKER_REDIS_URL``,
+``CIRCUIT_BREAKER_REDIS_IAM_USER``, ``CIRCUIT_BREAKER_REDIS_IAM_CACHE``) are read through
+:mod:`fleetbreaker.stores.variables` alone: functions pass their environment to :func:`from_env`
 (or :meth:`StoreSettings.from_env`), the CLI maps its options into such an environment, and
 the stores' own defaults (``DynamoDBStore(table_name=None)``, ``RedisStore(url=None)``) come
 from here too.
