@@ -1,9 +1,10 @@
 """One configuration path: the store variables and BREAKER_* are read in one place each.
 
-``fleetbreaker.stores.variables`` reads ``CIRCUIT_BREAKER_TABLE``, ``_REDIS_URL``, ``_REDIS_IAM_USER``
-and ``_REDIS_IAM_CACHE``; ``BreakerConfig.from_env`` reads ``BREAKER_*``. A breaker built
-without ``config=`` takes the environment's BREAKER_* as it takes its store; an explicit
-argument wins over the environment, which wins over the documented defaults.
+``fleetbreaker.stores.variables`` reads ``CIRCUIT_BREAKER_TABLE``, ``_REDIS_URL``,
+``_REDIS_IAM_USER`` and ``_REDIS_IAM_CACHE``; ``BreakerConfig.from_env`` reads
+``BREAKER_*``. A breaker built without ``config=`` takes the environment's BREAKER_* as it
+takes its store; an explicit argument wins over the environment, which wins over the
+documented defaults.
 """
 
 from __future__ import annotations
