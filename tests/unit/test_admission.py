@@ -331,3 +331,26 @@ def test_a_failing_decision_listener_is_logged_by_name_and_the_call_goes_on(
         assert breaker.call(lambda: "ok") == "ok"
     assert "Broken" in caplog.text
     assert "on_decision" in caplog.text
+
+
+def test_a_stale_view_that_finds_the_breaker_just_closed_is_the_ramps_to_judge() -> None:
+    # GIVEN a recovery ramp (10 s), a container that saw the breaker open and due, and
+    # another container whose probe then closed it; the stale one's draw is over the
+    # ramp's first share
+    clock, store = FakeClock(), MemoryStore()
+    config = replace(CONFIG, cache_ttl=5.0, recovery_ramp_seconds=10)
+    opened(store, clock, config)
+    stale_rng = Draw()
+    stale_rng.draw = 0.5
+    stale = CircuitBreaker("payment-api", store=store, config=config, clock=clock, rng=stale_rng)
+    assert stale.check().decision is Decision.REJECT  # reads the open record
+    prober = CircuitBreaker("payment-api", store=store, config=config, clock=clock)
+    clock.advance(10)
+    token = prober.check().token
+    assert token is not None
+    prober.record(True, token=token)
+    # WHEN the stale container's call comes, its claim finding the closed record
+    admission = stale.check()
+    # THEN the ramp turns it away, as closed, for a short while
+    assert (admission.decision, admission.state) == (Decision.REJECT, State.CLOSED)
+    assert 0 < admission.retry_after_s <= 1.0
