@@ -54,6 +54,8 @@ CORE = [
     "tests/unit/test_window.py",
     "tests/unit/test_clock_skew.py",
     "tests/unit/test_census.py",
+    "tests/unit/test_admission.py",
+    "tests/unit/test_rate_strategy.py",
     "tests/unit/test_ramp.py",
     "tests/unit/test_shadow_mode.py",
     "tests/unit/test_rate_reporting.py",
