@@ -92,3 +92,37 @@ def test_each_test_path_of_each_selection_keeps_tests_under_its_filter(
         # would leave that file's mutants to the others' tests without saying so
         for path in mutate.selection_paths(list(tests)):
             assert any(test_id.startswith(path) for test_id in ids), (path, tests)
+
+
+# Unit tests that read the package's source or measure its imports: they scan files that
+# mutmut rewrites (test_record_schema fails mutmut's stats pass), or kill nothing.
+NOT_BEHAVIOUR = {
+    "test_import_cost.py",
+    "test_module_seams.py",
+    "test_record_schema.py",
+    "test_one_config_path.py",
+}
+# Hypothesis state machines: minutes a run, once per mutant (scripts/mutate.py's CORE).
+TOO_SLOW = {"test_stateful.py", "test_stateful_rate.py"}
+
+
+def test_each_unit_test_file_of_a_mutated_module_is_in_its_selection(mutate: ModuleType) -> None:
+    # GIVEN the unit test files that import one of the modules the core selection or the
+    # config's mutates (the stores, the record and the policy are every test's tools:
+    # importing them says nothing of what a file tests)
+    left_out = []
+    for module, tests in mutate.MODULES.items():
+        if module not in mutate.DEFAULT or (tests is not mutate.CORE and module != "config"):
+            continue
+        dotted = "fleetbreaker." + module.replace("/", ".")
+        paths = mutate.selection_paths(tests)
+        for test_file in sorted((ROOT / "tests" / "unit").glob("test_*.py")):
+            source = test_file.read_text()
+            if test_file.name in NOT_BEHAVIOUR | TOO_SLOW or f"from {dotted} import" not in source:
+                continue
+            relative = str(test_file.relative_to(ROOT))
+            if relative not in paths and "tests/unit" not in paths:
+                left_out.append((module, relative))
+    # THEN each module's selection runs them: a test written against a module's survivors
+    # but left out of the map kills none of them
+    assert left_out == []
