@@ -23,6 +23,7 @@ from fleetbreaker.rate import (
     urgent_allowed,
     write_rate,
 )
+from fleetbreaker.record import WINDOW_BUCKETS, Bucket, Outcome, Record
 from fleetbreaker.window import WindowCounts
 from tests.support import Dependency, FakeClock
 
@@ -327,3 +328,63 @@ def test_the_current_buckets_rate_is_read_over_at_least_a_tenth_of_a_bucket() ->
     counts = WindowCounts(reports=10, recent_reports=10, recent_ms=60_000, current_reports=10)
     # THEN they are spread over a tenth of a bucket, not over nothing
     assert write_rate(counts, POLICY) == 10 * 1000 / (POLICY.bucket_ms / 10)
+
+
+# -- reports the store did not apply, and hung calls on a hot record ----------------------------
+
+
+class LosesFirstReport(MemoryStore):
+    """Answers the first report as a store whose every conditional write lost a race: not
+    applied, the record unchanged (closed, this generation)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lost = 0
+
+    def report(self, name: str, policy: Any, now_ms: int, report: Any, observed: Any) -> Any:
+        if not self.lost:
+            self.lost += 1
+            return Outcome(self.load(name, now_ms))
+        return super().report(name, policy, now_ms, report, observed)
+
+
+def test_a_report_that_lost_every_race_goes_with_the_next_one() -> None:
+    # GIVEN a rate-policy breaker on a closed record, whose first report the store did not
+    # apply
+    clock, store = FakeClock(), LosesFirstReport()
+    store.seed("payment-api", Record(expires_at=clock() // 1000 + 3600))
+    breaker = make(store, clock)
+    for _ in range(3):
+        breaker.call(Dependency())
+    clock.advance(RATE.effective_report_interval)
+    breaker.call(Dependency())  # its first report: lost
+    assert store.lost == 1
+    # WHEN the next report goes out
+    clock.advance(RATE.effective_report_interval)
+    breaker.call(Dependency())
+    # THEN it carries the lost calls too: none is missing from the fleet's window
+    assert breaker.snapshot().calls == 4
+
+
+def test_a_hung_call_on_a_hot_record_is_reported_at_once_by_a_newcomer() -> None:
+    # GIVEN a newcomer (no report yet) on a record taking 1,000 reports/s, timing calls
+    clock = FakeClock()
+    store = MemoryStore()
+    idx = clock() // POLICY.bucket_ms
+    hot_bucket = Bucket(idx, calls=50_000, failures=0, slow=0, reports=10_000)
+    store.seed(
+        "payment-api",
+        Record(buckets={idx % WINDOW_BUCKETS: hot_bucket}, expires_at=clock() // 1000 + 3600),
+    )
+    breaker = make(store, clock, SLOW)
+    breaker.call(Dependency())
+    writes = store.stats.writes
+
+    # WHEN a call hangs past the slow duration and the watcher finds it
+    def hangs() -> None:
+        clock.advance(1.5)
+        assert breaker.report_hung_calls() == 1
+        # THEN it was written out of turn, not held for the fleet's interval
+        assert store.stats.writes == writes + 1
+
+    breaker.call(hangs)
