@@ -512,3 +512,31 @@ def test_a_written_failure_is_heard_with_the_breaker_and_the_state_it_left() -> 
     assert [r.applied for r in results] == [True] * 5
     assert results[-1] == RecordResult(True, State.OPEN, "failure counted")
     assert heard.heard == [(NAME, State.CLOSED)] * 4 + [(NAME, State.OPEN)]
+
+
+def test_exactly_the_evidence_asked_for_is_believed() -> None:
+    # GIVEN exactly MIN_CENSUS_EVIDENCE census writes in the current slice, near its end
+    now = T0 + COUNT.bucket_ms - 1
+    slot = (now // COUNT.bucket_ms) % WINDOW_BUCKETS
+
+    def holding(count: int) -> Record:
+        return Record(census={slot: CensusBucket(now // COUNT.bucket_ms, count)})
+
+    # THEN they show a fleet; one fewer shows none
+    assert census_containers(holding(MIN_CENSUS_EVIDENCE), COUNT, now) > 0
+    assert census_containers(holding(MIN_CENSUS_EVIDENCE - 1), COUNT, now) == 0.0
+
+
+def test_evidence_spread_thin_over_the_window_shows_a_small_fleet() -> None:
+    # GIVEN 30 census writes spread evenly over the whole window (3 a slice: 100
+    # containers' worth on average, each slice far from the evidence on its own)
+    now = T0 + COUNT.bucket_ms - 1
+    current = now // COUNT.bucket_ms
+    census = {
+        (current - age) % WINDOW_BUCKETS: CensusBucket(current - age, 3)
+        for age in range(WINDOW_BUCKETS)
+    }
+    record = Record(census=census)
+    # THEN the estimate is the evidence's lower bound: a fleet, but less than the average
+    estimate = census_containers(record, COUNT, now)
+    assert 0 < estimate < 100
