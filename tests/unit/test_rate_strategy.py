@@ -18,6 +18,7 @@ from fleetbreaker.frozen import replace
 from fleetbreaker.policy import Policy
 from fleetbreaker.rate import (
     URGENT_REPORTS_PER_S,
+    fleet_interval_ms,
     fleet_size,
     recent_failing,
     urgent_allowed,
@@ -388,3 +389,48 @@ def test_a_hung_call_on_a_hot_record_is_reported_at_once_by_a_newcomer() -> None
         assert store.stats.writes == writes + 1
 
     breaker.call(hangs)
+
+
+# -- the interval a newcomer adopts ---------------------------------------------------------
+
+
+def busy(reports: int, calls_per_report: int = 10) -> WindowCounts:
+    """The 10 s window of a record that took ``reports`` reports of that many calls each."""
+    return WindowCounts(calls=reports * calls_per_report, reports=reports)
+
+
+def test_a_newcomer_adopts_the_interval_its_call_rate_gathers_a_fleet_report_in() -> None:
+    # GIVEN reports of 10 calls at 125 reports/s (half the target: just hot), and a
+    # newcomer that made 10 calls in 1 s
+    # THEN the fleet's interval is the 1 s it takes to gather 10 calls
+    assert fleet_interval_ms(busy(1250), POLICY, 10, 1000) == 1000
+    # AND at 300 reports/s, with reports of 20 calls, 2 s
+    assert fleet_interval_ms(busy(3000, 20), POLICY, 10, 1000) == 2000
+
+
+def test_a_record_under_half_the_target_write_rate_gives_no_interval() -> None:
+    assert fleet_interval_ms(busy(1000), POLICY, 10, 1000) is None
+
+
+@pytest.mark.parametrize(
+    ("counts", "own_calls", "own_ms"),
+    [
+        (WindowCounts(calls=0, reports=1250), 10, 1000),
+        (busy(1250), 0, 1000),
+        (busy(1250), 10, 0),
+    ],
+)
+def test_without_calls_on_both_sides_there_is_no_fleet_interval(
+    counts: WindowCounts, own_calls: int, own_ms: int
+) -> None:
+    assert fleet_interval_ms(counts, POLICY, own_calls, own_ms) is None
+
+
+def test_single_calls_and_milliseconds_are_enough_to_go_on() -> None:
+    # One report just now (1,000 reports/s over the last millisecond) of 10 calls
+    one_report = WindowCounts(calls=10, reports=1, recent_reports=1, recent_ms=1)
+    assert fleet_interval_ms(one_report, POLICY, 10, 1000) == 1000
+    # One call of the newcomer's in 1 s; 10 in 1 ms; a fleet report of 1 call
+    assert fleet_interval_ms(busy(1250), POLICY, 1, 1000) == 10_000
+    assert fleet_interval_ms(busy(1250), POLICY, 10, 1) == 1
+    assert fleet_interval_ms(WindowCounts(calls=1, reports=1250), POLICY, 1, 1000) == 1
