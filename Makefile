@@ -17,6 +17,11 @@ VENV_STAMP := $(VENV)/.stamp
 NODE_STAMP := node_modules/.stamp
 # Extra arguments: `make test PYTEST_ARGS='-k redis -x'`, `make demo ARGS='--help'`.
 PYTEST_ARGS ?=
+# The suite's workers (pytest-xdist): tests that share a costly fixture stay on one worker
+# (--dist loadgroup; tests/conftest.py's SHARED_FIXTURES). `make test WORKERS=` runs serially.
+# Why 3 on 2 cores: docs/testing.md, "Speed".
+PYTEST_WORKERS ?= 3
+WORKERS ?= -n $(PYTEST_WORKERS) --dist loadgroup
 # Branch coverage of layer/fleetbreaker and functions/ (pyproject's [tool.coverage]): the
 # table, and a failure below its fail_under. A partial run (PYTEST_ARGS='-k ...') falls
 # below the floor: pass COVERAGE= to leave coverage out.
@@ -25,7 +30,7 @@ ARGS ?=
 # apt-get needs root; use sudo when not root (CI and the dev machines run as root).
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: help venv node redis deps lint test rehearse test-deployed mutate demo bench scale constraints clean distclean
+.PHONY: help venv node redis deps lint test test-quick time-tests rehearse test-deployed mutate demo bench scale figures constraints clean distclean
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-14s %s\n", $$1, $$2}' \
@@ -74,9 +79,31 @@ test: export SAM_CLI_TELEMETRY := 0
 test: export AWS_DEFAULT_REGION := us-east-1
 test: export AWS_ACCESS_KEY_ID := testing
 test: export AWS_SECRET_ACCESS_KEY := testing
+# Bytecode is written (an environment may forbid it, as this machine's does): hundreds of
+# processes the tests start (the CLI, the deploy rehearsal's functions, the workers) then
+# read the package, the functions and the tests compiled instead of compiling them again.
+test: export PYTHONDONTWRITEBYTECODE :=
 test: deps lint ## lint, then every test except the deployed-stack suite
 	@# pytest exits 5 when no test ran; make treats any non-zero exit as a failure.
-	$(PYTEST) -m "not deployed" $(COVERAGE) $(PYTEST_ARGS)
+	$(PYTEST) -m "not deployed" $(WORKERS) $(COVERAGE) $(PYTEST_ARGS)
+
+# The inner loop (docs/testing.md, "Speed"): the unit tests, the rules and the store contract
+# on MemoryStore; the unit tests' Hypothesis machines on DynamoDB and Redis are left to
+# `make test`. No server, no coverage, two workers.
+QUICK_TESTS := tests/unit tests/contract \
+	-k "(memory or not contract) and not dynamodb_store and not redis_store"
+test-quick: export AWS_DEFAULT_REGION := us-east-1
+test-quick: export AWS_ACCESS_KEY_ID := testing
+test-quick: export AWS_SECRET_ACCESS_KEY := testing
+test-quick: export PYTHONDONTWRITEBYTECODE :=
+test-quick: venv ## the unit tests, the rules and the store contract on MemoryStore (a minute)
+	$(PYTEST) -n 2 $(QUICK_TESTS) $(PYTEST_ARGS)
+
+# The figures of docs/testing.md's "Speed": `make test`'s pytest run timed (after its set-up
+# and lint), with its CPU time, the load beside it and the slowest tests
+# (ARGS='--runs 3 --busy' beside a loop spinning one core; scripts/time_tests.py --help).
+time-tests: deps ## time make test's pytest run: wall and CPU time, load, the 25 slowest tests
+	$(PY) scripts/time_tests.py $(ARGS)
 
 # `make test` runs it too; this runs it alone (docs/testing.md, "The deploy rehearsal").
 rehearse: export SAM_CLI_TELEMETRY := 0
@@ -114,6 +141,12 @@ bench: venv ## import cost next to boto3, then fleetbreaker vs Powertools' circu
 
 scale: venv ## simulated fleet of 100-5,000 containers, count vs rate policy (bench/README.md)
 	$(PY) bench/scale.py $(ARGS)
+
+# Every measured figure README.md, docs/ and bench/README.md quote is marked in the page and
+# rendered from bench/results/*.json (bench/README.md says which benchmark writes which file);
+# tests/docs/test_figures.py fails while a page and the JSON disagree.
+figures: venv ## re-render the figures the docs quote from bench/results/*.json
+	$(PY) bench/figures.py
 
 constraints: venv ## regenerate constraints.txt from the current venv
 	{ echo "# Full resolved pin set for the dev environment, so a fresh clone installs what was tested."; \

@@ -48,7 +48,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 TARGET_EXTRA_MS = 6.0  # at a 150 ms `import boto3`: the ratio below
 TARGET_RATIO = 1.04
@@ -212,8 +214,16 @@ def reference_layer(rev: str, scratch: Path) -> dict[str, str]:
     return env
 
 
-def whole_process(runs: int, references: dict[str, dict[str, str]]) -> tuple[float, float, float]:
-    """Print the A/B figures; return the medians of the wall ratio, the extra wall ms and B.
+def middle_half(values: list[float], digits: int = 3) -> list[float]:
+    """The first and third quartiles, for the results JSON (what `quartiles` prints)."""
+    q1, _, q3 = statistics.quantiles(values, n=4) if len(values) > 1 else values * 3
+    return [round(q1, digits), round(q3, digits)]
+
+
+def whole_process(runs: int, references: dict[str, dict[str, str]]) -> dict[str, Any]:
+    """Print the A/B figures; return the wall ratio's, the extra wall ms' and B's medians.
+
+    Each figure comes with the middle half of its pairs, as the results JSON records it.
 
     Each round runs B, A and every reference's A once, forwards in even rounds and backwards
     in odd ones, so a drift of the machine's speed during a round falls on both sides alike.
@@ -255,14 +265,17 @@ def whole_process(runs: int, references: dict[str, dict[str, str]]) -> tuple[flo
         print(f"    wall {quartiles(ratio(side, wall), ' x', 3)}")
         ours = [a - r for a, r in zip(wall["A"], wall[side], strict=True)]
         print(f"    A - reference, wall {quartiles(ours, ' ms')}")
-    return (
-        statistics.median(ratio("A", wall)),
-        statistics.median(extra("A", wall)),
-        statistics.median(wall["B"]),
-    )
+    return {
+        "ratio": round(statistics.median(ratio("A", wall)), 4),
+        "ratio_middle_half": middle_half(ratio("A", wall)),
+        "extra_ms": round(statistics.median(extra("A", wall)), 2),
+        "extra_ms_middle_half": middle_half(extra("A", wall), 2),
+        "boto3_ms": round(statistics.median(wall["B"]), 1),
+        "boto3_ms_range": [round(min(wall["B"]), 1), round(max(wall["B"]), 1)],
+    }
 
 
-def read_only_layer(runs: int) -> float:
+def read_only_layer(runs: int) -> dict[str, Any]:
     """Print what the layer's bytecode saves where Lambda puts it; return the median ms saved.
 
     Lambda unpacks a layer under /opt, read-only: without bytecode in the layer, every cold
@@ -305,7 +318,12 @@ def read_only_layer(runs: int) -> float:
     print(f"  source only (before)      wall {spread(walls['source'], ' ms')}")
     print(f"  saved per cold start      wall {spread(saved_wall, ' ms')}", end="")
     print(f"   cpu {spread(saved_cpu, ' ms')}")
-    return statistics.median(saved_wall)
+    return {
+        "saved_ms": round(statistics.median(saved_wall), 1),
+        "saved_ms_middle_half": middle_half(saved_wall, 1),
+        "source_ms": round(statistics.median(walls["source"]), 1),
+        "bytecode_ms": round(statistics.median(walls["bytecode"]), 1),
+    }
 
 
 def breakdown(runs: int) -> bool:
@@ -350,6 +368,12 @@ def main() -> int:
         metavar="REV",
         help="also time A as the package was at git revision REV, in the same rounds (repeatable)",
     )
+    parser.add_argument(
+        "--json",
+        type=Path,
+        metavar="PATH",
+        help="also write the figures as JSON (bench/results/import_time.json is what docs quote)",
+    )
     args = parser.parse_args()
     if args.runs < 1:
         parser.error("--runs must be at least 1")
@@ -360,11 +384,12 @@ def main() -> int:
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} cores, load {load_start}\n")
     with tempfile.TemporaryDirectory() as scratch:
         references = {rev: reference_layer(rev, Path(scratch)) for rev in args.reference}
-        ratio, extra_ms, base_ms = whole_process(args.runs, references)
+        whole = whole_process(args.runs, references)
         if args.instructions:
-            instruction_figures(base_ms, references)
+            instruction_figures(whole["boto3_ms"], references)
     clean = breakdown(args.runs)
-    read_only_layer(args.runs)
+    layer = read_only_layer(args.runs)
+    ratio, extra_ms, base_ms = whole["ratio"], whole["extra_ms"], whole["boto3_ms"]
     load_end = [round(x, 2) for x in os.getloadavg()]
     ratio_met = ratio <= TARGET_RATIO
     # The 6 ms is the ratio's allowance where `import boto3` takes 150 ms; on a slower
@@ -380,6 +405,26 @@ def main() -> int:
         f"{(ratio - 1) * speed_ms:.1f} ms)\n"
         f"aws_xray_sdk {'never imported' if clean else 'IMPORTED'}"
     )
+    if args.json is not None:
+        document = {
+            "benchmark": "import_time",
+            "environment": {
+                "date_utc": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M"),
+                "python": sys.version.split()[0],
+                "cpu_count": os.cpu_count(),
+                "loadavg": [load_start, load_end],
+                "references": args.reference,
+            },
+            "runs": args.runs,
+            "target": {"ratio": TARGET_RATIO, "extra_ms_at_150ms": TARGET_EXTRA_MS},
+            "whole_process": whole,
+            "ms_at_150ms_boto3": round((ratio - 1) * speed_ms, 1),
+            "read_only_layer": layer,
+            "aws_xray_sdk_imported": not clean,
+        }
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(document, indent=2) + "\n")
+        print(f"JSON: {args.json}")
     return 0 if (ratio_met and clean) or not args.check else 1
 
 

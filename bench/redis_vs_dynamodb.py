@@ -419,6 +419,7 @@ def main() -> int:
     from devtools.servers import MotoServer, RedisServer
 
     started = time.perf_counter()
+    load_start = [round(x, 2) for x in os.getloadavg()]
     redis_server, moto_server = RedisServer(), MotoServer()
     with redis_server, moto_server:
         redis_url, moto_url = redis_server.url, moto_server.endpoint_url
@@ -439,6 +440,9 @@ def main() -> int:
             "cpus": os.cpu_count(),
         },
         "versions": _versions(),
+        # The 1-, 5- and 15-minute load at the start and the end: a busy machine moves every
+        # latency here by up to two times, the server's own script time much less.
+        "loadavg": [load_start, [round(x, 2) for x in os.getloadavg()]],
         "cache_miss": cache_miss,
         "overhead": overhead,
         "herd": herd,

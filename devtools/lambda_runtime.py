@@ -14,6 +14,13 @@ or ``{"init_error": {...}}`` (then the process exits, as a failed init does in L
 Everything the function prints or logs goes to the process's stdout/stderr, which the parent
 keeps as the function's log.
 
+One thing differs from Lambda, and not through the environment: the package's store clients
+get the patient timeouts of the tests' own clients (devtools.servers.patient_store_clients),
+as every test process does. The stores' 0.2 s and 0.3 s are made for DynamoDB and
+ElastiCache; the rehearsal's local servers share two cores with the rest of the suite, and a
+late answer would put the function on its local breaker, which the rehearsal reports as a
+failure of the stack. The timeouts themselves are tested in tests/faults and tests/redis.
+
 Usage: python -m devtools.lambda_runtime CODE_DIR ANSWER_FD
 """
 
@@ -27,7 +34,7 @@ import traceback
 from typing import Any
 
 from devtools.lambda_context import FakeLambdaContext
-from devtools.servers import REPO_ROOT
+from devtools.servers import REPO_ROOT, patient_store_clients
 
 SHARED_DIR = REPO_ROOT / "functions" / "shared"
 
@@ -49,6 +56,7 @@ def main() -> None:
     code_dir, answer_fd = sys.argv[1], int(sys.argv[2])
     channel = os.fdopen(answer_fd, "w", encoding="utf-8")
     sys.path[:0] = [code_dir, str(SHARED_DIR)]
+    patient_store_clients()
     module_name, _, function_name = os.environ["_HANDLER"].rpartition(".")
     try:
         handler = getattr(importlib.import_module(module_name), function_name)

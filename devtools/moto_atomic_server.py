@@ -5,6 +5,9 @@ conditional UpdateItems on one item can both pass their checks: a race real Dyna
 allows (conditional writes to an item are linearisable). A global lock around each request
 restores that guarantee without changing anything else about moto's wire behaviour.
 
+With FLEETBREAKER_MOTO_VALIDATE_ONCE=1 in its environment it also makes moto's UpdateExpression
+checks once per expression (devtools/moto_validation.py), as the test suite's servers do.
+
 Usage: python devtools/moto_atomic_server.py HOST PORT
 """
 
@@ -22,6 +25,8 @@ from moto.server import (  # type: ignore[attr-defined]
     create_backend_app,
 )
 from werkzeug.serving import run_simple
+
+from devtools import moto_validation
 
 
 class SerialisedApp:
@@ -44,6 +49,8 @@ class SerialisedApp:
 def main() -> None:
     host, port = sys.argv[1], int(sys.argv[2])
     os.environ.setdefault("MOTO_PORT", str(port))
+    if os.environ.get(moto_validation.ENV) == "1":
+        moto_validation.validate_once()
     app = DomainDispatcherApplication(create_backend_app)
     run_simple(host, port, SerialisedApp(app), threaded=True, request_handler=MotoRequestHandler)
 

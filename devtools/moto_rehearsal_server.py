@@ -68,10 +68,12 @@ IAMRequestBase._create_aws_request = _create_signed_request  # type: ignore[meth
 def _answer_first() -> None:
     """Run ahead of everything else on the machine, where allowed (root).
 
-    The functions' store clients time out after 0.3 s per read, as they would against
-    DynamoDB; moto parses a conditional update in tens of milliseconds of CPU, so on a machine
-    busy with other work its answers arrive late and the functions fall back to their local
-    breakers: a failure of the machine, not of the stack. Threads inherit the priority.
+    The functions' breakers give a store operation 1 s in all (store_deadline_seconds, as
+    the stack leaves it; their clients' own timeouts are the tests' patient ones,
+    devtools/lambda_runtime.py); moto parses a conditional update in tens of milliseconds of
+    CPU, so on a machine busy with other work its answers could arrive later and the
+    functions fall back to their local breakers: a failure of the machine, not of the stack.
+    Threads inherit the priority.
     """
     with contextlib.suppress(PermissionError):
         os.nice(-10)

@@ -33,6 +33,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from devtools import moto_validation
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DYNALITE_CLI = REPO_ROOT / "node_modules" / "dynalite" / "cli.js"
 LOOPBACK = "127.0.0.1"
@@ -270,9 +272,24 @@ def _http_answers(port: int) -> bool:
 
 
 class MotoServer(ServerProcess):
-    """moto's standalone server (`python -m moto.server`): AWS APIs over real HTTP."""
+    """moto's standalone server (`python -m moto.server`): AWS APIs over real HTTP.
+
+    ``validate_once``: moto checks each UpdateExpression once instead of once per action
+    (devtools/moto_validation.py), as the test suite's servers do; the demo and the
+    benchmarks leave it off and run moto as it is.
+    """
 
     name = "moto"
+
+    def __init__(
+        self,
+        port: int | None = None,
+        *,
+        ready_timeout: float = READY_TIMEOUT,
+        validate_once: bool = False,
+    ) -> None:
+        super().__init__(port, ready_timeout=ready_timeout)
+        self.validate_once = validate_once
 
     @staticmethod
     def check_installed() -> None:
@@ -289,7 +306,10 @@ class MotoServer(ServerProcess):
 
     def env(self) -> Mapping[str, str]:
         # Step Functions service integrations call back into moto at MOTO_PORT.
-        return {**super().env(), "MOTO_PORT": str(self.port), "PYTHONUNBUFFERED": "1"}
+        env = {**super().env(), "MOTO_PORT": str(self.port), "PYTHONUNBUFFERED": "1"}
+        if self.validate_once:
+            env[moto_validation.ENV] = "1"
+        return env
 
     def is_ready(self) -> bool:
         return _http_answers(self.port)
@@ -612,11 +632,46 @@ class HoldingProxy:
         self.close()
 
 
+# --------------------------------------------------------------------------- store clients
+
+# The timeouts of the clients the tests give their local servers. The stores' own defaults
+# (DynamoDB: 0.2 s connect, 0.3 s read; Redis: 0.2 s) are made for DynamoDB and ElastiCache
+# next to the function; a local server on a busy machine (other test workers, a CI
+# neighbour) can answer later than that without anything being wrong.
+PATIENT_DYNAMODB = {"connect_timeout": 2.0, "read_timeout": 10.0}
+PATIENT_REDIS = {"socket_timeout": 5.0, "socket_connect_timeout": 5.0}
+
+
+def store_client_defaults() -> tuple[dict[str, Any], dict[str, Any]]:
+    """The package's own defaults, as live objects: the DynamoDB store's client timeouts and
+    RedisStore's keyword defaults. Set a key and every client built afterwards in this
+    process gets the value (the package reads both when it builds a client)."""
+    from fleetbreaker.stores.dynamodb import wire
+    from fleetbreaker.stores.redis import RedisStore
+
+    redis_defaults = RedisStore.__init__.__kwdefaults__
+    assert redis_defaults is not None
+    return wire.DEFAULT_TIMEOUTS, redis_defaults
+
+
+def patient_store_clients() -> None:
+    """Give every store client built from now on in this process PATIENT_* timeouts.
+
+    For processes that run the package against local servers and are not about its
+    timeouts (tests/conftest.py does it per test, restoring the defaults for the tests that
+    are; the deploy rehearsal's function processes, devtools/lambda_runtime.py, for life).
+    """
+    dynamodb, redis = store_client_defaults()
+    dynamodb.update(PATIENT_DYNAMODB)
+    redis.update(PATIENT_REDIS)
+
+
 # --------------------------------------------------------------------------- DynamoDB
 
 
 def dynamodb_client(endpoint_url: str, **config: Any) -> Any:
-    """A boto3 DynamoDB client for a local endpoint, with dummy credentials and short timeouts.
+    """A boto3 DynamoDB client for a local endpoint, with dummy credentials and patient
+    timeouts (PATIENT_DYNAMODB).
 
     Keyword arguments go to botocore.config.Config (they override the defaults here).
     """
@@ -624,8 +679,7 @@ def dynamodb_client(endpoint_url: str, **config: Any) -> Any:
     from botocore.config import Config
 
     settings: dict[str, Any] = {
-        "connect_timeout": 2,
-        "read_timeout": 10,
+        **PATIENT_DYNAMODB,
         "retries": {"max_attempts": 2, "mode": "standard"},
         **config,
     }

@@ -15,7 +15,7 @@ from typing import Any, NoReturn, TypeVar
 
 import pytest
 
-from devtools import servers
+from devtools import moto_validation, servers
 from devtools.servers import (
     BackendMissing,
     BlackholeServer,
@@ -27,6 +27,7 @@ from devtools.servers import (
     TlsRedisServer,
     make_certificates,
 )
+from tests import coverage_scope, workers
 from tests.support import FakeClock
 
 IN_CI = bool(os.environ.get("CI"))
@@ -72,6 +73,8 @@ def _sanitize_aws_environment() -> None:
 
 
 _sanitize_aws_environment()
+coverage_scope.install()  # moto in-process, untraced by coverage (tests/coverage_scope.py)
+moto_validation.validate_once()  # moto checks an UpdateExpression once, not once per action
 
 
 # --------------------------------------------------------------------------- backends
@@ -117,7 +120,7 @@ def _serve(server: S) -> Iterator[S]:
 @pytest.fixture(scope="session")
 def moto_server() -> Iterator[str]:
     """Endpoint URL of moto's standalone server (real HTTP, own process, MOTO_PORT set)."""
-    with _serve(MotoServer()) as server:
+    with _serve(MotoServer(validate_once=True)) as server:
         yield server.endpoint_url
 
 
@@ -156,6 +159,47 @@ def redis_factory() -> Iterator[Callable[[], RedisServer]]:
     finally:
         for server in started:
             server.stop()
+
+
+# Every store client the package builds in a test process gets the patient timeouts of the
+# test servers' own clients (servers.PATIENT_*), except in the tests about the wall clock and
+# the stores' timeouts themselves: those marked `realtime` (tests/faults, the Redis faults) or
+# `store_timeouts` (the defaults read back, a reply held past them), which get the package's
+# defaults back. Child processes (the CLI, the demo) keep the defaults; the deploy
+# rehearsal's functions get the patient ones (devtools/lambda_runtime.py).
+_DYNAMODB_DEFAULTS, _REDIS_DEFAULTS = servers.store_client_defaults()
+PRODUCTION = (
+    {setting: _DYNAMODB_DEFAULTS[setting] for setting in servers.PATIENT_DYNAMODB},
+    {setting: _REDIS_DEFAULTS[setting] for setting in servers.PATIENT_REDIS},
+)
+
+
+def _set_store_client_defaults(
+    patch: pytest.MonkeyPatch, dynamodb: dict[str, Any], redis: dict[str, Any]
+) -> None:
+    for defaults, values in ((_DYNAMODB_DEFAULTS, dynamodb), (_REDIS_DEFAULTS, redis)):
+        for setting, seconds in values.items():
+            patch.setitem(defaults, setting, seconds)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def patient_store_clients() -> Iterator[None]:
+    with pytest.MonkeyPatch.context() as patch:
+        _set_store_client_defaults(patch, servers.PATIENT_DYNAMODB, servers.PATIENT_REDIS)
+        yield
+
+
+@pytest.fixture(autouse=True)
+def own_store_timeouts(
+    request: pytest.FixtureRequest, patient_store_clients: None
+) -> Iterator[None]:
+    """The stores' own timeouts back for a test marked `realtime` or `store_timeouts`."""
+    if not any(request.node.get_closest_marker(m) for m in ("realtime", "store_timeouts")):
+        yield
+        return
+    with pytest.MonkeyPatch.context() as patch:
+        _set_store_client_defaults(patch, *PRODUCTION)
+        yield
 
 
 @pytest.fixture
@@ -228,7 +272,7 @@ class IamMoto:
 @pytest.fixture(scope="session")
 def iam_moto() -> Iterator[IamMoto]:
     """moto's server enforcing IAM: a server of its own (enforcement is server-wide)."""
-    with _serve(MotoServer()) as server:
+    with _serve(MotoServer(validate_once=True)) as server:
         yield IamMoto(server.endpoint_url)
 
 
@@ -244,6 +288,35 @@ def tls_redis(redis_server: str, tmp_path_factory: pytest.TempPathFactory) -> It
         yield server
     finally:
         server.stop()
+
+
+# --------------------------------------------------------------------------- workers
+# `make test` runs on pytest-xdist's workers; tests/workers.py keeps the tests that share a
+# costly fixture on one worker and starts the slow ones first.
+
+_GROUPS_DIR = pytest.StashKey[str]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if workers.distributed_by_group(config) and not hasattr(config, "workerinput"):
+        config.stash[_GROUPS_DIR] = workers.make_groups_dir(config)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    if _GROUPS_DIR in node.config.stash:
+        node.workerinput[workers.GROUPS_DIR] = node.config.stash[_GROUPS_DIR]
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    if _GROUPS_DIR not in config.stash:
+        return None  # another --dist mode: xdist's own scheduler
+    return workers.make_scheduler(config, log, config.stash[_GROUPS_DIR])
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    workers.on_worker_collected(config, items)
 
 
 # --------------------------------------------------------------------------- CI skip rule

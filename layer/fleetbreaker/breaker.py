@@ -54,6 +54,7 @@ if TYPE_CHECKING:
 
     from fleetbreaker.counting import Counting
     from fleetbreaker.record import Record
+    from fleetbreaker.shared_refresh import SharedReads
     from fleetbreaker.snapshot import Snapshot
     from fleetbreaker.stores.base import Store
 
@@ -101,6 +102,13 @@ class CircuitBreaker:
     container_id:
         The identity ``min_containers`` counts; default a random id per process (one Lambda
         container is one process). Pass one to run a fleet inside one process.
+    shared_refresh_dir:
+        A directory the processes of one execution environment share, through which they
+        share their reads of the record (:mod:`fleetbreaker.shared_refresh`): one store read
+        per refresh for the environment instead of one per process, at the same staleness.
+        By default the temporary directory on Lambda Managed Instances (several processes
+        per environment; not with a ``MemoryStore``, whose records are the process's own),
+        none elsewhere. ``None`` turns it off.
 
     With ``FLEETBREAKER_DISABLED=true`` in the environment (unit tests of your own code),
     every breaker lets every call through and makes no store request
@@ -129,6 +137,7 @@ class CircuitBreaker:
         clock: Clock | None = None,
         rng: random.Random | None = None,
         container_id: str | None = None,
+        shared_refresh_dir: str | os.PathLike[str] | None = _UNSET,
     ) -> None:
         self.name = validate_name(name)
         if config is None:
@@ -177,6 +186,7 @@ class CircuitBreaker:
             self._store_load,
             wait_s=config.store_deadline_seconds + 1.0,
         )
+        self._shared_reads = None if off else self._share_reads(store, shared_refresh_dir)
         self._context = CountingContext(
             self.name,
             self._store,
@@ -186,6 +196,7 @@ class CircuitBreaker:
             container_key=container_key(self.container_id),
             emit=hooks.emit,
             judge=OutcomeJudge(config, self.name),
+            read=self._shared_reads.read if self._shared_reads is not None else None,
         )
         self._probes = ProbeLeases(
             self.name,
@@ -523,6 +534,25 @@ class CircuitBreaker:
     def _store_load(self, now: int) -> Record | None:
         return self._store.load(self.name, now)
 
+    def _share_reads(self, store: Store, directory: Any) -> SharedReads | None:
+        """The environment's shared reads, when its processes share a directory."""
+        # At construction, not import: a cold start's imports stay the healthy path's.
+        from fleetbreaker.shared_refresh import (
+            SharedCopy,
+            SharedReads,
+            copy_key,
+            environment_directory,
+        )
+
+        if directory is _UNSET:
+            directory = environment_directory()
+            if getattr(store, "process_local", False):
+                directory = None  # another process's MemoryStore is another fleet
+        if directory is None:
+            return None
+        copy = SharedCopy(directory, copy_key(store, self.name))
+        return SharedReads(self.name, self._store, copy, self._view.cache, self._answered)
+
     def _adopt(self, config: BreakerConfig) -> None:
         """Apply tuned settings: the rules' numbers, the strategy (swapped when the policy
         changes between count and rate), shadow or enforce."""
@@ -580,6 +610,8 @@ class CircuitBreaker:
         self.container_id = process_container_id()
         self._context.container_key = container_key(self.container_id)
         self._view.forget()
+        if self._shared_reads is not None:
+            self._shared_reads.copy.forget()
         self._counting.restart(at)
 
     # -- switched off (FLEETBREAKER_DISABLED) ----------------------------------------------

@@ -61,7 +61,7 @@ class CountStrategy:
         store = ctx.store
         if self._censuses and not store.degraded and ctx.rng.random() < census_chance(gap):
             return store.census(ctx.name, self.policy, now_ms, ctx.view.last_seen).record
-        return store.load(ctx.name, now_ms)
+        return ctx.read(now_ms)
 
     def fresh_ms(self, record: Record | None, now_ms: int) -> int:
         containers = census_containers(record, self.policy, now_ms)

@@ -80,7 +80,11 @@ class Counting(Protocol):
 class CountingContext:
     """What both strategies work with: the breaker's name, store, view, clock, random
     source, container key, event hook and failure judge (the breaker builds one). The random
-    source and the container key change when a snapshot is restored: read them at use."""
+    source and the container key change when a snapshot is restored: read them at use.
+
+    ``read(now_ms)`` is a refresh's read of the record: one store read, or on Lambda Managed
+    Instances the execution environment's shared one
+    (:class:`fleetbreaker.shared_refresh.SharedReads`)."""
 
     def __init__(
         self,
@@ -93,6 +97,7 @@ class CountingContext:
         container_key: str,
         emit: Callable[..., None],
         judge: OutcomeJudge,
+        read: Callable[[int], Record | None] | None = None,
     ) -> None:
         self.name = name
         self.store = store
@@ -102,3 +107,8 @@ class CountingContext:
         self.container_key = container_key
         self.emit = emit
         self.judge = judge
+        self.read: Callable[[int], Record | None] = read or self.load
+
+    def load(self, now_ms: int) -> Record | None:
+        """One store read of the record."""
+        return self.store.load(self.name, now_ms)

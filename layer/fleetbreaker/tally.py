@@ -132,13 +132,19 @@ class CallTally:
             old_calls, old_failures, old_slow = self._older
             return calls - old_calls, failures - old_failures, slow - old_slow
 
+    def older(self) -> tuple[int, int, int]:
+        """(calls, failures, slow) pending from before the recent spans."""
+        with self._lock:
+            return self._older
+
     def take_recent(self, container: str, now_ms: int, interval_ms: int) -> Report:
         """Only the recent counts as one report; the older ones stay pending.
 
-        A container whose own recent calls fail at the policy's rate sends these alone: a
-        report of a whole stretched interval (up to a window of calls, mostly from before an
-        outage) would land in the newest bucket and hide the outage from the short window.
-        The older counts follow with a later report, or are dropped by a trip.
+        A container whose recent calls fail more often than its older ones sends these
+        alone (:func:`fleetbreaker.rate.recent_worse`): a report of a whole stretched
+        interval (up to two windows of calls, mostly from before an outage) would land in
+        the newest bucket and hide the outage from the short window. The older counts
+        follow with a later report, or are dropped by a trip.
         """
         with self._lock:
             mark = next(self.good)

@@ -103,6 +103,11 @@ class RecordCache:
         entry = self._entry
         return entry[0] if entry is not None else None
 
+    @property
+    def entry(self) -> tuple[Record | None, int, int] | None:
+        """(record, stored at, fresh until), or None when empty."""
+        return self._entry
+
     def clear(self) -> None:
         """Forget the record: empty, as at construction."""
         with self._write:

@@ -33,6 +33,7 @@ JSON_KEYS = {
     "calls",
     "slow_calls",
     "containers",
+    "window_seconds",
     "open_until",
     "retry_after",
     "tuned",
@@ -501,6 +502,40 @@ def test_status_counts_the_window_the_functions_use(backend: Backend, name: str,
         "slow_calls": 1,
         "containers": 2,
     }
+
+
+def test_status_counts_the_window_the_record_stores_without_window(
+    backend: Backend, name: str
+) -> None:
+    # GIVEN reports into a 30 s window, the record storing that window
+    report_calls(backend, name)
+
+    # WHEN status is asked with no --window and no BREAKER_WINDOW_SECONDS
+    result = backend.run("status", name, "--json")
+
+    # THEN the figures are the 30 s window's, and the window is shown
+    assert result.code == 0, result.err
+    (status,) = result.json_lines()
+    assert (status["calls"], status["failures"], status["window_seconds"]) == (15, 5, 30.0)
+
+
+def test_a_window_other_than_the_records_is_not_used_and_says_so(
+    backend: Backend, name: str
+) -> None:
+    # GIVEN reports into a 30 s window, the record storing that window
+    report_calls(backend, name)
+
+    # WHEN status is asked over 5 s windows
+    result = backend.run("status", name, "--output", "jsonl", "--window", "5")
+
+    # THEN the record's window counts, and stderr says --window was not used
+    assert result.code == 0, result.err
+    (status,) = result.json_lines()
+    assert (status["calls"], status["window_seconds"]) == (15, 30.0)
+    assert result.err.strip() == (
+        f"fleetbreaker: note: --window 5 not used for {name}: "
+        "its record is counted over its own 30 s window"
+    )
 
 
 def test_an_unreadable_window_variable_exits_2(backend: Backend, name: str) -> None:

@@ -218,10 +218,17 @@ def test_an_sts_that_does_not_answer_falls_back_to_the_local_user(
 # -- watch and Ctrl-C ------------------------------------------------------------------------
 
 
+def in_the_foreground() -> None:
+    """preexec_fn: SIGINT as a terminal's foreground job gets it. A suite started in the
+    background by a shell without job control (`make test &`) ignores SIGINT, a child inherits
+    that, and Python then installs no KeyboardInterrupt for it."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_watch_ends_on_ctrl_c_with_exit_130_and_one_line(
     moto_server_backend: Backend, name: str
 ) -> None:
-    # GIVEN a watch running with no bound
+    # GIVEN a watch running with no bound, as an operator's terminal runs it
     fail(moto_server_backend, name, 1)
     process = subprocess.Popen(
         [str(CLI), *moto_server_backend.options, "watch", name, "--output", "jsonl"],
@@ -229,6 +236,7 @@ def test_watch_ends_on_ctrl_c_with_exit_130_and_one_line(
         stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, **moto_server_backend.env},
+        preexec_fn=in_the_foreground,
     )
     try:
         assert process.stdout is not None

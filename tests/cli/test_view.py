@@ -95,6 +95,7 @@ def test_status_shows_every_figure_and_an_action_given_without_a_reason() -> Non
         "calls        -",
         "slow calls   -",
         "containers   0",
+        "window       60.0s",
         "open until   2025-12-01T04:00:30.000Z",
         "retry after  30.0s",
         "last change  2025-12-01T03:59:55.000Z",
@@ -107,7 +108,7 @@ def test_status_shows_every_figure_and_an_action_given_without_a_reason() -> Non
 def test_status_lists_tuned_settings_sorted_and_no_action_or_retry_as_dashes() -> None:
     shown = render_status(tuned_closed(), colour=False).splitlines()
 
-    assert shown[8:] == [
+    assert shown[9:] == [
         "retry after  -",
         "last change  2025-12-01T03:59:59.900Z",
         "mode         as deployed (BREAKER_MODE)",
@@ -234,6 +235,33 @@ def test_the_window_is_read_from_the_environment_given() -> None:
     args = cli.build_parser().parse_args(["status", "x"])
 
     assert window_of(args, {"BREAKER_WINDOW_SECONDS": "30"}) == 30.0
+
+
+def test_a_record_that_stores_no_window_is_counted_over_the_window_given() -> None:
+    # GIVEN a record written before records stored their window (window_ms 0), holding a
+    # failure 20 s ago
+    record = Record(State.CLOSED, gen=1, failures=1, window_start=T - 20_000, updated_at=T)
+
+    # WHEN it is viewed over 30 s, then over 10 s
+    over_30 = view_of("ledger", record, T, window_seconds=30)
+    over_10 = view_of("ledger", record, T, window_seconds=10)
+
+    # THEN the window given decides: the failure is inside 30 s, outside 10 s
+    assert (over_30.failures, over_30.window_seconds) == (1, 30)
+    assert (over_10.failures, over_10.window_seconds) == (0, 10)
+
+
+def test_a_record_that_stores_its_window_is_counted_over_it() -> None:
+    # GIVEN the same record, stamped with its 30 s window
+    record = Record(
+        State.CLOSED, gen=1, failures=1, window_start=T - 20_000, updated_at=T, window_ms=30_000
+    )
+
+    # WHEN it is viewed with a 10 s window given
+    view = view_of("ledger", record, T, window_seconds=10)
+
+    # THEN its own window counts
+    assert (view.failures, view.window_seconds) == (1, 30.0)
 
 
 def test_list_counts_each_breaker_over_the_window_given(memory_backend: Backend) -> None:

@@ -15,7 +15,12 @@ from typing import Any
 
 from fleetbreaker import BreakerConfig, BreakerListener, CircuitBreaker, CircuitOpenError, State
 
-CTX = multiprocessing.get_context("spawn")
+# Each container is a fresh process, forked from a server process that imported what a
+# container runs (and built one DynamoDB client, so botocore's models are loaded): no
+# interpreter start and no imports per container. The server is started once per test
+# process, single-threaded, so no fork copies a lock another thread held.
+CTX = multiprocessing.get_context("forkserver")
+CTX.set_forkserver_preload(["tests.concurrency.warm"])
 
 
 @dataclass(frozen=True)

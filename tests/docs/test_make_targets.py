@@ -10,7 +10,9 @@ so a test never reinstalls the venv under the suite that runs it):
 - printed with `make -n` (exit 0, the recipe runs the documented command): `deploy` and
   `deploy-guided` (need an AWS account), `build`, `validate` and `checkov` (their commands
   run in tests/sam), `bench` and `scale` (benchmarks: tests/bench runs scale.py's model),
-  `test` (this suite is its recipe; CI runs `make test` itself).
+  `test` (this suite is its recipe; CI runs `make test` itself), `test-quick` (a part of
+  it; tests/infra/test_workers.py collects its selection) and `time-tests` (the suite,
+  timed).
 
 `venv` (and `deps`) are not run here: they are the set-up every `make` target above depends
 on, which CI's `make test` runs on a fresh clone before this suite.
@@ -33,7 +35,10 @@ SET_UP = ["-o", "deps", "-o", "venv", "-o", "node", "-o", "redis", "-o", "tools"
 # variables shown after it.
 SHOWN = re.compile(r"(?:^|`)make ((?:[a-z][a-z-]*)(?: [A-Z_]+=(?:'[^']*'|\S+))*)", re.M)
 # The targets that need what this machine lacks (an AWS account, Docker) or are the suite.
-PRINTED = {"deploy", "deploy-guided", "build", "validate", "checkov", "bench", "scale", "test"}
+PRINTED = {
+    *("deploy", "deploy-guided", "build", "validate", "checkov", "bench", "scale", "test"),
+    *("test-quick", "time-tests"),
+}
 
 
 def shown_commands() -> set[str]:
@@ -78,6 +83,8 @@ def test_a_target_that_cannot_run_here_prints_its_documented_command(target: str
         "bench": "bench/fleet_vs_powertools.py",
         "scale": "bench/scale.py",
         "test": 'pytest -m "not deployed"',
+        "test-quick": "pytest -n 2 tests/unit tests/contract",
+        "time-tests": "scripts/time_tests.py",
     }[target]
     done = make("-n", target)
     assert done.returncode == 0, done.stderr

@@ -2,7 +2,7 @@
 
 A loopback proxy in front of moto's server forwards every request at once (so the first
 UpdateItem applies) but holds back the reply to the first UpdateItem past the client's
-0.3 s read timeout. botocore re-sends a fenced write (a claim, a settle): its operation id,
+read timeout. botocore re-sends a fenced write (a claim, a settle): its operation id,
 or its fences and then its token, show the first attempt applied. A count (a failure) is
 never re-sent, since no fence stops a second ADD once another write has replaced the id:
 the store reads the item back and takes it as counted. ``while_delayed`` makes another
@@ -29,9 +29,14 @@ pytestmark = pytest.mark.realtime  # replies held past the store's read timeout
 POLICY = Policy.from_config(BreakerConfig(failure_threshold=2, recovery_timeout=10))
 POLICY3 = Policy.from_config(BreakerConfig(failure_threshold=3, recovery_timeout=10))
 NAME = "payment-api"
-DELAY_S = 1.0  # past the store's 0.3 s read timeout: botocore would re-send the write
+# The store's client as a breaker builds it (two attempts, botocore's legacy retries), but
+# with 1 s timeouts instead of its 0.2 s connect and 0.3 s read: the timeout that matters
+# here is the one the proxy provokes by holding a reply; every other reply (the re-send, the
+# read-back) comes from moto's server, which a busy machine can slow past 0.3 s.
+HELD = Config(connect_timeout=1.0, read_timeout=1.0)
+DELAY_S = 2.0  # past the read timeout: botocore would re-send the write
 # The crowded case waits for another container's write before its read-back: on a busy
-# machine that takes longer than the store's 0.3 s, so that store reads for up to 2 s.
+# machine that can take longer than 1 s, so that store reads for up to 2 s.
 CROWDED_READ_TIMEOUT_S = 2.0
 CROWDED_DELAY_S = 3.0
 
@@ -58,8 +63,8 @@ def proxy(table: tuple[str, str]) -> Iterator[GarbleProxy]:
 
 @pytest.fixture
 def retried(table: tuple[str, str], proxy: GarbleProxy) -> DynamoDBStore:
-    """The store as a breaker builds it (0.3 s read timeout, two attempts), via the proxy."""
-    return DynamoDBStore(table[1], endpoint_url=proxy.endpoint_url)
+    """The store as a breaker builds it (two attempts; HELD's timeouts), via the proxy."""
+    return DynamoDBStore(table[1], endpoint_url=proxy.endpoint_url, boto_config=HELD)
 
 
 def test_a_retried_failure_counts_once(
@@ -155,7 +160,7 @@ def test_a_failure_whose_id_was_overwritten_is_never_counted_twice(
     store = DynamoDBStore(
         table[1],
         endpoint_url=crowded.endpoint_url,
-        boto_config=Config(read_timeout=CROWDED_READ_TIMEOUT_S),
+        boto_config=Config(connect_timeout=1.0, read_timeout=CROWDED_READ_TIMEOUT_S),
     )
     now = FakeClock()()
 
@@ -196,7 +201,7 @@ def test_a_claim_whose_id_was_overwritten_still_learns_it_holds_the_probe(
         delay_first=("UpdateItem", CROWDED_DELAY_S),
         while_delayed=other_container,
     ) as proxy:
-        store = DynamoDBStore(table[1], endpoint_url=proxy.endpoint_url)
+        store = DynamoDBStore(table[1], endpoint_url=proxy.endpoint_url, boto_config=HELD)
 
         # WHEN it claims
         claim = store.claim_probe(NAME, policy, later, "mine", opened)

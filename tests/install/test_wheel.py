@@ -99,7 +99,7 @@ def run(command: list[str | Path], cwd: Path, env: dict[str, str]) -> str:
 def readme_example() -> str:
     """The first Python block under the README's "Use it" heading."""
     text = (REPO_ROOT / "README.md").read_text()
-    section = text.split("\n## Use it\n", 1)[1]
+    section = text.split("\n### Use it\n", 1)[1]
     match = re.search(r"^```python\n(.*?)^```", section, re.M | re.S)
     assert match is not None
     return match.group(1)

@@ -36,6 +36,7 @@ def evalsha_calls(raw: redis.Redis) -> int:
     return int(raw.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0))
 
 
+@pytest.mark.store_timeouts  # a reply held past the store's own socket timeout
 def test_a_timed_out_failure_is_not_sent_again_and_counts_once(redis_server: str) -> None:
     url = urllib.parse.urlsplit(redis_server)
     raw = redis.Redis.from_url(redis_server, decode_responses=True)

@@ -406,6 +406,7 @@ def test_bad_options_fail_at_construction(
         RedisStore(**kwargs)
 
 
+@pytest.mark.store_timeouts  # the defaults themselves, read back
 def test_the_default_client_waits_briefly_and_retries_only_broken_connections() -> None:
     store = RedisStore(url=OFFLINE)
 

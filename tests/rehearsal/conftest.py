@@ -183,7 +183,7 @@ class Rehearsal:
 
 def rehearse(name: str, certificates: Path) -> Rehearsal:
     """Deploy one parameter set and prepare its functions' principals (IAM then enforced)."""
-    moto = _start(RehearsalMotoServer())
+    moto = _start(RehearsalMotoServer(validate_once=True))
     api = FakePaymentApi("ok", hold_timeout=5.0).start()
     try:
         return _deploy(name, certificates, moto, api)

@@ -83,11 +83,14 @@ def payment_module(payment_table: str, healthy_payment_api: FakePaymentApi) -> M
 
 @pytest.fixture
 def payment_env(payment_table: str, payment_api: FakePaymentApi) -> dict[str, str]:
-    """Environment for a handler built by create_handler: this test's API and breaker name."""
+    """Environment for a handler built by create_handler: this test's API and breaker name,
+    and a store deadline a busy machine cannot miss (the store is a local server sharing two
+    cores with the other test workers; tests/faults covers the 1 s default)."""
     return {
         "CIRCUIT_BREAKER_TABLE": payment_table,
         "PAYMENT_API_URL": payment_api.url,
         "BREAKER_NAME": f"payment-{uuid.uuid4().hex[:12]}",
+        "BREAKER_STORE_DEADLINE_SECONDS": "30",
     }
 
 

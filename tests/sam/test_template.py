@@ -249,9 +249,8 @@ def test_policy_covers_every_dynamodb_call_the_breaker_makes(
     table = make_table(moto_server)
     store = DynamoDBStore(table, endpoint_url=moto_server)
     store.client.meta.events.register("before-call.dynamodb", record)
-    breaker = CircuitBreaker(
-        "iam-check", store=store, config=BreakerConfig(failure_threshold=2), clock=clock
-    )
+    config = BreakerConfig(failure_threshold=2, store_deadline_seconds=30)  # a busy machine
+    breaker = CircuitBreaker("iam-check", store=store, config=config, clock=clock)
     handler = payment_module.create_handler(payment_env, clock=clock, endpoint_url=moto_server)
     handler.breaker.store.client.meta.events.register("before-call.dynamodb", record)
 

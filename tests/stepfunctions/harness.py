@@ -22,6 +22,7 @@ from typing import Any
 
 from devtools.lambda_context import FakeLambdaContext
 from devtools.servers import REPO_ROOT
+from tests.coverage_scope import traced
 
 STATEMACHINE_DIR = REPO_ROOT / "statemachine"
 EVENTS_DIR = REPO_ROOT / "events"
@@ -117,7 +118,9 @@ class InProcessLambdas:
             memory_limit_in_mb=int(fn.memory_size or 128),
         )
         try:
-            invocation.result = handler(event, context)
+            # moto calls this inside its request handler, which runs untraced: the function
+            # is ours, and measured (tests/coverage_scope.py).
+            invocation.result = traced(handler, event, context)
         except LambdaThrottled as exc:
             # Lambda itself refused the call: an API error, not a function error.
             invocation.error = exc

@@ -15,7 +15,7 @@ from fleetbreaker.rate import (
     fleet_size,
     max_interval_ms,
     next_interval_ms,
-    recent_failing,
+    recent_worse,
     wants_urgent_report,
     write_rate,
 )
@@ -87,27 +87,28 @@ def test_quiet_record_keeps_the_base_interval() -> None:
     assert next_interval_ms(1000, 1000, _counts_at(10), RATE) == 1000
 
 
-def test_stretched_container_failing_at_the_policy_rate_reports_early() -> None:
+def test_stretched_container_failing_on_a_healthy_record_waits_for_its_report() -> None:
     # GIVEN a stretched container whose pending calls all failed, on a healthy-looking record
     tally = CallTally(RATE, 1000)
     tally.take("c1", 0, 8000)
     tally.bad(None, 10, failed=True)
     tally.bad(None, 20, failed=True)
-    # THEN it asks to report out of turn (the fleet's counts would otherwise arrive late)
-    assert wants_urgent_report(None, tally, RATE, "c1", 30)
+    # THEN it does not report out of turn: a report sent because its own calls failed is a
+    # sample chosen by its failures, and would bias the fleet's newest buckets upward
+    assert not wants_urgent_report(None, tally, RATE, "c1", 30)
 
 
-def test_stretched_container_with_scattered_failures_waits() -> None:
-    # GIVEN a stretched container with one failure among many calls
+def test_a_failure_that_would_open_the_breaker_as_last_seen_is_reported_at_once() -> None:
+    # GIVEN a stretched container that last saw 10 failures in 19 calls in the window
     tally = CallTally(RATE, 1000)
     tally.take("c1", 0, 8000)
-    for at in range(10):
-        if at == 0:
-            tally.bad(None, at, failed=True)
-        else:
-            next(tally.good)
-    # THEN it keeps the counts until they are due
-    assert not wants_urgent_report(None, tally, RATE, "c1", 30)
+    idx = bucket_index(RATE, 0)
+    bucket = Bucket(idx, calls=19, failures=10, slow=0, reports=3)
+    record = Record(buckets={idx % WINDOW_BUCKETS: bucket}, expires_at=3600)
+    # WHEN one more of its calls fails (20 calls, 11 failures: over 50 %)
+    tally.bad(None, 10, failed=True)
+    # THEN it reports at once
+    assert wants_urgent_report(record, tally, RATE, "c1", 30)
 
 
 def _busy_record(now_ms: int, reports: int) -> Record:
@@ -118,11 +119,15 @@ def _busy_record(now_ms: int, reports: int) -> Record:
 
 
 def _breaker_on(
-    record: Record, clock: FakeClock, container_id: str | None = None
+    record: Record,
+    clock: FakeClock,
+    container_id: str | None = None,
+    rng: random.Random | None = None,
 ) -> tuple[CircuitBreaker, MemoryStore]:
     """A rate-policy breaker (10 s window, 1 s cache) whose store already holds ``record``.
 
-    ``container_id`` fixes the stretched interval's jitter (seeded by the container).
+    ``container_id`` fixes the stretched interval's jitter (seeded by the container), ``rng``
+    a newcomer's first report.
     """
     store = MemoryStore()
     store.seed("payment-api", record)
@@ -132,6 +137,7 @@ def _breaker_on(
         config=BreakerConfig(failure_rate_threshold=0.5, window_seconds=10, cache_ttl=1.0),
         clock=clock,
         container_id=container_id,
+        rng=rng,
     )
     return breaker, store
 
@@ -139,7 +145,11 @@ def _breaker_on(
 def test_breaker_on_a_hot_record_refreshes_by_reading_not_writing() -> None:
     # GIVEN a breaker whose record takes 1,000 reports/s (over TARGET_REPORTS_PER_S)
     clock = FakeClock()
-    breaker, store = _breaker_on(_busy_record(clock(), 10_000), clock)
+    # (a newcomer's first report falls at random within twice the fleet's interval: a seeded
+    # source keeps it past this test's calls)
+    breaker, store = _breaker_on(_busy_record(clock(), 10_000), clock, rng=random.Random(5))
+    strategy = breaker._counting
+    assert isinstance(strategy, RateStrategy)
     dependency = Dependency()
     # AND two cache refreshes with calls pending: the reports' answers stretch its interval
     for _ in range(3):
@@ -147,6 +157,7 @@ def test_breaker_on_a_hot_record_refreshes_by_reading_not_writing() -> None:
         clock.advance(1.0)
     writes = store.stats.writes
     reads = store.stats.reads
+    assert strategy.tally.report_due_ms > clock() + 1000
 
     # WHEN its cache goes stale again with calls pending (a fleet this large keeps its view
     # for up to view.MAX_REFRESH_STRETCH cache_ttl: 2 s)
@@ -166,10 +177,11 @@ def test_a_newcomer_joins_at_the_interval_the_fleet_already_uses_before_writing(
     reports = round(TARGET_REPORTS_PER_S * RATE.window_ms / 1000)
     busy = Bucket(idx, calls=reports * 40, failures=0, slow=0, reports=reports)
     record = Record(buckets={idx % WINDOW_BUCKETS: busy}, expires_at=clock() // 1000 + 3600)
-    # (container "newcomer": its jitter makes the joined 20 s interval 15.63 s)
     # AND a new container that reads it at its first call (0 s) and again before its first
     # report is due (1 s): a newcomer reads before it reports
-    breaker, store = _breaker_on(record, clock, container_id="newcomer")
+    breaker, store = _breaker_on(record, clock, "newcomer", random.Random(5))
+    strategy = breaker._counting
+    assert isinstance(strategy, RateStrategy)
     dependency = Dependency()
 
     # WHEN a new container makes 2 calls a second, past its base interval (1 s)
@@ -178,24 +190,29 @@ def test_a_newcomer_joins_at_the_interval_the_fleet_already_uses_before_writing(
         clock.advance(0.5)
 
     # THEN its first report did not go out at the base interval: it joined the fleet's
-    # (at most two 10 s windows, jittered by at most 25 %: at least 15 s) without a write,
-    # so a hundred containers joining a second add no hundred writes a second
+    # interval (20 s: the longest) without a write, so a hundred containers joining a second
+    # add no hundred writes a second
     assert store.stats.writes == 0
-    for _ in range(30):
+    assert strategy.interval_ms == max_interval_ms(RATE)
+    # AND its first report falls anywhere in twice that interval (capped at the longest)
+    # after the base one: a crowd joining together spreads its first reports
+    joined_at = clock() - 500
+    due = strategy.tally.report_due_ms
+    assert joined_at + 1000 <= due <= joined_at + max_interval_ms(RATE)
+    while clock() + 500 < due:
         breaker.call(dependency)
         clock.advance(0.5)
     assert store.stats.writes == 0
 
-    # AND its counts go out in one report at its first call past that interval (joined at
-    # 1 s, due at 16.63 s), carrying every call made before it: none lost
-    breaker.call(dependency)  # at 16.5 s
-    assert store.stats.writes == 0
+    # AND its counts go out in one report at its first call past that time, carrying every
+    # call made before it: none lost
+    calls = dependency.calls
     clock.advance(0.5)
-    breaker.call(dependency)  # at 17 s
+    breaker.call(dependency)
     assert store.stats.writes == 1
     fleet = store.load("payment-api", clock())
     assert fleet is not None
-    assert sum(b.calls for b in fleet.buckets.values()) == reports * 40 + 34  # 0 to 16.5 s
+    assert sum(b.calls for b in fleet.buckets.values()) == reports * 40 + calls
 
 
 def test_a_newcomer_to_a_quiet_record_reports_at_its_own_interval() -> None:
@@ -288,10 +305,46 @@ def test_a_report_of_the_recent_calls_keeps_the_older_ones_pending() -> None:
     assert (later.calls, later.failures) == (10, 0)
 
 
-def test_a_container_sees_its_own_recent_calls_failing_at_the_rate() -> None:
-    assert recent_failing((4, 2, 0), RATE)
-    assert not recent_failing((4, 1, 0), RATE)
-    assert not recent_failing((0, 0, 0), RATE)
+def test_recent_calls_failing_more_often_than_older_ones_are_held_apart() -> None:
+    # GIVEN older calls that failed 1 in 40 times, THEN one failure in 5 recent calls is worse
+    assert recent_worse((5, 1, 0), (40, 1, 0), RATE)
+    # AND recent calls that fail as often as (or less than) the older ones are not
+    assert not recent_worse((4, 1, 0), (40, 10, 0), RATE)
+    assert not recent_worse((5, 0, 0), (40, 1, 0), RATE)
+    # AND with nothing recent, or nothing older to hold back, there is nothing to split
+    assert not recent_worse((0, 0, 0), (40, 0, 0), RATE)
+    assert not recent_worse((5, 5, 0), (0, 0, 0), RATE)
+
+
+def test_recent_calls_running_slow_more_often_are_held_apart() -> None:
+    slow = Policy.from_config(
+        BreakerConfig(failure_rate_threshold=0.5, slow_call_duration=1.0, window_seconds=10)
+    )
+    assert recent_worse((5, 0, 2), (40, 0, 1), slow)
+    # the slow counts matter only when the policy times calls
+    assert not recent_worse((5, 0, 2), (40, 0, 1), RATE)
+
+
+def test_a_report_holds_healthy_older_calls_back_once_recent_ones_fail() -> None:
+    # GIVEN a container that made 40 healthy calls, then (two spans later) 2 of 5 failed: a
+    # 60 % outage's unlucky draw, under the policy's 50 %
+    tally = CallTally(RATE, 1000)
+    tally.start(0)
+    for _ in range(40):
+        next(tally.good)
+    tally.rotate(RATE.bucket_ms)
+    tally.rotate(2 * RATE.bucket_ms)
+    for failed in (True, False, True, False, False):
+        if failed:
+            tally.bad(None, 2 * RATE.bucket_ms, True)
+        else:
+            next(tally.good)
+    # THEN its recent calls fail more often than its older ones: a report carries them
+    # alone, and the 40 healthy calls stay pending
+    assert recent_worse(tally.recent(), tally.older(), RATE)
+    report = tally.take_recent("c", 2 * RATE.bucket_ms, 1000)
+    assert (report.calls, report.failures) == (5, 2)
+    assert tally.pending_calls() == 40
 
 
 def test_refreshes_stretch_with_the_fleet_up_to_twice_cache_ttl() -> None:

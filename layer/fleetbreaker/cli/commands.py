@@ -86,6 +86,15 @@ def _tuning_from(args: argparse.Namespace) -> dict[str, int | float | str]:
 
 
 def _print(args: argparse.Namespace, out: TextIO, views: Sequence[BreakerView]) -> None:
+    given = getattr(args, "window", None)
+    for view in views:
+        # A record that stores its window is counted over it: another window would read its
+        # buckets wrongly. The operator learns that the option was not used.
+        if given is not None and view.window_seconds not in (None, given):
+            sys.stderr.write(
+                f"fleetbreaker: note: --window {given:g} not used for {printable(view.name)}: "
+                f"its record is counted over its own {view.window_seconds:g} s window\n"
+            )
     if args.output != "text":
         objects = [view.as_json() for view in views]
         write_json(out, args.output, objects if args.command == "list" else objects[0])

@@ -132,7 +132,10 @@ def build_parser() -> argparse.ArgumentParser:
             type=_positive_seconds,
             default=default(None),
             metavar="SECONDS",
-            help=f"window the figures cover (default: ${WINDOW_ENV}, else 60)",
+            help=(
+                "window the figures cover for a record that stores none (one written by an"
+                f" older fleetbreaker; default: ${WINDOW_ENV}, else 60)"
+            ),
         )
         parser.add_argument(
             "--output",

@@ -26,8 +26,9 @@ from fleetbreaker.cli.common import (
     printable,
 )
 
-# The record does not store its window's length (each container has it in its config): the
-# figures are counted over --window, default the functions' BREAKER_WINDOW_SECONDS, else 60.
+# A record stores the window its figures were counted over (window_ms, stamped by every
+# write of a breaker of this version); one written before that does not, and its figures are
+# counted over --window, default the functions' BREAKER_WINDOW_SECONDS, else 60.
 WINDOW_ENV = env_variable("window_seconds")
 
 # How the text output shows an open breaker whose window is over (BreakerView.probe_due).
@@ -69,9 +70,12 @@ class BreakerView:
         last_action: dict[str, Any] | None = None,
         error: str | None = None,
         probe_due: bool = False,
+        window_seconds: float | None = None,
     ) -> None:
         self.name = name
         self.snapshot = snapshot
+        # The window the figures were counted over (None: no figures, the record is corrupt).
+        self.window_seconds = window_seconds
         # Open, its window over: the record still says open (nobody has claimed the probe
         # yet), but the next call is the probe. Shown so, not as "open, retry after 0.0s".
         self.probe_due = probe_due
@@ -110,6 +114,7 @@ class BreakerView:
             "calls": self.calls,
             "slow_calls": self.slow_calls,
             "containers": self.containers,
+            "window_seconds": self.window_seconds,
             "open_until": self.open_until,
             "retry_after": self.retry_after,
             "tuned": self.tuned if self.tuned is not None else {},
@@ -130,10 +135,14 @@ def view_of(
     """The view of one breaker from its record (None: no record, i.e. closed).
 
     The figures are :func:`fleetbreaker.snapshot.snapshot_of`'s, with a Policy from
-    BreakerConfig's defaults, ``window_seconds`` and the record's tuned settings.
+    BreakerConfig's defaults, the window the record stores (``window_seconds`` for a record
+    that stores none: no record, or one written before records stored it) and the record's
+    tuned settings.
     """
     if error is not None:
         return BreakerView(name, None, error=error)
+    if record is not None and record.window_ms > 0:
+        window_seconds = record.window_ms / 1000
     config = dataclasses.replace(DEFAULTS, window_seconds=window_seconds)
     tuned: dict[str, Any] = {}
     if record is not None:
@@ -158,7 +167,13 @@ def view_of(
         and snapshot.open_until <= now_ms
     )
     return BreakerView(
-        name, snapshot, tuned=tuned, last_action=last_action, error=error, probe_due=due
+        name,
+        snapshot,
+        tuned=tuned,
+        last_action=last_action,
+        error=error,
+        probe_due=due,
+        window_seconds=config.window_seconds,
     )
 
 
@@ -195,7 +210,7 @@ def gather_all(
 
 
 def window_of(args: argparse.Namespace, environ: Any = None) -> float:
-    """Seconds of window the figures cover: --window, else BREAKER_WINDOW_SECONDS, else 60."""
+    """The window for records that store none: --window, else BREAKER_WINDOW_SECONDS, else 60."""
     if getattr(args, "window", None) is not None:
         return float(args.window)
     try:
@@ -266,6 +281,7 @@ def render_status(view: BreakerView, colour: bool) -> str:
         ("calls", _dash(view.calls)),
         ("slow calls", _dash(view.slow_calls)),
         ("containers", _dash(view.containers)),
+        ("window", _seconds(view.window_seconds)),
         ("open until", _dash(view.open_until)),
         ("retry after", "now" if view.probe_due else _seconds(view.retry_after)),
         ("last change", _dash(view.last_change)),

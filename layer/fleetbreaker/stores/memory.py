@@ -30,6 +30,10 @@ class MemoryStore:
     <State.CLOSED: 'closed'>
     """
 
+    # Its records live in this process: processes that share a directory (Lambda Managed
+    # Instances) must not share their views of them (fleetbreaker.shared_refresh).
+    process_local = True
+
     def __init__(self) -> None:
         self._records: dict[str, Record] = {}
         self._lock = threading.Lock()

@@ -1,0 +1,168 @@
+"""Every measured figure the docs quote agrees with bench/results/*.json, its one source.
+
+Pages mark each figure (`<!-- figure: KEY -->...<!-- /figure -->`); bench/figures.py renders
+KEY from the results file a benchmark wrote, and `make figures` writes it into the pages.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import shutil
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from bench import figures
+from devtools.servers import REPO_ROOT
+
+RESULTS = REPO_ROOT / "bench" / "results"
+
+
+def _bench_module(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, REPO_ROOT / "bench" / f"{name}.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _quoted_keys(root: Path = REPO_ROOT) -> set[str]:
+    return {key for path in figures.doc_paths(root) for key, _ in figures.regions(path.read_text())}
+
+
+@pytest.fixture
+def docs_copy(tmp_path: Path) -> Path:
+    """The pages and the results, copied: a test may plant a disagreement in them."""
+    for path in figures.doc_paths():
+        target = tmp_path / path.relative_to(REPO_ROOT)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(path, target)
+    shutil.copytree(RESULTS, tmp_path / "bench" / "results")
+    return tmp_path
+
+
+def test_every_quoted_figure_agrees_with_its_results_file() -> None:
+    # GIVEN the pages and bench/results as committed
+    # WHEN each marked figure is rendered from its JSON
+    mismatches = figures.check(figures.doc_paths())
+
+    # THEN every page says exactly what the JSON measured (`make figures` re-renders them)
+    assert not mismatches, "\n".join(map(str, mismatches))
+
+
+def test_every_registered_figure_is_quoted_somewhere() -> None:
+    # A renderer no page uses is a figure measured and shown nowhere: dead weight that drifts.
+    assert set(figures.FIGURES) - _quoted_keys() == set()
+
+
+def test_every_results_file_a_figure_reads_is_committed() -> None:
+    # GIVEN the results files the rendered figures read
+    sources = {
+        source
+        for key, fig in figures.FIGURES.items()
+        if fig.render is not None
+        for source in fig.sources
+    }
+
+    # THEN each is in bench/results and parses
+    for source in sorted(sources):
+        assert json.loads((RESULTS / source).read_text()), source
+
+
+def test_a_pending_figure_gets_a_renderer_once_its_results_file_lands() -> None:
+    # GIVEN the figures whose results are measured on another branch (bench/scale.py)
+    for key, source in figures.PENDING.items():
+        # THEN their results file is not here yet: when it is, this fails until
+        # bench/figures.py renders the key from it instead of keeping the page's text
+        assert not (RESULTS / source).exists(), f"{source} is here: render {key} from it"
+        assert key in _quoted_keys(), key
+
+
+def test_a_planted_disagreement_fails_the_check(docs_copy: Path) -> None:
+    # GIVEN a copy of the pages where one quoted ratio is changed by hand
+    readme = docs_copy / "README.md"
+    text = readme.read_text()
+    marker = "<!-- figure: overhead.ratio.count -->"
+    start = text.index(marker) + len(marker)
+    end = text.index("<!-- /figure -->", start)
+    planted = text[:start] + "0.999 ×" + text[end:]
+    readme.write_text(planted)
+    results = docs_copy / "bench" / "results"
+
+    # WHEN the copy is checked against the JSON
+    mismatches = figures.check(figures.doc_paths(docs_copy), results)
+
+    # THEN exactly that figure is named, with what the page says and what the JSON says
+    assert [(m.path, m.key, m.quoted) for m in mismatches] == [
+        (readme, "overhead.ratio.count", "0.999 ×")
+    ]
+    assert figures.main(["--check", "--root", str(docs_copy), "--results", str(results)]) == 1
+
+
+def test_a_changed_results_file_fails_the_check_until_rendered(docs_copy: Path) -> None:
+    # GIVEN a rerun of the overhead benchmark that measured a different ratio
+    results = docs_copy / "bench" / "results"
+    overhead = json.loads((results / "overhead.json").read_text())
+    overhead["runs"][0]["ratio"] = 0.5
+    (results / "overhead.json").write_text(json.dumps(overhead))
+    paths = figures.doc_paths(docs_copy)
+    assert figures.check(paths, results), "the pages still quote the old figure"
+
+    # WHEN `make figures` renders the pages from it
+    assert figures.main(["--root", str(docs_copy), "--results", str(results)]) == 0
+
+    # THEN they agree again, and quote the new measurement
+    assert figures.check(paths, results) == []
+    assert "0.500 ×" in (docs_copy / "README.md").read_text()
+
+
+def test_an_unknown_figure_key_is_named(docs_copy: Path) -> None:
+    # GIVEN a page that marks a figure no renderer knows
+    page = docs_copy / "docs" / "benchmarks.md"
+    page.write_text(page.read_text() + "\n<!-- figure: overhead.typo -->1<!-- /figure -->\n")
+
+    # THEN the check names it rather than passing over it
+    with pytest.raises(KeyError, match=r"overhead\.typo"):
+        figures.check([page], docs_copy / "bench" / "results")
+
+
+def test_the_measured_overhead_targets_are_the_benchmarks_standing_ones() -> None:
+    # GIVEN the targets the results were judged against, and the benchmark's constants now
+    bench = _bench_module("fleet_vs_powertools")
+    for name in ("overhead.json", "fleet_vs_powertools.json"):
+        recorded = json.loads((RESULTS / name).read_text())["targets"]
+
+        # THEN they are the same: a changed target needs a rerun before the docs quote it
+        assert recorded == bench.TARGETS, name
+
+
+def test_the_measured_import_target_is_the_benchmarks_standing_one() -> None:
+    bench = _bench_module("import_time")
+    recorded = json.loads((RESULTS / "import_time.json").read_text())["target"]
+    assert recorded == {"ratio": bench.TARGET_RATIO, "extra_ms_at_150ms": bench.TARGET_EXTRA_MS}
+
+
+# A measured latency (µs) or a ratio to the peer, typed into a page rather than rendered.
+UNMARKED = re.compile(r"\d ?µs|\d\.\d+ ?× ?Powertools|\d\.\d+ ?× `import boto3`")
+
+
+def _outside_figures(path: Path) -> str:
+    text = figures.MARKER.sub("", path.read_text())
+    if path.name == "README.md" and path.parent.name == "bench":
+        # bench/scale.py's section: its figures are PENDING (measured on another branch).
+        start = text.index("\n## scale.py")
+        end = text.find("\n## ", start + 1)
+        text = text[:start] + (text[end:] if end != -1 else "")
+    return text
+
+
+def test_no_page_types_a_latency_or_a_ratio_outside_a_figure() -> None:
+    # GIVEN every page, without its rendered figures
+    for path in figures.doc_paths():
+        # THEN no µs figure or ratio to Powertools or to `import boto3` is left in it by hand
+        typed = UNMARKED.findall(_outside_figures(path))
+        assert not typed, f"{path.relative_to(REPO_ROOT)}: {typed}: render it from bench/results"
