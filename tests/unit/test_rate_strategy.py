@@ -20,7 +20,6 @@ from fleetbreaker.rate import (
     URGENT_REPORTS_PER_S,
     fleet_interval_ms,
     fleet_size,
-    recent_failing,
     urgent_allowed,
     write_rate,
 )
@@ -284,30 +283,6 @@ def test_the_fleet_size_is_its_call_rate_over_this_containers() -> None:
     assert fleet_size(WindowCounts(calls=1), POLICY, 1, 1) == pytest.approx(1e-4)
     # AND 1,000 calls in the window over 10 calls in 1 s: 10 containers' worth
     assert fleet_size(WindowCounts(calls=1000), POLICY, 10, 1000) == pytest.approx(10.0)
-
-
-SLOW_POLICY = Policy.from_config(
-    BreakerConfig(slow_call_duration=1.0, slow_call_rate_threshold=0.1, minimum_calls=10)
-)
-
-
-def test_no_recent_calls_are_not_failing() -> None:
-    assert recent_failing((0, 0, 0), POLICY) is False
-
-
-def test_one_recent_call_that_failed_is_failing_at_the_rate() -> None:
-    assert recent_failing((1, 1, 0), POLICY) is True
-
-
-def test_recent_slow_calls_count_only_when_slow_calls_are_timed() -> None:
-    # GIVEN every recent call slow, and a policy that does not time calls
-    # THEN they are not failing; with no slow call at all, a timing policy says the same
-    assert recent_failing((10, 0, 10), POLICY) is False
-    assert recent_failing((10, 0, 0), SLOW_POLICY) is False
-
-
-def test_one_slow_call_in_ten_reaches_a_ten_percent_slow_rate() -> None:
-    assert recent_failing((10, 0, 1), SLOW_POLICY) is True
 
 
 def test_the_write_rate_is_the_windows_average_when_nothing_is_recent() -> None:
