@@ -20,7 +20,7 @@ from fleetbreaker.events import BreakerListener
 from fleetbreaker.frozen import replace
 from fleetbreaker.policy import Policy
 from fleetbreaker.record import Decision, Outcome, Record, State
-from fleetbreaker.results import Admission
+from fleetbreaker.results import Admission, RecordResult
 from fleetbreaker.rules import Verdict
 from tests.support import Dependency, FakeClock, FlakyStore
 
@@ -354,3 +354,22 @@ def test_a_stale_view_that_finds_the_breaker_just_closed_is_the_ramps_to_judge()
     # THEN the ramp turns it away, as closed, for a short while
     assert (admission.decision, admission.state) == (Decision.REJECT, State.CLOSED)
     assert 0 < admission.retry_after_s <= 1.0
+
+
+def test_a_shadow_outcome_that_finds_the_probe_slot_taken_counts_nowhere() -> None:
+    # GIVEN a shadow container that saw the breaker open and due (its cached view), and an
+    # enforcing container that then took the only probe slot
+    clock, store = FakeClock(), MemoryStore()
+    config = replace(CONFIG, cache_ttl=15.0)
+    enforcing = opened(store, clock, config)
+    shadow = CircuitBreaker(
+        "payment-api", store=store, config=replace(config, mode="shadow"), clock=clock
+    )
+    assert shadow.check().shadow is Decision.REJECT  # reads the open record
+    clock.advance(10)
+    assert enforcing.check().decision is Decision.PROBE
+    # WHEN the shadow container records a failure without a token
+    result = shadow.record(False)
+    # THEN it settles nothing, says why, and counts as a call an enforcing breaker rejects
+    assert result == RecordResult(False, State.HALF_OPEN, "shadow: probe slot taken; not counted")
+    assert shadow.stats.would_rejects == 2
