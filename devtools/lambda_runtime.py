@@ -7,6 +7,10 @@ credentials). Like Lambda it imports the handler module named by ``_HANDLER`` fr
 the functions' Makefiles copy beside ``app.py``), once; its module-level code runs then. Then it
 serves invocations one at a time, as a warm container does.
 
+With ``AWS_LAMBDA_INITIALIZATION_TYPE=snap-start`` (a function with SnapStart) the init is
+followed by the runtime's SnapStart hooks: those run before the snapshot, then those run
+after a restore, which here resumes in this same process.
+
 Protocol: one JSON request per line on stdin (``{"event": ..., "context": {...}}``), one JSON
 answer per line on the file descriptor given as the second argument: ``{"result": ...}`` or
 ``{"error": {"type", "message", "traceback"}}``; before the first request, ``{"ready": true}``
@@ -52,6 +56,26 @@ def _answer(channel: Any, payload: dict[str, Any]) -> None:
     channel.flush()
 
 
+def _snapshot_and_restore() -> None:
+    """SnapStart, as the runtime's bootstrap (awslambdaric) does once init is complete: the
+    before-snapshot hooks, then, restored here in the same process (the snapshot's memory
+    and pid), the after-restore hooks, with awslambdaric's own runner and in its order. The
+    log gets a line naming the hooks, as Lambda's log gets its RESTORE_REPORT line."""
+    from awslambdaric.lambda_runtime_hooks_runner import run_after_restore, run_before_snapshot
+    from snapshot_restore_py import get_after_restore, get_before_snapshot
+
+    before = [_named(hook) for hook, _, _ in get_before_snapshot()]
+    run_before_snapshot()
+    run_after_restore()
+    after = [_named(hook) for hook, _, _ in get_after_restore()]
+    print(f"RESTORE_REPORT before-snapshot hooks: {before} after-restore hooks: {after}")
+    sys.stdout.flush()
+
+
+def _named(hook: Any) -> str:
+    return f"{getattr(hook, '__module__', '?')}.{getattr(hook, '__qualname__', repr(hook))}"
+
+
 def main() -> None:
     code_dir, answer_fd = sys.argv[1], int(sys.argv[2])
     channel = os.fdopen(answer_fd, "w", encoding="utf-8")
@@ -63,6 +87,12 @@ def main() -> None:
     except BaseException as exc:  # an init failure is the answer, as in Lambda
         _answer(channel, {"init_error": _error(exc)})
         return
+    if os.environ.get("AWS_LAMBDA_INITIALIZATION_TYPE") == "snap-start":
+        try:
+            _snapshot_and_restore()
+        except BaseException as exc:  # Lambda: the snapshot (exit 64) or restore (65) fails
+            _answer(channel, {"init_error": _error(exc)})
+            return
     _answer(channel, {"ready": True})
     for line in sys.stdin:
         request = json.loads(line)

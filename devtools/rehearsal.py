@@ -7,8 +7,10 @@ APIs (:class:`DeployedFunction`), and run in a child process of its own
 Only these are added, as Lambda adds them or because the emulators need them:
 
 - what Lambda's runtime sets: ``AWS_REGION``, ``AWS_DEFAULT_REGION``, ``_HANDLER``,
-  ``AWS_LAMBDA_FUNCTION_NAME`` / ``_VERSION`` / ``_MEMORY_SIZE`` and the role's credentials
-  (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``), here an IAM user's (:func:`create_principal`);
+  ``AWS_LAMBDA_FUNCTION_NAME`` / ``_VERSION`` / ``_MEMORY_SIZE``, the role's credentials
+  (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``), here an IAM user's (:func:`create_principal`),
+  and ``AWS_LAMBDA_INITIALIZATION_TYPE=snap-start`` for a function with SnapStart (its
+  container then runs the SnapStart hooks after init, devtools/lambda_runtime.py);
 - endpoints: ``AWS_ENDPOINT_URL`` (the moto server) and, with a cache, the stack's
   ``rediss://`` URL pointed at the local TLS redis-server, whose private CA is in
   ``SSL_CERT_FILE``;
@@ -420,8 +422,15 @@ def container_environment(
     credentials: Credentials,
     endpoint_url: str,
     cache: TlsRedisServer | None = None,
+    *,
+    snapstart: bool = False,
 ) -> dict[str, str]:
-    """The function's environment as Lambda would give it, plus the endpoint variables."""
+    """The function's environment as Lambda would give it, plus the endpoint variables.
+
+    ``snapstart``: the function has SnapStart (moto reads it back as off whatever the
+    template says), and its environments are restored from a snapshot: Lambda tells the
+    runtime so (``AWS_LAMBDA_INITIALIZATION_TYPE``), which then runs the SnapStart hooks.
+    """
     environment = dict(function.environment)
     added = {
         "AWS_REGION": REGION,
@@ -435,6 +444,8 @@ def container_environment(
         "AWS_ENDPOINT_URL": endpoint_url,
         **SANDBOX_VARIABLES,
     }
+    if snapstart:
+        added["AWS_LAMBDA_INITIALIZATION_TYPE"] = "snap-start"
     clash = sorted(set(added) & set(environment))
     if clash:
         raise RehearsalError(

@@ -36,6 +36,7 @@ from fleetbreaker.results import Admission, RecordResult, StoreErrorStats
 from fleetbreaker.stores.fallback import FallbackStore
 
 if TYPE_CHECKING:
+    from fleetbreaker.restore import after_restore, before_snapshot
     from fleetbreaker.stores.dynamodb import DynamoDBStore
     from fleetbreaker.stores.memory import MemoryStore
     from fleetbreaker.stores.redis import RedisStore
@@ -43,6 +44,8 @@ if TYPE_CHECKING:
 __all__ = [
     "Admission",
     "__version__",
+    "after_restore",
+    "before_snapshot",
     "BreakerConfig",
     "BreakerListener",
     "CircuitBreaker",
@@ -85,6 +88,13 @@ def __getattr__(name: str) -> Any:
         from fleetbreaker.stores.redis import RedisStore
 
         return RedisStore
+    if name in ("after_restore", "before_snapshot"):
+        # The snapshot hooks (Lambda SnapStart calls them itself; other snapshot mechanisms
+        # call them): fleetbreaker.restore loads with the first breaker, or here.
+        from fleetbreaker import restore
+
+        hook: Any = getattr(restore, name)
+        return hook
     if name in _RENAMED:
         import warnings
 

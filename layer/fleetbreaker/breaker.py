@@ -13,7 +13,9 @@ One call through the breaker, file by file:
    cache, the strategy and live tuning.
 
 The breaker owns the wiring, the operator overrides (``force_open``, ``disable``,
-``reset``), ``from_env``, and swapping the strategy and shadow mode when live tuning says so.
+``reset``), ``from_env``, swapping the strategy and shadow mode when live tuning says so, and
+what a snapshot of the process needs (``flush`` before it, ``restart`` after a restore:
+:mod:`fleetbreaker.restore`).
 """
 
 from __future__ import annotations
@@ -101,7 +103,9 @@ class CircuitBreaker:
         Call durations (slow calls) are measured on this clock too.
     container_id:
         The identity ``min_containers`` counts; default a random id per process (one Lambda
-        container is one process). Pass one to run a fleet inside one process.
+        container is one process). Pass one to run a fleet inside one process. After a
+        restored snapshot (:func:`fleetbreaker.after_restore`) the breaker takes the
+        process's new id, whatever was passed: it was the snapshot's.
     shared_refresh_dir:
         A directory the processes of one execution environment share, through which they
         share their reads of the record (:mod:`fleetbreaker.shared_refresh`): one store read
@@ -231,6 +235,11 @@ class CircuitBreaker:
             # One read at init: a misconfigured store fails the init (ConfigError); an
             # unreachable one (weather) lets it start, degraded.
             self._store.verify(self.name, self.clock())
+        # Known to the snapshot hooks (Lambda SnapStart), which the first breaker registers;
+        # loaded here, not by `import fleetbreaker`, and never on a call's path.
+        from fleetbreaker.restore import track
+
+        track(self)
 
     def __repr__(self) -> str:
         return f"CircuitBreaker({self.name!r}, store={type(self.store).__name__})"
@@ -594,7 +603,19 @@ class CircuitBreaker:
             )
         self._pipeline.shadow = self._shadow if config.shadow else None
 
-    # -- after a snapshot is restored ------------------------------------------------------
+    # -- snapshots of the process ----------------------------------------------------------
+
+    def flush(self, now: int | None = None) -> None:
+        """Send what this container has pending now: the rate policy's tally of calls not
+        reported yet (the count policy writes each failure as it happens: nothing pends).
+
+        :func:`fleetbreaker.before_snapshot` calls this on every live breaker, so the counts
+        of calls made at init reach the fleet's window once, from the process that made
+        them, rather than never (restored environments start with an empty tally).
+        """
+        if self._off:
+            return
+        self._counting.flush(self.clock() if now is None else now)
 
     def restart(self, now: int | None = None) -> None:
         """Become a new container: a new id and random source, no cached view, every
@@ -602,7 +623,16 @@ class CircuitBreaker:
 
         A Lambda SnapStart restore (and any other snapshot of a live process) resumes many
         execution environments from one memory image: each must stop being the snapshot's
-        container. :func:`fleetbreaker.after_restore` calls this on every live breaker.
+        container. :func:`fleetbreaker.after_restore` calls this on every live breaker,
+        after giving the process its new id.
+
+        The id is the process's (:func:`~fleetbreaker.naming.process_container_id`), also for
+        a breaker built with a ``container_id`` of its own: that id was the snapshot's, the
+        same in every restored environment. The random source, yours too if you passed one,
+        is reseeded in place from ``os.urandom``. The tally of calls not reported is dropped
+        (:meth:`flush` sent it before the snapshot), and the store wrapper forgets its
+        degraded mode and drops the store's connections
+        (:meth:`~fleetbreaker.stores.fallback.FallbackStore.restart`).
         """
         at = self.clock() if now is None else now
         # In place: every part holding the random source draws from the new stream.
@@ -613,6 +643,7 @@ class CircuitBreaker:
         if self._shared_reads is not None:
             self._shared_reads.copy.forget()
         self._counting.restart(at)
+        self._store.restart()
 
     # -- switched off (FLEETBREAKER_DISABLED) ----------------------------------------------
 

@@ -53,6 +53,7 @@ import functools
 import logging
 import os
 import threading
+import weakref
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -153,6 +154,7 @@ class MetricsListener(BreakerListener):
         self.service = service or os.environ.get(SERVICE_ENV) or DEFAULT_SERVICE
         self._pending: dict[DimensionKey, _Pending] = {}
         self._lock = threading.Lock()
+        _listeners.add(self)
 
     def __repr__(self) -> str:
         return f"MetricsListener(namespace={self.namespace!r}, service={self.service!r})"
@@ -246,6 +248,17 @@ class MetricsListener(BreakerListener):
             return self.log_metrics
         return _flushing(handler, self.flush)
 
+    def restart(self) -> None:
+        """Drop what is gathered, unwritten (after a restored snapshot).
+
+        What the buffer holds then was gathered by the snapshot's process, and was written
+        before the snapshot if :func:`fleetbreaker.before_snapshot` ran: every restored
+        environment writing it again would count each of those events once per environment.
+        The lock is new too (a thread that held it may be gone).
+        """
+        self._lock = threading.Lock()
+        self._pending = {}
+
     @property
     def pending_documents(self) -> int:
         """How many EMF documents the next flush would write (at least)."""
@@ -294,6 +307,21 @@ def _flushing(handler: Callable[P, R], flush: Callable[[], int]) -> Callable[P, 
 
 _default: MetricsListener | None = None
 _default_lock = threading.Lock()
+# Every listener of the process, the default one included (weakly: it keeps none alive), for
+# the snapshot hooks (fleetbreaker.restore).
+_listeners: weakref.WeakSet[MetricsListener] = weakref.WeakSet()
+
+
+def flush_every_listener() -> int:
+    """Flush every :class:`MetricsListener` of the process (before a snapshot); returns the
+    number of EMF documents written."""
+    return sum(listener.flush() for listener in list(_listeners))
+
+
+def restart_every_listener() -> None:
+    """Empty every :class:`MetricsListener`'s buffer (after a restored snapshot)."""
+    for listener in list(_listeners):
+        listener.restart()
 
 
 def default_metrics() -> MetricsListener:

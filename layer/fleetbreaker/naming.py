@@ -65,3 +65,15 @@ def process_container_id() -> str:
     if found is None:
         found = _process_ids.setdefault(pid, secrets.token_hex(6))
     return found
+
+
+def renew_process_container_id() -> str:
+    """Give this process a new container id, and return it.
+
+    A process restored from a snapshot (Lambda SnapStart) keeps the snapshot's pid, so the id
+    cached for that pid would be the snapshot's in every restored environment.
+    ``secrets`` draws from ``os.urandom``, which a restored snapshot does not repeat.
+    """
+    fresh = secrets.token_hex(6)
+    _process_ids[os.getpid()] = fresh
+    return fresh

@@ -102,5 +102,32 @@ class _ProcessWatch:
         thread = self._thread
         return int(thread is not None and thread.is_alive())
 
+    def restart(self) -> None:
+        """After a restored snapshot: every breaker's next sweep one period from now, and
+        the thread started again if none runs.
+
+        A fork keeps only the thread that forked (the watcher's is gone, though its breakers
+        are still listed, so nothing would start it again); Lambda SnapStart resumes it,
+        with sweeps due by a monotonic clock of another time. The lock and the wake-up are
+        new: a thread that is gone may have held them.
+        """
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        with self._lock:
+            now = time.monotonic()
+            for watcher in self._watchers:
+                watcher.due = now + watcher.period_s
+            thread = self._thread
+            if self._watchers and (thread is None or not thread.is_alive()):
+                self._thread = threading.Thread(
+                    target=self._run, name="fleetbreaker-slow-calls", daemon=True
+                )
+                self._thread.start()
+
 
 _WATCH = _ProcessWatch()
+
+
+def restart_watch() -> None:
+    """Restart the process's slow-call watcher (after a restored snapshot)."""
+    _WATCH.restart()

@@ -205,6 +205,19 @@ def test_a_token_is_renewed_before_it_expires() -> None:
     assert auth.get_credentials() == (USER, second)
 
 
+def test_a_forgotten_token_is_signed_anew_long_before_its_renewal() -> None:
+    # GIVEN a token made at T0, and a restored snapshot 10 s later (fleetbreaker.restore)
+    clock = Clock()
+    auth = make_auth(clock)
+    first = auth.token()
+    clock.now = T0 + 10
+    # WHEN the provider forgets its token
+    auth.forget()
+    # THEN the next connection gets one signed now
+    assert query(auth.token())["X-Amz-Date"] == "20260101T000010Z"
+    assert auth.token() != first
+
+
 def query(token: str) -> dict[str, str]:
     host, _, rest = token.partition("/?")
     assert host == CACHE

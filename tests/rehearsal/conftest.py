@@ -108,8 +108,21 @@ class Rehearsal:
     def environment(self, logical_id: str) -> dict[str, str]:
         function = self.functions[logical_id]
         return container_environment(
-            function, self.principals[logical_id], self.endpoint, self.cache
+            function,
+            self.principals[logical_id],
+            self.endpoint,
+            self.cache,
+            snapstart=self.snapstart(logical_id),
         )
+
+    def snapstart(self, logical_id: str) -> bool:
+        """Whether the function has SnapStart in this set (its template's ApplyOn)."""
+        properties = self.translated["Resources"][logical_id]["Properties"]
+        apply_on = properties.get("SnapStart", {}).get("ApplyOn", "None")
+        if isinstance(apply_on, dict) and "Ref" in apply_on:
+            name = apply_on["Ref"]
+            apply_on = self.parameters.get(name, self.translated["Parameters"][name]["Default"])
+        return bool(apply_on == "PublishedVersions")
 
     def container(
         self, logical_id: str, environment: dict[str, str] | None = None
@@ -291,6 +304,17 @@ def defer_rehearsal(
 ) -> Rehearsal:
     """The parameter sets with the deferred-payments consumer."""
     deployed = _rehearsal(request.param, rehearsals, tmp_path_factory)
+    deployed.reset_breaker()
+    deployed.api.mode = "ok"
+    return deployed
+
+
+@pytest.fixture
+def snapstart_rehearsal(
+    rehearsals: dict[str, Rehearsal], tmp_path_factory: pytest.TempPathFactory
+) -> Rehearsal:
+    """The parameter set with SnapStart on the functions that build a breaker."""
+    deployed = _rehearsal("snapstart", rehearsals, tmp_path_factory)
     deployed.reset_breaker()
     deployed.api.mode = "ok"
     return deployed

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from devtools.rehearsal import RehearsalError
+from devtools.rehearsal import RehearsalError, breaker_problems
 from devtools.sam_template import condition_values
 from devtools.sqs_event_source import SqsEventSource
 from tests.rehearsal.conftest import BREAKER, DEFER_SETS, PARAMETER_SETS, Rehearsal, unique_key
@@ -30,7 +30,7 @@ from tests.rehearsal.support import (
     run,
     scheduled_event,
 )
-from tests.sam.conftest import EVENTS, load_event
+from tests.sam.conftest import EVENTS, load_event, payment_event
 from tests.sam.test_payment_events import EXPECTED_STATUS
 
 pytestmark = pytest.mark.rehearsal
@@ -171,6 +171,29 @@ def test_the_consumer_and_breaker_events_are_mapped_to_their_sources(
     )["Attributes"]["QueueArn"]
     assert mapping["EventSourceArn"] == queue_arn
     assert mapping["UUID"] == rehearsal.resources["DeferredPaymentsMapping"]
+
+
+def test_snapstart_functions_restore_their_breakers_before_they_serve(
+    snapstart_rehearsal: Rehearsal,
+) -> None:
+    # GIVEN the stack with SnapStart: its functions that build a breaker run the runtime's
+    # SnapStart hooks after init (devtools/lambda_runtime.py), as restored environments
+    rehearsal = snapstart_rehearsal
+    snapshotted = sorted(lid for lid in rehearsal.functions if rehearsal.snapstart(lid))
+    assert snapshotted == ["BreakerGateFunction", "PaymentFunction"]
+    # WHEN a fresh environment of the payment function serves a payment
+    container = rehearsal.container("PaymentFunction")
+    invocation = container.invoke(payment_event())
+    # THEN the breaker's hooks ran, before the first invocation, and the payment went through
+    # the fleet's breaker
+    report = [line for line in invocation.log if line.startswith("RESTORE_REPORT")]
+    assert report == [
+        "RESTORE_REPORT before-snapshot hooks: ['fleetbreaker.restore.before_snapshot'] "
+        "after-restore hooks: ['fleetbreaker.restore.after_restore']"
+    ]
+    assert invocation.error is None
+    assert invocation.result["statusCode"] == 200
+    assert breaker_problems(invocation.records()) == []
 
 
 def test_the_core_alone_deploys_no_function(core_rehearsal: Rehearsal) -> None:

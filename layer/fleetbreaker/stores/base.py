@@ -47,8 +47,11 @@ class Store(Protocol):
 
     A store may also have a ``prepare()`` method that does its one-off, local setup (building
     a client); :class:`~fleetbreaker.stores.fallback.FallbackStore` calls it once, outside the
-    store deadline. Operations raise :class:`fleetbreaker.errors.StoreError` when the store
-    cannot answer.
+    store deadline. And a ``drop_connections()`` method that closes its pooled connections
+    and forgets cached logins, leaving it usable: called after the process was restored from
+    a snapshot (Lambda SnapStart, :func:`fleetbreaker.after_restore`), when every connection
+    it holds belongs to another time. Operations raise
+    :class:`fleetbreaker.errors.StoreError` when the store cannot answer.
     :class:`~fleetbreaker.stores.fallback.FallbackStore` wraps any store to answer from a
     local twin instead, and bounds every operation by a deadline.
     """

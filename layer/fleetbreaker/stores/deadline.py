@@ -63,7 +63,10 @@ class _Worker:
 
     def __init__(self, pool: _WorkerPool) -> None:
         self._pool = pool
-        self._jobs: queue.SimpleQueue[tuple[Callable[[], Any], _Result]] = queue.SimpleQueue()
+        # A job and its result; None: end the thread (its pool was replaced).
+        self._jobs: queue.SimpleQueue[tuple[Callable[[], Any], _Result] | None] = (
+            queue.SimpleQueue()
+        )
         # Daemon: a call stuck on a socket with no timeout must not keep the process alive.
         self._thread = threading.Thread(target=self._loop, name="fleetbreaker-store", daemon=True)
         self._thread.start()
@@ -71,14 +74,21 @@ class _Worker:
     def submit(self, job: Callable[[], Any], result: _Result) -> None:
         self._jobs.put((job, result))
 
+    def stop(self) -> None:
+        """End the thread once it is idle (it takes no new job from its pool)."""
+        self._jobs.put(None)
+
     def _loop(self) -> None:
         while True:
             try:
-                job, result = self._jobs.get(timeout=WORKER_IDLE_SECONDS)
+                handed = self._jobs.get(timeout=WORKER_IDLE_SECONDS)
             except queue.Empty:
                 if self._pool.retire(self):
                     return
                 continue  # taken for a job just now: it is on its way
+            if handed is None:
+                return
+            job, result = handed
             try:
                 result.value = job()
             except BaseException as exc:  # handed to the waiting caller, never lost
@@ -86,7 +96,7 @@ class _Worker:
             result.finish()
             # Hold nothing of the caller's while idle: the job's closure reaches the store and
             # its breaker, which would then outlive every reference its owner dropped.
-            job = result = None  # type: ignore[assignment]
+            job = result = handed = None  # type: ignore[assignment]
             if not self._pool.release(self):
                 return
 
@@ -125,6 +135,7 @@ class _WorkerPool:
         self._lock = threading.Lock()
         self._idle: list[_Worker] = []
         self._running = threading.BoundedSemaphore(MAX_PROCESS_WORKERS)
+        self._closed = False  # replaced by a new pool: keeps no idle worker
 
     def run(self, job: Callable[[], T], deadline_s: float, what: str, slots: CallSlots) -> T:
         if slots.stuck >= MAX_STUCK_WORKERS:
@@ -175,10 +186,19 @@ class _WorkerPool:
     def release(self, worker: _Worker) -> bool:
         """A worker finished its call: True when it stays for reuse, False to end its thread."""
         with self._lock:
-            if len(self._idle) >= MAX_IDLE_WORKERS:
+            if self._closed or len(self._idle) >= MAX_IDLE_WORKERS:
                 return False
             self._idle.append(worker)
             return True
+
+    def stop_idle(self) -> None:
+        """End every idle worker's thread, and keep none from now on (the pool is replaced:
+        calls still running finish, and their workers end with them)."""
+        with self._lock:
+            idle, self._idle = self._idle, []
+            self._closed = True
+        for worker in idle:
+            worker.stop()
 
     def retire(self, worker: _Worker) -> bool:
         """An idle worker's thread may end: True unless it was just handed a job."""
@@ -191,6 +211,20 @@ class _WorkerPool:
 
 # One pool per process: every FallbackStore (every breaker) shares its threads.
 _POOL = _WorkerPool()
+
+
+def restart_workers() -> None:
+    """A new, empty pool for the process (after a restored snapshot).
+
+    The snapshot's workers may be gone (a fork keeps only the thread that forked: a call
+    handed to an idle worker that no longer runs would wait out its deadline), or resumed in
+    the middle of a call on a connection of another time. The old pool's idle workers end;
+    a call still running finishes with the old pool, which frees its permits, and its
+    worker ends then. New calls start new workers.
+    """
+    global _POOL
+    old, _POOL = _POOL, _WorkerPool()
+    old.stop_idle()
 
 
 def run_within(job: Callable[[], T], deadline_s: float, what: str, slots: CallSlots) -> T:

@@ -195,6 +195,13 @@ class ElastiCacheIAMAuth(CredentialProvider):
                 self._renew_at = now + self.expires_in - self.renew_before
             return self._token
 
+    def forget(self) -> None:
+        """Drop the cached token: the next connection signs a new one (after a restored
+        snapshot, the token was signed at init, with the credentials of that time)."""
+        with self._lock:
+            self._token = None
+            self._renew_at = 0.0
+
     def _sign(self, now: float) -> str:
         credentials = self._credentials
         if credentials is None:

@@ -312,6 +312,30 @@ class FallbackStore:
         self._answered(name, outcome.record, now_ms)
         return outcome
 
+    # -- after a restored snapshot --------------------------------------------------------
+
+    def restart(self) -> None:
+        """Start over as a new container's store (after a restored snapshot).
+
+        The shared store drops its connections (its ``drop_connections()``, when it has
+        one), so the next operation opens a fresh one; this wrapper forgets the record it
+        last saw, leaves degraded mode with its back-off and its local twin's counts (they
+        were the snapshot's container's), and runs its calls on a new worker pool with new
+        slots (:func:`~fleetbreaker.stores.deadline.restart_workers`: the pool is the
+        process's, replaced by each store that restarts, before any of them calls again).
+        """
+        deadline.restart_workers()
+        self._lock = threading.Lock()
+        self._slots = deadline.CallSlots()
+        self._degraded = False
+        self._paused_until = 0
+        self._last_seen = None
+        if self._local is not None:
+            self._local.clear()
+        drop = getattr(self.shared, "drop_connections", None)
+        if callable(drop):
+            drop()
+
     # -- internals -------------------------------------------------------------------------
 
     def _call(self, operation: str, name: str, job: Callable[[], T]) -> T:

@@ -231,6 +231,35 @@ class RedisStore:
     def __repr__(self) -> str:
         return f"RedisStore(key_prefix={self.key_prefix!r})"
 
+    def drop_connections(self) -> None:
+        """Disconnect every pooled connection, and forget the IAM token (after a restored
+        snapshot: they belong to another process's time); the next command connects and
+        logs in afresh.
+
+        redis-py's public ``connection_pool.disconnect()`` (``disconnect_connection_pools()``
+        on a cluster client), for a client passed in as for one the store built: the client
+        stays usable. redis-py starts a new pool by itself only when the pid changes, and a
+        restored snapshot keeps it. The token of an
+        :class:`~fleetbreaker.stores.elasticache_iam.ElastiCacheIAMAuth` (the provider that
+        the client logs in with) is signed again for the next connection.
+        """
+        client = self.client
+        pool = getattr(client, "connection_pool", None)
+        disconnect = getattr(pool, "disconnect", None)
+        if callable(disconnect):
+            disconnect()
+        else:
+            every = getattr(client, "disconnect_connection_pools", None)
+            if callable(every):
+                every()
+        kwargs = getattr(pool, "connection_kwargs", None)
+        if kwargs is None and callable(getattr(client, "get_connection_kwargs", None)):
+            kwargs = client.get_connection_kwargs()  # type: ignore[attr-defined]
+        provider = kwargs.get("credential_provider") if isinstance(kwargs, dict) else None
+        forget = getattr(provider, "forget", None)
+        if callable(forget):
+            forget()
+
     def close(self) -> None:
         """Close the connections of a client this store created (an injected one is yours)."""
         close = getattr(self.client, "close", None)

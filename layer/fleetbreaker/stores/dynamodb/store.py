@@ -201,6 +201,11 @@ class DynamoDBStore:
         operation, so boto3's setup does not count against the store deadline."""
         self._wire.prepare()
 
+    def drop_connections(self) -> None:
+        """Close the client's pooled connections (after a restored snapshot: they belong to
+        another process's time); its next request opens a new one. No request is sent."""
+        self._wire.drop_connections()
+
     def _get(self, name: str) -> dict[str, Any] | None:
         """A read that decides a write (settle, override, tune): strongly consistent."""
         return self._wire.get(name, consistent=True)

@@ -239,6 +239,20 @@ class Wire:
             if self._client is None:
                 self._client = self._make_client()
 
+    def drop_connections(self) -> None:
+        """Empty the client's connection pool: the next request opens a new connection.
+
+        botocore's public ``close()`` clears the pool and keeps the client usable (its
+        credentials, its config, the store's handlers). The same for a client the caller
+        passed: a pool emptied after a restored snapshot costs one connection, and requests
+        in flight finish on theirs (urllib3 closes a pool's connections as they come back).
+        A client not built yet has nothing to drop.
+        """
+        client = self._client
+        close = getattr(client, "close", None)
+        if callable(close):
+            close()
+
     def _make_client(self) -> DynamoDBClient:
         import boto3
         from botocore.config import Config
