@@ -56,6 +56,8 @@ CORE = [
     "tests/unit/test_census.py",
     "tests/unit/test_admission.py",
     "tests/unit/test_rate_strategy.py",
+    "tests/unit/test_restart.py",
+    "tests/unit/test_snapshot_hooks.py",
     "tests/unit/test_ramp.py",
     "tests/unit/test_shadow_mode.py",
     "tests/unit/test_rate_reporting.py",
