@@ -119,7 +119,7 @@ test-deployed: venv ## opt-in: tests against a deployed stack (needs FLEETBREAKE
 	$(PYTEST) -m deployed $(PYTEST_ARGS)
 
 # Not part of CI (tens of minutes): docs/testing.md#mutation-testing records the last run.
-mutate: venv ## mutation testing of layer/fleetbreaker with mutmut, module by module (ARGS='ramp cache')
+mutate: venv ## mutation testing of layer/fleetbreaker with mutmut, module by module (ARGS='rules admission')
 	$(PIP) install --quiet -c constraints.txt -e '.[dev,mutate]'
 	$(PY) scripts/mutate.py $(ARGS)
 

@@ -4,6 +4,7 @@ fleet is never changed by it."""
 
 from __future__ import annotations
 
+import math
 import random
 from typing import Any
 
@@ -22,8 +23,10 @@ from fleetbreaker.census import (
     poisson_lower,
     poisson_upper,
 )
+from fleetbreaker.events import BreakerListener
 from fleetbreaker.policy import Policy
 from fleetbreaker.record import WINDOW_BUCKETS, CensusBucket, Record, State
+from fleetbreaker.results import RecordResult
 from fleetbreaker.stores.memory import MemoryStore
 from tests.support import FakeClock
 
@@ -439,3 +442,101 @@ def test_a_store_without_a_census_operation_is_read_never_written(clock: FakeClo
     assert breaker.state is State.CLOSED
     assert (store.stats.reads, store.stats.writes) == (1, 0)
     assert not breaker.degraded
+
+
+# -- the slice cap, the thinned write's answers ---------------------------------------------
+
+
+def test_a_slice_at_the_most_a_capped_fleet_can_send_is_believed_and_one_more_is_not() -> None:
+    # GIVEN the current slice holding exactly the most census writes the largest fleet the
+    # census reports could send in a slice, with room for chance: its mean, ten standard
+    # deviations and the evidence (as the module documents it; computed here, not asked of
+    # max_slice_count, so that a change to the bound fails this test)
+    now = T0 + COUNT.bucket_ms - 1
+    mean = MAX_CENSUS_CONTAINERS * COUNT.bucket_ms / CENSUS_MEAN_MS
+    most = math.ceil(mean + 10 * math.sqrt(mean) + MIN_CENSUS_EVIDENCE)
+    slot = (now // COUNT.bucket_ms) % WINDOW_BUCKETS
+
+    def with_count(count: int) -> Record:
+        return Record(census={slot: CensusBucket(now // COUNT.bucket_ms, count)})
+
+    # THEN it shows a fleet; one write more, and the slice reads as empty
+    assert census_containers(with_count(most), COUNT, now) > 0
+    assert census_containers(with_count(most + 1), COUNT, now) == 0.0
+
+
+class FailuresHeard(BreakerListener):
+    def __init__(self) -> None:
+        self.heard: list[tuple[str, State]] = []
+
+    def on_failure_recorded(self, name: str, state: State) -> None:
+        self.heard.append((name, state))
+
+
+def test_a_skipped_failure_is_not_applied_and_keeps_the_state_seen(clock: FakeClock) -> None:
+    _, breaker = fleet_of(5_000, clock, Draws(0.5))
+    breaker.state  # noqa: B018
+    result = breaker.record(False)
+    assert (result.applied, result.state) == (False, State.CLOSED)
+
+
+def test_at_weight_two_the_half_of_failures_not_drawn_is_not_written(clock: FakeClock) -> None:
+    # GIVEN the census of a fleet whose weight is 2, and a draw of exactly one half
+    store, breaker = fleet_of(800, clock, Draws(0.5))
+    breaker.state  # noqa: B018
+    assert failure_weight(census_containers(store.load(NAME, clock()), COUNT, clock())) == 2
+    writes = store.stats.writes
+    # WHEN a failure is recorded
+    result = breaker.record(False)
+    # THEN it is the half not written (draws of [0.5, 1) times 2 reach 1)
+    assert (result.applied, result.detail) == (False, "failure not written: 1 in 2 is")
+    assert store.stats.writes == writes
+
+
+def test_at_weight_two_a_draw_under_one_half_writes_the_failure(clock: FakeClock) -> None:
+    _, breaker = fleet_of(800, clock, Draws(0.49))
+    breaker.state  # noqa: B018
+    result = breaker.record(False)
+    assert (result.applied, result.state, result.detail) == (True, State.CLOSED, "failure counted")
+
+
+def test_a_written_failure_is_heard_with_the_breaker_and_the_state_it_left() -> None:
+    # GIVEN a small fleet's breaker that opens on 5 failures, with a listener
+    clock, heard = FakeClock(), FailuresHeard()
+    breaker = CircuitBreaker(
+        NAME, store=MemoryStore(), config=CONFIG, clock=clock, listeners=[heard]
+    )
+    # WHEN five failures are recorded
+    results = [breaker.record(False) for _ in range(5)]
+    # THEN each was counted and heard; the fifth left the breaker open, and says so
+    assert [r.applied for r in results] == [True] * 5
+    assert results[-1] == RecordResult(True, State.OPEN, "failure counted")
+    assert heard.heard == [(NAME, State.CLOSED)] * 4 + [(NAME, State.OPEN)]
+
+
+def test_exactly_the_evidence_asked_for_is_believed() -> None:
+    # GIVEN exactly MIN_CENSUS_EVIDENCE census writes in the current slice, near its end
+    now = T0 + COUNT.bucket_ms - 1
+    slot = (now // COUNT.bucket_ms) % WINDOW_BUCKETS
+
+    def holding(count: int) -> Record:
+        return Record(census={slot: CensusBucket(now // COUNT.bucket_ms, count)})
+
+    # THEN they show a fleet; one fewer shows none
+    assert census_containers(holding(MIN_CENSUS_EVIDENCE), COUNT, now) > 0
+    assert census_containers(holding(MIN_CENSUS_EVIDENCE - 1), COUNT, now) == 0.0
+
+
+def test_evidence_spread_thin_over_the_window_shows_a_small_fleet() -> None:
+    # GIVEN 30 census writes spread evenly over the whole window (3 a slice: 100
+    # containers' worth on average, each slice far from the evidence on its own)
+    now = T0 + COUNT.bucket_ms - 1
+    current = now // COUNT.bucket_ms
+    census = {
+        (current - age) % WINDOW_BUCKETS: CensusBucket(current - age, 3)
+        for age in range(WINDOW_BUCKETS)
+    }
+    record = Record(census=census)
+    # THEN the estimate is the evidence's lower bound: a fleet, but less than the average
+    estimate = census_containers(record, COUNT, now)
+    assert 0 < estimate < 100

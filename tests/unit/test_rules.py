@@ -6,7 +6,15 @@ import pytest
 
 from fleetbreaker import rules
 from fleetbreaker.policy import OVERRIDE_TTL_S, Policy, open_duration_ms
-from fleetbreaker.record import MAX_TOKEN_CHARS, Decision, Lease, ProbeReport, Record, State
+from fleetbreaker.record import (
+    MAX_TOKEN_CHARS,
+    WINDOW_BUCKETS,
+    Decision,
+    Lease,
+    ProbeReport,
+    Record,
+    State,
+)
 
 T0 = 1_700_000_000_000
 POLICY = Policy(
@@ -160,3 +168,33 @@ def test_overrides_outlive_the_idle_ttl() -> None:
 def test_force_refuses_states_that_are_not_overrides() -> None:
     with pytest.raises(ValueError, match="half_open"):
         rules.apply_force(None, POLICY, T0, State.HALF_OPEN)
+
+
+def test_every_write_stamps_the_record_with_its_time() -> None:
+    # GIVEN a record last written a minute ago
+    earlier = rules.apply_failure(None, POLICY, T0 - 60_000).record
+    assert earlier is not None
+    # WHEN a failure is counted now
+    record = rules.apply_failure(earlier, POLICY, T0).record
+    # THEN the record says it was written now (what snapshots and `fleetbreaker status` show)
+    assert record is not None
+    assert record.updated_at == T0
+
+
+def test_forcing_a_breaker_that_has_no_record_leaves_it_no_window() -> None:
+    # GIVEN no record: no fleet has written one, so no window is known
+    # WHEN an operator forces the breaker open
+    record = rules.apply_force(None, POLICY, T0, State.FORCED_OPEN).record
+    # THEN the record keeps no window of its own (the fleet's first write sets it)
+    assert record is not None
+    assert record.window_ms == 0
+
+
+def test_a_census_slice_has_a_whole_slot_in_the_ring() -> None:
+    # GIVEN times across several turns of the census ring
+    for now in range(T0, T0 + 3 * WINDOW_BUCKETS * POLICY.bucket_ms, POLICY.bucket_ms // 2):
+        idx, slot = rules.census_slot(POLICY, now)
+        # THEN each falls in its slice, at a whole slot of the ring
+        assert idx == now // POLICY.bucket_ms
+        assert isinstance(slot, int)
+        assert 0 <= slot < WINDOW_BUCKETS

@@ -1,0 +1,128 @@
+"""`make mutate`'s map of modules to tests (scripts/mutate.py's MODULES) against the tree.
+
+A module renamed or a test file removed leaves the map naming something that is gone: mutmut
+then mutates nothing for that module, or the stats pass fails minutes into a run. These tests
+fail first, and the script refuses such a map before it starts.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def mutate() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("mutate_script", ROOT / "scripts" / "mutate.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_every_module_and_test_path_in_the_map_exists(mutate: ModuleType) -> None:
+    # GIVEN the map as committed
+    # WHEN each module's file and each selection's test paths are looked up
+    problems = mutate.missing(mutate.MODULES)
+    # THEN none is missing
+    assert problems == []
+
+
+def test_a_module_or_test_file_that_is_gone_is_named(mutate: ModuleType) -> None:
+    # GIVEN a map naming the old layout's state.py and a removed test file
+    stale = {
+        "state": ["tests/unit/test_rules.py"],
+        "rules": ["tests/unit/test_reporting.py", "-k", "not_a_path"],
+    }
+    # WHEN it is checked
+    problems = mutate.missing(stale)
+    # THEN both are named, and the -k expression is not taken for a path
+    assert problems == [
+        "module state: no layer/fleetbreaker/state.py",
+        "module rules: no test path tests/unit/test_reporting.py",
+    ]
+
+
+def test_the_script_refuses_a_stale_map_before_it_mutates_anything(
+    mutate: ModuleType, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN a map whose only module's test file is gone
+    monkeypatch.setattr(mutate, "MODULES", {"rules": ["tests/unit/test_gone.py"]})
+    monkeypatch.setattr(mutate, "run", lambda *_: pytest.fail("mutmut started"))
+    # WHEN the script is asked for that module
+    with pytest.raises(SystemExit) as exit_info:
+        mutate.main(["rules"])
+    # THEN it exits with a usage error naming the path
+    assert exit_info.value.code == 2
+    assert "no test path tests/unit/test_gone.py" in capsys.readouterr().err
+
+
+def test_the_rules_strategies_and_pipeline_are_in_the_default_run(mutate: ModuleType) -> None:
+    # GIVEN issue 31's 85 % target: the rules, both counting strategies and the pipeline
+    # THEN `make mutate` without ARGS mutates each of them
+    assert {"rules", "window", "count", "rate", "census", "admission"} <= set(mutate.DEFAULT)
+
+
+def test_each_test_path_of_each_selection_keeps_tests_under_its_filter(
+    mutate: ModuleType,
+) -> None:
+    # GIVEN each distinct selection (its paths and its -k filter)
+    selections = {tuple(tests) for tests in mutate.MODULES.values()}
+    for tests in sorted(selections):
+        # WHEN pytest collects it, as mutmut's stats pass does
+        command = [sys.executable, "-m", "pytest", "--collect-only", "-q"]
+        collected = subprocess.run(
+            [*command, "-p", "no:cacheprovider", "-p", "no:cov", *tests],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert collected.returncode == 0, collected.stdout[-2000:] + collected.stderr[-2000:]
+        ids = [line for line in collected.stdout.splitlines() if "::" in line]
+        # THEN every path it names contributes tests: a filter that drops a whole file
+        # would leave that file's mutants to the others' tests without saying so
+        for path in mutate.selection_paths(list(tests)):
+            assert any(test_id.startswith(path) for test_id in ids), (path, tests)
+
+
+# Unit tests that read the package's source or measure its imports: they scan files that
+# mutmut rewrites (test_record_schema fails mutmut's stats pass), or kill nothing.
+NOT_BEHAVIOUR = {
+    "test_import_cost.py",
+    "test_module_seams.py",
+    "test_record_schema.py",
+    "test_one_config_path.py",
+}
+# Hypothesis state machines: minutes a run, once per mutant (scripts/mutate.py's CORE).
+TOO_SLOW = {"test_stateful.py", "test_stateful_rate.py"}
+
+
+def test_each_unit_test_file_of_a_mutated_module_is_in_its_selection(mutate: ModuleType) -> None:
+    # GIVEN the unit test files that import one of the modules the core selection or the
+    # config's mutates (the stores, the record and the policy are every test's tools:
+    # importing them says nothing of what a file tests)
+    left_out = []
+    for module, tests in mutate.MODULES.items():
+        if module not in mutate.DEFAULT or (tests is not mutate.CORE and module != "config"):
+            continue
+        dotted = "fleetbreaker." + module.replace("/", ".")
+        paths = mutate.selection_paths(tests)
+        for test_file in sorted((ROOT / "tests" / "unit").glob("test_*.py")):
+            source = test_file.read_text()
+            if test_file.name in NOT_BEHAVIOUR | TOO_SLOW or f"from {dotted} import" not in source:
+                continue
+            relative = str(test_file.relative_to(ROOT))
+            if relative not in paths and "tests/unit" not in paths:
+                left_out.append((module, relative))
+    # THEN each module's selection runs them: a test written against a module's survivors
+    # but left out of the map kills none of them
+    assert left_out == []
