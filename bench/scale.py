@@ -730,6 +730,7 @@ def targets() -> dict[str, float]:
         "write_units_per_s": ITEM_WRITE_CAP,
         "open_within_s": OPEN_WITHIN_S,
         "partial_open_within_windows": PARTIAL_OPEN_WITHIN_WINDOWS,
+        "partial_open_within_s": PARTIAL_OPEN_WITHIN_WINDOWS * config_for("rate").window_seconds,
     }
 
 
