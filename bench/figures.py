@@ -666,6 +666,16 @@ def scale_partial(doc: Results) -> str:
     )
 
 
+@figure("scale.partial.open", RATE60)
+def scale_partial_open(doc: Results) -> str:
+    runs = doc["results"]
+    opened = [99.0 if r["seconds_to_open"] is None else r["seconds_to_open"] for r in runs]
+    return (
+        f"{span(opened, 2, ' s')} in ({runs[0]['containers']:,} containers, "
+        f"{len(runs)} seeded runs)"
+    )
+
+
 @figure("scale.partial.healthy_writes", RATE60)
 def scale_partial_healthy_writes(doc: Results) -> str:
     return f"{_units(_of(doc['results'], 'healthy_write_units_per_s'))} write units/s healthy"
@@ -854,6 +864,145 @@ def scale_lmi_table(doc: Results) -> str:
             f"{span(_of(shared, 'seconds_to_fleet_rejecting'), 2, ' s')} |"
         )
     return "\n".join(lines)
+
+
+def _to(text: str) -> str:
+    return text.replace("–", " to ")
+
+
+def _count_policy(full: Results, seeds: Results, containers: int) -> list[Results]:
+    """The count policy's noiseless runs at a size: the default run's, and the seeded ones."""
+    runs = _runs(full, policy="count", noise=0.0, containers=containers)
+    if containers == 5000:
+        runs += [r for r in _runs(seeds, policy="count") if r["seed"] != 1]
+    return runs
+
+
+@figure("scale.census.writes", SCALE, SEEDS)
+def scale_census_writes(full: Results, seeds: Results) -> str:
+    def healthy(containers: int, digits: int) -> str:
+        runs = _count_policy(full, seeds, containers)
+        return span(_of(runs, "healthy_write_units_per_s"), digits)
+
+    return f"{healthy(100, 1)} units/s at 100 containers, {healthy(1000, 1)} at 1,000 and " + (
+        f"{healthy(5000, 0)} at 5,000"
+    )
+
+
+@figure("scale.census.reads", SCALE, SEEDS)
+def scale_census_reads(full: Results, seeds: Results) -> str:
+    runs = _count_policy(full, seeds, 5000)
+    return f"{_units(_of(runs, 'healthy_read_units_per_s'))} units/s at 5,000"
+
+
+@figure("scale.census.fleet", SCALE, SEEDS)
+def scale_census_fleet(full: Results, seeds: Results) -> str:
+    small, mid, big = (_count_policy(full, seeds, n) for n in (100, 1000, 5000))
+    return (
+        f"At 100 containers every container rejects within "
+        f"{span(_of(small, 'seconds_to_fleet_rejecting'), 2, ' s')} "
+        f"({_units(_of(small, 'failing_calls_sent'))} failing calls). Past 300 containers its "
+        "failures are thinned, so containers learn of a trip at their next refresh rather than "
+        f"from their own failure's answer: at 1,000 containers "
+        f"{_units(_of(mid, 'failing_calls_sent'))} failing calls reach the dependency before "
+        f"every container rejects, within {span(_of(mid, 'seconds_to_fleet_rejecting'), 2, ' s')}"
+        f" (write peak {_units(_of(mid, 'peak_write_units_per_s'))}); at 5,000, "
+        f"{_units(_of(big, 'failing_calls_sent'))} within "
+        f"{span(_of(big, 'seconds_to_fleet_rejecting'), 2, ' s')}"
+    )
+
+
+@figure("scale.census.cost", SCALE, SEEDS)
+def scale_census_cost(full: Results, seeds: Results) -> str:
+    per_unit_month = full["prices_assumed"]["dynamodb_per_million_write_units"] / 1e6 * 3600 * 730
+
+    def units(containers: int) -> list[float]:
+        return _of(_count_policy(full, seeds, containers), "healthy_write_units_per_s")
+
+    sizes = ((100, 1), (1000, 1), (5000, 0))
+    spans = [span(units(n), d) for n, d in sizes]
+    dollars = [span((u * per_unit_month for u in units(n)), 1 if n == 100 else 0) for n, _ in sizes]
+    return (
+        f"{spans[0]}, {spans[1]} and {spans[2]} write units/s at 100, 1,000 and 5,000 "
+        f"containers (about ${dollars[0]}, ${dollars[1]} and ${dollars[2]} a month)"
+    )
+
+
+@figure("scale.noise.writes", SCALE)
+def scale_noise_writes(doc: Results) -> str:
+    big, mid = (_runs(doc, policy="count", noise=0.005, containers=n) for n in (5000, 1000))
+    return (
+        f"writes peak at {_units(_of(big, 'peak_write_units_per_s'))} units/s at 5,000 and "
+        f"{_units(_of(mid, 'peak_write_units_per_s'))} at 1,000"
+    )
+
+
+def _lmi(doc: Results, processes: int, **match: Any) -> list[Results]:
+    return _runs(doc, processes=processes, **match)
+
+
+@figure("scale.lmi.shared", LMI)
+def scale_lmi_shared(doc: Results) -> str:
+    shared = _lmi(doc, 64, refresh="environment")
+    return f"{_to(_units(_of(shared, 'healthy_read_units_per_s')))} at 6,400 processes"
+
+
+@figure("scale.lmi.fewer", LMI)
+def scale_lmi_fewer(doc: Results) -> str:
+    """Per-process over shared healthy reads, run by run (same processes, policy and seed)."""
+    ratios = []
+    for own in _runs(doc, refresh="process"):
+        (shared,) = _runs(
+            doc,
+            refresh="environment",
+            processes=own["processes"],
+            policy=own["policy"],
+            seed=own["seed"],
+        )
+        ratios.append(own["healthy_read_units_per_s"] / shared["healthy_read_units_per_s"])
+    return f"{_to(span(ratios, 0))} times fewer read units"
+
+
+@figure("scale.lmi.shared_peaks", LMI)
+def scale_lmi_shared_peaks(doc: Results) -> str:
+    peaks = [
+        _units(_of(_lmi(doc, p, refresh="environment", policy="rate"), "peak_read_units_per_s"))
+        for p in (16, 64)
+    ]
+    return f"({peaks[0]} and {peaks[1]})"
+
+
+@figure("scale.lmi.busiest", LMI)
+def scale_lmi_busiest(doc: Results) -> str:
+    own = _lmi(doc, 64, refresh="process")
+    return f"{_to(_units(_of(own, 'peak_read_units_per_s')))} units in its busiest second"
+
+
+@figure("scale.lmi.writes", LMI)
+def scale_lmi_writes(doc: Results) -> str:
+    def healthy(processes: int, policy: str, refresh: str | None = None) -> list[float]:
+        match = {"policy": policy} | ({"refresh": refresh} if refresh else {})
+        return _of(_lmi(doc, processes, **match), "healthy_write_units_per_s")
+
+    def more(processes: int) -> float:
+        own, shared = (
+            healthy(processes, "rate", "process"),
+            healthy(processes, "rate", "environment"),
+        )
+        return 100 * (sum(shared) / len(shared) / (sum(own) / len(own)) - 1)
+
+    return (
+        f"healthy mean {_units(healthy(16, 'count'))} and {_units(healthy(64, 'count'))} write "
+        f"units/s under the count policy at 16 and 64 processes, either way; the rate policy's "
+        f"reports {_units(healthy(16, 'rate'))} and {_units(healthy(64, 'rate'))}, "
+        f"{more(16):+.0f} % and {more(64):+.0f} % with shared reads at 16 and 64 processes"
+    )
+
+
+@figure("scale.lmi.start_writes", LMI)
+def scale_lmi_start_writes(doc: Results) -> str:
+    runs = _lmi(doc, 64)
+    return f"{_to(_units(_of(runs, 'peak_write_units_per_s')))} write units on the item"
 
 
 # --------------------------------------------------------------------------- render / check
