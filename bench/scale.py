@@ -5,6 +5,7 @@
         [--arrivals burst,ramp100,lambda] [--policies count*,rate]
         [--noise-policies count,rate@2%] [--timeline 10,20,10] [--moto-containers 100]
         [--moto-timeline 5,5,5] [--seeds 1] [--output PATH]
+    .venv/bin/python bench/scale.py --merge PART.json... --output PATH   # one plan run in parts
 
 Each simulated container is a real CircuitBreaker (its own ``container_id``, cache and report
 tally: the layer's rules, not a copy) on a virtual clock, and all of them share one store
@@ -35,13 +36,16 @@ from __future__ import annotations
 import argparse
 import heapq
 import json
+import os
 import random
+import shlex
 import signal
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -660,9 +664,10 @@ COST_COLUMNS = (
 )
 
 
-def cost_rows(results: Sequence[Result], calls_per_s: int = CALLS_PER_S) -> list[list[str]]:
-    """The cost table: one row per fleet size, policy and store, from the burst runs."""
-    rows = []
+def cost(results: Sequence[Result], calls_per_s: int = CALLS_PER_S) -> list[dict[str, Any]]:
+    """The cost figures in dollars: one per fleet size, policy and store, from the burst runs
+    (the JSON's ``cost``, which bench/figures.py renders)."""
+    out: list[dict[str, Any]] = []
     for r in results:
         if r.arrival != "burst" or r.outage_share < 1 or (r.policy == "count" and r.noise):
             continue
@@ -675,19 +680,130 @@ def cost_rows(results: Sequence[Result], calls_per_s: int = CALLS_PER_S) -> list
             healthy = price(r.healthy_read_units_per_s, r.healthy_write_units_per_s)
             outage = price(r.outage_read_units_per_s, r.outage_write_units_per_s)
             per_m = 1e6 / calls_per_s
-            rows.append(
-                [
-                    f"{r.containers:,}",
-                    r.policy,
-                    label,
-                    f"{healthy * per_m:.4f}",
-                    f"{outage * per_m:.4f}",
-                    f"{healthy * 3600:.2f}",
-                    f"{outage * 3600:.2f}",
-                    f"{healthy * 3600 * HOURS_PER_MONTH:,.0f}",
-                ]
+            out.append(
+                {
+                    "containers": r.containers,
+                    "policy": r.policy,
+                    "store": label,
+                    "per_million_invocations_healthy": healthy * per_m,
+                    "per_million_invocations_outage": outage * per_m,
+                    "per_hour_healthy": healthy * 3600,
+                    "per_hour_outage": outage * 3600,
+                    "per_month_healthy": healthy * 3600 * HOURS_PER_MONTH,
+                }
             )
-    return rows
+    return out
+
+
+def cost_row(c: Mapping[str, Any]) -> list[str]:
+    return [
+        f"{c['containers']:,}",
+        c["policy"],
+        c["store"],
+        f"{c['per_million_invocations_healthy']:.4f}",
+        f"{c['per_million_invocations_outage']:.4f}",
+        f"{c['per_hour_healthy']:.2f}",
+        f"{c['per_hour_outage']:.2f}",
+        f"{c['per_month_healthy']:,.0f}",
+    ]
+
+
+def cost_rows(results: Sequence[Result], calls_per_s: int = CALLS_PER_S) -> list[list[str]]:
+    """The cost table: one row per fleet size, policy and store, from the burst runs."""
+    return [cost_row(c) for c in cost(results, calls_per_s)]
+
+
+def prices_assumed() -> dict[str, float]:
+    return {
+        "dynamodb_per_million_write_units": PRICE_PER_M_WRITES,
+        "dynamodb_per_million_read_units": PRICE_PER_M_READS,
+        "valkey_per_million_ecpu": PRICE_PER_M_ECPU,
+        "valkey_per_gb_hour": PRICE_PER_GB_HOUR,
+        "valkey_ecpu_per_request": ECPU_PER_REQUEST,
+    }
+
+
+def targets() -> dict[str, float]:
+    """The targets the runs are judged against (bench/README.md "Targets")."""
+    return {
+        "read_units_per_s": ITEM_READ_TARGET,
+        "write_units_per_s": ITEM_WRITE_CAP,
+        "open_within_s": OPEN_WITHIN_S,
+        "partial_open_within_windows": PARTIAL_OPEN_WITHIN_WINDOWS,
+        "partial_open_within_s": PARTIAL_OPEN_WITHIN_WINDOWS * config_for("rate").window_seconds,
+    }
+
+
+def document(results: Sequence[Result], environment: Mapping[str, Any]) -> dict[str, Any]:
+    """The results file: what bench/figures.py renders the docs' scale figures from."""
+    return {
+        "environment": dict(environment),
+        "prices_assumed": prices_assumed(),
+        "targets": targets(),
+        "results": [asdict(r) for r in results],
+        "cost": cost(results),
+    }
+
+
+def _scenario_key(row: Mapping[str, Any]) -> tuple[Any, ...]:
+    return tuple(
+        row[k]
+        for k in (
+            "store",
+            "containers",
+            "arrival",
+            "policy",
+            "noise",
+            "outage_share",
+            "processes",
+            "refresh",
+        )
+    )
+
+
+def merge(paths: Sequence[Path]) -> dict[str, Any]:
+    """Results files of one plan run in parts (``--seeds 1,2,3``, then ``--seeds 4,5``) as
+    the file one run would have written: each scenario where it first appears, its seeds in
+    order, the cost derived again. The parts must be priced as this module prices now."""
+    docs = []
+    for path in paths:
+        doc = json.loads(path.read_text())
+        if doc.get("prices_assumed") != prices_assumed():
+            raise SystemExit(f"{path}: priced otherwise than bench/scale.py now: rerun it")
+        env = doc.get("environment")
+        if not isinstance(env, dict) or not {"date_utc", "loadavg_1min", "command"} <= set(env):
+            raise SystemExit(f"{path}: no environment (date_utc, loadavg_1min, command)")
+        docs.append(doc)
+    rows = [row for doc in docs for row in doc["results"]]
+    order: dict[tuple[Any, ...], int] = {}
+    seen: set[tuple[Any, ...]] = set()
+    for row in rows:
+        key = _scenario_key(row)
+        order.setdefault(key, len(order))
+        if (*key, row["seed"]) in seen:
+            raise SystemExit(f"{key} seed {row['seed']} is in more than one file")
+        seen.add((*key, row["seed"]))
+    rows.sort(key=lambda row: (order[_scenario_key(row)], row["seed"]))
+    envs = [doc["environment"] for doc in docs]
+    environment = {
+        "date_utc": min(env["date_utc"] for env in envs),
+        "cpu_count": envs[0].get("cpu_count"),
+        "loadavg_1min": [
+            min(env["loadavg_1min"][0] for env in envs),
+            max(env["loadavg_1min"][-1] for env in envs),
+        ],
+        "command": "; ".join(env["command"] for env in envs),
+        "merged_from": [path.name for path in paths],
+    }
+    notes = [env["note"] for env in envs if env.get("note")]
+    if notes:
+        environment["note"] = " ".join(dict.fromkeys(notes))
+    return document([Result(**row) for row in rows], environment)
+
+
+def _write(path: Path, doc: Mapping[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(doc, indent=1) + "\n")
 
 
 def _log(message: str) -> None:
@@ -870,7 +986,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--timeline", default="10,20,10", help="settle,noise,outage s (model)")
     parser.add_argument("--moto-timeline", default="5,5,5", help="settle,noise,outage s (moto)")
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
+    parser.add_argument(
+        "--merge",
+        type=Path,
+        nargs="+",
+        metavar="FILE",
+        help="run nothing: write --output as these results files of one plan, run in parts",
+    )
     args = parser.parse_args(argv)
+    if args.merge:
+        _write(args.output, merge(args.merge))
+        _log(f"{len(args.merge)} files merged into {args.output}")
+        return 0
+    started = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M")
+    load_start = round(os.getloadavg()[0], 2)
 
     def stop(signum: int, _frame: object) -> None:
         # SIGTERM becomes an exception, so the moto server is stopped on the way out.
@@ -917,22 +1046,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(markdown_table(cost_rows(results), COST_COLUMNS))
     print()
     print("\n".join(verdicts(results)))
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(
-        json.dumps(
-            {
-                "prices_assumed": {
-                    "dynamodb_per_million_write_units": PRICE_PER_M_WRITES,
-                    "dynamodb_per_million_read_units": PRICE_PER_M_READS,
-                    "valkey_per_million_ecpu": PRICE_PER_M_ECPU,
-                    "valkey_per_gb_hour": PRICE_PER_GB_HOUR,
-                    "valkey_ecpu_per_request": ECPU_PER_REQUEST,
-                },
-                "results": [asdict(r) for r in results],
-            },
-            indent=1,
-        )
-    )
+    environment = {
+        "date_utc": started,
+        "cpu_count": os.cpu_count(),
+        "loadavg_1min": [load_start, round(os.getloadavg()[0], 2)],
+        "command": shlex.join(["bench/scale.py", *(sys.argv[1:] if argv is None else argv)]),
+    }
+    _write(args.output, document(results, environment))
     _log(f"figures written to {args.output}")
     return 0
 

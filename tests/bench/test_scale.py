@@ -8,6 +8,10 @@ and that its DynamoDB model counts exactly the requests DynamoDBStore makes on m
 from __future__ import annotations
 
 import dataclasses
+import json
+import shlex
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -203,3 +207,81 @@ def test_dynamodb_model_counts_the_requests_dynamodb_store_makes(
     assert on_model.read_units_per_s == on_dynamodb.read_units_per_s
     assert on_model.write_units_per_s == on_dynamodb.write_units_per_s
     assert on_model.seconds_to_open == on_dynamodb.seconds_to_open
+
+
+# --------------------------------------------------------------------------- results files
+
+RESULTS = scale.REPO_ROOT / "bench" / "results"
+
+
+def _part(tmp_path: Path, doc: dict[str, Any], seeds: set[int], name: str) -> Path:
+    path = tmp_path / name
+    rows = [row for row in doc["results"] if row["seed"] in seeds]
+    path.write_text(json.dumps({**doc, "results": rows}))
+    return path
+
+
+def test_merging_a_run_made_in_parts_gives_the_file_one_run_writes(tmp_path: Path) -> None:
+    # GIVEN the seeded 5,000-container runs split by seed, the later seeds first
+    whole = json.loads((RESULTS / "scale_seeds.json").read_text())
+    late = _part(tmp_path, whole, {4, 5}, "late.json")
+    early = _part(tmp_path, whole, {1, 2, 3}, "early.json")
+
+    # WHEN they are merged
+    merged = scale.merge([late, early])
+
+    # THEN every scenario keeps its place and its seeds come in order, cost derived again
+    assert merged["results"] == whole["results"]
+    assert merged["cost"] == scale.cost([Result(**row) for row in whole["results"]])
+    assert merged["environment"]["merged_from"] == ["late.json", "early.json"]
+
+
+def test_merging_refuses_a_part_priced_otherwise(tmp_path: Path) -> None:
+    doc = json.loads((RESULTS / "scale_rate60.json").read_text())
+    doc["prices_assumed"]["dynamodb_per_million_read_units"] = 0.25
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(SystemExit, match=r"old\.json: priced otherwise"):
+        scale.merge([path])
+
+
+def test_merging_refuses_a_part_that_does_not_say_how_it_was_run(tmp_path: Path) -> None:
+    doc = json.loads((RESULTS / "scale_rate60.json").read_text())
+    del doc["environment"]
+    path = tmp_path / "bare.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(SystemExit, match=r"bare\.json: no environment"):
+        scale.merge([path])
+
+
+def test_merging_refuses_a_seed_run_twice(tmp_path: Path) -> None:
+    doc = json.loads((RESULTS / "scale_rate60.json").read_text())
+    one = _part(tmp_path, doc, {1, 2}, "one.json")
+    two = _part(tmp_path, doc, {2, 3}, "two.json")
+    with pytest.raises(SystemExit, match="seed 2 is in more than one file"):
+        scale.merge([one, two])
+
+
+def test_a_run_writes_how_it_was_run_its_targets_and_its_cost(tmp_path: Path) -> None:
+    # GIVEN a tiny run through the command line
+    output = tmp_path / "tiny.json"
+    argv = [
+        "--containers", "20", "--arrivals", "burst", "--policies", "rate",
+        "--noise-policies", "", "--partial-containers", "", "--lmi-environments", "0",
+        "--timeline", "1,2,2", "--output", str(output),
+    ]  # fmt: skip
+
+    # WHEN it runs
+    assert scale.main(argv) == 0
+
+    # THEN its file says how it was run, what it was judged against and what it costs
+    doc = json.loads(output.read_text())
+    assert doc["environment"]["command"] == "bench/scale.py " + " ".join(
+        shlex.quote(arg) for arg in argv
+    )
+    assert doc["targets"] == scale.targets()
+    assert [c["store"] for c in doc["cost"]] == [
+        "DynamoDB on-demand",
+        "ElastiCache Serverless (Valkey)",
+    ]
+    assert doc["cost"] == scale.cost([Result(**row) for row in doc["results"]])

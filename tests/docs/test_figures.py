@@ -15,7 +15,7 @@ from types import ModuleType
 
 import pytest
 
-from bench import figures
+from bench import figures, scale
 from devtools.servers import REPO_ROOT
 
 RESULTS = REPO_ROOT / "bench" / "results"
@@ -71,15 +71,6 @@ def test_every_results_file_a_figure_reads_is_committed() -> None:
     # THEN each is in bench/results and parses
     for source in sorted(sources):
         assert json.loads((RESULTS / source).read_text()), source
-
-
-def test_a_pending_figure_gets_a_renderer_once_its_results_file_lands() -> None:
-    # GIVEN the figures whose results are measured on another branch (bench/scale.py)
-    for key, source in figures.PENDING.items():
-        # THEN their results file is not here yet: when it is, this fails until
-        # bench/figures.py renders the key from it instead of keeping the page's text
-        assert not (RESULTS / source).exists(), f"{source} is here: render {key} from it"
-        assert key in _quoted_keys(), key
 
 
 def test_a_planted_disagreement_fails_the_check(docs_copy: Path) -> None:
@@ -140,6 +131,75 @@ def test_the_measured_overhead_targets_are_the_benchmarks_standing_ones() -> Non
         assert recorded == bench.TARGETS, name
 
 
+SCALE_FILES = ("scale.json", "scale_seeds.json", "scale_rate60.json", "scale_lmi.json")
+
+
+@pytest.mark.parametrize("name", SCALE_FILES)
+def test_the_scale_runs_were_judged_and_priced_as_bench_scale_judges_and_prices_now(
+    name: str,
+) -> None:
+    recorded = json.loads((RESULTS / name).read_text())
+
+    # THEN a changed target or price needs a rerun (or `bench/scale.py --merge`) first
+    assert recorded["targets"] == scale.targets()
+    assert recorded["prices_assumed"] == scale.prices_assumed()
+
+
+@pytest.mark.parametrize("name", SCALE_FILES)
+def test_a_scale_results_file_says_when_where_and_how_it_was_run(name: str) -> None:
+    env = json.loads((RESULTS / name).read_text())["environment"]
+    assert env["date_utc"]
+    assert len(env["loadavg_1min"]) == 2
+    assert env["command"].startswith("bench/scale.py")
+
+
+def _scale_results(name: str) -> list[scale.Result]:
+    return [scale.Result(**row) for row in json.loads((RESULTS / name).read_text())["results"]]
+
+
+def test_the_rendered_scale_table_is_the_one_bench_scale_prints() -> None:
+    # GIVEN the default run, as bench/scale.py prints its table and as the docs quote it
+    printed = scale.markdown_table(scale.table_rows(_scale_results("scale.json"), 10.0))
+
+    # THEN they are the same, row for row (the two sides of the one format)
+    assert figures.FIGURES["scale.full.table"].text(RESULTS) == printed
+
+
+def test_the_rendered_cost_table_is_the_one_bench_scale_derives_from_the_runs() -> None:
+    # GIVEN the cost bench/scale.py derives from the default run's units now
+    derived = scale.markdown_table(
+        scale.cost_rows(_scale_results("scale.json")), scale.COST_COLUMNS
+    )
+
+    # THEN the JSON's cost, as the docs quote it, is that one
+    assert figures.FIGURES["scale.cost.table"].text(RESULTS) == derived
+
+
+def test_a_scale_run_over_its_target_is_quoted_as_a_miss(docs_copy: Path) -> None:
+    # GIVEN seeded 5,000-container runs in which one rate-policy run read 2,500 units/s
+    results = docs_copy / "bench" / "results"
+    seeds = json.loads((results / "scale_seeds.json").read_text())
+    (run,) = [
+        r
+        for r in seeds["results"]
+        if (r["policy"], r["arrival"], r["seed"]) == ("rate", "ramp100", 3)
+    ]
+    run["peak_read_units_per_s"] = 2_500.0
+    (results / "scale_seeds.json").write_text(json.dumps(seeds))
+
+    # WHEN the pages are checked against it
+    mismatches = figures.check(figures.doc_paths(docs_copy), results)
+
+    # THEN README's headline, the tables and the verdicts all disagree until re-rendered,
+    # and the render names the miss rather than the target
+    assert {"scale.units", "scale.seeds.table", "scale.seeds.rate", "scale.benchmarks.table"} <= {
+        m.key for m in mismatches
+    }
+    units = figures.FIGURES["scale.units"].text(results)
+    assert "the rate policy read 2,500 in 1 of 10 seeded runs" in units
+    assert figures.FIGURES["scale.seeds.rate"].text(results).startswith("met in 9 of 10 runs")
+
+
 def test_the_measured_import_target_is_the_benchmarks_standing_one() -> None:
     bench = _bench_module("import_time")
     recorded = json.loads((RESULTS / "import_time.json").read_text())["target"]
@@ -151,13 +211,7 @@ UNMARKED = re.compile(r"\d ?µs|\d\.\d+ ?× ?Powertools|\d\.\d+ ?× `import boto
 
 
 def _outside_figures(path: Path) -> str:
-    text = figures.MARKER.sub("", path.read_text())
-    if path.name == "README.md" and path.parent.name == "bench":
-        # bench/scale.py's section: its figures are PENDING (measured on another branch).
-        start = text.index("\n## scale.py")
-        end = text.find("\n## ", start + 1)
-        text = text[:start] + (text[end:] if end != -1 else "")
-    return text
+    return figures.MARKER.sub("", path.read_text())
 
 
 def test_no_page_types_a_latency_or_a_ratio_outside_a_figure() -> None:
