@@ -8,18 +8,23 @@ MemoryStore, a hand-moved clock; the pure functions of fleetbreaker.rate directl
 
 from __future__ import annotations
 
+import math
 import random
 from typing import Any
 
 import pytest
 
 from fleetbreaker import BreakerConfig, CircuitBreaker, CircuitOpenError, MemoryStore, State
+from fleetbreaker.events import BreakerListener
 from fleetbreaker.frozen import replace
 from fleetbreaker.policy import Policy
 from fleetbreaker.rate import (
     URGENT_REPORTS_PER_S,
+    RateStrategy,
     fleet_interval_ms,
     fleet_size,
+    next_interval_ms,
+    recent_worse,
     urgent_allowed,
     write_rate,
 )
@@ -409,3 +414,365 @@ def test_single_calls_and_milliseconds_are_enough_to_go_on() -> None:
     assert fleet_interval_ms(busy(1250), POLICY, 1, 1000) == 10_000
     assert fleet_interval_ms(busy(1250), POLICY, 10, 1) == 1
     assert fleet_interval_ms(WindowCounts(calls=1, reports=1250), POLICY, 1, 1000) == 1
+
+
+# -- what the mutation run found unasserted (issue 31) ------------------------------------------
+
+
+class Windows(BreakerListener):
+    """Records each on_window event's arguments."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, int, float, float]] = []
+
+    def on_window(self, name: str, calls: int, failure_rate: float, slow_call_rate: float) -> None:
+        self.seen.append((name, calls, failure_rate, slow_call_rate))
+
+
+class SetDraw(random.Random):
+    """Every draw returns ``draw``, which a test may change between calls."""
+
+    def __init__(self, draw: float) -> None:
+        super().__init__(0)
+        self.draw = draw
+
+    def random(self) -> float:
+        return self.draw
+
+
+def down() -> Dependency:
+    dependency = Dependency()
+    dependency.failing = True
+    return dependency
+
+
+def strategy_of(breaker: CircuitBreaker) -> RateStrategy:
+    strategy = breaker._counting
+    assert isinstance(strategy, RateStrategy)
+    return strategy
+
+
+def near_threshold(now_ms: int, reports: int = 10_000) -> Record:
+    """A closed record whose calls fail half the time, in a bucket that took ``reports``
+    reports (a hot record: a large fleet): a container's pending good call keeps it under
+    the 50 % threshold, a failure added to that puts it over."""
+    idx = now_ms // POLICY.bucket_ms
+    bucket = Bucket(idx, calls=50_000, failures=25_000, slow=0, reports=reports)
+    return Record(buckets={idx % WINDOW_BUCKETS: bucket}, expires_at=now_ms // 1000 + 3600)
+
+
+def steady(now_ms: int, reports_per_s: int, calls_per_report: int) -> Record:
+    """A closed record whose last nine buckets took ``reports_per_s`` reports a second, each
+    of ``calls_per_report`` calls; the current bucket is empty."""
+    now_idx = now_ms // POLICY.bucket_ms
+    per_bucket = reports_per_s * POLICY.bucket_ms // 1000
+    buckets = {
+        idx % WINDOW_BUCKETS: Bucket(idx, calls=per_bucket * calls_per_report, reports=per_bucket)
+        for idx in range(now_idx - WINDOW_BUCKETS + 1, now_idx)
+    }
+    return Record(buckets=buckets, expires_at=now_ms // 1000 + 3600)
+
+
+def test_a_report_tells_on_window_the_fleets_calls_and_rates() -> None:
+    # GIVEN a rate-policy breaker timing calls (1 s), with a listener, that made 4 calls:
+    # one failed, one ran slow
+    clock, store, windows = FakeClock(), MemoryStore(), Windows()
+    config = replace(RATE, slow_call_duration=1.0, slow_call_rate_threshold=0.9)
+    breaker = make(store, clock, config, listeners=[windows])
+    breaker.call(Dependency())
+    with pytest.raises(ConnectionError):
+        breaker.call(down())
+    breaker.call(Dependency())
+    breaker.call(lambda: clock.advance(1.0))  # its report is due when it ends
+    # WHEN its report goes out (with the next call)
+    breaker.call(Dependency())
+    # THEN the listener hears the breaker's name and the fleet's window as the answer shows
+    assert windows.seen == [("payment-api", 4, 0.25, 0.25)]
+
+
+def test_an_untimed_call_gets_its_positional_and_keyword_arguments() -> None:
+    breaker = make(MemoryStore(), FakeClock())
+    assert breaker.call(lambda a, b: (a, b), 1, b=2) == (1, 2)
+
+
+def test_an_untimed_call_whose_result_fails_counts_a_failure() -> None:
+    # GIVEN no slow-call detection and a result that counts as a failure
+    clock = FakeClock()
+    breaker = make(MemoryStore(), clock, replace(RATE, failure_result=lambda r: r == "busy"))
+    # WHEN a call returns it
+    assert breaker.call(lambda: "busy") == "busy"
+    # THEN the fleet counts one failed call
+    assert reported(breaker, clock) == (1, 1, 0)
+
+
+def test_a_timed_call_that_runs_slow_then_raises_counts_slow_and_failed() -> None:
+    # GIVEN slow-call detection (1 s) and a call that takes 1.5 s, then raises, unwatched
+    clock = FakeClock()
+    breaker = make(MemoryStore(), clock, SLOW)
+
+    def slow_then_fails() -> None:
+        clock.advance(1.5)
+        raise ConnectionError("gave up")
+
+    with pytest.raises(ConnectionError):
+        breaker.call(slow_then_fails)
+    # THEN the fleet sees one call, both slow and failed
+    assert reported(breaker, clock) == (1, 1, 1)
+
+
+def test_a_hung_call_then_interrupted_raises_the_interruption() -> None:
+    # GIVEN a call the watcher reported slow while it ran
+    clock = FakeClock()
+    breaker = make(MemoryStore(), clock, SLOW)
+
+    def hangs_then_interrupted() -> None:
+        clock.advance(1.5)
+        assert breaker.report_hung_calls() == 1
+        raise KeyboardInterrupt
+
+    # WHEN it is interrupted THEN the interruption propagates, nothing else
+    with pytest.raises(KeyboardInterrupt):
+        breaker.call(hangs_then_interrupted)
+
+
+def test_a_timed_call_fast_long_after_the_epoch_is_not_slow() -> None:
+    # GIVEN slow-call detection, a clock well past its start
+    clock = FakeClock()
+    clock.advance(3600)
+    breaker = make(MemoryStore(), clock, SLOW)
+    # WHEN a call ends at once THEN it is a good call
+    breaker.call(Dependency())
+    assert reported(breaker, clock) == (1, 0, 0)
+
+
+def test_the_report_goes_out_with_the_call_made_exactly_when_it_is_due() -> None:
+    # GIVEN a breaker with one call tallied, its report due one interval on
+    clock, store = FakeClock(), MemoryStore()
+    breaker = make(store, clock)
+    breaker.call(Dependency())
+    writes = store.stats.writes
+    # WHEN a call comes exactly one interval later
+    clock.advance(RATE.effective_report_interval)
+    breaker.call(Dependency())
+    # THEN the report was written with it
+    assert store.stats.writes == writes + 1
+
+
+def test_one_failing_call_among_healthy_older_ones_is_worse_down_to_one_call() -> None:
+    # GIVEN a single recent call that failed, after healthy older calls (even just one)
+    # THEN the recent call is worse
+    assert recent_worse((1, 1, 0), (40, 0, 0), POLICY)
+    assert recent_worse((3, 1, 0), (1, 0, 0), POLICY)
+
+
+def test_recent_calls_running_slow_as_often_as_older_ones_are_not_worse() -> None:
+    slow = Policy.from_config(replace(SLOW, failure_rate_threshold=0.5))
+    # 1 slow in 2 recent calls, 2 in 4 older: the same rate
+    assert not recent_worse((2, 0, 1), (4, 0, 2), slow)
+    # 1 slow in 4 recent calls, 1 in 4 older
+    assert not recent_worse((4, 0, 1), (4, 0, 1), slow)
+
+
+def test_a_chance_of_exactly_one_always_reports_out_of_turn() -> None:
+    # GIVEN 100 reports/s at a 1 s interval and a 500 ms cache: chance 200 * 0.5 / 100 = 1
+    # THEN even the highest draw goes ahead
+    assert urgent_allowed(hot(100), POLICY, 1000, 500, Draw(1.0)) is True
+
+
+def test_one_report_a_second_shrinks_a_stretched_interval() -> None:
+    # GIVEN a record taking 1 report/s and a container at the longest interval (20 s)
+    counts = WindowCounts(calls=10, reports=10)
+    # THEN its next interval shrinks by sqrt(1 / 250), to about 1.26 s
+    assert next_interval_ms(20_000, 1000, counts, POLICY) == round(20_000 * math.sqrt(1 / 250))
+
+
+def test_a_failure_that_would_trip_is_reported_at_once_even_by_a_newcomer() -> None:
+    # GIVEN a newcomer on a hot record one failure short of the threshold, its draws
+    # always under the thinning chance
+    clock, store = FakeClock(), MemoryStore()
+    store.seed("payment-api", near_threshold(clock()))
+    breaker = make(store, clock, rng=SetDraw(0.0))
+    breaker.call(Dependency())
+    # WHEN a call fails
+    with pytest.raises(ConnectionError):
+        breaker.call(down())
+    # THEN the fleet's record opened at once: the newcomer did not wait to join the fleet
+    record = store.load("payment-api", clock())
+    assert record is not None
+    assert record.state is State.OPEN
+
+
+def test_a_container_decides_on_an_out_of_turn_report_once_per_cache_ttl() -> None:
+    # GIVEN a container reporting every 5 s (1 s cache) on a hot record a failure short of
+    # the threshold, whose first out-of-turn decision draws over the thinning chance
+    clock, store = FakeClock(), MemoryStore()
+    store.seed("payment-api", near_threshold(clock()))
+    rng = SetDraw(0.999)
+    breaker = make(store, clock, replace(RATE, report_interval=5.0), rng=rng)
+    breaker.call(Dependency())
+    with pytest.raises(ConnectionError):
+        breaker.call(down())
+    writes = store.stats.writes
+    # WHEN later draws would pass, and another failure comes in the same millisecond
+    rng.draw = 0.0
+    with pytest.raises(ConnectionError):
+        breaker.call(down())
+    # THEN it is not reported: one decision per cache_ttl
+    assert store.stats.writes == writes
+    # AND a failure exactly one cache_ttl after the first decision is
+    clock.advance(RATE.cache_ttl)
+    with pytest.raises((ConnectionError, CircuitOpenError)):
+        breaker.call(down())
+    assert store.stats.writes == writes + 1
+
+
+def test_flush_writes_the_pending_counts_at_once_even_for_a_newcomer() -> None:
+    # GIVEN a newcomer on a hot record (one that would wait to join the fleet's interval)
+    # with 3 calls pending
+    clock, store = FakeClock(), MemoryStore()
+    store.seed("payment-api", near_threshold(clock()))
+    breaker = make(store, clock)
+    for _ in range(3):
+        breaker.call(Dependency())
+    clock.advance(0.1)
+    before = store.load("payment-api", clock())
+    assert before is not None
+    # WHEN the strategy is flushed (before a snapshot)
+    strategy_of(breaker).flush(clock())
+    # THEN the 3 calls are in the fleet's record now
+    after = store.load("payment-api", clock())
+    assert after is not None
+    assert sum(b.calls for b in after.buckets.values()) == 50_003
+    assert strategy_of(breaker).tally.pending_calls() == 0
+
+
+def test_flush_with_nothing_pending_neither_writes_nor_reads() -> None:
+    # GIVEN a breaker whose calls were all reported
+    clock, store = FakeClock(), MemoryStore()
+    breaker = make(store, clock)
+    breaker.call(Dependency())
+    strategy_of(breaker).flush(clock())
+    requests = (store.stats.reads, store.stats.writes)
+    # WHEN it is flushed again THEN the store is not asked anything
+    strategy_of(breaker).flush(clock())
+    assert (store.stats.reads, store.stats.writes) == requests
+
+
+def test_a_restart_forgets_the_counts_and_is_due_one_base_interval_on() -> None:
+    # GIVEN a breaker with calls pending
+    clock = FakeClock()
+    breaker = make(MemoryStore(), clock)
+    breaker.call(Dependency())
+    clock.advance(0.3)
+    strategy = strategy_of(breaker)
+    # WHEN it restarts (restored from a snapshot)
+    strategy.restart(clock())
+    # THEN nothing is pending and the first report is due one base interval from now
+    assert strategy.tally.pending_calls() == 0
+    assert strategy.tally.report_due_ms == clock() + 1000
+
+
+def test_a_newcomers_first_report_out_of_turn_adopts_the_fleets_interval() -> None:
+    # GIVEN a newcomer on a record taking 250 reports/s of 50 calls each (the interval
+    # stretch alone keeps 1 s), that made 10 calls in 1 s
+    clock, store = FakeClock(), MemoryStore()
+    store.seed("payment-api", steady(clock(), 250, 50))
+    breaker = make(store, clock)
+    for _ in range(10):
+        breaker.call(Dependency())
+        clock.advance(0.1)
+    strategy = strategy_of(breaker)
+    assert strategy.interval_ms == 1000
+    # WHEN its first report goes out of turn (a flush)
+    strategy.flush(clock())
+    # THEN it reports from then on at the 5 s a fleet report's 50 calls take it
+    assert strategy.interval_ms == pytest.approx(5000, abs=10)
+
+
+# -- a newcomer joining a busy record ------------------------------------------------------------
+
+
+def newcomer_due(reports_per_s: int, calls_per_report: int, draw: float = 0.5) -> Any:
+    """A newcomer (quiet clock, draws fixed at ``draw``) on a record that took
+    ``reports_per_s`` reports a second of ``calls_per_report`` calls each up to now, having
+    made 10 calls in its first second; its first report then falls due."""
+    clock, store = FakeClock(), MemoryStore()
+    store.seed("payment-api", steady(clock() + 1000, reports_per_s, calls_per_report))
+    breaker = make(store, clock, rng=SetDraw(draw))
+    for _ in range(10):
+        breaker.call(Dependency())
+        clock.advance(0.1)
+    assert clock() == FakeClock()() + 1000
+    breaker.call(Dependency())  # the report due now
+    return clock, store, strategy_of(breaker)
+
+
+def test_a_newcomer_defers_its_first_report_to_the_fleets_interval_jittered() -> None:
+    # GIVEN a record taking 250 reports/s of 50 calls each, and a newcomer that gathers 10
+    # calls a second: the fleet's interval is 5 s
+    # WHEN its first report falls due
+    clock, store, strategy = newcomer_due(250, 50, draw=0.5)
+    # THEN it writes nothing, takes the 5 s interval, and its first report is due at a draw
+    # over 1 s to twice the interval: 1 s + 0.5 * (10 s - 1 s)
+    assert store.stats.writes == 0
+    assert strategy.interval_ms == 5000
+    assert strategy.tally.report_due_ms == clock() + 1000 + 4500
+
+
+@pytest.mark.parametrize(
+    ("reports_per_s", "calls_per_report", "writes"),
+    [
+        (125, 50, 0),  # half the target write rate: hot enough to join
+        (100, 50, 1),  # under half: a quiet record, the newcomer reports at once
+        (250, 10, 1),  # the fleet's interval is its own: nothing to join
+    ],
+)
+def test_a_newcomer_joins_only_a_hot_record_with_a_longer_interval(
+    reports_per_s: int, calls_per_report: int, writes: int
+) -> None:
+    _, store, _ = newcomer_due(reports_per_s, calls_per_report)
+    assert store.stats.writes == writes
+
+
+def test_a_newcomer_that_started_with_a_crowd_spreads_its_first_report_over_two_windows() -> None:
+    # GIVEN a newcomer that first read an empty record (one of a crowd starting together),
+    # its draws fixed at 0.5
+    clock, store = FakeClock(), MemoryStore()
+    breaker = make(store, clock, rng=SetDraw(0.5))
+    breaker.call(Dependency())
+    # AND a second later the record is hot
+    clock.advance(1.0)
+    hot_record = near_threshold(clock() - 300, reports=600)
+    store.seed("payment-api", hot_record)
+    # WHEN its first report falls due
+    breaker.call(Dependency())
+    strategy = strategy_of(breaker)
+    # THEN it takes the longest interval, its first report due at the draw over 1 s to 20 s
+    assert store.stats.writes == 0
+    assert strategy.tally.stretched
+    assert strategy.tally.report_due_ms == clock() + 1000 + round(0.5 * (20_000 - 1000))
+    # AND until it reports, its cache lasts as for a fleet large enough for the longest wait
+    # (2 x 1 s; the draw 0.5 is the jitter's middle)
+    assert strategy.fresh_ms(hot_record, clock()) == 2000
+
+
+def test_a_fleets_size_stretches_the_cache_by_all_this_containers_calls() -> None:
+    # GIVEN a container that reported 4 calls and has 6 pending, 10 in its first second,
+    # its draws fixed at 0.5 (the jitter's middle)
+    clock, store = FakeClock(), MemoryStore()
+    breaker = make(store, clock, rng=SetDraw(0.5))
+    for _ in range(4):
+        breaker.call(Dependency())
+        clock.advance(0.25)
+    for _ in range(6):
+        breaker.call(Dependency())
+    strategy = strategy_of(breaker)
+    assert strategy.tally.pending_calls() == 6
+    # WHEN a record shows 500,000 calls in the 10 s window: 5,000 containers like it
+    idx = clock() // POLICY.bucket_ms
+    record = Record(
+        buckets={idx % WINDOW_BUCKETS: Bucket(idx, calls=500_000, reports=1)},
+        expires_at=clock() // 1000 + 3600,
+    )
+    # THEN its cache lasts for 5,000 containers' refreshes at 3,000/s: 1.67 s
+    assert strategy.fresh_ms(record, clock()) == round(5000 * 1000 / 3000)
