@@ -26,9 +26,11 @@ from fleetbreaker.rate import (
     next_interval_ms,
     recent_worse,
     urgent_allowed,
+    wants_urgent_report,
     write_rate,
 )
 from fleetbreaker.record import WINDOW_BUCKETS, Bucket, Outcome, Record
+from fleetbreaker.tally import CallTally
 from fleetbreaker.window import WindowCounts
 from tests.support import Dependency, FakeClock
 
@@ -546,13 +548,15 @@ def test_a_timed_call_fast_long_after_the_epoch_is_not_slow() -> None:
 
 
 def test_the_report_goes_out_with_the_call_made_exactly_when_it_is_due() -> None:
-    # GIVEN a breaker with one call tallied, its report due one interval on
+    # GIVEN a breaker reporting every 0.5 s (its 1 s cache refresh would carry the counts
+    # otherwise), with one call tallied, its report due one interval on
     clock, store = FakeClock(), MemoryStore()
-    breaker = make(store, clock)
+    config = replace(RATE, report_interval=0.5)
+    breaker = make(store, clock, config)
     breaker.call(Dependency())
     writes = store.stats.writes
     # WHEN a call comes exactly one interval later
-    clock.advance(RATE.effective_report_interval)
+    clock.advance(config.effective_report_interval)
     breaker.call(Dependency())
     # THEN the report was written with it
     assert store.stats.writes == writes + 1
@@ -725,6 +729,7 @@ def test_a_newcomer_defers_its_first_report_to_the_fleets_interval_jittered() ->
         (125, 50, 0),  # half the target write rate: hot enough to join
         (100, 50, 1),  # under half: a quiet record, the newcomer reports at once
         (250, 10, 1),  # the fleet's interval is its own: nothing to join
+        (500, 10, 0),  # the same reports at twice the rate: twice its interval, by the rate
     ],
 )
 def test_a_newcomer_joins_only_a_hot_record_with_a_longer_interval(
@@ -776,3 +781,45 @@ def test_a_fleets_size_stretches_the_cache_by_all_this_containers_calls() -> Non
     )
     # THEN its cache lasts for 5,000 containers' refreshes at 3,000/s: 1.67 s
     assert strategy.fresh_ms(record, clock()) == round(5000 * 1000 / 3000)
+
+
+def test_a_failure_from_a_container_the_quorum_already_counts_adds_no_container() -> None:
+    # GIVEN a quorum of 2 failing containers, and a record over the failure rate whose
+    # one failing container is this one (c1)
+    quorum = Policy.from_config(replace(RATE, min_containers=2))
+    idx = 0 // quorum.bucket_ms
+    bucket = Bucket(idx, calls=20, failures=15, slow=0, reports=3)
+    record = Record(buckets={idx % WINDOW_BUCKETS: bucket}, failing={"c1": 10}, expires_at=3600)
+    tally = CallTally(quorum, 1000)
+    # WHEN another of c1's calls fails
+    tally.bad(None, 20, failed=True)
+    # THEN it does not report out of turn: the fleet still shows one failing container
+    assert not wants_urgent_report(record, tally, quorum, "c1", 30)
+    # AND the same failure from another container would make the quorum
+    assert wants_urgent_report(record, tally, quorum, "c2", 30)
+
+
+def test_a_report_sends_recent_failures_alone_when_older_calls_were_healthy() -> None:
+    # GIVEN a container reporting every 5 s (5 s cache), with 11 good calls in its first
+    # two seconds, then 3 failures (under the 50 % threshold: no out-of-turn report)
+    clock, store = FakeClock(), MemoryStore()
+    breaker = make(store, clock, replace(RATE, report_interval=5.0, cache_ttl=5.0))
+    for _ in range(10):
+        breaker.call(Dependency())
+    clock.advance(1.0)
+    breaker.call(Dependency())
+    clock.advance(1.0)
+    for _ in range(3):
+        with pytest.raises(ConnectionError):
+            breaker.call(down())
+    assert store.stats.writes == 0
+    # WHEN its report falls due
+    clock.advance(3.0)
+    breaker.call(Dependency())
+    # THEN the fleet sees the 3 recent failures alone; the 11 good calls go with the next
+    snap = breaker.snapshot()
+    assert (snap.calls, snap.failures) == (3, 3)
+    clock.advance(5.0)
+    breaker.call(Dependency())
+    snap = breaker.snapshot()
+    assert (snap.calls, snap.failures) == (15, 3)
