@@ -13,13 +13,11 @@ holds every layer to its size target on each run; this records the sizes.
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import os
 import subprocess
 import sys
 import tempfile
-import zipfile
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -28,21 +26,10 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 if __package__ in (None, ""):  # run as a script: make devtools importable
     sys.path.insert(0, str(REPO_ROOT))
 
+from devtools.layer_sizes import tree_size, zipped_size  # noqa: E402
 from devtools.sam_template import layer_id, load_template, runtimes  # noqa: E402
 
 DEFAULT_OUTPUT = REPO_ROOT / "bench" / "results" / "layer_sizes.json"
-
-
-def tree_size(path: Path) -> int:
-    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
-
-
-def zipped_size(path: Path) -> int:
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
-        for file in sorted(f for f in path.rglob("*") if f.is_file()):
-            archive.write(file, file.relative_to(path))
-    return buffer.tell()
 
 
 def has_bytecode(path: Path, runtime: str) -> bool:

@@ -7,7 +7,6 @@ nothing else: each interpreter starts isolated (-I -S), without its own site-pac
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import re
@@ -17,12 +16,12 @@ import subprocess
 import sys
 import textwrap
 import time
-import zipfile
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from devtools.layer_sizes import tree_size, zipped_size
 from devtools.payment_api import FakePaymentApi
 from devtools.sam_template import layer_id, load_template, runtimes
 from devtools.servers import REPO_ROOT, make_table
@@ -129,19 +128,6 @@ def runtime_boto3(tmp_path_factory: pytest.TempPathFactory) -> Path:
     )
     assert result.returncode == 0, result.stderr
     return target
-
-
-def tree_size(path: Path) -> int:
-    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
-
-
-def zipped_size(path: Path) -> int:
-    """The size of ``path``'s files in a deflated zip, as `sam package` uploads a layer."""
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
-        for file in sorted(f for f in path.rglob("*") if f.is_file()):
-            archive.write(file, file.relative_to(path))
-    return buffer.tell()
 
 
 @pytest.mark.parametrize("runtime", declared_runtimes())
