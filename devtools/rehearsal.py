@@ -36,6 +36,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 import urllib.request
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -530,6 +531,9 @@ class LambdaContainer:
         self._answers: queue.Queue[dict[str, Any] | None] = queue.Queue()
         self.proc: subprocess.Popen[bytes] | None = None
         self._local: str | None = None
+        # When its last invocation ended (time.monotonic): the breaker view it read then stays
+        # fresh for up to twice BREAKER_CACHE_TTL (Rehearsal.reset_breaker waits that out).
+        self.last_invoked: float | None = None
 
     @property
     def logical_id(self) -> str:
@@ -610,6 +614,7 @@ class LambdaContainer:
         self.proc.stdin.write(json.dumps({"event": event, "context": context}).encode() + b"\n")
         self.proc.stdin.flush()
         answer = self._next_answer(INVOKE_TIMEOUT, "an invocation")
+        self.last_invoked = time.monotonic()
         invocation = Invocation(
             self.logical_id, answer.get("result"), answer.get("error"), self._new_log_lines()
         )

@@ -9,6 +9,7 @@ the cache's users; everything is stopped at the end of the session.
 from __future__ import annotations
 
 import io
+import time
 import uuid
 import zipfile
 from collections.abc import Iterator
@@ -38,8 +39,12 @@ from devtools.rehearsal import (
 )
 from devtools.sam_template import BUCKET, condition_values, load_template, translate
 from devtools.servers import REPO_ROOT, make_certificates
+from fleetbreaker import BreakerConfig
+from fleetbreaker.view import MAX_REFRESH_STRETCH
 from tests.conftest import _start
 from tests.sam.test_rehearsal import for_moto
+
+DEFAULT_CACHE_TTL = BreakerConfig().cache_ttl
 
 pytestmark = pytest.mark.rehearsal
 
@@ -175,14 +180,28 @@ class Rehearsal:
         return self.store().load(breaker, time.time_ns() // 1_000_000)
 
     def reset_breaker(self, breaker: str = BREAKER) -> None:
+        """Delete the breaker's record, then let the warm containers' views of it go stale.
+
+        The warm containers are shared by the set's tests: a view one read in the last test
+        stays fresh for up to twice its BREAKER_CACHE_TTL (a view's longest stretch), and would
+        answer the next test with the old record. Their breakers run on the system clock in
+        processes of their own, so that time passes for real (2 s at the most, and only
+        where a container was invoked within it).
+        """
         if self.cache is not None:
             admin = self.cache.admin_client()
             for key in admin.scan_iter(match=f"fleetbreaker:{{{breaker}}}*"):
                 admin.delete(key)
-            return
-        self.client("dynamodb").delete_item(
-            TableName=self.resources["CircuitBreakersTable"], Key={"name": {"S": breaker}}
-        )
+        else:
+            self.client("dynamodb").delete_item(
+                TableName=self.resources["CircuitBreakersTable"], Key={"name": {"S": breaker}}
+            )
+        for container in self.warm.values():
+            if container.last_invoked is None:
+                continue
+            ttl = float(container.environment.get("BREAKER_CACHE_TTL", DEFAULT_CACHE_TTL))
+            fresh_until = container.last_invoked + MAX_REFRESH_STRETCH * ttl
+            time.sleep(max(0.0, fresh_until - time.monotonic()))
 
     def stop(self) -> None:
         for container in self.containers:
