@@ -49,14 +49,21 @@ def shown_commands() -> set[str]:
     return found
 
 
+# What a `make` above the suite passes down to every make below it (`make time-tests
+# ARGS='--runs 3 --busy'` would hand its ARGS to `make invoke-local`): each target is run here
+# as a user runs it, from a shell.
+INHERITED_FROM_MAKE = ("ARGS", "MAKEFLAGS", "MAKEOVERRIDES", "MFLAGS", "MAKELEVEL")
+
+
 def make(*args: str, timeout: float = 300, **env: str) -> subprocess.CompletedProcess[str]:
+    shell = {k: v for k, v in os.environ.items() if k not in INHERITED_FROM_MAKE}
     return subprocess.run(
         ["make", *SET_UP, *args],
         cwd=REPO_ROOT,
         capture_output=True,
         text=True,
         timeout=timeout,
-        env={**os.environ, **env},
+        env={**shell, **env},
         check=False,
     )
 

@@ -47,6 +47,11 @@ CONFIG = BreakerConfig(
     # The machine checks the rules, not the deadline: a loaded machine must not degrade it.
     store_deadline_seconds=30,
 )
+# The DynamoDB machine runs its examples on moto in-process: beside a loop spinning one core,
+# with coverage and three workers on two cores, it passed the suite's 300 s default once.
+# The examples are the guarantee, so the time grows.
+pytestmark = pytest.mark.timeout(900)
+
 NAME = "stateful"
 CONTAINERS = 3
 
