@@ -72,3 +72,55 @@ def test_overlapping_paths_are_refused(table: tuple[Any, str]) -> None:
 def test_the_same_path_twice_is_refused(table: tuple[Any, str]) -> None:
     with pytest.raises(ClientError, match=r"overlap .* path one: \[b\], path two: \[b\]"):
         update(table, f"SET {MANY}, #b = :v REMOVE #b", {**NAMES, "#b": "b"})
+
+
+def test_each_expression_text_is_read_once_and_each_request_gets_its_own_list() -> None:
+    from moto.dynamodb.parsing.tokens import ExpressionTokenizer
+
+    # GIVEN the suite's moto, patched (tests/conftest.py)
+    make_list: Any = ExpressionTokenizer.make_list
+    text = f"SET {MANY} ADD #n :v"
+    before = make_list.cache_info()
+    # WHEN one text is read twice
+    first, second = make_list(text), make_list(text)
+    # THEN it was read once, and each reader got a list of its own over equal tokens
+    after = make_list.cache_info()
+    assert after.hits - before.hits >= 1
+    assert first == second
+    assert first is not second
+    assert [(t.type, t.value) for t in first] == [
+        (t.type, t.value) for t in make_list.__wrapped__(text)
+    ]
+
+
+def test_a_condition_is_lexed_once_into_nodes_each_request_may_consume(
+    table: tuple[Any, str],
+) -> None:
+    # GIVEN a conditional write applied, then the same condition failing
+    client, name = table
+    condition = "attribute_not_exists(#n) OR #n < :v"
+    for _ in range(2):
+        client.update_item(
+            TableName=name,
+            Key={"name": {"S": "lexed"}},
+            UpdateExpression="SET #n = :w",
+            ConditionExpression=condition,
+            ExpressionAttributeNames={"#n": "n"},
+            ExpressionAttributeValues={":v": {"N": "5"}, ":w": {"N": "3"}},
+        )
+    # THEN the same text still decides: n is 3, not below 3, so this one is refused
+    with pytest.raises(ClientError, match="ConditionalCheckFailed"):
+        client.update_item(
+            TableName=name,
+            Key={"name": {"S": "lexed"}},
+            UpdateExpression="SET #n = :w",
+            ConditionExpression=condition,
+            ExpressionAttributeNames={"#n": "n"},
+            ExpressionAttributeValues={":v": {"N": "3"}, ":w": {"N": "4"}},
+        )
+
+
+def test_a_text_moto_refuses_is_refused_every_time(table: tuple[Any, str]) -> None:
+    for _ in range(2):
+        with pytest.raises(ClientError):
+            update(table, "SET #a0 = :v SET", NAMES)
