@@ -1,4 +1,9 @@
-"""Fixtures for the CLI tests: the real console script, run as a subprocess, against real stores.
+"""Fixtures for the CLI tests: the CLI in processes of its own, against real stores.
+
+``Backend.run`` runs each command in a process forked from a server that has imported the CLI
+(tests/cli/forked.py): its own argv, environment and output, without an interpreter's start-up
+and boto3's import each time. ``run_cli`` runs the installed console script itself, for what
+only the script shows (its shim, signals, a terminal, what it prints of a secret).
 
 Every backend is a real server on loopback: moto's server and dynalite for DynamoDB, a
 redis-server for Redis. STS answers from moto's server (AWS_ENDPOINT_URL_STS), so the
@@ -42,6 +47,7 @@ from fleetbreaker import (
 )
 from fleetbreaker.breaker import system_clock
 from fleetbreaker.policy import Policy
+from tests.cli import forked
 from tests.support import Dependency, FakeClock
 
 CLI = Path(sys.executable).with_name("fleetbreaker")
@@ -71,7 +77,13 @@ class Backend:
     env: dict[str, str] = field(default_factory=dict)
 
     def run(self, *args: str, env: dict[str, str] | None = None) -> Result:
-        return run_cli([*self.options, *args], {**self.env, **(env or {})})
+        return run_forked([*self.options, *args], {**self.env, **(env or {})})
+
+
+def run_forked(args: Sequence[str], env: dict[str, str] | None = None) -> Result:
+    """``fleetbreaker ARGS`` in a process forked from the CLI's server (tests/cli/forked.py)."""
+    code, out, err = forked.run(args, {**os.environ, **(env or {})}, CLI_TIMEOUT_S)
+    return Result(code, out, err)
 
 
 def run_cli(args: Sequence[str], env: dict[str, str] | None = None) -> Result:

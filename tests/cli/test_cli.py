@@ -1,6 +1,7 @@
-"""The `fleetbreaker` console script, run as a subprocess against moto's server, dynalite and
-redis-server: every command, the --json keys, the exit codes, and live tuning reaching a
-running breaker within cache_ttl.
+"""The `fleetbreaker` CLI, each command a process of its own (forked from a server that has
+imported it: tests/cli/forked.py) against moto's server, dynalite and redis-server: every
+command, the --json keys, the exit codes, and live tuning reaching a running breaker within
+cache_ttl.
 """
 
 from __future__ import annotations

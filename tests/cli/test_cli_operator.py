@@ -2,8 +2,8 @@
 breaker whose window is over shown as due its probe, `--output` and `--profile`.
 
 Run on every store the CLI supports (the `backend` fixture): moto's server, dynalite and
-redis-server through the console script, moto in-process and a MemoryStore through
-``cli.main``.
+redis-server in processes of their own (tests/cli/forked.py), moto in-process and a
+MemoryStore through ``cli.main``.
 """
 
 from __future__ import annotations

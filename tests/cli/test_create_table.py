@@ -1,7 +1,8 @@
 """`fleetbreaker create-table NAME`: the template's table in one command, from both sides.
 
 The request is compared with template.yaml's CircuitBreakersTable property by property; the
-command runs as a process against moto's server (TTL and SSE are read back with
+command runs as a process (forked from the CLI's server, tests/cli/forked.py; a few tests
+run the console script itself) against moto's server (TTL and SSE are read back with
 DescribeTimeToLive and DescribeTable) and against dynalite, which creates tables in CREATING
 first but has neither TTL nor SSE: there the command must wait for ACTIVE, then fail in one
 line naming what the endpoint lacks.
@@ -27,7 +28,7 @@ from fleetbreaker.policy import Policy
 from fleetbreaker.record import State
 from fleetbreaker.stores.dynamodb import TTL_ATTRIBUTE
 from fleetbreaker.stores.dynamodb_table import create_request, differences, ttl_request
-from tests.cli.conftest import one_line_error, run_cli, run_in_process
+from tests.cli.conftest import one_line_error, run_cli, run_forked, run_in_process
 
 # Every property of the template's table is compared below, except this one: point-in-time
 # recovery is a stack parameter (a backup choice), which the command leaves to the table's owner.
@@ -63,7 +64,7 @@ def endpoint(request: pytest.FixtureRequest) -> Iterator[str | None]:
 def create_table(endpoint: str | None, *args: str) -> Any:
     if endpoint is None:
         return run_in_process(["create-table", *args])
-    return run_cli(["create-table", *args, "--endpoint-url", endpoint])
+    return run_forked(["create-table", *args, "--endpoint-url", endpoint])
 
 
 def dynamodb(endpoint: str | None) -> Any:

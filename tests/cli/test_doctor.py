@@ -1,7 +1,8 @@
 """`fleetbreaker doctor`: one line per check, exit 0 when all pass, 1 naming the failing check
 and the option or variable to change.
 
-Run as the console script against real stores: moto's server enforcing IAM (a denied write,
+Each run a process of its own (forked from the CLI's server: tests/cli/forked.py) against
+real stores: moto's server enforcing IAM (a denied write,
 refused credentials), moto's server and dynalite (a missing table, a table of the wrong
 shape), a TLS redis-server that lets anyone in, a plain one, and one shaped like the stack's
 cache (TLS only, no default user, the IAM user with the template's access string).
@@ -30,7 +31,7 @@ from fleetbreaker.cli.doctor import setting_text
 from fleetbreaker.errors import ACCESS_DENIED, StoreMisconfiguredError
 from fleetbreaker.stores import doctor as checks
 from fleetbreaker.stores.dynamodb_table import create_request
-from tests.cli.conftest import Result, one_line_error, run_cli
+from tests.cli.conftest import Result, one_line_error, run_forked
 from tests.conftest import IamMoto
 
 DYNAMODB_CHECKS = ["reachable", "table", "key", "ttl", "encryption", "read", "write"]
@@ -63,7 +64,7 @@ def as_admin(iam_moto: IamMoto) -> dict[str, str]:
 
 
 def doctor_on(endpoint: str, table: str, env: dict[str, str], *more: str) -> Result:
-    return run_cli(["--table", table, "--endpoint-url", endpoint, "doctor", *more], env)
+    return run_forked(["--table", table, "--endpoint-url", endpoint, "doctor", *more], env)
 
 
 def test_a_breaker_table_passes_every_check(iam_moto: IamMoto, as_admin: dict[str, str]) -> None:
@@ -104,7 +105,7 @@ def test_a_missing_table_fails_the_table_check_naming_the_option(endpoint: str) 
 
 
 def test_a_missing_table_named_by_the_variable_names_the_variable(endpoint: str) -> None:
-    result = run_cli(
+    result = run_forked(
         ["--endpoint-url", endpoint, "doctor"], {"CIRCUIT_BREAKER_TABLE": "NoSuchBreakers"}
     )
 
@@ -310,7 +311,7 @@ def cache_env(server: Any, *, iam: bool) -> dict[str, str]:
 
 
 def doctor_redis(url: str, env: dict[str, str], *more: str) -> Result:
-    return run_cli(["--redis-url", url, "doctor", *more], env)
+    return run_forked(["--redis-url", url, "doctor", *more], env)
 
 
 def test_the_stacks_cache_logged_in_as_its_iam_user_passes_every_check(
