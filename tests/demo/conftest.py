@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import io
+import subprocess
+import sys
 from dataclasses import dataclass, replace
 
 import pytest
@@ -13,6 +15,8 @@ from bench.demo.scenario import SHORT, Options
 
 # The rate-policy demo's runs: the shared rate breaker and the shared count breaker.
 RATE, COUNT = "shared", "shared-count"
+# Spins one core until killed.
+BUSY_LOOP = "while True: pass"
 
 
 @dataclass(frozen=True)
@@ -36,10 +40,21 @@ class ShortDemo:
 @pytest.fixture(scope="package")
 def short_demo(tmp_path_factory: pytest.TempPathFactory) -> ShortDemo:
     """The demo's short mode (8 containers, 3 s healthy, 2.5 s outage), run once: 32 s idle,
-    up to a few minutes on a loaded 2-core machine."""
+    up to a few minutes on a loaded 2-core machine.
+
+    It runs beside a process keeping one core busy (tests/demo/test_demo_busy.py): what the
+    tests read from it are fleet-wide counts, which hold on a loaded machine too. The busy
+    loop is stopped by its PID.
+    """
     options = replace(SHORT, output=tmp_path_factory.mktemp("demo-output"))
     out = io.StringIO()
-    result = run_demo(options, out=out)
+    busy = subprocess.Popen([sys.executable, "-c", BUSY_LOOP])
+    try:
+        result = run_demo(options, out=out)
+        assert busy.poll() is None, "the busy loop stopped before the demo ended"
+    finally:
+        busy.kill()
+        busy.wait()
     return ShortDemo(options, result, out.getvalue())
 
 

@@ -15,7 +15,9 @@ from typing import Any
 
 import pytest
 
-from bench.demo.__main__ import BAD_OPTIONS, INTERRUPTED, main, options_from
+from bench.demo import __main__ as demo_main
+from bench.demo.__main__ import BAD_OPTIONS, FAILED, INTERRUPTED, main, options_from
+from bench.demo.runner import DemoResult
 from bench.demo.scenario import DEFAULT, SHORT
 from devtools.servers import REPO_ROOT
 
@@ -84,6 +86,26 @@ def test_bad_options_exit_2_before_starting_anything(
 ) -> None:
     assert main(argv) == BAD_OPTIONS
     assert capsys.readouterr().err.startswith("demo: --")
+
+
+@pytest.mark.parametrize(
+    ("checks", "code"),
+    [([(True, "held"), (None, "a finding")], 0), ([(True, "held"), (False, "broken")], FAILED)],
+)
+def test_the_exit_code_is_0_exactly_when_every_guarantee_held(
+    checks: list[tuple[bool | None, str]], code: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN a run whose guarantees held (a finding, None, is none) or one where one did not
+    result = DemoResult([], Path("chart.png"), Path("summary.md"), checks, 1.0)
+    monkeypatch.setattr(demo_main, "run_demo", lambda options: result)
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        # THEN `python -m bench.demo` exits with what they say (tests/demo/test_demo_busy.py
+        # reads the shared run's guarantees_held as this exit code)
+        assert main(["--short"]) == code
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
 
 
 def test_the_rate_policy_reaches_the_functions_environment() -> None:
