@@ -31,7 +31,7 @@ MAX_CONTAINERS = 300
 # three workers on two cores and another job beside them, one run went past the suite's
 # 300 s default before the later examples ran untraced (docs/testing.md, "Speed"). The
 # examples are the guarantee, so the time grows.
-pytestmark = pytest.mark.timeout(900)
+pytestmark = [pytest.mark.timeout(900), pytest.mark.slow]
 
 
 def config_for(window_seconds: float, threshold: int) -> BreakerConfig:

@@ -47,6 +47,7 @@ def allowed_failures(count: int) -> int:
     return count // 1000
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("scenario", list(SCENARIOS))
 def test_each_scenario_holds_on_memory_store(scenario: str) -> None:
     passed, failed = trials(scenario, MemoryStore, MEMORY_TRIALS)

@@ -262,6 +262,7 @@ def moto_store_factory() -> Any:
         yield factory
 
 
+@pytest.mark.slow
 def test_fleet_invariants_on_dynamodb_store(moto_store_factory: Any) -> None:
     class DynamoFleet(FleetMachine):
         store_factory = staticmethod(moto_store_factory)
@@ -300,6 +301,7 @@ def redis_store_factory(redis_server: str) -> Any:
         store.close()
 
 
+@pytest.mark.slow
 def test_fleet_invariants_on_redis_store(redis_store_factory: Any) -> None:
     class RedisFleet(FleetMachine):
         store_factory = staticmethod(redis_store_factory)

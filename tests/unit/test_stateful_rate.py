@@ -258,6 +258,7 @@ def moto_factory() -> Any:
         yield factory
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("config", [BASE, QUORUM], ids=["rate", "rate-quorum"])
 def test_rate_fleet_on_dynamodb_store(moto_factory: Any, config: BreakerConfig) -> None:
     run(moto_factory, config, 25)
