@@ -74,6 +74,7 @@ class SmallFleet(RuleBasedStateMachine):
         self.tuned_to_rate = False
         self.checked_closes = 0
         self.checked_trips = 0
+        self.census_sent: list[int] = []  # when each cluster's census write was sent
         self._arrive(first)
 
     def _period(self) -> float:
@@ -115,10 +116,16 @@ class SmallFleet(RuleBasedStateMachine):
     def census_cluster(self, count: int) -> None:
         # Census writes are drawn at random: now and then several land together (each from
         # another container; no container sends more than one per refresh).
+        # A cluster tops up what the last cache_ttl's clusters sent to one write per active
+        # container at most (two clusters at one instant would be two writes from each).
         active = sum(c.active for c in self.fleet.containers)
-        for _ in range(min(count, active)):
-            outcome = self.store.census(NAME, self.policy, self.fleet.clock(), None)
+        now = self.fleet.clock()
+        refresh_ms = self.config.cache_ttl * 1000
+        self.census_sent = [at for at in self.census_sent if now - at < refresh_ms]
+        for _ in range(min(count, active - len(self.census_sent))):
+            outcome = self.store.census(NAME, self.policy, now, None)
             assert outcome.transition is None, "a census write made a transition"
+            self.census_sent.append(now)
 
     @rule()
     def operator_reset(self) -> None:
