@@ -130,7 +130,6 @@ class Fleet:
         name: str = NAME,
         clock: VirtualClock | None = None,
         ledger: Ledger | None = None,
-        traced: bool | None = None,
     ) -> None:
         self.name = name
         self.clock = clock or VirtualClock()
@@ -150,7 +149,7 @@ class Fleet:
         # Untraced, the containers' work (their breakers' construction and calls) runs with
         # coverage's tracer off: each entry point below is a call of its own, as
         # tests/coverage_scope.py's untraced needs.
-        if not (_TRACED.get() if traced is None else traced):
+        if not _TRACED.get():
             self.add = untraced(self.add)  # type: ignore[method-assign]
             self.retune = untraced(self.retune)  # type: ignore[method-assign]
             self.run_until = untraced(self.run_until)  # type: ignore[method-assign]

@@ -23,7 +23,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from fleetbreaker import BreakerConfig, MemoryStore, State
 from fleetbreaker.policy import Policy
 from fleetbreaker.tuning import encode_tuned
-from tests.fleet.harness import Fleet
+from tests.fleet.harness import Fleet, fleets_untraced
 
 MAX_CONTAINERS = 300
 
@@ -69,8 +69,8 @@ class SmallFleet(RuleBasedStateMachine):
         self.config = config_for(window, threshold)
         self.policy = Policy.from_config(self.config)
         self.store = MemoryStore()
-        traced = next(_examples) < TRACED_EXAMPLES
-        self.fleet = Fleet(self.store, self.config, seed=seed, name=NAME, traced=traced)
+        with fleets_untraced(next(_examples) >= TRACED_EXAMPLES):
+            self.fleet = Fleet(self.store, self.config, seed=seed, name=NAME)
         self.tuned_to_rate = False
         self.checked_closes = 0
         self.checked_trips = 0

@@ -96,28 +96,24 @@ def test_each_expression_text_is_read_once_and_each_request_gets_its_own_list() 
 def test_a_condition_is_lexed_once_into_nodes_each_request_may_consume(
     table: tuple[Any, str],
 ) -> None:
-    # GIVEN a conditional write applied, then the same condition failing
     client, name = table
-    condition = "attribute_not_exists(#n) OR #n < :v"
-    for _ in range(2):
+
+    def set_n(to: str, if_below: str) -> None:
         client.update_item(
             TableName=name,
             Key={"name": {"S": "lexed"}},
             UpdateExpression="SET #n = :w",
-            ConditionExpression=condition,
+            ConditionExpression="attribute_not_exists(#n) OR #n < :v",
             ExpressionAttributeNames={"#n": "n"},
-            ExpressionAttributeValues={":v": {"N": "5"}, ":w": {"N": "3"}},
+            ExpressionAttributeValues={":v": {"N": if_below}, ":w": {"N": to}},
         )
+
+    # GIVEN a conditional write applied twice with one condition text
+    set_n("3", if_below="5")
+    set_n("3", if_below="5")
     # THEN the same text still decides: n is 3, not below 3, so this one is refused
     with pytest.raises(ClientError, match="ConditionalCheckFailed"):
-        client.update_item(
-            TableName=name,
-            Key={"name": {"S": "lexed"}},
-            UpdateExpression="SET #n = :w",
-            ConditionExpression=condition,
-            ExpressionAttributeNames={"#n": "n"},
-            ExpressionAttributeValues={":v": {"N": "3"}, ":w": {"N": "4"}},
-        )
+        set_n("4", if_below="3")
 
 
 def test_a_text_moto_refuses_is_refused_every_time(table: tuple[Any, str]) -> None:
