@@ -131,10 +131,14 @@ class FleetMachine(RuleBasedStateMachine):
         # A crowd's census lands in the current slice (40 in a 2 s slice read as thousands
         # of containers): past 600 containers a failure is written with probability
         # 1 / weight and counts weight times; a census write itself never trips.
+        # Each container of the crowd writes from the record it last read, as a refresh
+        # does (one write each; from no record, a write is planned as a fresh item, refused,
+        # and planned again: the `census` rule below takes that path).
         before = len(self.journal.events)
         now = self.clock()
+        seen = self._record()
         for _ in range(writes):
-            self.store.census(NAME, self.policy, now, None)
+            seen = self.store.census(NAME, self.policy, now, seen).record
         self._after_step(before)
 
     @rule(container=st.integers(0, CONTAINERS - 1))
