@@ -100,9 +100,17 @@ def _loop_dies_with_this_script() -> None:
 
 
 def busy_loop() -> subprocess.Popen[bytes]:
+    """`while :; do :; done &`, as a shell runs it: a process group of its own (a background
+    job's), in the session of the run it sits beside.
+
+    The session matters on Linux: with autogroup scheduling on (the default, and this
+    machine's), the scheduler shares the cores between sessions first, so a loop started in
+    a session of its own (another terminal) holds a whole core of two however many processes
+    the suite runs; in the same session it is one runnable process among the suite's.
+    """
     return subprocess.Popen(
         ["bash", "-c", "while :; do :; done"],
-        start_new_session=True,
+        process_group=0,
         preexec_fn=_loop_dies_with_this_script,
     )
 
