@@ -14,6 +14,7 @@ the fleet makes at most about 100 calls a second, whatever its size, so a step s
 from __future__ import annotations
 
 import itertools
+import math
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -21,11 +22,21 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from fleetbreaker import BreakerConfig, MemoryStore, State
+from fleetbreaker.census import CENSUS_MEAN_MS
 from fleetbreaker.policy import Policy
+from fleetbreaker.record import WINDOW_BUCKETS
 from fleetbreaker.tuning import encode_tuned
+from fleetbreaker.view import MAX_REFRESH_STRETCH
 from tests.fleet.harness import Fleet, fleets_untraced
 
 MAX_CONTAINERS = 300
+# A census cluster is chance: the fleet's census writes are a Poisson stream of
+# active / CENSUS_MEAN_MS writes per ms, and now and then several land together. The most a
+# cluster tops a span of the census ring up to is what that stream shows there with a
+# chance of about 1 in 740 (CLUSTER_Z standard deviations above its mean), plus CLUSTER_SLACK
+# writes for the few-write spans where a normal bound says little.
+CLUSTER_Z = 3.0
+CLUSTER_SLACK = 2
 
 # 100 examples of 30 steps take 50 s on an idle core without coverage; under coverage, with
 # three workers on two cores and another job beside them, one run went past the suite's
@@ -72,6 +83,9 @@ class SmallFleet(RuleBasedStateMachine):
         with fleets_untraced(next(_examples) >= TRACED_EXAMPLES):
             self.fleet = Fleet(self.store, self.config, seed=seed, name=NAME)
         self.tuned_to_rate = False
+        # Until when a container may still act on a view tuned to the rate policy: a view is
+        # refreshed within MAX_REFRESH_STRETCH cache_ttl (the documented staleness).
+        self.rate_views_until: float = 0
         self.checked_closes = 0
         self.checked_trips = 0
         self.census_sent: list[int] = []  # when each cluster's census write was sent
@@ -117,15 +131,48 @@ class SmallFleet(RuleBasedStateMachine):
         # Census writes are drawn at random: now and then several land together (each from
         # another container; no container sends more than one per refresh).
         # A cluster tops up what the last cache_ttl's clusters sent to one write per active
-        # container at most (two clusters at one instant would be two writes from each).
+        # container at most (two clusters at one instant would be two writes from each),
+        # and each span of the census ring to what the active fleet's stream could show
+        # (CLUSTER_Z): 20 writes at once from 151 containers, which send one every 1.3 s
+        # between them, is a fleet of thousands to any census, not chance.
         active = sum(c.active for c in self.fleet.containers)
         now = self.fleet.clock()
         refresh_ms = self.config.cache_ttl * 1000
         self.census_sent = [at for at in self.census_sent if now - at < refresh_ms]
+        by_age = self._census_by_age(now)
         for _ in range(min(count, active - len(self.census_sent))):
+            by_age[0] += 1
+            if not self._a_chance_of_the_stream(by_age, active, now):
+                break
             outcome = self.store.census(NAME, self.policy, now, None)
             assert outcome.transition is None, "a census write made a transition"
             self.census_sent.append(now)
+
+    def _census_by_age(self, now: int) -> list[int]:
+        """The census ring's counts, newest slice first (what the census reads)."""
+        by_age = [0] * WINDOW_BUCKETS
+        record = self.store.load(NAME, now)
+        if record is not None:
+            current = now // self.policy.bucket_ms
+            for bucket in record.census.values():
+                age = current - bucket.idx
+                if 0 <= age < WINDOW_BUCKETS:
+                    by_age[age] += bucket.count
+        return by_age
+
+    def _a_chance_of_the_stream(self, by_age: list[int], active: int, now: int) -> bool:
+        """Whether every span of the ring ending now (the current slice so far, then one
+        older slice at a time) holds no more than ``active`` containers' census stream
+        shows there, CLUSTER_Z standard deviations above its mean and CLUSTER_SLACK more."""
+        bucket_ms = self.policy.bucket_ms
+        elapsed_ms = max(1, now % bucket_ms)
+        total = 0
+        for age, count in enumerate(by_age):
+            total += count
+            mean = active * (elapsed_ms + age * bucket_ms) / CENSUS_MEAN_MS
+            if total > mean + CLUSTER_Z * math.sqrt(mean) + CLUSTER_SLACK:
+                return False
+        return True
 
     @rule()
     def operator_reset(self) -> None:
@@ -139,7 +186,11 @@ class SmallFleet(RuleBasedStateMachine):
 
     @rule()
     def tune_clear(self) -> None:
-        self.store.tune(NAME, self.policy, self.fleet.clock(), "", None)
+        now = self.fleet.clock()
+        self.store.tune(NAME, self.policy, now, "", None)
+        if self.tuned_to_rate:
+            stale_ms = MAX_REFRESH_STRETCH * self.config.cache_ttl * 1000
+            self.rate_views_until = now + stale_ms
         self.tuned_to_rate = False
 
     # -- invariants ------------------------------------------------------------------------
@@ -170,8 +221,11 @@ class SmallFleet(RuleBasedStateMachine):
         while self.checked_trips < len(trips):
             at = trips[self.checked_trips]
             self.checked_trips += 1
-            if self.tuned_to_rate:
-                continue  # the rate policy trips on rates, not counts
+            if self.tuned_to_rate or at <= self.rate_views_until:
+                # The rate policy trips on rates, not counts; so does a container whose view
+                # still says rate, read just before the tune back (20 failing calls at once
+                # after a long idle, from a view read at the reset that came before the tune).
+                continue
             written = [
                 (when, weight)
                 for when, weight in self.fleet.ledger.failure_writes
