@@ -29,6 +29,7 @@ from devtools.payment_api import FakePaymentApi
 from devtools.sam_template import load_template, take_branches
 from devtools.servers import REPO_ROOT
 from fleetbreaker import DynamoDBStore
+from tests import coverage_scope
 from tests.stepfunctions.harness import (
     DEFAULT_CONDITIONS,
     InProcessLambdas,
@@ -183,6 +184,7 @@ def stack_factory(
     import boto3
     from moto import mock_aws
 
+    coverage_scope.install_stepfunctions()
     endpoint, table = breaker_table
     template = load_template()
     machine = template["Resources"][STATE_MACHINE]["Properties"]
