@@ -8,6 +8,7 @@ fail first, and the script refuses such a map before it starts.
 from __future__ import annotations
 
 import importlib.util
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -71,27 +72,56 @@ def test_the_rules_strategies_and_pipeline_are_in_the_default_run(mutate: Module
     assert {"rules", "window", "count", "rate", "census", "admission"} <= set(mutate.DEFAULT)
 
 
+# Collects each selection given (a JSON list of pytest arguments each) in this one process,
+# with pytest.main as mutmut's stats pass runs it, and prints each one's exit code and test ids.
+COLLECT_EACH = """
+import json
+import sys
+
+import pytest
+
+
+class Collected:
+    ids: list = []
+
+    def pytest_collection_finish(self, session):
+        self.ids = [item.nodeid for item in session.items]
+
+
+answers = []
+for selection in json.loads(sys.argv[1]):
+    collected = Collected()
+    options = ["--collect-only", "-q", "-p", "no:cacheprovider", "-p", "no:cov"]
+    code = pytest.main([*options, *selection], plugins=[collected])
+    answers.append({"code": int(code), "ids": collected.ids})
+print("COLLECTED " + json.dumps(answers))
+"""
+
+
 def test_each_test_path_of_each_selection_keeps_tests_under_its_filter(
     mutate: ModuleType,
 ) -> None:
     # GIVEN each distinct selection (its paths and its -k filter)
-    selections = {tuple(tests) for tests in mutate.MODULES.values()}
-    for tests in sorted(selections):
-        # WHEN pytest collects it, as mutmut's stats pass does
-        command = [sys.executable, "-m", "pytest", "--collect-only", "-q"]
-        collected = subprocess.run(
-            [*command, "-p", "no:cacheprovider", "-p", "no:cov", *tests],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        assert collected.returncode == 0, collected.stdout[-2000:] + collected.stderr[-2000:]
-        ids = [line for line in collected.stdout.splitlines() if "::" in line]
+    selections = sorted({tuple(tests) for tests in mutate.MODULES.values()})
+    # WHEN pytest collects each (one process for all: its start-up was most of the time)
+    done = subprocess.run(
+        [sys.executable, "-c", COLLECT_EACH, json.dumps(selections)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    last = done.stdout.splitlines()[-1]
+    assert last.startswith("COLLECTED "), done.stdout[-2000:] + done.stderr[-2000:]
+    answers = json.loads(last.removeprefix("COLLECTED "))
+    assert len(answers) == len(selections)
+    for tests, answer in zip(selections, answers, strict=True):
+        assert answer["code"] == 0, (tests, done.stdout[-2000:])
         # THEN every path it names contributes tests: a filter that drops a whole file
         # would leave that file's mutants to the others' tests without saying so
         for path in mutate.selection_paths(list(tests)):
-            assert any(test_id.startswith(path) for test_id in ids), (path, tests)
+            assert any(test_id.startswith(path) for test_id in answer["ids"]), (path, tests)
 
 
 # Unit tests that read the package's source or measure its imports: they scan files that
