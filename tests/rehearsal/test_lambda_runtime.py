@@ -4,21 +4,18 @@ the dev venv's extras (awscrt and pyOpenSSL, which the SAM CLI brings)."""
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from devtools.lambda_runtime import ABSENT_IN_LAMBDA
+from devtools.rehearsal import DeployedFunction, LambdaContainer
 from devtools.servers import REPO_ROOT
 
 HANDLER = """
-import sys
-
 import boto3
 import botocore.compat
 import botocore.httpsession
@@ -40,27 +37,28 @@ def handler(event, context):
 """
 
 
-def invoke_once(code_dir: Path, event: dict[str, object]) -> dict[str, object]:
-    """One container of ``code_dir``'s app.handler, one invocation: its answer's result."""
-    read_fd, write_fd = os.pipe()
-    env = {**os.environ, "_HANDLER": "app.handler", "PYTHONPATH": str(REPO_ROOT)}
-    with subprocess.Popen(
-        [sys.executable, "-m", "devtools.lambda_runtime", str(code_dir), str(write_fd)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
-        env=env,
-        cwd=code_dir,
-        pass_fds=(write_fd,),
-    ) as container:
-        os.close(write_fd)
-        assert container.stdin is not None
-        container.stdin.write(json.dumps({"event": event}).encode() + b"\n")
-        container.stdin.close()
-        with os.fdopen(read_fd, encoding="utf-8") as answers:
-            lines = [json.loads(line) for line in answers]
-        assert container.wait(60) == 0
-    assert lines[0] == {"ready": True}, lines
-    return lines[1]["result"]  # type: ignore[no-any-return]
+def invoke_once(code_dir: Path, event: dict[str, object]) -> Any:
+    """One container of ``code_dir``'s app.handler, as the rehearsal starts it; one
+    invocation's result."""
+    function = DeployedFunction(
+        logical_id="ProbeFunction",
+        name="probe",
+        arn="arn:aws:lambda:us-east-1:123456789012:function:probe",
+        handler="app.handler",
+        runtime="python3.11",
+        memory_size=128,
+        environment={},
+        layers=[],
+        vpc={},
+        role_name="probe-role",
+        statements=[],
+        managed_policies=[],
+    )
+    environment = {**os.environ, "_HANDLER": "app.handler", "PYTHONPATH": str(REPO_ROOT)}
+    with LambdaContainer(function, environment, code_dir) as container:
+        invocation = container.invoke(event)
+    assert invocation.error is None, invocation.error
+    return invocation.result
 
 
 @pytest.mark.parametrize("name", ABSENT_IN_LAMBDA)
