@@ -82,7 +82,8 @@ import pytest
 
 
 class Collected:
-    ids: list = []
+    def __init__(self):
+        self.ids = []
 
     def pytest_collection_finish(self, session):
         self.ids = [item.nodeid for item in session.items]
