@@ -19,8 +19,8 @@ NODE_STAMP := node_modules/.stamp
 PYTEST_ARGS ?=
 # The suite's workers (pytest-xdist): tests that share a costly fixture stay on one worker
 # (--dist loadgroup; tests/conftest.py's SHARED_FIXTURES). `make test WORKERS=` runs serially.
-# Why 3 on 2 cores: docs/testing.md, "Speed".
-PYTEST_WORKERS ?= 3
+# Why 4 on 2 cores: docs/testing.md, "Speed".
+PYTEST_WORKERS ?= 4
 WORKERS ?= -n $(PYTEST_WORKERS) --dist loadgroup
 # Branch coverage of layer/fleetbreaker and functions/ (pyproject's [tool.coverage]): the
 # table, and a failure below its fail_under. A partial run (PYTEST_ARGS='-k ...') falls
