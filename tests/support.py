@@ -10,6 +10,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -221,18 +222,5 @@ def in_a_fresh_thread(function: Callable[[], Any]) -> Any:
     did that 1.3 million times a run (strace), a third of its CPU in the kernel; from a new
     thread's shallow stack, 1 s of its 19 s.
     """
-    outcome: list[Any] = []
-    failure: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            outcome.append(function())
-        except BaseException as error:  # passed on below, whatever it is
-            failure.append(error)
-
-    thread = threading.Thread(target=run, name=f"fresh-{getattr(function, '__name__', 'call')}")
-    thread.start()
-    thread.join()
-    if failure:
-        raise failure[0]
-    return outcome[0]
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="fresh") as pool:
+        return pool.submit(function).result()
