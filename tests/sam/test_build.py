@@ -24,7 +24,7 @@ import pytest
 from devtools.layer_sizes import tree_size, zipped_size
 from devtools.payment_api import FakePaymentApi
 from devtools.sam_template import layer_id, load_template, runtimes
-from devtools.servers import REPO_ROOT, make_table
+from devtools.servers import REPO_ROOT, make_table, untraced_env
 from tests.conftest import backend_unavailable
 from tests.sam.conftest import EVENTS
 from tests.sam.test_template import pins
@@ -87,8 +87,9 @@ def build_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
             str(root / "cache"),
         ],
         cwd=REPO_ROOT,
-        # The build Makefiles' pip: this venv's, as `make build` passes it.
-        env={**os.environ, "PYTHON": sys.executable},
+        # The build Makefiles' pip: this venv's, as `make build` passes it (sam and pip run
+        # none of the measured code: untraced by coverage).
+        env=untraced_env(PYTHON=sys.executable),
         capture_output=True,
         text=True,
         timeout=600,
@@ -121,6 +122,7 @@ def runtime_boto3(tmp_path_factory: pytest.TempPathFactory) -> Path:
             str(REPO_ROOT / "constraints.txt"),
             f"boto3=={version}",
         ],
+        env=untraced_env(),
         capture_output=True,
         text=True,
         timeout=600,

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from devtools.sam_template import layer_id, load_template, runtimes
-from devtools.servers import REPO_ROOT
+from devtools.servers import REPO_ROOT, untraced_env
 from tests.sam.conftest import yaml_after_marker
 
 # The layers of every runtime, full and slim, their SSM parameters, and their permissions
@@ -181,6 +181,7 @@ def test_the_attach_snippet_is_lint_clean(tmp_path: Path) -> None:
     path.write_text(attach_snippet())
     result = subprocess.run(
         [str(Path(sys.executable).parent / "cfn-lint"), "--include-checks", "I", "--", str(path)],
+        env=untraced_env(),
         capture_output=True,
         text=True,
         timeout=300,

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from devtools.sam_template import layer_id, load_template
-from devtools.servers import REPO_ROOT
+from devtools.servers import REPO_ROOT, untraced_env
 from tests.sam.conftest import yaml_after_marker
 
 DEPLOYING = REPO_ROOT / "docs" / "deploying.md"
@@ -94,6 +94,7 @@ def test_the_snippet_is_lint_clean(tmp_path: Path) -> None:
     path.write_text(snippet_text())
     result = subprocess.run(
         [str(Path(sys.executable).parent / "cfn-lint"), "--include-checks", "I", "--", str(path)],
+        env=untraced_env(),
         capture_output=True,
         text=True,
         timeout=300,

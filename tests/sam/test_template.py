@@ -8,7 +8,6 @@ the breaker really sends (recorded on a real client talking to moto's server).
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -28,7 +27,7 @@ from devtools.sam_template import (
     runtimes,
     translate_for_scan,
 )
-from devtools.servers import REPO_ROOT, make_table
+from devtools.servers import REPO_ROOT, make_table, untraced_env
 from fleetbreaker import BreakerConfig, CircuitBreaker, CircuitOpenError
 from fleetbreaker.stores.dynamodb import KEY_ATTRIBUTE, TTL_ATTRIBUTE, DynamoDBStore
 from tests.conftest import backend_unavailable
@@ -49,10 +48,11 @@ def template() -> dict[str, Any]:
 def run(
     *command: str | Path, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
+    """A tool (sam, cfn-lint, checkov) run on the repository, untraced by coverage."""
     return subprocess.run(
         [str(part) for part in command],
         cwd=REPO_ROOT,
-        env={**os.environ, **(env or {})},
+        env=untraced_env(**(env or {})),
         capture_output=True,
         text=True,
         timeout=300,

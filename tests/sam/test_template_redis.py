@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from devtools.sam_template import load_template
-from devtools.servers import REPO_ROOT
+from devtools.servers import REPO_ROOT, untraced_env
 from fleetbreaker import RedisStore
 
 TEMPLATE = REPO_ROOT / "template.yaml"
@@ -244,6 +244,7 @@ def test_cfn_lint_is_clean_with_the_cache_on(tmp_path: Path) -> None:
     # WHEN cfn-lint checks it, informational findings included
     result = subprocess.run(
         [str(CFN_LINT), "--include-checks", "I", "--", str(enabled)],
+        env=untraced_env(),
         capture_output=True,
         text=True,
         timeout=300,
