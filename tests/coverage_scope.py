@@ -15,9 +15,11 @@ by tests/stepfunctions) is traced again for its duration (:func:`traced`).
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 _suspended = threading.local()
@@ -58,6 +60,19 @@ def traced(function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         return function(*args, **kwargs)
     finally:
         sys.settrace(None)
+
+
+@contextlib.contextmanager
+def children_unmeasured() -> Iterator[None]:
+    """Python processes started inside start without coverage: the variables its subprocess
+    patch hands to children are out of ``os.environ`` meanwhile (put back after). For runs
+    whose children run none of the lines only they could cover (the demo's containers, whose
+    breaker code every other suite covers), where measuring them only costs CPU."""
+    saved = {k: os.environ.pop(k) for k in list(os.environ) if k.startswith("COVERAGE_PROCESS_")}
+    try:
+        yield
+    finally:
+        os.environ.update(saved)
 
 
 def _untraced_methods() -> list[tuple[type, str]]:

@@ -19,7 +19,7 @@ from bench.demo import __main__ as demo_main
 from bench.demo.__main__ import BAD_OPTIONS, FAILED, INTERRUPTED, main, options_from
 from bench.demo.runner import DemoResult
 from bench.demo.scenario import DEFAULT, SHORT
-from devtools.servers import REPO_ROOT
+from devtools.servers import REPO_ROOT, untraced_env
 
 pytestmark = pytest.mark.realtime  # the demo as a process: Ctrl-C, SIGKILL, real time
 
@@ -132,6 +132,7 @@ def test_ctrl_c_stops_every_server_and_container(tmp_path: Path) -> None:
     demo = subprocess.Popen(
         [sys.executable, "-m", "bench.demo", "--short", "--output", str(tmp_path)],
         cwd=REPO_ROOT,
+        env=untraced_env(),  # the demo's processes, not the breaker's lines, are tested here
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,

@@ -90,3 +90,20 @@ def test_a_child_given_the_untraced_environment_is_not_measured(tmp_path: Path) 
     )
     # WHEN it runs under coverage THEN coverage never started in the child
     assert covered_cli_lines(tmp_path, parent) == 0
+
+
+def test_a_child_started_inside_children_unmeasured_is_not_measured(tmp_path: Path) -> None:
+    # GIVEN a parent that runs the CLI in a child inside tests/coverage_scope's
+    # children_unmeasured (as the demo's fixtures start its containers), and checks that
+    # coverage's variables are back afterwards
+    parent = (
+        "import os, subprocess, sys\n"
+        "from tests.coverage_scope import children_unmeasured\n"
+        "before = {k for k in os.environ if k.startswith('COVERAGE_PROCESS_')}\n"
+        "assert before\n"
+        "with children_unmeasured():\n"
+        "    subprocess.run([sys.executable, '-m', 'fleetbreaker', '--help'], check=True)\n"
+        "assert {k for k in os.environ if k.startswith('COVERAGE_PROCESS_')} == before\n"
+    )
+    # WHEN it runs under coverage THEN coverage never started in the child
+    assert covered_cli_lines(tmp_path, parent) == 0
