@@ -9,7 +9,14 @@ import pytest
 from fleetbreaker import BreakerConfig, CircuitBreaker, CircuitOpenError, State
 from tests.support import Dependency, FakeClock, quiet_rng
 
-CONFIG = BreakerConfig(failure_threshold=3, recovery_timeout=10, cache_ttl=1.0)
+CONFIG = BreakerConfig(
+    failure_threshold=3,
+    recovery_timeout=10,
+    cache_ttl=1.0,
+    # Generous, as RATE's below: a write past a 1 s deadline on a loaded machine (moto
+    # in-process beside a busy loop) is answered locally and the trip is not seen.
+    store_deadline_seconds=30,
+)
 
 
 def make(store: Any, clock: FakeClock, name: str) -> CircuitBreaker:

@@ -60,7 +60,9 @@ def test_a_breaker_refreshing_its_cache_reads_eventually_consistently(
 ) -> None:
     # GIVEN a breaker on the store, its cache empty
     store, gets = captured
-    breaker = CircuitBreaker(NAME, store=store, config=BreakerConfig(), clock=FakeClock())
+    # (a deadline a loaded machine's moto cannot miss: the read is the point, not its time)
+    config = BreakerConfig(store_deadline_seconds=30)
+    breaker = CircuitBreaker(NAME, store=store, config=config, clock=FakeClock())
     # WHEN it reads its state THEN the refresh is one eventually consistent GetItem
     assert gets.during(lambda: breaker.state) == [False]
 

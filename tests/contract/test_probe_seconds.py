@@ -18,7 +18,11 @@ from tests.support import FakeClock, quiet_rng
 
 LEASE_S = 20.0
 CONFIG = BreakerConfig(
-    failure_threshold=1, recovery_timeout=10, probe_lease_seconds=LEASE_S, cache_ttl=0
+    failure_threshold=1,
+    recovery_timeout=10,
+    probe_lease_seconds=LEASE_S,
+    cache_ttl=0,
+    store_deadline_seconds=30,  # a loaded machine's emulator; the deadline has its own tests
 )
 
 

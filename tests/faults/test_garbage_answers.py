@@ -20,7 +20,8 @@ from fleetbreaker.policy import Policy
 from tests.faults.garble import GarbleProxy
 from tests.support import Dependency, FakeClock
 
-CONFIG = BreakerConfig(failure_threshold=3, recovery_timeout=10)
+# A deadline a loaded machine's moto cannot miss: the garbled answer must be what degrades.
+CONFIG = BreakerConfig(failure_threshold=3, recovery_timeout=10, store_deadline_seconds=30)
 NAME = "payment-api"
 POLICY = Policy.from_config(CONFIG)
 

@@ -58,7 +58,9 @@ def test_a_reply_of_the_wrong_shape_degrades_the_breaker_and_is_logged_once(
     make_store: MakeStore, name: str, source: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     store = answering(make_store(), source)
-    breaker = CircuitBreaker(name, store=store, config=BreakerConfig(), clock=FakeClock(T0))
+    # (a deadline a loaded machine cannot miss: the reply's shape must be what degrades)
+    config = BreakerConfig(store_deadline_seconds=30)
+    breaker = CircuitBreaker(name, store=store, config=config, clock=FakeClock(T0))
 
     with caplog.at_level(logging.WARNING, logger="fleetbreaker"):
         for _ in range(3):
