@@ -46,13 +46,17 @@ _LOG_DIR = Path(tempfile.mkdtemp(prefix="fleetbreaker-servers-"))
 atexit.register(shutil.rmtree, _LOG_DIR, ignore_errors=True)
 
 
+# The variables coverage.py hands a child process to start measuring it.
+COVERAGE_CHILD_PREFIX = "COVERAGE_PROCESS_"
+
+
 def untraced_env(**extra: str) -> dict[str, str]:
     """This process's environment without coverage.py's child-process variables, plus
     ``extra``: for a child that runs none of the measured code (a server, or a tool such as
     sam, cfn-lint or pip). `make test` measures coverage in every Python child that inherits
     those variables, and its tracer is called for every frame of the child, measured or not:
     cfn-lint on the template took 3.1 s of CPU traced, 1.6 s untraced."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("COVERAGE_PROCESS_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(COVERAGE_CHILD_PREFIX)}
     env.update(extra)
     return env
 

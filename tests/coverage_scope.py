@@ -68,7 +68,9 @@ def children_unmeasured() -> Iterator[None]:
     patch hands to children are out of ``os.environ`` meanwhile (put back after). For runs
     whose children run none of the lines only they could cover (the demo's containers, whose
     breaker code every other suite covers), where measuring them only costs CPU."""
-    saved = {k: os.environ.pop(k) for k in list(os.environ) if k.startswith("COVERAGE_PROCESS_")}
+    from devtools.servers import COVERAGE_CHILD_PREFIX
+
+    saved = {k: os.environ.pop(k) for k in list(os.environ) if k.startswith(COVERAGE_CHILD_PREFIX)}
     try:
         yield
     finally:
