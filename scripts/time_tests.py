@@ -145,14 +145,21 @@ def run_once(number: int, pytest_args: list[str], slowest: int, busy: bool) -> t
     text = log.read_text(errors="replace")
     closing = CLOSING.findall(text)
     outcome, pytest_seconds = closing[-1] if closing else ("no closing line", "nan")
-    minutes, rest = divmod(float(pytest_seconds), 60)
     line = (
-        f"run {number}: pytest {int(minutes)} min {rest:.0f} s ({outcome}), "
+        f"run {number}: pytest {as_minutes(float(pytest_seconds))} ({outcome}), "
         f"make {seconds:.0f} s, CPU {cpu:.0f} s, {load.summary()}"
         f"{', beside a busy loop' if busy else ''}, "
         f"exit {done.returncode}; log {log.relative_to(ROOT)}"
     )
     return done.returncode == 0, line
+
+
+def as_minutes(seconds: float) -> str:
+    """419.6 -> "7 min 0 s": rounded to the second before it is split, never "6 min 60 s"."""
+    if seconds != seconds:  # no closing line: pytest_seconds was "nan"
+        return "? min ? s"
+    minutes, rest = divmod(round(seconds), 60)
+    return f"{minutes} min {rest} s"
 
 
 def slowest_of(log: Path) -> list[str]:
