@@ -22,6 +22,8 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from devtools.servers import COVERAGE_CHILD_PREFIX
+
 _suspended = threading.local()
 
 
@@ -68,8 +70,6 @@ def children_unmeasured() -> Iterator[None]:
     patch hands to children are out of ``os.environ`` meanwhile (put back after). For runs
     whose children run none of the lines only they could cover (the demo's containers, whose
     breaker code every other suite covers), where measuring them only costs CPU."""
-    from devtools.servers import COVERAGE_CHILD_PREFIX
-
     saved = {k: os.environ.pop(k) for k in list(os.environ) if k.startswith(COVERAGE_CHILD_PREFIX)}
     try:
         yield

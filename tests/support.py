@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import importlib.util
 import random
 import signal
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -224,3 +227,14 @@ def in_a_fresh_thread(function: Callable[[], Any]) -> Any:
     """
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="fresh") as pool:
         return pool.submit(function).result()
+
+
+def load_file(path: Path, name: str) -> ModuleType:
+    """The Python file at ``path`` as a module named ``name``: a script (scripts/, bench/)
+    that is not in a package, loaded by the tests that check it."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None, path
+    assert spec.loader is not None, path
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

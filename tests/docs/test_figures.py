@@ -6,7 +6,6 @@ KEY from the results file a benchmark wrote, and `make figures` writes it into t
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 import shutil
@@ -17,17 +16,13 @@ import pytest
 
 from bench import figures, scale
 from devtools.servers import REPO_ROOT
+from tests.support import load_file
 
 RESULTS = REPO_ROOT / "bench" / "results"
 
 
 def _bench_module(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, REPO_ROOT / "bench" / f"{name}.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_file(REPO_ROOT / "bench" / f"{name}.py", name)
 
 
 def _quoted_keys(root: Path = REPO_ROOT) -> set[str]:

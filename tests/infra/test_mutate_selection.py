@@ -7,7 +7,6 @@ fail first, and the script refuses such a map before it starts.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -16,17 +15,14 @@ from types import ModuleType
 
 import pytest
 
+from tests.support import load_file
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
 def mutate() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("mutate_script", ROOT / "scripts" / "mutate.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_file(ROOT / "scripts" / "mutate.py", "mutate_script")
 
 
 def test_every_module_and_test_path_in_the_map_exists(mutate: ModuleType) -> None:

@@ -2,25 +2,19 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+
+from tests.support import load_file
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
 def time_tests() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "time_tests_script", ROOT / "scripts" / "time_tests.py"
-    )
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_file(ROOT / "scripts" / "time_tests.py", "time_tests_script")
 
 
 @pytest.mark.parametrize(

@@ -9,14 +9,12 @@ against the services local_services.py starts where the file says.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
@@ -24,21 +22,13 @@ import pytest
 from devtools.functions import load_function
 from devtools.sam_template import load_template
 from devtools.servers import REPO_ROOT, free_port
+from tests.support import load_file
 
 ENV_JSON = REPO_ROOT / "events" / "env.json"
 SCRIPT = REPO_ROOT / "scripts" / "local_services.py"
 
 
-def _load_script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("local_services", SCRIPT)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-local_services = _load_script()
+local_services = load_file(SCRIPT, "local_services")
 
 
 @pytest.fixture(scope="module")
