@@ -24,7 +24,7 @@ no ramp) takes the first branch of :meth:`AdmissionPipeline.admit` and allocates
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from fleetbreaker.frozen import replace
 from fleetbreaker.record import Decision, State
@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from fleetbreaker.results import FallbackStats
     from fleetbreaker.view import RecordView
 
+
 # Enum members read through their class cost a descriptor call on Python 3.11 (about ten
 # times a module global's read, several per decision): the hot path reads these.
 _ALLOW, _PROBE, _REJECT = Decision.ALLOW, Decision.PROBE, Decision.REJECT
@@ -58,6 +59,41 @@ RAMP_MIN_SHARE = 0.1
 RAMP_RETRY_AFTER_MS = 1000
 
 
+class Weighing(Protocol):
+    """The counting strategy, as thinning asks it for a probe claim's weight."""
+
+    def claim_weight(self, now_ms: int) -> int:
+        """1, or the weight that thins a large fleet's probe claims."""
+        ...
+
+
+class ShadowStage(Protocol):
+    """Shadow mode's stage, as the pipeline asks it (:class:`Shadow`)."""
+
+    def admit(self, verdict: Verdict) -> Admission:
+        """Allow a call an enforcing breaker would have rejected or probed."""
+        ...
+
+
+class Mode(Protocol):
+    """The breaker's mode as the stages read it (:class:`fleetbreaker.core.Mode`)."""
+
+    @property
+    def policy(self) -> Policy: ...
+
+    @property
+    def counting(self) -> Weighing: ...
+
+    @property
+    def shadow(self) -> ShadowStage | None: ...
+
+
+if TYPE_CHECKING:
+    # Every stage: (verdict, record, now_ms, mode, lease_ms) -> the next verdict, or the
+    # answer. lease_ms is the call's deadline for a probe lease, when its caller knows one.
+    Stage = Callable[[Verdict, Record | None, int, Mode, int | None], Verdict | Admission]
+
+
 class ClaimBarrier:
     """Keeps a store's refusal of a probe claim until the time it said.
 
@@ -72,9 +108,17 @@ class ClaimBarrier:
     def bar(self, gen: int, until_ms: int) -> None:
         self._barred = (gen, until_ms)
 
-    def __call__(self, verdict: Verdict, record: Record | None, now_ms: int) -> Verdict:
+    def __call__(
+        self, verdict: Verdict, record: Record | None, now_ms: int, mode: Mode, lease_ms: int | None
+    ) -> Verdict:
         barred = self._barred
-        if barred is None or record is None or record.gen != barred[0] or now_ms >= barred[1]:
+        if (
+            verdict.decision is not _PROBE
+            or barred is None
+            or record is None
+            or record.gen != barred[0]
+            or now_ms >= barred[1]
+        ):
             return verdict
         return Verdict(_REJECT, verdict.state, barred[1] - now_ms)
 
@@ -82,14 +126,17 @@ class ClaimBarrier:
 class ClaimThinning:
     """A large count-policy fleet claims a probe with probability 1 / weight, as it writes
     failures (:func:`fleetbreaker.census.failure_weight`); one that does not is turned away
-    as a lost race is. ``weight(now_ms)`` is the counting strategy's (1: no thinning)."""
+    as a lost race is. The weight is the counting strategy's (1: no thinning)."""
 
-    def __init__(self, weight: Callable[[int], int], rng: random.Random) -> None:
-        self.weight = weight
+    def __init__(self, rng: random.Random) -> None:
         self._rng = rng
 
-    def __call__(self, verdict: Verdict, record: Record | None, now_ms: int) -> Verdict:
-        weight = self.weight(now_ms)
+    def __call__(
+        self, verdict: Verdict, record: Record | None, now_ms: int, mode: Mode, lease_ms: int | None
+    ) -> Verdict:
+        if verdict.decision is not _PROBE:
+            return verdict
+        weight = mode.counting.claim_weight(now_ms)
         if weight <= 1 or self._rng.random() * weight < 1:
             return verdict
         return Verdict(_REJECT, verdict.state, LOST_CLAIM_RETRY_MS)
@@ -119,10 +166,20 @@ class RecoveryRamp:
         self.ramp_ms = round(ramp_seconds * 1000)
         self._rng = rng
 
-    def __call__(self, verdict: Verdict, record: Record | None, now_ms: int) -> Verdict:
-        if record is None or not record.closed_at:
+    def __call__(
+        self, verdict: Verdict, record: Record | None, now_ms: int, mode: Mode, lease_ms: int | None
+    ) -> Verdict:
+        if (
+            verdict.decision is not _ALLOW
+            or verdict.state is not _CLOSED
+            or record is None
+            or not record.closed_at
+        ):
             return verdict
-        elapsed = now_ms - record.closed_at
+        # A close stamped ahead of our clock (its writer's clock runs fast) counts from now,
+        # as a lease does: trusted as written, a close 30 s ahead throttled the fleet for
+        # 40 s instead of the ramp's 10 s.
+        elapsed = now_ms - min(record.closed_at, now_ms)
         ramp_ms = self.ramp_ms
         if elapsed >= ramp_ms or self._rng.random() < ramp_share(elapsed, ramp_ms):
             return verdict
@@ -210,26 +267,50 @@ class Shadow:
         return None
 
 
+def shadowed(
+    verdict: Verdict, record: Record | None, now_ms: int, mode: Mode, lease_ms: int | None
+) -> Verdict | Admission:
+    """The shadow stage: in shadow mode a verdict that would reject or probe is an allow,
+    marked with what an enforcing breaker would have done (:class:`Shadow`)."""
+    shadow = mode.shadow
+    if shadow is None or verdict.decision is _ALLOW:
+        return verdict
+    return shadow.admit(verdict)
+
+
 class ProbeClaim:
     """The pipeline's last stage for a probe verdict: one conditional write for a lease.
 
     A granted claim is a probe admission with its token. A refused one is a rejection: for
     as long as the store said (and the barrier keeps that answer), or LOST_CLAIM_RETRY_MS
-    when every slot went to others.
+    when every slot went to others. A claim that finds the breaker closed (someone else's
+    probe closed it meanwhile) leaves the call to the recovery ramp.
     """
 
-    def __init__(self, probes: ProbeLeases, barrier: ClaimBarrier, degraded: Callable[[], bool]):
+    def __init__(
+        self,
+        probes: ProbeLeases,
+        barrier: ClaimBarrier,
+        ramp: RecoveryRamp | None,
+        degraded: Callable[[], bool],
+    ) -> None:
         self._probes = probes
         self._barrier = barrier
+        self._ramp = ramp
         self._degraded = degraded
 
     def __call__(
-        self, policy: Policy, record: Record | None, now_ms: int
-    ) -> tuple[Admission | Verdict, Record | None]:
+        self, verdict: Verdict, record: Record | None, now_ms: int, mode: Mode, lease_ms: int | None
+    ) -> Verdict | Admission:
+        if verdict.decision is not _PROBE:
+            return verdict
+        policy = mode.policy
+        if lease_ms is not None and lease_ms < policy.lease_ms:
+            policy = replace(policy, lease_ms=lease_ms)
         outcome = self._probes.claim(policy, now_ms, record)
         found = outcome.record
         if outcome.token is not None:
-            admission = Admission(
+            return Admission(
                 self._probes.name,
                 _PROBE,
                 State.HALF_OPEN,
@@ -237,23 +318,28 @@ class ProbeClaim:
                 outcome.token,
                 self._degraded(),
             )
-            return admission, found
         verdict = verdict_of(found, policy, now_ms)
+        if verdict.decision is _ALLOW:
+            if self._ramp is not None:
+                return self._ramp(verdict, found, now_ms, mode, lease_ms)
+            return verdict
         if verdict.decision is not _PROBE:
-            return verdict, found
+            return verdict
         wait = outcome.retry_after_ms
         if wait and found is not None:
             self._barrier.bar(found.gen, now_ms + wait)
-            return Verdict(_REJECT, verdict.state, wait), found
+            return Verdict(_REJECT, verdict.state, wait)
         # Lost every race for a slot: wait for the next lease to end.
-        return Verdict(_REJECT, verdict.state, LOST_CLAIM_RETRY_MS), found
+        return Verdict(_REJECT, verdict.state, LOST_CLAIM_RETRY_MS)
 
 
 class AdmissionPipeline:
     """One breaker's admission: the record, the rules' verdict, the stages, an Admission.
 
-    ``policy`` and ``shadow`` follow live tuning (the breaker sets them); ``thinning.weight``
-    follows the counting strategy.
+    Every stage has one signature, ``stage(verdict, record, now_ms, mode, lease_ms)``, and
+    returns a verdict (for the next stage) or an Admission (the answer). The policy, the
+    counting strategy and shadow mode come from the :class:`~fleetbreaker.core.Mode` the
+    caller gives: the pipeline holds nothing that live tuning changes.
     """
 
     def __init__(
@@ -263,55 +349,70 @@ class AdmissionPipeline:
         probes: ProbeLeases,
         hooks: Hooks,
         *,
-        policy: Policy,
         degraded: Callable[[], bool],
         ramp_seconds: float,
         rng: random.Random,
     ) -> None:
         self.name = name
-        self.policy = policy
         self._view = view
         self._hooks = hooks
         self._degraded = degraded
         self.barrier = ClaimBarrier()
-        self.thinning = ClaimThinning(lambda _now: 1, rng)
+        self.thinning = ClaimThinning(rng)
         self.ramp = RecoveryRamp(ramp_seconds, rng) if ramp_seconds else None
-        self.shadow: Shadow | None = None
-        self.claim = ProbeClaim(probes, self.barrier, degraded)
+        self.claim = ProbeClaim(probes, self.barrier, self.ramp, degraded)
+        stages: list[Stage] = [self.barrier, self.thinning]
+        if self.ramp is not None:
+            stages.append(self.ramp)
+        stages.append(shadowed)
+        self._stages = tuple(stages)
         # The hot path's answers, built once: a healthy call allocates nothing (the breaker
         # tells a healthy call by its admission's identity).
         self._allow = {state: Admission(name, _ALLOW, state) for state in (_CLOSED, _DISABLED)}
         self.allow_closed = self._allow[_CLOSED]
 
-    def admit(self, now_ms: int, lease_ms: int | None = None) -> Admission:
+    def admit(
+        self,
+        now_ms: int,
+        modes: Callable[[], Mode],
+        lease_ms: int | None = None,
+        *,
+        cached_only: bool = False,
+    ) -> Admission | None:
         """Decide one call at ``now_ms``: allow, probe (with a token) or reject.
 
         ``lease_ms``: should the call win a probe, its lease is this long at most (a caller
         that knows its call's deadline: the others then wait for that, not a whole lease).
+        ``cached_only``: decide from the cached record alone, or say None when that takes a
+        store request (a stale cache, a probe to claim): an event loop's first look.
+        ``modes()`` is the breaker's mode, read after the record: a refresh may bring live
+        tuning, and the call is decided by the mode it brought.
         """
-        record = self._view.read(now_ms)
+        if cached_only:
+            hit, record = self._view.cached(now_ms)
+            if not hit:
+                return None
+        else:
+            record = self._view.read(now_ms)
+        mode = modes()
         if record is None or record.state is _CLOSED:
             if self.ramp is None:
                 return self._decided(self.allow_closed if not self._degraded() else None)
-            verdict = self.ramp(_ALLOW_CLOSED, record, now_ms)
+            verdict = _ALLOW_CLOSED
         else:
-            verdict = verdict_of(record, self.policy, now_ms)
-            if verdict.decision is _PROBE:
-                verdict = self.barrier(verdict, record, now_ms)
-                verdict = self.thinning(verdict, record, now_ms)
-        if verdict.decision is not _ALLOW and self.shadow is not None:
-            return self.shadow.admit(verdict)
+            verdict = verdict_of(record, mode.policy, now_ms)
+        for stage in self._stages:
+            answer = stage(verdict, record, now_ms, mode, lease_ms)
+            if isinstance(answer, Admission):
+                return answer  # shadow mode's: it told the decision hooks itself
+            verdict = answer
         if verdict.decision is _PROBE:
-            policy = self.policy
-            if lease_ms is not None and lease_ms < policy.lease_ms:
-                policy = replace(policy, lease_ms=lease_ms)
-            claimed, record = self.claim(policy, record, now_ms)
+            if cached_only:
+                return None
+            claimed = self.claim(verdict, record, now_ms, mode, lease_ms)
             if isinstance(claimed, Admission):
                 return self._decided(claimed)
             verdict = claimed
-            if verdict.decision is _ALLOW and verdict.state is _CLOSED and self.ramp is not None:
-                # Someone else's probe closed it meanwhile: this call is the ramp's to judge.
-                verdict = self.ramp(verdict, record, now_ms)
         return self._decided(self._admission(verdict))
 
     def _admission(self, verdict: Verdict) -> Admission | None:

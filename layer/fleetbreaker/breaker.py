@@ -25,16 +25,18 @@ import math
 import os
 import random
 from collections.abc import Callable, Iterable
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from fleetbreaker.admission import AdmissionPipeline, Shadow
 from fleetbreaker.classify import OutcomeJudge
 from fleetbreaker.clock import system_clock
 from fleetbreaker.config import BreakerConfig
+from fleetbreaker.core import CallCore
 from fleetbreaker.count import CountStrategy
 from fleetbreaker.counting import CountingContext
-from fleetbreaker.errors import CircuitOpenError, ConfigError, InvalidTokenError
-from fleetbreaker.events import BreakerListener, Hooks, LoggingListener, StateChange
+from fleetbreaker.errors import ConfigError, InvalidTokenError
+from fleetbreaker.events import BreakerListener, Hooks, LoggingListener
 from fleetbreaker.live import LiveTuning
 from fleetbreaker.naming import (
     container_key,
@@ -43,18 +45,22 @@ from fleetbreaker.naming import (
     validate_name,
 )
 from fleetbreaker.probes import ProbeLeases
-from fleetbreaker.record import Decision, State, TransitionReason
-from fleetbreaker.results import Admission, RecordResult, StoreErrorStats
+from fleetbreaker.record import Decision, State
+from fleetbreaker.results import Admission, FallbackStats, RecordResult
 from fleetbreaker.rules import lease_slot
 from fleetbreaker.stores.fallback import FallbackStore
 from fleetbreaker.switch import announce, switched_off
+from fleetbreaker.sync_driver import SyncDriver
 from fleetbreaker.view import RecordCache, RecordView
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
-    from typing import ParamSpec
+    from collections.abc import Awaitable, Coroutine, Mapping
+    from typing import ParamSpec, Protocol
 
+    from fleetbreaker.async_driver import AsyncDriver
+    from fleetbreaker.calls import Call
     from fleetbreaker.counting import Counting
+    from fleetbreaker.policy import Policy
     from fleetbreaker.record import Record
     from fleetbreaker.shared_refresh import SharedReads
     from fleetbreaker.snapshot import Snapshot
@@ -62,11 +68,23 @@ if TYPE_CHECKING:
 
     P = ParamSpec("P")
 
+    class Decorator(Protocol):
+        """What ``@breaker(fallback=...)`` returns: a decorator of sync or async functions."""
+
+        @overload
+        def __call__(
+            self, fn: Callable[P, Coroutine[Any, Any, R]], /
+        ) -> Callable[P, Coroutine[Any, Any, R]]: ...
+
+        @overload
+        def __call__(self, fn: Callable[P, R], /) -> Callable[P, R]: ...
+
+
 R = TypeVar("R")
 Clock = Callable[[], int]
 
 # Read on every call: module globals, not enum attributes (see admission.py).
-_ALLOW, _PROBE, _REJECT = Decision.ALLOW, Decision.PROBE, Decision.REJECT
+_ALLOW = Decision.ALLOW
 _CLOSED, _DISABLED = State.CLOSED, State.DISABLED
 
 _UNSET: Any = object()
@@ -178,23 +196,22 @@ class CircuitBreaker:
             emit=hooks.emit,
             on_answer=self._answered,
         )
-        self.stats: StoreErrorStats = self._store.fallback_stats
-        self._tuning = LiveTuning(config, self.name)
-        policy = self._tuning.policy
-        self._cache_ms = round(config.cache_ttl * 1000)
-        # Placeholder refresh until the strategy below is chosen (nothing reads before).
-        self._view = RecordView(
+        self.stats: FallbackStats = self._store.fallback_stats
+        tuning = LiveTuning(config, self.name)
+        cache_ms = round(config.cache_ttl * 1000)
+        ramp_ms = round(config.recovery_ramp_seconds * 1000)
+        self._view = view = RecordView(
             self.name,
             self._store,
-            RecordCache(self._cache_ms),
-            self._store_load,
+            RecordCache(cache_ms, ramp_ms),
+            self._refresh,
             wait_s=config.store_deadline_seconds + 1.0,
         )
         self._shared_reads = None if off else self._share_reads(store, shared_refresh_dir)
-        self._context = CountingContext(
+        self._context = context = CountingContext(
             self.name,
             self._store,
-            self._view,
+            view,
             clock=self.clock,
             rng=self.rng,
             container_key=container_key(self.container_id),
@@ -202,7 +219,7 @@ class CircuitBreaker:
             judge=OutcomeJudge(config, self.name),
             read=self._shared_reads.read if self._shared_reads is not None else None,
         )
-        self._probes = ProbeLeases(
+        probes = ProbeLeases(
             self.name,
             self._store,
             rng=self.rng,
@@ -210,26 +227,57 @@ class CircuitBreaker:
             emit=hooks.emit,
             observe=self._observe,
         )
-        self._pipeline = AdmissionPipeline(
+        pipeline = AdmissionPipeline(
             self.name,
-            self._view,
-            self._probes,
+            view,
+            probes,
             hooks,
-            policy=policy,
             degraded=lambda: self._store.degraded,
             ramp_seconds=config.recovery_ramp_seconds,
             rng=self.rng,
         )
-        # The hot path's allow: an identity test picks the healthy call's branch.
-        self._allow_closed = self._pipeline.allow_closed
-        self._shadow: Shadow | None = None
-        self._counting: Counting = self._strategy(config)
-        self._adopt_mode(config)
-        # Switched off (FLEETBREAKER_DISABLED): never a store request. The hot path's method
-        # is replaced on the instance, so breakers that are on pay nothing for the switch.
+
+        def make_shadow(tuned: BreakerConfig) -> Shadow:
+            return Shadow(
+                self.name,
+                stats=self.stats,
+                hooks=hooks,
+                claim=probes.claim,
+                settle=probes.settle,
+                lease_ms=max(1, round(tuned.store_deadline_seconds * 2000)),
+                degraded=lambda: self._store.degraded,
+            )
+
+        def make_counting(tuned: BreakerConfig, policy: Policy) -> Counting:
+            if tuned.reporting:
+                # The rate policy's modules load when a breaker's settings first report.
+                from fleetbreaker.rate import RateStrategy
+
+                return RateStrategy(context, tuned, policy, cache_ms)
+            return CountStrategy(context, policy, cache_ms)
+
+        self._core = CallCore(
+            self.name,
+            view=view,
+            pipeline=pipeline,
+            probes=probes,
+            hooks=hooks,
+            judge=context.judge,
+            tuning=tuning,
+            make_counting=make_counting,
+            make_shadow=make_shadow,
+            clock=self.clock,
+        )
+        self._tuning = tuning
+        self._watched = bool(hooks.decision)
+        self._sync = SyncDriver(self._core, view.cache, watched=self._watched)
+        self._async: AsyncDriver | None = None  # built by the first async entry point
+        # Each `with breaker:` entry's call, per thread and per asyncio task (contextvars):
+        # concurrent blocks never share one.
+        self._entered: ContextVar[tuple[Call, ...]] = ContextVar(f"fleetbreaker:{name}", default=())
+        # Switched off (FLEETBREAKER_DISABLED): never a store request.
         self._off = off
         if off:
-            self._guarded = self._unguarded  # type: ignore[method-assign]
             announce(self.name)
         elif config.verify_store:
             # One read at init: a misconfigured store fails the init (ConfigError); an
@@ -296,7 +344,7 @@ class CircuitBreaker:
     @property
     def mode(self) -> str:
         """``"enforce"`` or ``"shadow"``: the config's mode, or the fleet's live-tuned one."""
-        return "shadow" if self._pipeline.shadow is not None else "enforce"
+        return self._core.mode.name
 
     def snapshot(self) -> Snapshot:
         """The fleet's view of this breaker, read through the cache.
@@ -308,7 +356,8 @@ class CircuitBreaker:
 
         now = self.clock()
         record = None if self._off else self._view.read(now)
-        snapshot = snapshot_of(self.name, record, self._tuning.policy, now, self.mode)
+        mode = self._core.mode
+        snapshot = snapshot_of(self.name, record, mode.policy, now, mode.name)
         if self._off:
             from fleetbreaker.frozen import replace
 
@@ -322,7 +371,7 @@ class CircuitBreaker:
         or a test with an injected clock calls it after moving the clock. Returns how many
         calls it reported.
         """
-        hung = getattr(self._counting, "report_hung_calls", None)
+        hung = getattr(self._core.mode.counting, "report_hung_calls", None)
         return hung() if hung is not None else 0
 
     # -- calls -----------------------------------------------------------------------------
@@ -331,9 +380,45 @@ class CircuitBreaker:
         """Run ``fn(*args, **kwargs)`` through the breaker.
 
         Raises :class:`CircuitOpenError` when rejected and no fallback is set; otherwise
-        returns ``fn``'s result (or the fallback's) and re-raises ``fn``'s exceptions.
+        returns ``fn``'s result (or the fallback's) and re-raises ``fn``'s exceptions. A
+        coroutine function is refused with a TypeError: its call would count the creation
+        of its coroutine, not what the await did (use :meth:`call_async`).
         """
-        return self._guarded(fn, self.fallback, args, kwargs)
+        if _is_async(fn):
+            raise TypeError(
+                f"breaker.call() got the coroutine function {_name_of(fn)}: use "
+                "`await breaker.call_async(fn, ...)`, which counts what the await did"
+            )
+        if self._off:
+            return fn(*args, **kwargs)
+        return self._sync.run(fn, self.fallback, args, kwargs)
+
+    async def call_async(self, fn: Callable[..., Awaitable[R]], /, *args: Any, **kwargs: Any) -> R:
+        """Await ``fn(*args, **kwargs)`` through the breaker: the awaitable counterpart of
+        :meth:`call`, counted by what the await did.
+
+        ``fn`` returns an awaitable (an ``async def``, or a function that returns a
+        coroutine); a rejected call never calls it. A ``fn`` whose result is not awaitable
+        is refused with a TypeError and counted nowhere. The store is asked off the event
+        loop (:mod:`fleetbreaker.async_driver`); a cancelled call counts nowhere.
+
+        Example
+        -------
+        >>> import asyncio
+        >>> breaker = CircuitBreaker("payment-api", store=MemoryStore())
+        >>> async def charge(amount):
+        ...     return f"charged {amount}"
+        >>> asyncio.run(breaker.call_async(charge, 10))
+        'charged 10'
+        """
+        if self._off:
+            return await fn(*args, **kwargs)
+        return await self._async_driver().run(fn, self.fallback, args, kwargs)
+
+    @overload
+    def __call__(
+        self, fn: Callable[P, Coroutine[Any, Any, R]], /
+    ) -> Callable[P, Coroutine[Any, Any, R]]: ...
 
     @overload
     def __call__(self, fn: Callable[P, R], /) -> Callable[P, R]: ...
@@ -341,16 +426,49 @@ class CircuitBreaker:
     @overload
     def __call__(
         self, fn: None = None, /, *, fallback: Callable[..., Any] | None = ...
-    ) -> Callable[[Callable[P, R]], Callable[P, R]]: ...
+    ) -> Decorator: ...
 
     def __call__(self, fn: Callable[..., Any] | None = None, /, *, fallback: Any = _UNSET) -> Any:
-        """Decorator: ``@breaker`` or ``@breaker(fallback=...)``."""
+        """Decorator: ``@breaker`` or ``@breaker(fallback=...)``, on a function, a method or
+        an ``async def`` (which stays one: the awaited outcome is what counts)."""
         if fn is not None:
             return self._decorate(fn, self.fallback)
         if fallback is not _UNSET and fallback is not None and not callable(fallback):
             raise ConfigError(f"fallback must be callable, got {fallback!r}")
         chosen = self.fallback if fallback is _UNSET else fallback
         return lambda inner: self._decorate(inner, chosen)
+
+    def __enter__(self) -> CircuitBreaker:
+        """``with breaker:`` counts the block as one call; a rejected entry raises
+        :class:`CircuitOpenError` (no fallback: the block has no result to replace)."""
+        if not self._off:
+            call = self._sync.enter()
+            self._entered.set((*self._entered.get(), call))
+        return self
+
+    def __exit__(self, kind: Any, exc: BaseException | None, tb: Any) -> None:
+        if not self._off:
+            self._sync.exit(self._leave(), exc)
+
+    async def __aenter__(self) -> CircuitBreaker:
+        """``async with breaker:``: as ``with``, the store asked off the event loop."""
+        if not self._off:
+            call = await self._async_driver().enter()
+            self._entered.set((*self._entered.get(), call))
+        return self
+
+    async def __aexit__(self, kind: Any, exc: BaseException | None, tb: Any) -> None:
+        if not self._off:
+            await self._async_driver().exit(self._leave(), exc)
+
+    def _leave(self) -> Call:
+        entered = self._entered.get()
+        if not entered:
+            raise RuntimeError(
+                f"breaker {self.name!r} exited a block it did not enter in this thread or task"
+            )
+        self._entered.set(entered[:-1])
+        return entered[-1]
 
     def check(self, *, probe_seconds: float | None = None) -> Admission:
         """Decide one call without running anything: allow, probe (with a token) or reject.
@@ -373,7 +491,7 @@ class CircuitBreaker:
             lease_ms = max(1, round(probe_seconds * 1000))
         if self._off:
             return Admission(self.name, _ALLOW, _DISABLED)
-        return self._pipeline.admit(self.clock(), lease_ms)
+        return self._core.admit(self.clock(), lease_ms)
 
     def record(self, success: bool, token: str | None = None) -> RecordResult:
         """Report the outcome of a call admitted by :meth:`check`.
@@ -388,94 +506,50 @@ class CircuitBreaker:
         if self._off:
             return RecordResult(False, _DISABLED, "switched off by FLEETBREAKER_DISABLED")
         if token is not None:
-            return self._settle(token, success, now)
-        shadow = self._pipeline.shadow
-        if shadow is not None:
-            record = self._view.read(now)
-            shadowed = shadow.outcome(self._tuning.policy, record, success, now)
-            if shadowed is not None:
-                return shadowed
-        return self._counting.count(success, now)
+            return self._core.settle(token, success, now)
+        return self._core.record(success, now)
 
-    def _decorate(
-        self, fn: Callable[..., R], fallback: Callable[..., Any] | None
-    ) -> Callable[..., R]:
+    def _decorate(self, fn: Any, fallback: Callable[..., Any] | None) -> Any:
+        if isinstance(fn, (classmethod, staticmethod)):
+            kind = type(fn).__name__
+            raise TypeError(
+                f"@breaker was applied to a {kind} object: put @breaker below @{kind}, "
+                f"next to the function (@{kind} on top)"
+            )
+        if not callable(fn):
+            raise TypeError(f"@breaker needs a function, got {fn!r}")
+        off = self._off
+        if _is_async(fn):
+            driver = self._async_driver()
+
+            @functools.wraps(fn)
+            async def protected_async(*args: Any, **kwargs: Any) -> Any:
+                if off:
+                    return await fn(*args, **kwargs)
+                return await driver.run(fn, fallback, args, kwargs)
+
+            protected_async.breaker = self  # type: ignore[attr-defined]
+            return protected_async
+
+        run = self._sync.run
+
         @functools.wraps(fn)
-        def protected(*args: Any, **kwargs: Any) -> R:
-            return self._guarded(fn, fallback, args, kwargs)
+        def protected(*args: Any, **kwargs: Any) -> Any:
+            if off:
+                return fn(*args, **kwargs)
+            return run(fn, fallback, args, kwargs)
 
         protected.breaker = self  # type: ignore[attr-defined]
         return protected
 
-    def _guarded(
-        self,
-        fn: Callable[..., R],
-        fallback: Callable[..., Any] | None,
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-    ) -> R:
-        now = self.clock()
-        admission = self._pipeline.admit(now)
-        if admission is self._allow_closed:  # the hot path: closed, healthy
-            return self._counting.run(now, fn, args, kwargs)
-        decision = admission.decision
-        if decision is _REJECT:
-            emit = self._hooks.emit
-            emit("on_rejected", self.name, admission.state, admission.retry_after_s)
-            if fallback is None:
-                raise CircuitOpenError(self.name, admission.state, admission.retry_after_s)
-            emit("on_fallback", self.name, admission.state)
-            result: R = fallback(admission, *args, **kwargs)
-            return result
-        if admission.shadow is not None:
-            return self._run_shadowed(admission, fn, args, kwargs)
-        if decision is _PROBE:
-            assert admission.token is not None  # a granted claim carries its token
-            return self._run_probe(admission.token, fn, args, kwargs)
-        if admission.state is _DISABLED:  # allow everything, record nothing
-            return fn(*args, **kwargs)
-        return self._counting.run(now, fn, args, kwargs)
+    def _async_driver(self) -> AsyncDriver:
+        driver = self._async
+        if driver is None:
+            # Loaded with the first async entry point: `import fleetbreaker` stays asyncio-free.
+            from fleetbreaker.async_driver import AsyncDriver
 
-    def _run_probe(
-        self, token: str, fn: Callable[..., R], args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> R:
-        judge = self._context.judge
-        try:
-            result = fn(*args, **kwargs)
-        except Exception as exc:
-            self._settle(token, not judge.exception_fails(exc), self.clock())
-            raise
-        # An interrupt (SystemExit, KeyboardInterrupt) is no verdict on the dependency: the
-        # probe's lease simply runs out.
-        self._settle(token, not judge.result_fails(result), self.clock())
-        return result
-
-    def _run_shadowed(
-        self,
-        admission: Admission,
-        fn: Callable[..., R],
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-    ) -> R:
-        """A call an enforcing breaker would have rejected (it counts nowhere) or probed (its
-        outcome settles a probe once it has finished)."""
-        shadow = self._shadow
-        if admission.shadow is _REJECT or shadow is None:
-            return fn(*args, **kwargs)
-        judge = self._context.judge
-        try:
-            result = fn(*args, **kwargs)
-        except Exception as exc:
-            success = not judge.exception_fails(exc)
-            shadow.probe(self._tuning.policy, success, self.clock(), self._view.last_seen)
-            raise
-        success = not judge.result_fails(result)
-        shadow.probe(self._tuning.policy, success, self.clock(), self._view.last_seen)
-        return result
-
-    def _settle(self, token: str, success: bool, now: int) -> RecordResult:
-        policy = self._tuning.policy
-        return self._probes.settle(policy, token, success, now, self._view.last_seen)
+            driver = self._async = AsyncDriver(self._core, self._view.cache, watched=self._watched)
+        return driver
 
     # -- operator overrides ----------------------------------------------------------------
 
@@ -514,34 +588,18 @@ class CircuitBreaker:
                 )
             action = operator_action(target.value, reason, by, now)
             outcome = self._store.force_state(self.name, policy, now, target, action=action)
-        if outcome.transition is not None:
-            emit = self._hooks.emit
-            emit("on_transition", self.name, *outcome.transition)
-            gen = outcome.record.gen if outcome.record is not None else 0
-            change = StateChange(*outcome.transition, gen, TransitionReason.OPERATOR)
-            emit("on_state_change", self.name, change)
         return _state_of(outcome.record)
 
     # -- the store's answers, live tuning, the strategy ------------------------------------
 
     def _answered(self, record: Record | None, now: int) -> None:
-        """Every shared-store answer: into the cache (fresh for as long as the strategy
-        says), to the strategy, and to live tuning, which travels with the record."""
-        counting = self._counting
-        self._view.cache.put(record, now, counting.fresh_ms(record, now))
-        counting.observe(record)
-        seen = self._view.last_seen
-        text = seen.tuned if seen is not None else ""
-        if text != self._tuning.text:
-            config = self._tuning.follow(text)
-            if config is not None:
-                self._adopt(config)
+        self._core.answered(record, now)
 
     def _observe(self, record: Record | None) -> None:
-        self._counting.observe(record)
+        self._core.observe(record)
 
-    def _store_load(self, now: int) -> Record | None:
-        return self._store.load(self.name, now)
+    def _refresh(self, now: int) -> Record | None:
+        return self._core.refresh(now)
 
     def _share_reads(self, store: Store, directory: Any) -> SharedReads | None:
         """The environment's shared reads, when its processes share a directory."""
@@ -562,47 +620,6 @@ class CircuitBreaker:
         copy = SharedCopy(directory, copy_key(store, self.name))
         return SharedReads(self.name, self._store, copy, self._view.cache, self._answered)
 
-    def _adopt(self, config: BreakerConfig) -> None:
-        """Apply tuned settings: the rules' numbers, the strategy (swapped when the policy
-        changes between count and rate), shadow or enforce."""
-        policy = self._tuning.policy
-        self._pipeline.policy = policy
-        if ("rate" if config.reporting else "count") != self._counting.kind:
-            self._counting = self._strategy(config)
-        else:
-            self._counting.adopt(config, policy)
-        self._adopt_mode(config)
-
-    def _strategy(self, config: BreakerConfig) -> Counting:
-        """The counting strategy ``config`` asks for, wired to the view and the pipeline."""
-        policy = self._tuning.policy
-        counting: Counting
-        if config.reporting:
-            # The rate policy's modules load when a breaker's settings first report.
-            from fleetbreaker.rate import RateStrategy
-
-            counting = RateStrategy(self._context, config, policy, self._cache_ms)
-        else:
-            counting = CountStrategy(self._context, policy, self._cache_ms)
-        self._view.refresh = counting.refresh
-        self._pipeline.thinning.weight = counting.claim_weight
-        return counting
-
-    def _adopt_mode(self, config: BreakerConfig) -> None:
-        """Shadow or enforce, as ``config`` (or live tuning) says. A call admitted in
-        shadow mode finishes in it, even if tuning switches meanwhile."""
-        if config.shadow and self._shadow is None:
-            self._shadow = Shadow(
-                self.name,
-                stats=self.stats,
-                hooks=self._hooks,
-                claim=self._probes.claim,
-                settle=self._probes.settle,
-                lease_ms=max(1, round(config.store_deadline_seconds * 2000)),
-                degraded=lambda: self._store.degraded,
-            )
-        self._pipeline.shadow = self._shadow if config.shadow else None
-
     # -- snapshots of the process ----------------------------------------------------------
 
     def flush(self, now: int | None = None) -> None:
@@ -615,7 +632,7 @@ class CircuitBreaker:
         """
         if self._off:
             return
-        self._counting.flush(self.clock() if now is None else now)
+        self._core.mode.counting.flush(self.clock() if now is None else now)
 
     def restart(self, now: int | None = None) -> None:
         """Become a new container: a new id and random source, no cached view, every
@@ -638,23 +655,34 @@ class CircuitBreaker:
         # In place: every part holding the random source draws from the new stream.
         self.rng.seed(int.from_bytes(os.urandom(32), "big"))
         self.container_id = process_container_id()
-        self._context.container_key = container_key(self.container_id)
+        self._context.become(container_key(self.container_id))
         self._view.forget()
         if self._shared_reads is not None:
             self._shared_reads.copy.forget()
-        self._counting.restart(at)
+        self._core.mode.counting.restart(at)
         self._store.restart()
 
-    # -- switched off (FLEETBREAKER_DISABLED) ----------------------------------------------
 
-    def _unguarded(
-        self,
-        fn: Callable[..., R],
-        fallback: Callable[..., Any] | None,
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-    ) -> R:
-        return fn(*args, **kwargs)
+# CO_COROUTINE | CO_ITERABLE_COROUTINE (inspect's flags; inspect itself is a cold start's
+# milliseconds, loaded only for a callable without code of its own).
+_COROUTINE_FLAGS = 0x80 | 0x100
+
+
+def _is_async(fn: Any) -> bool:
+    """Whether ``fn`` is a coroutine function (also a bound method, or a functools.partial
+    of one)."""
+    code = getattr(fn, "__code__", None)
+    if code is not None:
+        return bool(code.co_flags & _COROUTINE_FLAGS)
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    import inspect
+
+    return inspect.iscoroutinefunction(fn)
+
+
+def _name_of(fn: Any) -> str:
+    return getattr(fn, "__qualname__", None) or repr(fn)
 
 
 def _state_of(record: Record | None) -> State:

@@ -13,8 +13,9 @@ is never thinned: it opens on exactly ``failure_threshold`` failures.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING
 
 from fleetbreaker.census import (
     MIN_CENSUS_GAP_MS,
@@ -27,12 +28,11 @@ from fleetbreaker.results import RecordResult
 from fleetbreaker.view import MAX_REFRESH_STRETCH, refresh_ms
 
 if TYPE_CHECKING:
+    from fleetbreaker.calls import Request
     from fleetbreaker.config import BreakerConfig
     from fleetbreaker.counting import CountingContext
     from fleetbreaker.policy import Policy
     from fleetbreaker.record import Record
-
-R = TypeVar("R")
 
 
 class CountStrategy:
@@ -72,19 +72,22 @@ class CountStrategy:
 
     # -- calls -----------------------------------------------------------------------------
 
-    def run(
-        self, now_ms: int, fn: Callable[..., R], args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> R:
-        judge = self._ctx.judge
-        try:
-            result = fn(*args, **kwargs)
-        except Exception as exc:
-            if judge.exception_fails(exc):
-                self.failed(self._ctx.clock())
-            raise
-        if judge.failure_result is not None and judge.result_fails(result):
-            self.failed(self._ctx.clock())
-        return result
+    def due(self, now_ms: int) -> Request | None:
+        """Nothing is ever due before a call: failures are written as they happen."""
+        return None
+
+    def start(self, now_ms: int) -> None:
+        """Nothing to time: the count policy counts failures only."""
+        return
+
+    def end(self, ticket: None, failed: bool) -> Request | None:
+        """A call ended: a failure is one store request (decided now, sent by the driver)."""
+        if not failed:
+            return None
+        return self.failure(self._ctx.clock())
+
+    def abandon(self, ticket: None) -> None:
+        """An interrupted call counts nowhere."""
 
     def count(self, success: bool, now_ms: int) -> RecordResult:
         if success:
@@ -94,13 +97,23 @@ class CountStrategy:
 
     def failed(self, now_ms: int) -> RecordResult:
         """Count one failure: a write (or, in a large fleet, 1 in ``weight`` of them)."""
+        return self.failure(now_ms)()
+
+    def failure(self, now_ms: int) -> Callable[[], RecordResult]:
+        """The store request that counts one failure at ``now_ms``. The thinning draw is made
+        now; the write waits for whoever performs the request (a driver's thread)."""
+        ctx = self._ctx
+        weight = self.weight(now_ms)
+        if weight > 1 and ctx.rng.random() * weight >= 1:
+            state = _state_of(ctx.view.last_seen)
+            skipped = RecordResult(False, state, f"failure not written: 1 in {weight} is")
+            return lambda: skipped
+        return functools.partial(self._write_failure, now_ms, weight)
+
+    def _write_failure(self, now_ms: int, weight: int) -> RecordResult:
         ctx = self._ctx
         store, observed = ctx.store, ctx.view.last_seen
-        weight = self.weight(now_ms)
         if weight > 1:
-            if ctx.rng.random() * weight >= 1:
-                state = _state_of(observed)
-                return RecordResult(False, state, f"failure not written: 1 in {weight} is")
             outcome = store.record_failure(ctx.name, self.policy, now_ms, observed, weight)
         else:
             outcome = store.record_failure(ctx.name, self.policy, now_ms, observed)

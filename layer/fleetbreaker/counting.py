@@ -19,19 +19,18 @@ never judges the leftovers of the first by the rule of the second.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     import random
 
+    from fleetbreaker.calls import Request
     from fleetbreaker.classify import OutcomeJudge
     from fleetbreaker.config import BreakerConfig
     from fleetbreaker.policy import Policy
     from fleetbreaker.protocols import GuardedStore, View
     from fleetbreaker.record import Record
     from fleetbreaker.results import RecordResult
-
-R = TypeVar("R")
 
 
 class Counting(Protocol):
@@ -51,8 +50,22 @@ class Counting(Protocol):
         """Hear a record a store returned (its generation: older counts are stale)."""
         ...
 
-    def run(self, now_ms: int, fn: Callable[..., R], args: tuple[Any, ...], kwargs: Any) -> R:
-        """Run a call admitted while closed, and count its outcome."""
+    def due(self, now_ms: int) -> Request | None:
+        """A store request to send before a call admitted while closed (a report that is
+        due), or None."""
+        ...
+
+    def start(self, now_ms: int) -> Any:
+        """A call admitted while closed starts: its ticket (None when it is not timed)."""
+        ...
+
+    def end(self, ticket: Any, failed: bool) -> Request | None:
+        """The call of ``ticket`` ended, failed or not: count it. A store request it needs
+        (a failure's write, an urgent report) is returned for the driver to send."""
+        ...
+
+    def abandon(self, ticket: Any) -> None:
+        """The call of ``ticket`` was interrupted (cancelled, SystemExit): it counts nowhere."""
         ...
 
     def count(self, success: bool, now_ms: int) -> RecordResult:
@@ -108,6 +121,10 @@ class CountingContext:
         self.emit = emit
         self.judge = judge
         self.read: Callable[[int], Record | None] = read or self.load
+
+    def become(self, container_key: str) -> None:
+        """Count as another container from now on (a restored snapshot's new id)."""
+        self.container_key = container_key
 
     def load(self, now_ms: int) -> Record | None:
         """One store read of the record."""

@@ -70,3 +70,17 @@ class ProbeLeases:
         if outcome.changed:
             return RecordResult(True, state, f"probe {'succeeded' if success else 'failed'}")
         return RecordResult(False, state, "stale probe token: its lease has ended; nothing changed")
+
+    def release(
+        self, policy: Policy, token: str, now_ms: int, observed: Record | None
+    ) -> RecordResult:
+        """Give a lease back with no verdict (its call was cancelled): the slot is free for
+        the next claim at once, instead of when the lease runs out. Nothing is counted."""
+        report = ProbeReport(token, False, released=True)
+        outcome = self._store.settle_probe(self.name, policy, now_ms, report, observed)
+        self._observe(outcome.record)
+        record = outcome.record
+        state = record.state if record is not None else State.CLOSED
+        if outcome.changed:
+            return RecordResult(True, state, "probe cancelled: its lease was given back")
+        return RecordResult(False, state, "stale probe token: its lease has ended; nothing changed")

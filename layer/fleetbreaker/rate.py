@@ -17,10 +17,10 @@ also refreshes its cached copy of the fleet's record). Three things bend that sc
 
 from __future__ import annotations
 
+import functools
 import math
 import random
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING
 
 from fleetbreaker.policy import alone
 from fleetbreaker.record import State
@@ -31,13 +31,12 @@ from fleetbreaker.view import MAX_REFRESH_STRETCH, TARGET_REFRESHES_PER_S, refre
 from fleetbreaker.watcher import SLOW_WATCH_MAX_PERIOD_S, SlowCallWatcher
 
 if TYPE_CHECKING:
+    from fleetbreaker.calls import Request
     from fleetbreaker.config import BreakerConfig
     from fleetbreaker.counting import CountingContext
     from fleetbreaker.policy import Policy
     from fleetbreaker.record import Record
     from fleetbreaker.window import WindowCounts
-
-R = TypeVar("R")
 
 # Periodic reports the fleet aims to send to one breaker's record per second, and the extra
 # out-of-turn reports it may add: together well under one DynamoDB item's 1,000 writes/s.
@@ -236,7 +235,19 @@ class RateStrategy:
         self._start(now_ms)
 
     def flush(self, now_ms: int) -> None:
-        self.report(now_ms, urgent=True)
+        """Send every pending call, in as many reports as it takes: a report may carry the
+        recent calls alone (:func:`recent_worse`), and the older ones must go too (a
+        snapshot would otherwise take them to every restored environment, and
+        ``restart`` drops them there)."""
+        pending = self.tally.pending_calls()
+        while pending:
+            self.report(now_ms, urgent=True)
+            left = self.tally.pending_calls()
+            if left >= pending:
+                # Nothing went: carried back after a lost race, again. The next flush or
+                # report tries again; looping here would not.
+                return
+            pending = left
 
     def claim_weight(self, now_ms: int) -> int:
         return 1
@@ -287,80 +298,75 @@ class RateStrategy:
 
     def count(self, success: bool, now_ms: int) -> RecordResult:
         """Tally the outcome of a call that ran elsewhere (``record()``)."""
+        due = self.due(now_ms)
+        if due is not None:
+            due()
         tally = self.tally
-        if now_ms >= tally.due_ms:
-            self._due(tally, now_ms)
         if success:
             next(tally.good)
         else:
-            self._tally_bad(tally, None, True, now_ms)
+            urgent = self._bad(tally, None, True, now_ms)
+            if urgent is not None:
+                urgent()
         seen = self._ctx.view.last_seen
         return RecordResult(True, seen.state if seen is not None else State.CLOSED, "call tallied")
 
-    def run(
-        self, now_ms: int, fn: Callable[..., R], args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> R:
-        """Run an allowed call and tally it.
+    # The rate policy's hot path, kept flat on purpose (it is measured against Powertools in
+    # bench/): a good call costs one atomic counter step, plus a dict entry and a second
+    # clock read when slow-call detection times it. What needs the store comes back as a
+    # request, which the driver sends (inline, or from a worker thread under asyncio).
 
-        The rate policy's hot path, kept flat on purpose (it is measured against Powertools
-        in bench/): a good call costs one atomic counter step, plus a dict entry and a second
-        clock read when slow-call detection times it.
-        """
+    def due(self, now_ms: int) -> Request | None:
+        """The report, when one is due before this call (else the tally's span rotates)."""
         tally = self.tally
-        if now_ms >= tally.due_ms:
-            self._due(tally, now_ms)
-        judge = self._ctx.judge
-        slow_ms = tally.slow_ms
-        if slow_ms is None:
-            try:
-                result = fn(*args, **kwargs)
-            except Exception as exc:
-                self._tally_bad(tally, None, judge.exception_fails(exc))
-                raise
-            if judge.failure_result is not None and judge.result_fails(result):
-                self._tally_bad(tally, None, True)
-            else:
-                next(tally.good)
-            return result
+        if now_ms < tally.due_ms:
+            return None
+        if now_ms >= tally.report_due_ms:
+            return functools.partial(self.report, now_ms)
+        tally.rotate(now_ms)
+        return None
+
+    def start(self, now_ms: int) -> int | None:
+        """A call starts: timed (its ticket) when slow calls are detected, else None."""
+        tally = self.tally
+        if tally.slow_ms is None:
+            return None
         number = next(tally.numbers)
-        running = tally.running
-        running[number] = now_ms
+        tally.running[number] = now_ms
         if not self._watching:
             self._start_watcher()
-        clock = self._ctx.clock
-        try:
-            result = fn(*args, **kwargs)
-        except Exception as exc:
-            failed = judge.exception_fails(exc)
-            started = running.pop(number, None)
-            if started is None:
-                if tally.late(failed):
-                    self._maybe_report_urgently(tally, clock())
-            else:
-                self._tally_bad(tally, started, failed)
-            raise
-        except BaseException:
-            # Interrupted (SystemExit, KeyboardInterrupt): no verdict on the dependency.
-            running.pop(number, None)
-            raise
-        failed = judge.failure_result is not None and judge.result_fails(result)
-        end = clock()
-        started = running.pop(number, None)
+        return number
+
+    def end(self, ticket: int | None, failed: bool) -> Request | None:
+        """A call ended: tally it; an urgent report, when it makes one, is a request."""
+        tally = self.tally
+        if ticket is None:
+            if not failed:
+                next(tally.good)
+                return None
+            return self._bad(tally, None, True, self._ctx.clock())
+        end = self._ctx.clock()
+        started = tally.running.pop(ticket, None)
         if started is None:  # the watcher reported it slow while it ran
             if tally.late(failed):
-                self._maybe_report_urgently(tally, end)
-        elif end - started < slow_ms and not failed:
+                return functools.partial(self._maybe_report_urgently, tally, end)
+            return None
+        if end - started < tally.slow_ms and not failed:  # type: ignore[operator]
             next(tally.good)
-        else:
-            self._tally_bad(tally, started, failed, end)
-        return result
+            return None
+        return self._bad(tally, started, failed, end)
 
-    def _tally_bad(
-        self, tally: CallTally, started: int | None, failed: bool, now_ms: int | None = None
-    ) -> None:
-        now_ms = self._ctx.clock() if now_ms is None else now_ms
+    def abandon(self, ticket: int | None) -> None:
+        """An interrupted call (cancelled, SystemExit): no verdict on the dependency."""
+        if ticket is not None:
+            self.tally.running.pop(ticket, None)
+
+    def _bad(
+        self, tally: CallTally, started: int | None, failed: bool, now_ms: int
+    ) -> Request | None:
         if tally.bad(started, now_ms, failed):
-            self._maybe_report_urgently(tally, now_ms)
+            return functools.partial(self._maybe_report_urgently, tally, now_ms)
+        return None
 
     def _start_watcher(self) -> None:
         if self._watcher is not None:
@@ -384,13 +390,6 @@ class RateStrategy:
         counts = window_counts(record, self.policy, now_ms)
         if urgent_allowed(counts, self.policy, self._interval_ms, self._cache_ms, ctx.rng):
             self.report(now_ms, urgent=True)
-
-    def _due(self, tally: CallTally, now_ms: int) -> None:
-        """The hot path's check fired: the report is due, or only the tally's span ended."""
-        if now_ms >= tally.report_due_ms:
-            self.report(now_ms)
-        else:
-            tally.rotate(now_ms)
 
     # -- the report ------------------------------------------------------------------------
 

@@ -194,12 +194,15 @@ class ProbeReport:
     """A probe's result, as its caller reports it to ``settle_probe``.
 
     ``jitter`` is a factor in (0, 1] drawn by the caller: it shortens a grown open window if
-    the probe failed (see :func:`fleetbreaker.policy.open_duration_ms`).
+    the probe failed (see :func:`fleetbreaker.policy.open_duration_ms`). ``released``: the
+    probe's call was cancelled; its slot is freed with no verdict (``success`` is ignored).
     """
 
     token: str
     success: bool
     jitter: float = 1.0
+    # No verdict: the probe's call was cancelled. Its lease is given back, nothing counted.
+    released: bool = False
 
 
 @frozen

@@ -226,6 +226,9 @@ def apply_settle(
     if record is None or not holds_lease(record, token, now_ms):
         return Outcome(record)
     slot = lease_slot(token)
+    if report.released:
+        rest = {k: v for k, v in record.leases.items() if k != slot}
+        return Outcome(_stamp(replace(record, leases=rest), policy, now_ms), changed=True)
     if report.success:
         successes = record.successes + 1
         if successes < policy.successes_needed:

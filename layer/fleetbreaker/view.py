@@ -12,6 +12,8 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from fleetbreaker.record import State
+
 if TYPE_CHECKING:
     import random
 
@@ -55,8 +57,13 @@ class RecordCache:
     Reads take no lock: the entry is one tuple, replaced whole.
     """
 
-    def __init__(self, ttl_ms: int) -> None:
+    def __init__(self, ttl_ms: int, ramp_ms: int = 0) -> None:
         self.ttl_ms = ttl_ms
+        self.ramp_ms = ramp_ms
+        # (from, until) ms: while from <= now < until, the cached record admits a call as
+        # closed and healthy with no look at it: fresh, closed, past the recovery ramp. The
+        # hot path compares a clock with it and nothing else (the drivers' fast path).
+        self.healthy: tuple[int, int] = (0, 0)
         # (record, stored at, fresh until): a large fleet keeps its view longer than ttl_ms
         # (refresh_ms), so its refreshes stay inside one partition's read units.
         self._entry: tuple[Record | None, int, int] | None = None
@@ -87,7 +94,21 @@ class RecordCache:
             ):
                 return
             fresh = self.ttl_ms if fresh_ms is None else fresh_ms
-            self._entry = (record, now_ms, now_ms + fresh)
+            until = now_ms + fresh
+            self._entry = (record, now_ms, until)
+            self.healthy = self._healthy_span(record, now_ms, until)
+
+    def _healthy_span(self, record: Record | None, now_ms: int, until: int) -> tuple[int, int]:
+        if self.ttl_ms <= 0:
+            return (0, 0)
+        if record is None:
+            return (now_ms, until)
+        if record.state is not State.CLOSED:
+            return (0, 0)
+        # The ramp (admission.RecoveryRamp) judges calls until it ends; a close stamped in
+        # the future by a skewed clock counts from now, as the ramp itself clamps it.
+        ramp_end = min(record.closed_at, now_ms) + self.ramp_ms if record.closed_at else 0
+        return (max(now_ms, ramp_end), until)
 
     def begin_refresh(self, wait_s: float = 0.0) -> bool:
         """Claim the refresh; False when another thread kept it for ``wait_s`` seconds."""
@@ -112,14 +133,15 @@ class RecordCache:
         """Forget the record: empty, as at construction."""
         with self._write:
             self._entry = None
+            self.healthy = (0, 0)
 
 
 class RecordView:
     """The record as this container sees it: from the cache while fresh, else refreshed.
 
-    ``refresh(now_ms)`` is the counting strategy's (``Counting.refresh``): the breaker sets it
-    when the strategy changes. Its answer reaches the cache through the store's answer hook,
-    as every store answer does.
+    ``refresh(now_ms)`` is the breaker's: the refresh of the counting strategy in force
+    (``Counting.refresh``). Its answer reaches the cache through the store's answer hook, as
+    every store answer does.
     """
 
     def __init__(
@@ -158,6 +180,10 @@ class RecordView:
             return self.refresh(now_ms)
         finally:
             self.cache.end_refresh()
+
+    def cached(self, now_ms: int) -> tuple[bool, Record | None]:
+        """(hit, record) from the cache alone: no store request (an event loop's look)."""
+        return self.cache.get(now_ms)
 
     @property
     def last_seen(self) -> Record | None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import random
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -27,6 +28,8 @@ from tests.support import Dependency, FakeClock, FlakyStore
 CONFIG = BreakerConfig(failure_threshold=2, recovery_timeout=10, recovery_jitter=0.0)
 PROBE = Verdict(Decision.PROBE, State.OPEN)
 POLICY = Policy.from_config(CONFIG)
+# The barrier reads nothing of the mode (its stage signature is every stage's).
+ANY_MODE: Any = None
 
 
 class StoreClock(MemoryStore):
@@ -124,8 +127,8 @@ def test_a_barrier_holds_only_for_the_generation_it_was_set_on() -> None:
     barrier = ClaimBarrier()
     barrier.bar(4, 5000)
     # WHEN a probe verdict comes at t=1000 for generation 4 and for generation 5
-    same = barrier(PROBE, Record(gen=4, state=State.OPEN), 1000)
-    newer = barrier(PROBE, Record(gen=5, state=State.OPEN), 1000)
+    same = barrier(PROBE, Record(gen=4, state=State.OPEN), 1000, ANY_MODE, None)
+    newer = barrier(PROBE, Record(gen=5, state=State.OPEN), 1000, ANY_MODE, None)
     # THEN the first is rejected for the 4 s left (state kept); the second passes unchanged
     assert same == Verdict(Decision.REJECT, State.OPEN, 4000)
     assert newer is PROBE
@@ -134,7 +137,7 @@ def test_a_barrier_holds_only_for_the_generation_it_was_set_on() -> None:
 def test_a_barrier_lets_a_verdict_without_a_record_pass() -> None:
     barrier = ClaimBarrier()
     barrier.bar(0, 5000)
-    assert barrier(PROBE, None, 1000) is PROBE
+    assert barrier(PROBE, None, 1000, ANY_MODE, None) is PROBE
 
 
 # -- a claim lost to other containers -------------------------------------------------------
@@ -156,12 +159,12 @@ class Contended:
 def test_a_container_that_loses_every_race_for_a_probe_is_told_to_come_back_soon() -> None:
     # GIVEN an open record whose window has ended, each claim of it lost to another container
     found = Record(state=State.OPEN, opened_at=1, open_until=1000)
-    claim = ProbeClaim(Contended(found), ClaimBarrier(), lambda: False)
+    claim = ProbeClaim(Contended(found), ClaimBarrier(), None, lambda: False)  # type: ignore[arg-type]
+    mode: Any = SimpleNamespace(policy=POLICY)
     # WHEN this container claims
-    verdict, record = claim(POLICY, found, 2000)
+    verdict = claim(PROBE, found, 2000, mode, None)
     # THEN it is rejected (still open), to retry after the lost-race pause, not a window
     assert verdict == Verdict(Decision.REJECT, State.OPEN, LOST_CLAIM_RETRY_MS)
-    assert record is found
 
 
 def test_a_won_probe_is_a_probe_admission_with_its_token() -> None:
@@ -208,9 +211,10 @@ class Draw(random.Random):
 
 def test_a_probe_thinned_out_is_rejected_as_a_lost_race() -> None:
     # GIVEN thinning at weight 2 and a draw that falls outside the 1-in-2
-    thinning = ClaimThinning(lambda _now: 2, Draw())
+    thinning = ClaimThinning(Draw())
+    mode: Any = SimpleNamespace(counting=SimpleNamespace(claim_weight=lambda _now: 2))
     # WHEN a probe verdict passes it
-    verdict = thinning(PROBE, Record(state=State.OPEN), 1000)
+    verdict = thinning(PROBE, Record(state=State.OPEN), 1000, mode, None)
     # THEN it is a rejection to retry after the lost-race pause
     assert verdict == Verdict(Decision.REJECT, State.OPEN, LOST_CLAIM_RETRY_MS)
 

@@ -30,10 +30,12 @@ COLD_START_MODULES = {
     "fleetbreaker._version",
     "fleetbreaker.admission",
     "fleetbreaker.breaker",
+    "fleetbreaker.calls",
     "fleetbreaker.census",
     "fleetbreaker.classify",
     "fleetbreaker.clock",
     "fleetbreaker.config",
+    "fleetbreaker.core",
     "fleetbreaker.count",
     "fleetbreaker.counting",
     "fleetbreaker.errors",
@@ -56,6 +58,7 @@ COLD_START_MODULES = {
     "fleetbreaker.stores.fallback",
     "fleetbreaker.stores.variables",
     "fleetbreaker.switch",
+    "fleetbreaker.sync_driver",
     "fleetbreaker.view",
 }
 # Public value classes users may pass to dataclasses.replace / asdict: they stay dataclasses

@@ -24,6 +24,9 @@ RAMP = BreakerConfig(
     failure_threshold=3, recovery_timeout=10, recovery_jitter=0.0, recovery_ramp_seconds=10
 )
 
+# The ramp reads nothing of the mode (its stage signature is every stage's).
+ANY_MODE: Any = None
+
 
 class SetDraw(random.Random):
     """``random()`` returns ``draw``: the test decides which side of the share a call falls."""
@@ -114,15 +117,15 @@ def test_writes_since_the_close_keep_its_time(since_close: dict[str, Any]) -> No
     record = Record(State.CLOSED, gen=4, opened_at=100, closed_at=1_000, **since_close)
 
     # THEN a call drawing above the minimum share at the close is still turned away
-    assert stage(0.5)(ALLOW, record, 1_000).decision is Decision.REJECT
+    assert stage(0.5)(ALLOW, record, 1_000, ANY_MODE, None).decision is Decision.REJECT
 
 
 def test_a_call_is_admitted_only_below_the_share() -> None:
     # GIVEN a ramp at its close, THEN a draw equal to the share is turned away (draws are
     # uniform in [0, 1): P(draw < share) is the share), one just below it runs
     fresh = Record(State.CLOSED, gen=3, opened_at=500, closed_at=1_000)
-    assert stage(MIN_SHARE)(ALLOW, fresh, 1_000).decision is Decision.REJECT
-    assert stage(MIN_SHARE - 1e-9)(ALLOW, fresh, 1_000) is ALLOW
+    assert stage(MIN_SHARE)(ALLOW, fresh, 1_000, ANY_MODE, None).decision is Decision.REJECT
+    assert stage(MIN_SHARE - 1e-9)(ALLOW, fresh, 1_000, ANY_MODE, None) is ALLOW
 
 
 @pytest.mark.parametrize(
@@ -134,7 +137,7 @@ def test_a_turned_away_call_retries_at_most_when_the_ramp_ends(
 ) -> None:
     # GIVEN a 10 s ramp, THEN a call turned away waits a second at most, never past its end
     fresh = Record(State.CLOSED, gen=3, opened_at=500, closed_at=1_000)
-    ramped = stage(0.999999)(ALLOW, fresh, 1_000 + elapsed_ms)
+    ramped = stage(0.999999)(ALLOW, fresh, 1_000 + elapsed_ms, ANY_MODE, None)
     assert (ramped.decision, ramped.retry_after_ms) == (Decision.REJECT, retry_after_ms)
 
 
@@ -142,7 +145,7 @@ def test_a_record_no_recovery_closed_does_not_ramp() -> None:
     # GIVEN closed records that no recovery wrote (never tripped, a reset of a closed one)
     # THEN every call runs, whatever it draws
     for record in (None, Record(State.CLOSED, gen=4, updated_at=123), Record(State.CLOSED)):
-        assert stage(0.999)(ALLOW, record, 1_000) is ALLOW
+        assert stage(0.999)(ALLOW, record, 1_000, ANY_MODE, None) is ALLOW
 
 
 # -- the breaker -------------------------------------------------------------------------------

@@ -148,7 +148,7 @@ def test_breaker_on_a_hot_record_refreshes_by_reading_not_writing() -> None:
     # (a newcomer's first report falls at random within twice the fleet's interval: a seeded
     # source keeps it past this test's calls)
     breaker, store = _breaker_on(_busy_record(clock(), 10_000), clock, rng=random.Random(5))
-    strategy = breaker._counting
+    strategy = breaker._core.mode.counting
     assert isinstance(strategy, RateStrategy)
     dependency = Dependency()
     # AND two cache refreshes with calls pending: the reports' answers stretch its interval
@@ -180,7 +180,7 @@ def test_a_newcomer_joins_at_the_interval_the_fleet_already_uses_before_writing(
     # AND a new container that reads it at its first call (0 s) and again before its first
     # report is due (1 s): a newcomer reads before it reports
     breaker, store = _breaker_on(record, clock, "newcomer", random.Random(5))
-    strategy = breaker._counting
+    strategy = breaker._core.mode.counting
     assert isinstance(strategy, RateStrategy)
     dependency = Dependency()
 
@@ -398,7 +398,7 @@ def test_a_crowd_that_started_together_spreads_its_first_reports() -> None:
     # THEN it does not write: it read (a newcomer reads before it reports), took the longest
     # interval, and put its first report anywhere in it
     assert store.stats.writes == 0
-    strategy = breaker._counting
+    strategy = breaker._core.mode.counting
     assert isinstance(strategy, RateStrategy)
     assert strategy.interval_ms == max_interval_ms(RATE)
     tally = strategy.tally

@@ -449,7 +449,7 @@ def down() -> Dependency:
 
 
 def strategy_of(breaker: CircuitBreaker) -> RateStrategy:
-    strategy = breaker._counting
+    strategy = breaker._core.mode.counting
     assert isinstance(strategy, RateStrategy)
     return strategy
 

@@ -135,7 +135,7 @@ def test_a_healthy_call_runs_the_same_code_with_the_hooks_registered_or_not() ->
     assert not without_hooks["registered"]
     assert with_hooks["traces"] == without_hooks["traces"]
     crossed = {name for trace in with_hooks["traces"] for name in trace}
-    assert "fleetbreaker.admission.admit" in crossed
+    assert "fleetbreaker.sync_driver.run" in crossed
     assert not {name for name in crossed if "restore" in name or "snapshot" in name}
 
 

@@ -310,6 +310,7 @@ class FallbackStore:
 
         outcome = self._call("force_state", name, force)
         self._answered(name, outcome.record, now_ms)
+        self._changed(name, outcome, TransitionReason.OPERATOR)
         return outcome
 
     # -- after a restored snapshot --------------------------------------------------------
@@ -379,11 +380,17 @@ class FallbackStore:
         self._call_done(name, operation, started, None)
         self._answered(name, outcome.record, now_ms)
         if outcome.transition is not None:
-            self._emit("on_transition", name, *outcome.transition)
-            gen = outcome.record.gen if outcome.record is not None else 0
-            change = StateChange(*outcome.transition, gen, reason(outcome))
-            self._emit("on_state_change", name, change)
+            self._changed(name, outcome, reason(outcome))
         return outcome
+
+    def _changed(self, name: str, outcome: Outcome, reason: TransitionReason) -> None:
+        """The one place a state change this container's write made is told (the shared
+        store's: the local twin's changes are this container's alone)."""
+        if outcome.transition is None:
+            return
+        self._emit("on_transition", name, *outcome.transition)
+        gen = outcome.record.gen if outcome.record is not None else 0
+        self._emit("on_state_change", name, StateChange(*outcome.transition, gen, reason))
 
     def _answered(self, name: str, record: Record | None, now_ms: int) -> None:
         self._last_seen = (name, record)

@@ -419,7 +419,7 @@ class RedisStore:
     def settle_probe(
         self, name: str, policy: Policy, now_ms: int, report: ProbeReport, observed: Record | None
     ) -> Outcome:
-        success = "1" if report.success else "0"
+        success = "r" if report.released else "1" if report.success else "0"
         args = self._args(now_ms, policy, report.token, success, repr(float(report.jitter)))
         return self._operation("settle_probe", name, args)
 

@@ -1,5 +1,6 @@
 -- settle_probe: a probe's result. Only a live lease counts: a late prober changes nothing.
--- ARGV[3] is the token, ARGV[4] "1" for success, ARGV[5] the jitter factor.
+-- ARGV[3] is the token, ARGV[4] "1" for success ("r": released, no verdict), ARGV[5] the
+-- jitter factor.
 local now = clock(ARGV[1])
 local policy = policy_from(ARGV)
 local token = ARGV[3]
@@ -10,6 +11,12 @@ local rec, _, old = read(key, now)
 if not holds_lease(rec, token, now) then return reply(rec, now, false) end
 
 local slot = lease_slot(token)
+if ARGV[4] == 'r' then
+  -- As rules.apply_settle: a cancelled probe gives its lease back; nothing is counted.
+  local kept = copy(rec)
+  kept.leases[slot] = nil
+  return reply(save(key, kept, policy, now, old), now, true)
+end
 if success then
   local successes = rec.successes + 1
   if successes < policy.successes_needed then

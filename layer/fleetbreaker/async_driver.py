@@ -1,0 +1,146 @@
+"""The asyncio driver: awaits a call through the core; the store is asked off the event loop.
+
+The same core as the sync driver (:mod:`fleetbreaker.core`), so the same rules and costs.
+What differs is who performs the core's answers:
+
+- admission is decided from the cached record on the event loop when it can be
+  (:meth:`~fleetbreaker.core.CallCore.admit_cached`); when it needs the store (a stale
+  cache, a probe to claim) it is decided on a worker thread (``asyncio.to_thread``), so a
+  store that takes 300 ms stalls the call that needs it, never the loop;
+- the call is awaited, so it is judged and timed (slow calls) by what its await did;
+- every store request the accounting returns is sent from a worker thread and awaited;
+- ``asyncio.CancelledError`` is no verdict on the dependency: the call counts nowhere, and a
+  cancelled probe gives its lease back at once (one store write, shielded from a second
+  cancellation, bounded by the store's deadline) before the cancellation goes on.
+
+The worker threads are asyncio's default executor's; each store request keeps its own
+deadline there (:class:`~fleetbreaker.stores.fallback.FallbackStore`). This module is loaded
+with the first async entry point a breaker builds: ``import fleetbreaker`` imports no asyncio.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    from fleetbreaker.calls import Call, CallPath
+    from fleetbreaker.results import Admission
+    from fleetbreaker.view import RecordCache
+
+R = TypeVar("R")
+
+
+class AsyncDriver:
+    """One breaker's awaited calls (``call_async``, the decorator on ``async def``,
+    ``async with``)."""
+
+    def __init__(self, core: CallPath, cache: RecordCache, *, watched: bool) -> None:
+        self.core = core
+        self._clock = core.clock
+        self._cache = cache
+        self._fast = not watched
+
+    async def run(
+        self,
+        fn: Callable[..., Awaitable[R]],
+        fallback: Callable[..., Any] | None,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> R:
+        core = self.core
+        now = self._clock()
+        start, until = self._cache.healthy
+        if start <= now < until and self._fast:
+            call = core.closed(now)
+        else:
+            admission = await self._admit(now)
+            planned = core.plan(admission, now)
+            if planned is None:
+                core.reject(admission, fallback)
+                assert fallback is not None  # reject() raised without one
+                answer = fallback(admission, *args, **kwargs)
+                if inspect.isawaitable(answer):
+                    answer = await answer
+                result: R = answer
+                return result
+            call = planned
+        if call.before is not None:
+            await asyncio.to_thread(call.before)
+        try:
+            awaitable = fn(*args, **kwargs)
+            if not inspect.isawaitable(awaitable):
+                raise _not_awaitable(fn, awaitable)
+            result = await awaitable
+        except _NotAwaitable as refused:
+            await self._abandon(call)
+            raise TypeError(str(refused)) from None
+        except Exception as exc:
+            request = core.raised(call, exc)
+            if request is not None:
+                await asyncio.to_thread(request)
+            raise
+        except BaseException:
+            # Cancelled (or SystemExit, KeyboardInterrupt): no verdict on the dependency.
+            await self._abandon(call)
+            raise
+        request = core.returned(call, result)
+        if request is not None:
+            await asyncio.to_thread(request)
+        return result
+
+    async def enter(self) -> Call:
+        """``async with breaker:``: admit the block (raising CircuitOpenError when rejected)."""
+        core = self.core
+        now = self._clock()
+        admission = await self._admit(now)
+        call = core.plan(admission, now)
+        if call is None:
+            core.reject(admission, None)
+            raise AssertionError("unreachable: reject() raises without a fallback")
+        if call.before is not None:
+            await asyncio.to_thread(call.before)
+        return call
+
+    async def exit(self, call: Call, exc: BaseException | None) -> None:
+        """The block ended (``exc``: what it raised, or None)."""
+        core = self.core
+        if exc is None:
+            request = core.returned(call, None)
+        elif isinstance(exc, Exception):
+            request = core.raised(call, exc)
+        else:
+            await self._abandon(call)
+            return
+        if request is not None:
+            await asyncio.to_thread(request)
+
+    async def _admit(self, now_ms: int) -> Admission:
+        admission = self.core.admit_cached(now_ms)
+        if admission is None:
+            # A store request: decided on a worker thread, at that thread's time.
+            admission = await asyncio.to_thread(self.core.admit)
+        return admission
+
+    async def _abandon(self, call: Call) -> None:
+        request = self.core.interrupted(call)
+        if request is not None:
+            # A cancelled probe's lease goes back before the cancellation goes on, so the
+            # next caller can probe at once; shielded, so a second cancellation cannot stop
+            # the write half-way (the thread finishes it anyway).
+            await asyncio.shield(asyncio.to_thread(request))
+
+
+class _NotAwaitable(Exception):
+    pass
+
+
+def _not_awaitable(fn: Callable[..., Any], value: Any) -> _NotAwaitable:
+    name = getattr(fn, "__qualname__", repr(fn))
+    return _NotAwaitable(
+        f"{name} returned {type(value).__name__}, not an awaitable: call_async and "
+        "@breaker on an async def count what an await did; use breaker.call(fn, ...) for a "
+        "sync function"
+    )

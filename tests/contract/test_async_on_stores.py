@@ -1,0 +1,252 @@
+"""Async callers on every kind of store: MemoryStore, DynamoDB (moto) and Redis.
+
+What an awaited call counts, the context managers, cancellation, the half-open race of 100
+tasks, slow calls timed by their await, and a store 300 ms slow stalling no other task.
+The store-independent refusals are in tests/unit/test_async_driver.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import pytest
+
+from fleetbreaker import BreakerConfig, CircuitBreaker, CircuitOpenError, State
+from tests.contract.conftest import make_store
+from tests.support import FakeClock, breaker_on
+
+# moto's in-process backend does not serialise concurrent writes (conftest.ATOMIC_BACKENDS):
+# the race of 100 tasks runs against moto's server instead.
+ASYNC_BACKENDS = ["memory", "moto", "redis"]
+RACE_BACKENDS = ["memory", "moto_server", "redis"]
+
+CONFIG = BreakerConfig(failure_threshold=3, recovery_timeout=10, recovery_jitter=0.0)
+
+
+@pytest.fixture(params=ASYNC_BACKENDS)
+def async_store(request: pytest.FixtureRequest) -> Any:
+    return make_store(request, request.param)
+
+
+@pytest.fixture(params=RACE_BACKENDS)
+def race_store(request: pytest.FixtureRequest) -> Any:
+    return make_store(request, request.param)
+
+
+def on(store: Any, clock: FakeClock, name: str, **settings: Any) -> CircuitBreaker:
+    return breaker_on(store, clock, CONFIG, name=name, listeners=[], **settings)
+
+
+async def failing() -> None:
+    await asyncio.sleep(0)
+    raise ConnectionError("down (test)")
+
+
+def test_awaited_failures_open_the_breaker(async_store: Any, clock: FakeClock, name: str) -> None:
+    # GIVEN an async def under @breaker on the store
+    cb = on(async_store, clock, name)
+    guarded = cb(failing)
+
+    # WHEN its awaited call fails three times
+    async def main() -> None:
+        for _ in range(3):
+            with pytest.raises(ConnectionError):
+                await guarded()
+        # THEN the next is rejected without creating its coroutine
+        with pytest.raises(CircuitOpenError):
+            await guarded()
+
+    asyncio.run(main())
+    assert cb.state is State.OPEN
+
+
+def test_async_with_and_call_async_count_on_the_store(
+    async_store: Any, clock: FakeClock, name: str
+) -> None:
+    # GIVEN a breaker on the store
+    cb = on(async_store, clock, name)
+
+    # WHEN two blocks and one call_async fail
+    async def main() -> None:
+        for _ in range(2):
+            with pytest.raises(ConnectionError):
+                async with cb:
+                    await failing()
+        with pytest.raises(ConnectionError):
+            await cb.call_async(failing)
+
+    asyncio.run(main())
+    # THEN the fleet's record opened on the three
+    assert cb.state is State.OPEN
+
+
+def test_an_async_fallback_answers_a_rejection(
+    async_store: Any, clock: FakeClock, name: str
+) -> None:
+    cb = on(async_store, clock, name)
+    cb.force_open()
+
+    async def later(circuit: Any) -> str:
+        return f"later ({circuit.state.value})"
+
+    assert asyncio.run(cb(fallback=later)(failing)()) == "later (forced_open)"
+
+
+def test_cancelled_calls_count_nothing(async_store: Any, clock: FakeClock, name: str) -> None:
+    cb = on(async_store, clock, name, failure_threshold=1)
+
+    @cb
+    async def hang() -> None:
+        await asyncio.Event().wait()
+
+    async def main() -> None:
+        for _ in range(3):
+            with pytest.raises(TimeoutError):
+                await asyncio.wait_for(hang(), 0.05)
+
+    asyncio.run(main())
+    assert cb.state is State.CLOSED
+
+
+def test_a_cancelled_probe_frees_its_slot_at_once(
+    async_store: Any, clock: FakeClock, name: str
+) -> None:
+    # GIVEN an open breaker whose window has ended
+    cb = on(async_store, clock, name, failure_threshold=1)
+    cb.record(False)
+    clock.advance(10)
+
+    async def main() -> str:
+        started = asyncio.Event()
+
+        @cb
+        async def probe() -> str:
+            started.set()
+            await asyncio.Event().wait()
+            return "never"
+
+        # WHEN the probe is cancelled while it runs
+        task = asyncio.create_task(probe())
+        await started.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        # THEN another call wins the slot at once, and its success closes the breaker
+        return await cb.call_async(asyncio.sleep, 0, "recovered")
+
+    assert asyncio.run(main()) == "recovered"
+    assert cb.state is State.CLOSED
+
+
+def test_a_hundred_tasks_while_half_open_send_exactly_the_probe_budget(
+    race_store: Any, clock: FakeClock, name: str
+) -> None:
+    # GIVEN an open breaker with two probe slots whose open window has ended
+    cb = on(race_store, clock, name, failure_threshold=1, half_open_max_probes=2)
+    cb.record(False)
+    clock.advance(10)
+    reached = 0
+
+    async def main() -> list[Any]:
+        release = asyncio.Event()
+
+        @cb
+        async def dependency() -> str:
+            nonlocal reached
+            reached += 1
+            await release.wait()  # the probes are in flight while the others arrive
+            return "ok"
+
+        tasks = [asyncio.create_task(dependency()) for _ in range(100)]
+        while sum(task.done() for task in tasks) < 100 - reached or reached < 2:
+            await asyncio.sleep(0.01)
+        release.set()
+        return await asyncio.gather(*tasks, return_exceptions=True)
+
+    # WHEN 100 tasks arrive together
+    results = asyncio.run(main())
+    # THEN exactly two reached the dependency; the others were rejected
+    assert reached == 2
+    assert results.count("ok") == 2
+    assert sum(isinstance(r, CircuitOpenError) for r in results) == 98
+
+
+def test_a_slow_await_counts_as_a_slow_call(async_store: Any, clock: FakeClock, name: str) -> None:
+    # GIVEN the rate policy, 1 s slow calls at a 50 % threshold, one call enough
+    cb = on(
+        async_store,
+        clock,
+        name,
+        failure_rate_threshold=0.5,
+        slow_call_duration=1.0,
+        slow_call_rate_threshold=0.5,
+        minimum_calls=1,
+    )
+
+    @cb
+    async def slow() -> str:
+        await asyncio.sleep(0)
+        clock.advance(2.0)  # its await took 2 s
+        return "ok"
+
+    # WHEN one call's await takes 2 s, THEN the breaker opens on slow calls (it succeeded)
+    assert asyncio.run(slow()) == "ok"
+    assert cb.state is State.OPEN
+
+
+class Slow:
+    """A store that takes ``seconds`` per request: the latency under test (a thread sleeps
+    in it, as one waits for a distant store's answer)."""
+
+    def __init__(self, store: Any, seconds: float) -> None:
+        self._store = store
+        self._seconds = seconds
+
+    def __getattr__(self, attribute: str) -> Any:
+        found = getattr(self._store, attribute)
+        if not callable(found) or attribute.startswith("_"):
+            return found
+
+        def slowly(*args: Any, **kwargs: Any) -> Any:
+            time.sleep(self._seconds)
+            return found(*args, **kwargs)
+
+        return slowly
+
+
+def test_a_store_300_ms_slow_stalls_no_other_task(
+    async_store: Any, clock: FakeClock, name: str
+) -> None:
+    # GIVEN a breaker with no cache (every call asks the store) on a store that takes 300 ms
+    cb = on(Slow(async_store, 0.3), clock, name, cache_ttl=0, store_deadline_seconds=5.0)
+    lateness: list[float] = []
+
+    async def ticker(stop: asyncio.Event) -> None:
+        period = 0.01
+        while not stop.is_set():
+            due = time.perf_counter() + period
+            await asyncio.sleep(period)
+            lateness.append(time.perf_counter() - due)
+
+    async def main() -> list[str]:
+        stop = asyncio.Event()
+        ticking = asyncio.create_task(ticker(stop))
+
+        async def call() -> str:
+            return await cb.call_async(asyncio.sleep, 0, "ok")
+
+        # WHEN five calls go through it together, twice over
+        results: list[str] = []
+        for _ in range(2):
+            results += await asyncio.gather(*(call() for _ in range(5)))
+        stop.set()
+        await ticking
+        return results
+
+    results = asyncio.run(main())
+    # THEN they all ran, and the ticker was never late by more than 50 ms
+    assert results == ["ok"] * 10
+    assert lateness
+    assert max(lateness) < 0.05, f"event loop stalled {max(lateness) * 1000:.0f} ms"

@@ -1,0 +1,463 @@
+"""The asyncio driver on a MemoryStore: what an awaited call counts, the refusals, the
+context managers, cancellation, and what `import fleetbreaker` loads.
+
+The same behaviours on DynamoDB (moto) and Redis: tests/contract/test_async_on_stores.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import subprocess
+import sys
+import threading
+from typing import Any
+
+import pytest
+
+from fleetbreaker import BreakerConfig, CircuitBreaker, CircuitOpenError, MemoryStore, State
+from tests.support import FakeClock, breaker_on
+
+
+class AsyncDependency:
+    """An awaited dependency whose behaviour a test sets; counts the awaits that reached it."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.created = 0
+        self.failing = False
+
+    def __call__(self, *args: Any) -> Any:
+        self.created += 1
+        return self._run(*args)
+
+    async def _run(self, *args: Any) -> str:
+        await asyncio.sleep(0)
+        self.calls += 1
+        if self.failing:
+            raise ConnectionError("dependency down (test)")
+        return "ok"
+
+
+def breaker(clock: FakeClock, **settings: Any) -> CircuitBreaker:
+    settings.setdefault("failure_threshold", 3)
+    settings.setdefault("recovery_jitter", 0.0)
+    return breaker_on(MemoryStore(), clock, listeners=[], **settings)
+
+
+# -- the decorator ---------------------------------------------------------------------------
+
+
+def test_the_decorator_on_an_async_def_returns_a_coroutine_function(clock: FakeClock) -> None:
+    # GIVEN an async def under @breaker
+    cb = breaker(clock)
+
+    @cb
+    async def fetch() -> str:
+        return "ok"
+
+    # THEN it stays a coroutine function, and awaiting it gives the result
+    assert inspect.iscoroutinefunction(fetch)
+    assert asyncio.run(fetch()) == "ok"
+
+
+def test_awaited_failures_open_the_breaker(clock: FakeClock) -> None:
+    # GIVEN an async function under @breaker whose awaited call fails
+    cb = breaker(clock)
+
+    @cb
+    async def fetch() -> str:
+        await asyncio.sleep(0)
+        raise ConnectionError("down")
+
+    # WHEN it is awaited as often as the threshold
+    async def main() -> None:
+        for _ in range(3):
+            with pytest.raises(ConnectionError):
+                await fetch()
+
+    asyncio.run(main())
+    # THEN the breaker counted the awaited failures and opened
+    assert cb.state is State.OPEN
+
+
+def test_a_decorated_async_method_counts_its_awaits(clock: FakeClock) -> None:
+    # GIVEN an async method under @breaker
+    cb = breaker(clock)
+
+    class Client:
+        @cb
+        async def get(self) -> str:
+            raise ConnectionError("down")
+
+    # WHEN it fails three times
+    async def main() -> None:
+        client = Client()
+        for _ in range(3):
+            with pytest.raises(ConnectionError):
+                await client.get()
+
+    asyncio.run(main())
+    # THEN the breaker opened
+    assert cb.state is State.OPEN
+
+
+def test_a_rejected_call_never_creates_the_coroutine(clock: FakeClock) -> None:
+    # GIVEN an open breaker around an async dependency
+    cb, dep = breaker(clock), AsyncDependency()
+    cb.force_open()
+    guarded = cb(dep)
+
+    # WHEN it is awaited
+    async def main() -> None:
+        with pytest.raises(CircuitOpenError):
+            await guarded()
+
+    asyncio.run(main())
+    # THEN the dependency's coroutine was never created
+    assert dep.created == 0
+
+
+def test_an_async_fallback_is_awaited(clock: FakeClock) -> None:
+    # GIVEN an open breaker whose decorator has an async fallback
+    cb = breaker(clock)
+    cb.force_open()
+
+    async def cached(circuit: Any, order: str) -> str:
+        return f"cached {order} ({circuit.state.value})"
+
+    @cb(fallback=cached)
+    async def charge(order: str) -> str:
+        return f"charged {order}"
+
+    # THEN a rejected call gets the awaited fallback's result
+    assert asyncio.run(charge("o-1")) == "cached o-1 (forced_open)"
+
+
+def test_a_sync_fallback_serves_an_async_call(clock: FakeClock) -> None:
+    cb = breaker(clock)
+    cb.force_open()
+
+    @cb(fallback=lambda circuit, order: f"later {order}")
+    async def charge(order: str) -> str:
+        return f"charged {order}"
+
+    assert asyncio.run(charge("o-2")) == "later o-2"
+
+
+# -- call_async ----------------------------------------------------------------------------
+
+
+def test_call_async_counts_what_the_await_did(clock: FakeClock) -> None:
+    # GIVEN a failing async dependency
+    cb, dep = breaker(clock), AsyncDependency()
+    dep.failing = True
+
+    # WHEN it is awaited through call_async three times
+    async def main() -> None:
+        for _ in range(3):
+            with pytest.raises(ConnectionError):
+                await cb.call_async(dep, "x")
+
+    asyncio.run(main())
+    # THEN it opened on the awaited failures
+    assert (cb.state, dep.calls) == (State.OPEN, 3)
+
+
+def test_call_async_refuses_a_function_whose_result_is_not_awaitable(clock: FakeClock) -> None:
+    # GIVEN a sync function
+    cb = breaker(clock, failure_threshold=1)
+
+    # WHEN it is given to call_async
+    async def main() -> None:
+        with pytest.raises(TypeError, match=r"not an awaitable.*breaker\.call\(fn"):
+            await cb.call_async(lambda: "sync")
+
+    asyncio.run(main())
+    # THEN it counted nothing
+    assert cb.state is State.CLOSED
+
+
+# -- refusals --------------------------------------------------------------------------------
+
+
+def test_call_refuses_a_coroutine_function_by_name(clock: FakeClock) -> None:
+    cb = breaker(clock)
+
+    async def fetch() -> str:
+        return "ok"
+
+    with pytest.raises(TypeError, match=r"fetch.*call_async"):
+        cb.call(fetch)
+
+
+def test_a_sync_entry_that_gets_a_coroutine_refuses_it_and_counts_nothing(
+    clock: FakeClock,
+) -> None:
+    # GIVEN a sync function that returns a coroutine (a lambda around an async def)
+    cb = breaker(clock, failure_threshold=1)
+
+    async def fetch() -> str:
+        raise ConnectionError("down")
+
+    # WHEN the sync entry point runs it
+    with pytest.raises(TypeError, match="returned a coroutine"):
+        cb.call(lambda: fetch())
+    # THEN nothing was counted (the breaker would have opened on a failure)
+    assert cb.state is State.CLOSED
+
+
+@pytest.mark.parametrize("kind", [classmethod, staticmethod])
+def test_the_decorator_above_classmethod_is_refused_at_decoration(
+    clock: FakeClock, kind: Any
+) -> None:
+    cb = breaker(clock)
+    with pytest.raises(TypeError, match=f"put @breaker below @{kind.__name__}"):
+
+        class Client:
+            @cb
+            @kind
+            def get(cls_or_nothing: Any = None) -> str:
+                return "ok"
+
+
+def test_the_decorator_below_classmethod_works(clock: FakeClock) -> None:
+    cb = breaker(clock)
+
+    class Client:
+        @classmethod
+        @cb
+        async def get(cls) -> str:
+            return cls.__name__
+
+    assert asyncio.run(Client.get()) == "Client"
+
+
+# -- the context managers ------------------------------------------------------------------
+
+
+def test_with_counts_the_block(clock: FakeClock) -> None:
+    # GIVEN a breaker, WHEN three blocks raise
+    cb = breaker(clock)
+    for _ in range(3):
+        with pytest.raises(ConnectionError), cb:
+            raise ConnectionError("down")
+    # THEN it opened, and entering it now raises CircuitOpenError
+    assert cb.state is State.OPEN
+    with pytest.raises(CircuitOpenError), cb:
+        pytest.fail("the block ran while open")
+
+
+async def failing_block(cb: CircuitBreaker) -> None:
+    async with cb:
+        await asyncio.sleep(0)
+        raise ConnectionError("down")
+
+
+def test_async_with_counts_the_block(clock: FakeClock) -> None:
+    cb = breaker(clock)
+
+    async def main() -> None:
+        for _ in range(3):
+            with pytest.raises(ConnectionError):
+                await failing_block(cb)
+        with pytest.raises(CircuitOpenError):
+            await cb.__aenter__()
+
+    asyncio.run(main())
+    assert cb.state is State.OPEN
+
+
+def test_concurrent_tasks_keep_their_own_block_entries(clock: FakeClock) -> None:
+    # GIVEN a task inside an `async with breaker:` block
+    cb = breaker(clock)
+
+    async def main() -> None:
+        inside, leave = asyncio.Event(), asyncio.Event()
+
+        async def holder() -> None:
+            async with cb:
+                inside.set()
+                await leave.wait()
+
+        holding = asyncio.create_task(holder())
+        await inside.wait()
+
+        # WHEN another task leaves a block it never entered
+        async def stranger() -> None:
+            await cb.__aexit__(None, None, None)
+
+        # THEN it is told so, and the first task's entry is untouched: it leaves cleanly
+        with pytest.raises(RuntimeError, match="did not enter"):
+            await asyncio.create_task(stranger())
+        leave.set()
+        await holding
+
+    asyncio.run(main())
+
+
+def test_threads_keep_their_own_with_entries(clock: FakeClock) -> None:
+    cb = breaker(clock)
+    inside = threading.Barrier(2)
+    errors: list[BaseException] = []
+
+    def block(fail: bool) -> None:
+        try:
+            with cb:
+                inside.wait(timeout=10)
+                if fail:
+                    raise ConnectionError("down")
+        except ConnectionError:
+            pass
+        except BaseException as exc:  # a mixed-up entry raises RuntimeError
+            errors.append(exc)
+
+    threads = [threading.Thread(target=block, args=(fail,)) for fail in (True, False)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=10)
+    assert errors == []
+    assert cb.snapshot().failures == 1
+
+
+def test_exiting_a_block_never_entered_is_an_error(clock: FakeClock) -> None:
+    cb = breaker(clock)
+    with pytest.raises(RuntimeError, match="did not enter"):
+        cb.__exit__(None, None, None)
+
+
+# -- cancellation ---------------------------------------------------------------------------
+
+
+def test_a_cancelled_call_is_not_a_failure(clock: FakeClock) -> None:
+    # GIVEN a breaker that opens on one failure, and a call that never finishes
+    cb = breaker(clock, failure_threshold=1)
+
+    @cb
+    async def hang() -> None:
+        await asyncio.Event().wait()
+
+    # WHEN it is cancelled (a timeout) three times
+    async def main() -> None:
+        for _ in range(3):
+            with pytest.raises(TimeoutError):
+                await asyncio.wait_for(hang(), 0.01)
+
+    asyncio.run(main())
+    # THEN nothing was counted
+    assert cb.state is State.CLOSED
+    assert cb.snapshot().failures == 0
+
+
+def test_a_cancelled_probe_frees_its_slot_at_once(clock: FakeClock) -> None:
+    # GIVEN an open breaker whose open window has ended (one probe slot)
+    cb = breaker(clock, failure_threshold=1, recovery_timeout=10)
+    cb.record(False)
+    clock.advance(10)
+    entered = asyncio.Event
+
+    async def main() -> str:
+        started = entered()
+
+        @cb
+        async def probe() -> str:
+            started.set()
+            await asyncio.Event().wait()
+            return "never"
+
+        # WHEN the probe is cancelled while it runs
+        task = asyncio.create_task(probe())
+        await started.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        # THEN the next call, at the same instant, wins the slot and closes the breaker
+        return await cb.call_async(asyncio.sleep, 0, "recovered")
+
+    assert asyncio.run(main()) == "recovered"
+    assert cb.state is State.CLOSED
+
+
+# -- what a slow call is ----------------------------------------------------------------------
+
+
+def test_a_slow_call_is_timed_by_its_await(clock: FakeClock) -> None:
+    # GIVEN the rate policy with 1 s slow calls
+    cb = breaker(
+        clock,
+        failure_rate_threshold=0.5,
+        slow_call_duration=1.0,
+        slow_call_rate_threshold=0.5,
+        minimum_calls=1,
+    )
+
+    @cb
+    async def slow() -> str:
+        await asyncio.sleep(0)
+        clock.advance(2.0)  # the await took 2 s
+        return "ok"
+
+    # WHEN it is awaited
+    assert asyncio.run(slow()) == "ok"
+    # THEN it counted as a slow call: a call that succeeded opened the breaker
+    assert cb.state is State.OPEN
+
+
+# -- switched off, and the cost of importing ------------------------------------------------
+
+
+def test_switched_off_an_async_call_runs_and_counts_nothing(
+    clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FLEETBREAKER_DISABLED", "true")
+    cb = breaker(clock, failure_threshold=1)
+    dep = AsyncDependency()
+    dep.failing = True
+
+    async def main() -> None:
+        for _ in range(2):
+            with pytest.raises(ConnectionError):
+                await cb(dep)()
+        async with cb:
+            pass
+
+    asyncio.run(main())
+    assert (dep.calls, cb.state) == (2, State.DISABLED)
+
+
+def test_importing_fleetbreaker_and_a_sync_call_load_no_asyncio() -> None:
+    code = (
+        "import sys, json\n"
+        "from fleetbreaker import CircuitBreaker, MemoryStore\n"
+        "b = CircuitBreaker('x', store=MemoryStore(), listeners=[])\n"
+        "b(lambda: 1)(); b.call(len, 'a')\n"
+        "with b: pass\n"
+        "print(json.dumps('asyncio' in sys.modules))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert json.loads(out.stdout) is False
+
+
+def test_a_breaker_config_is_accepted_by_the_async_path(clock: FakeClock) -> None:
+    # The async path reads the same config as the sync one: BreakerConfig's classification.
+    cb = breaker_on(
+        MemoryStore(),
+        clock,
+        BreakerConfig(failure_threshold=1, ignored_exceptions=(KeyError,)),
+        listeners=[],
+    )
+
+    @cb
+    async def lookup() -> None:
+        raise KeyError("absent")
+
+    async def main() -> None:
+        with pytest.raises(KeyError):
+            await lookup()
+
+    asyncio.run(main())
+    assert cb.state is State.CLOSED
