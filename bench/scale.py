@@ -56,10 +56,10 @@ import contextlib
 import itertools
 
 from bench import prepare_environment
-from fleetbreaker import BreakerConfig, BreakerListener, CircuitBreaker, MemoryStore
+from fleetbreaker import BreakerConfig, BreakerListener, CircuitBreaker, MemoryStore, StateChange
 from fleetbreaker.policy import Policy
 from fleetbreaker.record import WINDOW_BUCKETS, Outcome, Record, Report, State
-from fleetbreaker.rules import bucket_index
+from fleetbreaker.rules import sliding_window
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUTPUT = REPO_ROOT / "bench" / "results" / "scale.json"
@@ -252,8 +252,8 @@ class TripLog(BreakerListener):
         self.clock = clock
         self.at_ms: list[int] = []
 
-    def on_transition(self, name: str, before: State, after: State) -> None:
-        if before is State.CLOSED and after is State.OPEN:
+    def on_state_change(self, name: str, change: StateChange) -> None:
+        if change.before is State.CLOSED and change.after is State.OPEN:
             self.at_ms.append(self.clock.now_ms)
 
 
@@ -328,7 +328,7 @@ def _fence_fails(
         return current is not None and current.state is State.CLOSED
     if current is None or seen.state is not State.CLOSED or current.state is not State.CLOSED:
         return False  # no write planned, or the one write fails and the report stops there
-    idx = bucket_index(policy, now_ms)
+    idx = sliding_window(policy).index(now_ms)
     slot = idx % WINDOW_BUCKETS
     held, stored = seen.buckets.get(slot), current.buckets.get(slot)
     if held is not None and held.idx == idx:

@@ -33,6 +33,7 @@ from fleetbreaker import BreakerListener, State
 from fleetbreaker.stores.dynamodb import parse_item
 
 if TYPE_CHECKING:
+    from fleetbreaker import StateChange as BreakerStateChange
     from fleetbreaker.record import Record
 
 DETAIL_TYPE = "Circuit Breaker State Changed"
@@ -213,12 +214,12 @@ class TransitionListener(BreakerListener):
         self.switch = switch
         self.publisher = publisher
 
-    def on_transition(self, name: str, before: State, after: State) -> None:
-        wanted = wanted_in(after)
+    def on_state_change(self, name: str, change: BreakerStateChange) -> None:
+        wanted = wanted_in(change.after)
         if wanted is not None:
             self.switch.set(name, wanted)
         if self.publisher is not None:
-            self.publisher.publish(StateChange(name, before, after))
+            self.publisher.publish(StateChange(name, change.before, change.after))
 
 
 def transition_listeners(

@@ -30,7 +30,7 @@ from fleetbreaker.errors import (
     StoreMisconfiguredError,
     TableNotFoundError,
 )
-from fleetbreaker.events import BreakerListener, LoggingListener
+from fleetbreaker.events import BreakerListener, LoggingListener, StateChange
 from fleetbreaker.record import Decision, State
 from fleetbreaker.results import Admission, RecordResult, StoreErrorStats
 from fleetbreaker.stores.fallback import FallbackStore
@@ -62,15 +62,13 @@ __all__ = [
     "RecordResult",
     "RedisStore",
     "State",
+    "StateChange",
     "StoreDeadlineError",
     "StoreError",
     "StoreErrorStats",
     "StoreMisconfiguredError",
     "TableNotFoundError",
 ]
-
-# Public names renamed: the old name still works, with a DeprecationWarning (CHANGELOG.md).
-_RENAMED = {"BreakerStats": "StoreErrorStats"}
 
 
 def __getattr__(name: str) -> Any:
@@ -95,14 +93,4 @@ def __getattr__(name: str) -> Any:
 
         hook: Any = getattr(restore, name)
         return hook
-    if name in _RENAMED:
-        import warnings
-
-        new = _RENAMED[name]
-        warnings.warn(
-            f"fleetbreaker.{name} is deprecated: use fleetbreaker.{new}",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return globals()[new]
     raise AttributeError(f"module 'fleetbreaker' has no attribute {name!r}")

@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from fleetbreaker.policy import Policy
     from fleetbreaker.probes import ProbeLeases
     from fleetbreaker.record import Outcome, Record
-    from fleetbreaker.results import FallbackStats
+    from fleetbreaker.results import StoreErrorStats
     from fleetbreaker.view import RecordView
 
 
@@ -165,6 +165,26 @@ class RecoveryRamp:
     def __init__(self, ramp_seconds: float, rng: random.Random) -> None:
         self.ramp_ms = round(ramp_seconds * 1000)
         self._rng = rng
+        # A close stamped ahead of our clock: (generation, its closed_at, when we first saw
+        # it on our clock). See start_of.
+        self._future_close: tuple[int, int, int] | None = None
+
+    def start_of(self, record: Record, now_ms: int) -> int:
+        """When the ramp of ``record``'s close started, on this container's clock.
+
+        A close stamped ahead of our clock (its writer's clock runs fast) is clamped to the
+        moment this container first saw it, as a lease from the future is not trusted: taken
+        as written, a close 30 s ahead throttled the fleet for 40 s instead of the ramp's 10 s;
+        clamped to each call's now, it would never start.
+        """
+        closed_at = record.closed_at
+        if closed_at <= now_ms:
+            return closed_at
+        seen = self._future_close
+        if seen is not None and seen[0] == record.gen and seen[1] == closed_at:
+            return seen[2]
+        self._future_close = (record.gen, closed_at, now_ms)
+        return now_ms
 
     def __call__(
         self, verdict: Verdict, record: Record | None, now_ms: int, mode: Mode, lease_ms: int | None
@@ -176,10 +196,7 @@ class RecoveryRamp:
             or not record.closed_at
         ):
             return verdict
-        # A close stamped ahead of our clock (its writer's clock runs fast) counts from now,
-        # as a lease does: trusted as written, a close 30 s ahead throttled the fleet for
-        # 40 s instead of the ramp's 10 s.
-        elapsed = now_ms - min(record.closed_at, now_ms)
+        elapsed = now_ms - self.start_of(record, now_ms)
         ramp_ms = self.ramp_ms
         if elapsed >= ramp_ms or self._rng.random() < ramp_share(elapsed, ramp_ms):
             return verdict
@@ -202,7 +219,7 @@ class Shadow:
         self,
         name: str,
         *,
-        stats: FallbackStats,
+        stats: StoreErrorStats,
         hooks: Hooks,
         claim: Callable[[Policy, int, Record | None], Outcome],
         settle: Callable[[Policy, str, bool, int, Record | None], RecordResult],

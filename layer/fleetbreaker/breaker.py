@@ -46,7 +46,7 @@ from fleetbreaker.naming import (
 )
 from fleetbreaker.probes import ProbeLeases
 from fleetbreaker.record import Decision, State
-from fleetbreaker.results import Admission, FallbackStats, RecordResult
+from fleetbreaker.results import Admission, RecordResult, StoreErrorStats
 from fleetbreaker.rules import lease_slot
 from fleetbreaker.stores.fallback import FallbackStore
 from fleetbreaker.switch import announce, switched_off
@@ -196,7 +196,7 @@ class CircuitBreaker:
             emit=hooks.emit,
             on_answer=self._answered,
         )
-        self.stats: FallbackStats = self._store.fallback_stats
+        self.stats: StoreErrorStats = self._store.fallback_stats
         tuning = LiveTuning(config, self.name)
         cache_ms = round(config.cache_ttl * 1000)
         ramp_ms = round(config.recovery_ramp_seconds * 1000)

@@ -550,18 +550,6 @@ class BreakerConfig:
                 raise
             raise blamed from None
 
-    def counts_exception(self, exc: BaseException) -> bool:
-        """Whether a raised exception counts as a failure of the dependency."""
-        if isinstance(exc, self.ignored_exceptions):
-            return False
-        if self.is_failure is not None:
-            return bool(self.is_failure(exc))
-        return isinstance(exc, self.failure_exceptions)
-
-    def counts_result(self, result: object) -> bool:
-        """Whether a returned value counts as a failure of the dependency."""
-        return self.failure_result is not None and bool(self.failure_result(result))
-
 
 # Init's parameters in order (fields, then Powertools' names): what positional arguments name.
 _PARAMETERS: tuple[str, ...] = (*BreakerConfig.__frozen_fields__, *POWERTOOLS_ALIASES)  # type: ignore[attr-defined]

@@ -67,11 +67,9 @@ class BreakerListener:
     def on_decision(self, name: str, decision: Decision, state: State) -> None:
         """A call was admitted (allow, probe) or rejected."""
 
-    def on_transition(self, name: str, before: State, after: State) -> None:
-        """This container's write moved the shared breaker from one state to another."""
-
     def on_state_change(self, name: str, change: StateChange) -> None:
-        """The same change as :meth:`on_transition`, with its generation and reason."""
+        """This container's write moved the shared breaker from one state to another
+        (``change.before`` to ``change.after``), with the new generation and the reason."""
 
     def on_rejected(self, name: str, state: State, retry_after: float) -> None:
         """A call was rejected without running."""
@@ -222,8 +220,7 @@ class LoggingListener(BreakerListener):
     def on_state_change(self, name: str, change: StateChange) -> None:
         # Lambda's Python runtime leaves the root logger at WARNING unless the function sets
         # a log level: a breaker that starts turning calls away, or stops protecting them,
-        # must show there. Recovery (half_open, closed) is routine news. Logged here rather
-        # than in on_transition (the same change) for the reason and the generation.
+        # must show there. Recovery (half_open, closed) is routine news.
         before, after = change.before, change.after
         log = self.log.warning if after.value in _WARNING_STATES else self.log.info
         log(

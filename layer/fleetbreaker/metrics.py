@@ -161,10 +161,8 @@ class MetricsListener(BreakerListener):
 
     # -- hooks -----------------------------------------------------------------------------
 
-    def on_transition(self, name: str, before: State, after: State) -> None:
-        self._count((("Breaker", name), ("To", after.value)), TRANSITION)
-
     def on_state_change(self, name: str, change: StateChange) -> None:
+        self._count((("Breaker", name), ("To", change.after.value)), TRANSITION)
         # Why the breaker opened, as its own count: the dashboards' Transition keeps its
         # dimensions (Breaker, To), and a trip on noise reads apart from a real outage.
         if change.after.value == "open":

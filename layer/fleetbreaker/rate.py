@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 from fleetbreaker.policy import alone
 from fleetbreaker.record import State
 from fleetbreaker.results import RecordResult
-from fleetbreaker.rules import report_fits, should_trip, window_counts
+from fleetbreaker.rules import report_fits, sliding_window
 from fleetbreaker.tally import CallTally
 from fleetbreaker.view import MAX_REFRESH_STRETCH, TARGET_REFRESHES_PER_S, refresh_ms
 from fleetbreaker.watcher import SLOW_WATCH_MAX_PERIOD_S, SlowCallWatcher
@@ -176,9 +176,9 @@ def wants_urgent_report(
     fail more often than its older ones (:func:`recent_worse`), which fills the newest
     buckets with what the dependency does now, failures and successes alike.
     """
-    counts = window_counts(record, policy, now_ms)
+    counts = sliding_window(policy).counts(record, now_ms)
     noted = record is not None and container in record.failing
-    return should_trip(tally.projected(counts, noted), policy)
+    return sliding_window(policy).trips(tally.projected(counts, noted))
 
 
 class RateStrategy:
@@ -273,7 +273,7 @@ class RateStrategy:
     def fresh_ms(self, record: Record | None, now_ms: int) -> int:
         """How long a store answer stays fresh: cache_ttl, longer for a large fleet."""
         tally = self.tally
-        counts = window_counts(record, self.policy, now_ms)
+        counts = sliding_window(self.policy).counts(record, now_ms)
         own_calls = tally.taken + tally.pending_calls()
         fleet = fleet_size(counts, self.policy, own_calls, now_ms - self._started_ms)
         if not self._reported and self._started_cold and self._has_reported:
@@ -387,7 +387,7 @@ class RateStrategy:
             return
         # One out-of-turn decision per cache_ttl per container, thinned across a large fleet.
         tally.urgent_after_ms = now_ms + self._cache_ms
-        counts = window_counts(record, self.policy, now_ms)
+        counts = sliding_window(self.policy).counts(record, now_ms)
         if urgent_allowed(counts, self.policy, self._interval_ms, self._cache_ms, ctx.rng):
             self.report(now_ms, urgent=True)
 
@@ -431,7 +431,7 @@ class RateStrategy:
             tally.carry(batch)
         tally.observe(after.gen if after is not None else 0)
         # Stretch the interval while the record takes more writes than one item should.
-        counts = window_counts(after, policy, now_ms)
+        counts = sliding_window(policy).counts(after, now_ms)
         interval = next_interval_ms(self._interval_ms, self._base_interval_ms, counts, policy)
         if not self._has_reported:
             # A newcomer joins at the interval the fleet already uses.
@@ -462,7 +462,7 @@ class RateStrategy:
         ctx = self._ctx
         record = ctx.store.load(ctx.name, now_ms)
         policy = self.policy
-        counts = window_counts(record, policy, now_ms)
+        counts = sliding_window(policy).counts(record, now_ms)
         if self._started_cold is None:
             self._started_cold = counts.reports == 0
         rate = write_rate(counts, policy)

@@ -14,26 +14,21 @@ The package's result types, from the rules up:
 
 from __future__ import annotations
 
-import warnings
-
 from fleetbreaker.frozen import mutable_value, public_value
 from fleetbreaker.record import Decision, State
 
 
 @mutable_value  # a dataclass without generated code (cold start)
-class FallbackStats:
-    """Counters of one fallback store (a breaker's ``stats``)."""
+class StoreErrorStats:
+    """A breaker's counters in this container (``breaker.stats``, kept by its
+    :class:`~fleetbreaker.stores.fallback.FallbackStore`): store errors, degradations,
+    corrupt records and shadow mode's would-be rejections. It counts no calls."""
 
     store_errors: int = 0
     degradations: int = 0
     corrupt_records: int = 0
     # Shadow mode: calls an enforcing breaker would have rejected (counted by the breaker).
     would_rejects: int = 0
-
-
-# A breaker's counters in this container (``breaker.stats``): store errors, degradations,
-# corrupt records and shadow mode's would-be rejections. It counts no calls.
-StoreErrorStats = FallbackStats
 
 
 @public_value
@@ -57,16 +52,6 @@ class Admission:
     token: str | None = None
     degraded: bool = False
     shadow: Decision | None = None
-
-    @property
-    def retry_after(self) -> float:
-        """Deprecated: ``retry_after_s`` (the same seconds, named with their unit)."""
-        warnings.warn(
-            "Admission.retry_after is deprecated: use Admission.retry_after_s (seconds)",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return self.retry_after_s
 
     @property
     def would_reject(self) -> bool:

@@ -13,7 +13,6 @@ schema stores keep it by), :mod:`fleetbreaker.policy` (the config as numbers) an
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from fleetbreaker.frozen import frozen, replace
@@ -291,42 +290,13 @@ def apply_force(record: Record | None, policy: Policy, now_ms: int, target: Stat
 # -- rate policy, slow calls and quorum: the window's answers, as rules --------------------
 
 
-def _window(policy: Policy) -> SlidingWindow:
+def sliding_window(policy: Policy) -> SlidingWindow:
+    """The policy's sliding window (:class:`fleetbreaker.window.SlidingWindow`): the rate
+    policy's, slow calls' and the quorum's answers (counts, trips, the failing containers)."""
     # fleetbreaker.window loads with the rate policy's first use, never with a count policy's.
     from fleetbreaker.window import SlidingWindow
 
     return SlidingWindow(policy)
-
-
-def bucket_index(policy: Policy, now_ms: int) -> int:
-    return _window(policy).index(now_ms)
-
-
-def live_containers(seen: Mapping[str, int], policy: Policy, now_ms: int) -> int:
-    return _window(policy).live(seen, now_ms)
-
-
-def window_counts(record: Record | None, policy: Policy, now_ms: int) -> WindowCounts:
-    return _window(policy).counts(record, now_ms)
-
-
-def should_trip(counts: WindowCounts, policy: Policy) -> bool:
-    """Whether the window's counts open the breaker under the policy (with its quorum)."""
-    return _window(policy).trip_reason(counts) is not None
-
-
-def note_container(
-    seen: Mapping[str, int], container: str, policy: Policy, now_ms: int
-) -> Mapping[str, int]:
-    return _window(policy).note(seen, container, now_ms)
-
-
-def quorum_unchanged(seen: Mapping[str, int], container: str, policy: Policy, now_ms: int) -> bool:
-    return _window(policy).unchanged(seen, container, now_ms)
-
-
-def add_report(record: Record, policy: Policy, now_ms: int, report: Report) -> Record:
-    return _window(policy).add(record, now_ms, report)
 
 
 def report_fits(record: Record, report: Report) -> bool:
@@ -344,7 +314,7 @@ def apply_report(record: Record | None, policy: Policy, now_ms: int, report: Rep
     current = record if record is not None else Record()
     if current.state is not State.CLOSED or not report or not report_fits(current, report):
         return Outcome(record)
-    window = _window(policy)
+    window = sliding_window(policy)
     counted = window.add(current, now_ms, report)
     if window.trip_reason(window.counts(counted, now_ms)) is not None:
         return Outcome(
@@ -398,7 +368,7 @@ def transition_reason(
             if policy.failure_rate is None
             else TransitionReason.FAILURE_RATE
         )
-        if policy.slow_ms is None or counts is None or _window(policy).failing(counts):
+        if policy.slow_ms is None or counts is None or sliding_window(policy).failing(counts):
             return failure
         return TransitionReason.SLOW_CALL_RATE
     return TransitionReason.OPERATOR

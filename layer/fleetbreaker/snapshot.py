@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from fleetbreaker.frozen import frozen
 from fleetbreaker.record import WINDOW_BUCKETS, Decision, State
-from fleetbreaker.rules import verdict, window_counts
+from fleetbreaker.rules import sliding_window, verdict
 
 if TYPE_CHECKING:
     from fleetbreaker.policy import Policy
@@ -76,7 +76,7 @@ def snapshot_of(
     Calls are known when the policy reports them, or when the window holds reports (an
     operator's tool does not know the fleet's policy; the record does).
     """
-    counts = window_counts(record, policy, now_ms)
+    counts = sliding_window(policy).counts(record, now_ms)
     failures = counts.failures
     # The plain count policy keeps its own window: failures since window_start.
     if (

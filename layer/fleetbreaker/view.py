@@ -105,9 +105,11 @@ class RecordCache:
             return (now_ms, until)
         if record.state is not State.CLOSED:
             return (0, 0)
-        # The ramp (admission.RecoveryRamp) judges calls until it ends; a close stamped in
-        # the future by a skewed clock counts from now, as the ramp itself clamps it.
-        ramp_end = min(record.closed_at, now_ms) + self.ramp_ms if record.closed_at else 0
+        # The ramp (admission.RecoveryRamp) judges calls until it ends. A close stamped
+        # ahead of our clock is the ramp's to clamp (it remembers when it first saw it).
+        if record.closed_at > now_ms:
+            return (0, 0)
+        ramp_end = record.closed_at + self.ramp_ms if record.closed_at else 0
         return (max(now_ms, ramp_end), until)
 
     def begin_refresh(self, wait_s: float = 0.0) -> bool:

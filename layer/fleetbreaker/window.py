@@ -136,6 +136,10 @@ class SlidingWindow:
             return TransitionReason.SLOW_CALL_RATE
         return None
 
+    def trips(self, counts: WindowCounts) -> bool:
+        """Whether the window's counts open the breaker under the policy (with its quorum)."""
+        return self.trip_reason(counts) is not None
+
     def failing(self, counts: WindowCounts) -> bool:
         """Whether the failures alone reach the policy's threshold (count or rate), quorum aside."""
         policy = self.policy

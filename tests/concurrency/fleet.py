@@ -13,7 +13,13 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from fleetbreaker import BreakerConfig, BreakerListener, CircuitBreaker, CircuitOpenError, State
+from fleetbreaker import (
+    BreakerConfig,
+    BreakerListener,
+    CircuitBreaker,
+    CircuitOpenError,
+    StateChange,
+)
 
 # Each container is a fresh process, forked from a server process that imported what a
 # container runs (and built one DynamoDB client, so botocore's models are loaded): no
@@ -49,9 +55,9 @@ class _Transitions(BreakerListener):
         self.seen: list[tuple[str, str]] = []
         self.lock = threading.Lock()
 
-    def on_transition(self, name: str, before: State, after: State) -> None:
+    def on_state_change(self, name: str, change: StateChange) -> None:
         with self.lock:
-            self.seen.append((before.value, after.value))
+            self.seen.append((change.before.value, change.after.value))
 
 
 def _worker(

@@ -17,7 +17,7 @@ from fleetbreaker.config import MAX_MIN_CONTAINERS
 from fleetbreaker.naming import container_key
 from fleetbreaker.policy import Policy
 from fleetbreaker.record import WINDOW_BUCKETS, Report
-from fleetbreaker.rules import window_counts
+from fleetbreaker.rules import sliding_window
 
 T0 = 1_700_000_000_000
 
@@ -67,7 +67,7 @@ def test_the_fullest_rate_record_fits_one_write_unit(moto_inprocess_store: Dynam
     record = store.load(name, now)
     assert len(record.buckets) == WINDOW_BUCKETS
     assert len(record.failing) == len(record.slowing) == MAX_MIN_CONTAINERS
-    assert window_counts(record, policy, now).reports == WINDOW_BUCKETS * MAX_MIN_CONTAINERS
+    assert sliding_window(policy).counts(record, now).reports == WINDOW_BUCKETS * MAX_MIN_CONTAINERS
 
     item = store.client.get_item(TableName=store.table_name, Key={"name": {"S": name}})["Item"]
 

@@ -13,7 +13,7 @@ import pytest
 from fleetbreaker import BreakerConfig
 from fleetbreaker.policy import Policy
 from fleetbreaker.record import ProbeReport, Record, Report, State
-from fleetbreaker.rules import window_counts
+from fleetbreaker.rules import sliding_window
 from fleetbreaker.snapshot import snapshot_of
 
 T0 = 1_700_000_000_000
@@ -50,7 +50,7 @@ def test_a_first_report_creates_the_window(store: Any, name: str) -> None:
     record = store.load(name, T0)
     assert outcome.changed
     assert outcome.record == record
-    counts = window_counts(record, RATE, T0)
+    counts = sliding_window(RATE).counts(record, T0)
     assert (counts.calls, counts.failures, counts.slow, counts.reports) == (5, 1, 2, 1)
 
 
@@ -58,7 +58,7 @@ def test_reports_in_one_bucket_add_up(store: Any, name: str) -> None:
     for container in "abc":
         send(store, name, Report(container, calls=3, failures=1))
 
-    counts = window_counts(store.load(name, T0), RATE, T0)
+    counts = sliding_window(RATE).counts(store.load(name, T0), T0)
     assert (counts.calls, counts.failures, counts.reports) == (9, 3, 3)
 
 
@@ -67,7 +67,10 @@ def test_a_later_bucket_keeps_the_earlier_ones_in_the_window(store: Any, name: s
     send(store, name, Report("a", calls=4), now=T0 + RATE.bucket_ms)
 
     assert (
-        window_counts(store.load(name, T0 + RATE.bucket_ms), RATE, T0 + RATE.bucket_ms).calls == 7
+        sliding_window(RATE)
+        .counts(store.load(name, T0 + RATE.bucket_ms), T0 + RATE.bucket_ms)
+        .calls
+        == 7
     )
 
 
@@ -79,7 +82,7 @@ def test_a_slot_reused_a_window_later_starts_from_zero(store: Any, name: str) ->
 
     record = store.load(name, later)
     assert record.state is State.CLOSED
-    assert window_counts(record, RATE, later).calls == 2
+    assert sliding_window(RATE).counts(record, later).calls == 2
 
 
 def test_reaching_the_rate_trips_once_and_clears_the_window(store: Any, name: str) -> None:
@@ -208,10 +211,10 @@ def test_counts_of_an_older_generation_are_dropped(store: Any, name: str) -> Non
 
     # THEN they do not enter the new window; counts of the current generation do
     assert not stale.changed
-    assert window_counts(store.load(name, later), RATE, later).calls == 0
+    assert sliding_window(RATE).counts(store.load(name, later), later).calls == 0
     fresh = send(store, name, Report("paused", calls=4, failures=1, gen=gen), now=later)
     assert fresh.changed
-    assert window_counts(store.load(name, later), RATE, later).calls == 4
+    assert sliding_window(RATE).counts(store.load(name, later), later).calls == 4
 
 
 def test_counts_of_another_generation_do_not_create_a_record(store: Any, name: str) -> None:
@@ -249,7 +252,7 @@ def test_a_stale_observed_record_does_not_lose_counts(store: Any, name: str) -> 
 
     store.report(name, RATE, T0, Report("b", calls=3), None)  # b never loaded
 
-    assert window_counts(store.load(name, T0), RATE, T0).calls == 5
+    assert sliding_window(RATE).counts(store.load(name, T0), T0).calls == 5
 
 
 # The quorum tests run on every backend but "degraded": a container on local state is its
@@ -289,7 +292,7 @@ def test_a_report_replaces_a_record_past_its_ttl(store: Any, name: str) -> None:
 
     send(store, name, Report("a", calls=1), now=later)
 
-    assert window_counts(store.load(name, later), RATE, later).calls == 1
+    assert sliding_window(RATE).counts(store.load(name, later), later).calls == 1
 
 
 def test_racing_reports_all_count_and_trip_exactly_once(atomic_store: Any, name: str) -> None:
@@ -339,7 +342,7 @@ def test_racing_reports_below_the_rate_lose_no_count(atomic_store: Any, name: st
     for thread in threads:
         thread.join()
 
-    counts = window_counts(store.load(name, T0), RATE, T0)
+    counts = sliding_window(RATE).counts(store.load(name, T0), T0)
     assert (counts.calls, counts.reports) == (120, 40)
 
 
@@ -376,7 +379,7 @@ def test_reports_racing_on_the_quorum_map_lose_no_count(atomic_store: Any, name:
         thread.join()
 
     # THEN every report's counts are in the window
-    counts = window_counts(store.load(name, T0), policy, T0)
+    counts = sliding_window(policy).counts(store.load(name, T0), T0)
     assert (counts.calls, counts.failures, counts.reports) == (120, 60, 60)
     assert all(outcome.changed for outcome in outcomes)
 

@@ -23,7 +23,7 @@ import pytest
 from devtools import servers
 from fleetbreaker import BreakerConfig, DynamoDBStore, RedisStore, State
 from fleetbreaker.policy import Policy
-from fleetbreaker.rules import window_counts
+from fleetbreaker.rules import sliding_window
 
 pytestmark = pytest.mark.realtime  # store deadlines and hung calls, on the wall clock
 
@@ -108,11 +108,11 @@ def test_a_hung_call_in_a_killed_container_still_counts_slow(backend) -> None:
     policy = Policy.from_config(BreakerConfig(slow_call_duration=0.3, minimum_calls=100))
 
     def counted(record: Any) -> bool:
-        return window_counts(record, policy, int(time.time() * 1000)).slow == 1
+        return sliding_window(policy).counts(record, int(time.time() * 1000)).slow == 1
 
     record = run_doomed_container(backend, minimum_calls=100, done=counted)
 
-    counts = window_counts(record, policy, int(time.time() * 1000))
+    counts = sliding_window(policy).counts(record, int(time.time() * 1000))
     assert (counts.calls, counts.slow, counts.failures) == (1, 1, 0)
     assert record.state is State.CLOSED
 

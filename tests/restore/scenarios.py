@@ -25,7 +25,7 @@ from fleetbreaker import (
 )
 from fleetbreaker.naming import container_key
 from fleetbreaker.policy import Policy
-from fleetbreaker.rules import window_counts
+from fleetbreaker.rules import sliding_window
 
 T_INIT_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 DRAWS = 5
@@ -285,7 +285,7 @@ class SlowCalls(Scenario):
             hung.join(timeout=30)
         policy = Policy.from_config(self.config())
         now = self.clock()
-        slow = window_counts(self.store.load(self.name, now), policy, now).slow
+        slow = sliding_window(policy).counts(self.store.load(self.name, now), now).slow
         return {**self.facts(), "slow_calls_in_window": slow}
 
 

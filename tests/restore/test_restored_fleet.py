@@ -18,7 +18,7 @@ import pytest
 
 from fleetbreaker import BreakerConfig
 from fleetbreaker.policy import Policy
-from fleetbreaker.rules import window_counts
+from fleetbreaker.rules import sliding_window
 from tests.restore.conftest import ENVIRONMENTS, RESTORE_AFTER_S, Restore, StoreUnderTest
 from tests.restore.scenarios import T_INIT_MS, Counts
 
@@ -67,7 +67,7 @@ def test_no_call_is_lost_or_counted_twice(
     restore("counts", store)
     # THEN the fleet's window holds the init's calls once and each environment's once
     record = store.load(name, AFTER_MS)
-    counts = window_counts(record, rate_policy(), AFTER_MS)
+    counts = sliding_window(rate_policy()).counts(record, AFTER_MS)
     assert counts.calls == Counts.INIT_CALLS + ENVIRONMENTS * Counts.CALLS
     assert counts.failures == Counts.INIT_FAILURES + ENVIRONMENTS * Counts.FAILURES
 
@@ -151,7 +151,7 @@ def test_without_the_hooks_the_init_calls_are_counted_by_every_environment(
     # GIVEN a runtime that runs no hook WHEN the counts life runs
     restore("counts", memory_store, hooks=False)
     # THEN every environment reports the init's calls again with its own
-    counts = window_counts(memory_store.load(name, AFTER_MS), rate_policy(), AFTER_MS)
+    counts = sliding_window(rate_policy()).counts(memory_store.load(name, AFTER_MS), AFTER_MS)
     assert counts.calls == ENVIRONMENTS * (Counts.INIT_CALLS + Counts.CALLS)
 
 

@@ -62,13 +62,12 @@ COLD_START_MODULES = {
     "fleetbreaker.view",
 }
 # Public value classes users may pass to dataclasses.replace / asdict: they stay dataclasses
-# (StoreErrorStats is FallbackStats' public name). frozen._Marked is a dataclass that
+# frozen._Marked is a dataclass that
 # generates no method: the field marks the public ones need.
 COLD_START_DATACLASSES = {
     "fleetbreaker.config.BreakerConfig",
     "fleetbreaker.frozen._Marked",
     "fleetbreaker.results.Admission",
-    "fleetbreaker.results.FallbackStats",
     "fleetbreaker.results.RecordResult",
     "fleetbreaker.results.StoreErrorStats",
     "fleetbreaker.stores.base.StoreStats",

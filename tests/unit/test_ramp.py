@@ -287,3 +287,35 @@ def test_the_ramp_is_read_from_the_environment() -> None:
     assert config.recovery_ramp_seconds == 30.0
     with pytest.raises(ConfigError, match="BREAKER_RECOVERY_RAMP_SECONDS"):
         BreakerConfig.from_env({"BREAKER_RECOVERY_RAMP_SECONDS": "soon"})
+
+
+# -- a close stamped by a clock that runs ahead ------------------------------------------------
+
+
+def test_a_close_stamped_ahead_of_our_clock_ramps_from_when_we_first_saw_it() -> None:
+    # GIVEN a 10 s ramp and a close written by a container whose clock runs 30 s ahead
+    ramp = stage(0.5)
+    ahead = Record(State.CLOSED, gen=3, opened_at=500, closed_at=31_000)
+    # WHEN this container first sees it at 1 s, THEN the ramp starts then (50 % is above
+    # the 10 % admitted at its start)
+    assert ramp(ALLOW, ahead, 1_000, ANY_MODE, None).decision is Decision.REJECT
+    # AND 10 s later the ramp has ended, though the close is still 20 s in our future
+    assert ramp(ALLOW, ahead, 11_000, ANY_MODE, None) is ALLOW
+
+
+def test_a_close_stamped_ahead_is_halfway_through_after_half_the_ramp() -> None:
+    # GIVEN the same skewed close, first seen at 1 s
+    ramp = stage(0.5)
+    ahead = Record(State.CLOSED, gen=3, opened_at=500, closed_at=31_000)
+    ramp(ALLOW, ahead, 1_000, ANY_MODE, None)
+    # THEN 6 s later the share is past 50 %: a 0.5 draw runs (clamped per call, it never would)
+    assert ramp(ALLOW, ahead, 7_000, ANY_MODE, None) is ALLOW
+
+
+def test_a_new_close_stamped_ahead_starts_its_own_ramp() -> None:
+    # GIVEN a skewed close first seen at 1 s, and a later recovery (a new generation)
+    ramp = stage(0.5)
+    ramp(ALLOW, Record(State.CLOSED, gen=3, opened_at=500, closed_at=31_000), 1_000, ANY_MODE, None)
+    later = Record(State.CLOSED, gen=5, opened_at=500, closed_at=60_000)
+    # THEN the new one ramps from when it was first seen, not from the old one's sight
+    assert ramp(ALLOW, later, 20_000, ANY_MODE, None).decision is Decision.REJECT

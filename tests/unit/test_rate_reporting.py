@@ -20,7 +20,7 @@ from fleetbreaker.rate import (
     write_rate,
 )
 from fleetbreaker.record import WINDOW_BUCKETS, Bucket, Record
-from fleetbreaker.rules import bucket_index
+from fleetbreaker.rules import sliding_window
 from fleetbreaker.stores.memory import MemoryStore
 from fleetbreaker.tally import CallTally
 from fleetbreaker.view import MAX_REFRESH_STRETCH, TARGET_REFRESHES_PER_S, refresh_ms
@@ -102,7 +102,7 @@ def test_a_failure_that_would_open_the_breaker_as_last_seen_is_reported_at_once(
     # GIVEN a stretched container that last saw 10 failures in 19 calls in the window
     tally = CallTally(RATE, 1000)
     tally.take("c1", 0, 8000)
-    idx = bucket_index(RATE, 0)
+    idx = sliding_window(RATE).index(0)
     bucket = Bucket(idx, calls=19, failures=10, slow=0, reports=3)
     record = Record(buckets={idx % WINDOW_BUCKETS: bucket}, expires_at=3600)
     # WHEN one more of its calls fails (20 calls, 11 failures: over 50 %)
@@ -113,7 +113,7 @@ def test_a_failure_that_would_open_the_breaker_as_last_seen_is_reported_at_once(
 
 def _busy_record(now_ms: int, reports: int) -> Record:
     """A closed record whose current bucket took ``reports`` reports (a hot key)."""
-    idx = bucket_index(RATE, now_ms)
+    idx = sliding_window(RATE).index(now_ms)
     bucket = Bucket(idx, calls=reports * 5, failures=0, slow=0, reports=reports)
     return Record(buckets={idx % WINDOW_BUCKETS: bucket}, expires_at=now_ms // 1000 + 3600)
 
@@ -173,7 +173,7 @@ def test_a_newcomer_joins_at_the_interval_the_fleet_already_uses_before_writing(
     # GIVEN a record whose reports each carry 40 calls (a fleet stretched to about 20 s at
     # 2 calls/s per container), at the target write rate
     clock = FakeClock()
-    idx = bucket_index(RATE, clock())
+    idx = sliding_window(RATE).index(clock())
     reports = round(TARGET_REPORTS_PER_S * RATE.window_ms / 1000)
     busy = Bucket(idx, calls=reports * 40, failures=0, slow=0, reports=reports)
     record = Record(buckets={idx % WINDOW_BUCKETS: busy}, expires_at=clock() // 1000 + 3600)

@@ -31,7 +31,7 @@ def test_rate_below_the_minimum_of_calls_never_trips() -> None:
     # THEN the breaker stays closed and the window holds them
     assert outcome.record is not None
     assert outcome.record.state is State.CLOSED
-    assert rules.window_counts(outcome.record, RATE, T0).failures == 9
+    assert rules.sliding_window(RATE).counts(outcome.record, T0).failures == 9
 
 
 def test_rate_at_the_threshold_with_enough_calls_trips_once() -> None:
@@ -60,7 +60,7 @@ def test_counts_older_than_the_window_slide_out() -> None:
     old = report_all(RATE, [(T0, Report("a", calls=10, failures=4))]).record
 
     later = T0 + RATE.window_ms
-    counts = rules.window_counts(old, RATE, later)
+    counts = rules.sliding_window(RATE).counts(old, later)
 
     assert counts.calls == 0
     # AND a new report there does not add the expired failures to reach the rate
@@ -78,7 +78,7 @@ def test_the_window_slides_by_buckets_not_all_at_once() -> None:
     ).record
 
     # One bucket after the first one's window ended, only the second bucket remains.
-    assert rules.window_counts(record, RATE, T0 + RATE.window_ms).calls == 7
+    assert rules.sliding_window(RATE).counts(record, T0 + RATE.window_ms).calls == 7
 
 
 def test_a_report_on_an_open_breaker_is_dropped() -> None:
@@ -118,7 +118,7 @@ def test_quorum_holds_the_trip_until_enough_containers_failed() -> None:
     sick = report_all(policy, [(T0 + i, Report("sick", calls=10, failures=10)) for i in range(5)])
     assert sick.record is not None
     assert sick.record.state is State.CLOSED
-    assert rules.window_counts(sick.record, policy, T0 + 5).failing_containers == 1
+    assert rules.sliding_window(policy).counts(sick.record, T0 + 5).failing_containers == 1
 
     # WHEN two more containers fail too
     second = rules.apply_report(sick.record, policy, T0 + 10, Report("b", calls=1, failures=1))
@@ -133,7 +133,7 @@ def test_quorum_map_keeps_only_the_newest_min_containers() -> None:
     policy = Policy.from_config(BreakerConfig(min_containers=2, failure_threshold=100))
     seen: dict[str, int] = {}
     for i, container in enumerate(["a", "b", "c"]):
-        seen = dict(rules.note_container(seen, container, policy, T0 + i))
+        seen = dict(rules.sliding_window(policy).note(seen, container, T0 + i))
 
     assert seen == {"b": T0 + 1, "c": T0 + 2}
 
@@ -149,7 +149,10 @@ def test_containers_whose_failures_left_the_window_do_not_count() -> None:
     )
 
     assert later.transition is None
-    assert rules.window_counts(later.record, policy, T0 + policy.window_ms).failing_containers == 1
+    assert (
+        rules.sliding_window(policy).counts(later.record, T0 + policy.window_ms).failing_containers
+        == 1
+    )
 
 
 def test_snapshot_of_a_rate_window() -> None:

@@ -1,4 +1,5 @@
-"""Renamed public names keep working, with a DeprecationWarning (CHANGELOG.md)."""
+"""Public names: the removed ones are gone (nothing was released under them: CHANGELOG.md),
+and the public value classes behave as the dataclasses they stand for."""
 
 from __future__ import annotations
 
@@ -7,28 +8,20 @@ import dataclasses
 import pytest
 
 import fleetbreaker
+import fleetbreaker.results
 from fleetbreaker import Admission, BreakerConfig, CircuitBreaker, Decision, MemoryStore, State
 from fleetbreaker.results import RecordResult
 from tests.support import FakeClock
 
 
-def test_admission_retry_after_still_answers_in_seconds_with_a_warning() -> None:
-    # GIVEN a rejecting admission that names its wait in seconds
+def test_the_removed_names_are_gone() -> None:
+    # Nothing was released under the old names: they were removed, not aliased (CHANGELOG).
     admission = Admission("payment-api", Decision.REJECT, State.OPEN, 2.5)
-    # WHEN the old name is read THEN it warns and gives the same seconds
-    with pytest.warns(DeprecationWarning, match="retry_after_s"):
-        assert admission.retry_after == 2.5
-    assert admission.retry_after_s == 2.5
-
-
-def test_breaker_stats_is_the_store_error_stats_with_a_warning() -> None:
-    # GIVEN the package WHEN the old name of the stats type is read THEN it warns
-    with pytest.warns(DeprecationWarning, match="StoreErrorStats"):
-        old = fleetbreaker.BreakerStats
-    # AND it is the type a breaker's stats have
+    assert not hasattr(admission, "retry_after")
+    assert not hasattr(fleetbreaker, "BreakerStats")
+    assert not hasattr(fleetbreaker.results, "FallbackStats")
     breaker = CircuitBreaker("payment-api", store=MemoryStore(), clock=FakeClock())
-    assert old is fleetbreaker.StoreErrorStats
-    assert isinstance(breaker.stats, old)
+    assert type(breaker.stats) is fleetbreaker.StoreErrorStats
 
 
 def test_an_unknown_name_is_still_an_attribute_error() -> None:

@@ -18,7 +18,7 @@ from fleetbreaker import BreakerConfig, CircuitBreaker, MemoryStore
 from fleetbreaker.metrics import MetricsListener, restart_every_listener
 from fleetbreaker.naming import container_key, process_container_id, renew_process_container_id
 from fleetbreaker.policy import Policy
-from fleetbreaker.rules import window_counts
+from fleetbreaker.rules import sliding_window
 from fleetbreaker.stores import deadline
 from fleetbreaker.stores.fallback import FallbackStore
 from tests.support import Dependency, FakeClock, FlakyStore, breaker_on, quiet_rng
@@ -38,7 +38,7 @@ class ConnectionsKept(MemoryStore):
 
 
 def calls_in_window(store: Any, name: str, config: BreakerConfig, now: int) -> int:
-    return window_counts(store.load(name, now), Policy.from_config(config), now).calls
+    return sliding_window(Policy.from_config(config)).counts(store.load(name, now), now).calls
 
 
 # -- the container's identity ----------------------------------------------------------------

@@ -82,20 +82,20 @@ def quorum(containers: int) -> Policy:
 
 
 def test_without_a_quorum_no_container_is_noted() -> None:
-    assert rules.note_container({}, "a", quorum(1), T0) == {}
+    assert rules.sliding_window(quorum(1)).note({}, "a", T0) == {}
 
 
 def test_the_quorum_map_keeps_the_newest_containers() -> None:
     # GIVEN "z" noted before "a" WHEN "b" is noted THEN the two newest stay, whatever their names
     seen = {"z": T0 - 10, "a": T0}
 
-    assert rules.note_container(seen, "b", quorum(2), T0 + 1) == {"a": T0, "b": T0 + 1}
+    assert rules.sliding_window(quorum(2)).note(seen, "b", T0 + 1) == {"a": T0, "b": T0 + 1}
 
 
 def test_the_quorum_map_breaks_a_tie_by_name_so_every_store_keeps_the_same() -> None:
     seen = {"a": T0, "b": T0}
 
-    assert rules.note_container(seen, "c", quorum(2), T0) == {"b": T0, "c": T0}
+    assert rules.sliding_window(quorum(2)).note(seen, "c", T0) == {"b": T0, "c": T0}
 
 
 def test_a_probe_period_starts_with_no_successes_whatever_the_open_record_held() -> None:

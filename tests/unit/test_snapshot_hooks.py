@@ -214,7 +214,7 @@ def test_before_snapshot_sends_every_breakers_pending_calls_and_metrics() -> Non
         from fleetbreaker import BreakerConfig, CircuitBreaker, LoggingListener, MemoryStore
         from fleetbreaker.metrics import MetricsListener
         from fleetbreaker.policy import Policy
-        from fleetbreaker.rules import window_counts
+        from fleetbreaker.rules import sliding_window
         config = BreakerConfig(failure_rate_threshold=0.5, minimum_calls=1000)
         store = MemoryStore()
         metrics = MetricsListener(namespace="Snapshot")
@@ -231,9 +231,9 @@ def test_before_snapshot_sends_every_breakers_pending_calls_and_metrics() -> Non
         written = io.StringIO()
         with contextlib.redirect_stdout(written):
             fleetbreaker.before_snapshot()
-        policy = Policy.from_config(config)
+        window = sliding_window(Policy.from_config(config))
         print(json.dumps({
-            "calls": [window_counts(store.load(n, 1_000), policy, 1_000).calls for n in "ab"],
+            "calls": [window.counts(store.load(n, 1_000), 1_000).calls for n in "ab"],
             "metrics_left": metrics.pending_documents,
             "emf": written.getvalue().count('"_aws"'),
         }))

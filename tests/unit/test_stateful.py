@@ -30,6 +30,7 @@ from fleetbreaker import (
     Decision,
     MemoryStore,
     State,
+    StateChange,
 )
 from fleetbreaker.policy import Policy
 from tests.coverage_scope import untraced
@@ -64,8 +65,8 @@ class Journal(BreakerListener):
         self.clock = clock
         self.events: list[tuple[str, int, Any]] = []
 
-    def on_transition(self, name: str, before: State, after: State) -> None:
-        self.events.append(("transition", self.clock(), (before, after)))
+    def on_state_change(self, name: str, change: StateChange) -> None:
+        self.events.append(("transition", self.clock(), (change.before, change.after)))
 
     def on_failure_recorded(self, name: str, state: State) -> None:
         self.events.append(("failure", self.clock(), state))

@@ -74,14 +74,14 @@ class Journal:
         return getattr(self.store, attribute)
 
     def _model(self, now: int) -> WindowCounts:
-        current = rules.bucket_index(self.policy, now)
+        current = rules.sliding_window(self.policy).index(now)
         calls = failures = slow = 0
         # The short window: reports in the newest RECENT_BUCKETS buckets (rules.should_trip).
         recent_calls = recent_failures = recent_slow = 0
         failing: dict[str, int] = {}
         slowing: dict[str, int] = {}
         for at, report in self.accepted:
-            bucket = rules.bucket_index(self.policy, at)
+            bucket = rules.sliding_window(self.policy).index(at)
             if current - WINDOW_BUCKETS < bucket <= current:
                 calls += report.calls
                 failures += report.failures
@@ -113,14 +113,14 @@ class Journal:
             self.accepted.append((now, report))
             model = self._model(now)
             if outcome.transition == (State.CLOSED, State.OPEN):
-                if not rules.should_trip(model, policy):
+                if not rules.sliding_window(policy).trips(model):
                     self.violations.append(f"tripped on {model}")
                 record = outcome.record
                 if self.trip_gens and record.gen <= self.trip_gens[-1]:
                     self.violations.append("two trips in one generation")
                 self.trip_gens.append(record.gen)
                 self.accepted.clear()
-            elif not self.quorum and rules.should_trip(model, policy):
+            elif not self.quorum and rules.sliding_window(policy).trips(model):
                 self.violations.append(f"stayed closed on {model}")
         return outcome
 

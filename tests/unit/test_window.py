@@ -203,9 +203,9 @@ def test_a_report_without_slow_calls_leaves_the_slow_map_alone() -> None:
 def test_the_rules_count_the_containers_whose_last_bad_call_is_inside_the_window() -> None:
     seen = {"old": T0 - QUORUM.window_ms, "new": T0 - QUORUM.window_ms + 1}
 
-    assert rules.live_containers(seen, QUORUM, T0) == 1
+    assert rules.sliding_window(QUORUM).live(seen, T0) == 1
 
 
 def test_the_rules_skip_noting_a_container_noted_within_the_bucket() -> None:
-    assert rules.quorum_unchanged({"a": T0}, "a", QUORUM, T0 + 1)
-    assert not rules.quorum_unchanged({"a": T0}, "b", QUORUM, T0 + 1)
+    assert rules.sliding_window(QUORUM).unchanged({"a": T0}, "a", T0 + 1)
+    assert not rules.sliding_window(QUORUM).unchanged({"a": T0}, "b", T0 + 1)

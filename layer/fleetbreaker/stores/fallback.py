@@ -35,8 +35,8 @@ from fleetbreaker.events import (
 )
 from fleetbreaker.policy import alone, check_weight
 from fleetbreaker.record import Record, State, TransitionReason
-from fleetbreaker.results import FallbackStats
-from fleetbreaker.rules import add_report, transition_reason, window_counts
+from fleetbreaker.results import StoreErrorStats
+from fleetbreaker.rules import sliding_window, transition_reason
 from fleetbreaker.stores import deadline
 from fleetbreaker.stores.base import StoreStats
 
@@ -79,7 +79,7 @@ class FallbackStore:
         ``emit(hook, name, *args)`` receives the listener events (``on_store_call_start``,
         ``on_store_result``, ``on_store_call``, ``on_store_error``, ``on_degraded``,
         ``on_store_misconfigured``, ``on_recovered``, ``on_corrupt_record``,
-        ``on_transition``, ``on_state_change``).
+        ``on_state_change``).
     on_answer:
         ``on_answer(record, now_ms)`` receives every record the shared store returned
         (the breaker's cache).
@@ -139,7 +139,7 @@ class FallbackStore:
         in_process = memory is not None and type(shared) is memory.MemoryStore
         self.deadline_seconds = None if in_process else deadline_seconds
         self.stats = StoreStats()
-        self.fallback_stats = FallbackStats()
+        self.fallback_stats = StoreErrorStats()
         self._emit: Emit = emit or _ignore
         self._on_answer: AnswerHook = on_answer or _ignore
         self._slots = deadline.CallSlots()
@@ -256,8 +256,8 @@ class FallbackStore:
     ) -> Outcome:
         def reason(outcome: Outcome) -> TransitionReason:
             # The tripping write saw the window with this report in it: failures or slow calls.
-            counts = window_counts(
-                add_report(observed or Record(), policy, now_ms, report), policy, now_ms
+            counts = sliding_window(policy).counts(
+                sliding_window(policy).add(observed or Record(), now_ms, report), now_ms
             )
             before, after = outcome.transition or (State.CLOSED, State.OPEN)
             return transition_reason(before, after, policy, counts)
@@ -388,7 +388,6 @@ class FallbackStore:
         store's: the local twin's changes are this container's alone)."""
         if outcome.transition is None:
             return
-        self._emit("on_transition", name, *outcome.transition)
         gen = outcome.record.gen if outcome.record is not None else 0
         self._emit("on_state_change", name, StateChange(*outcome.transition, gen, reason))
 

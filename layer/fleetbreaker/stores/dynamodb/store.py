@@ -388,7 +388,7 @@ class DynamoDBStore:
         seen = _alive(observed, now_ms)
         if not report:
             return Outcome(seen)
-        idx = rules.bucket_index(policy, now_ms)
+        idx = rules.sliding_window(policy).index(now_ms)
         slot = idx % WINDOW_BUCKETS
 
         def plan(
@@ -407,7 +407,7 @@ class DynamoDBStore:
             write.require(write.usable()).require(write.is_(schema.STATE, State.CLOSED.value))
             if report.gen is not None:
                 write.require(write.is_(schema.GEN, seen.gen))
-            counted = rules.add_report(seen, policy, now_ms, report)
+            counted = rules.sliding_window(policy).add(seen, now_ms, report)
             bucket = counted.buckets[slot]
             index = schema.bucket_field(slot, schema.BUCKET_INDEX)
             held = seen.buckets.get(slot)
@@ -434,8 +434,8 @@ class DynamoDBStore:
             return _Step(write, reported)
 
         def reported(record: Record | None) -> Outcome:
-            counts = rules.window_counts(record, policy, now_ms)
-            if record is None or not rules.should_trip(counts, policy):
+            counts = rules.sliding_window(policy).counts(record, now_ms)
+            if record is None or not rules.sliding_window(policy).trips(counts):
                 return Outcome(record, changed=True)
             return self._trip(name, policy, now_ms, record)
 
