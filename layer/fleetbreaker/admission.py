@@ -395,6 +395,7 @@ class AdmissionPipeline:
         lease_ms: int | None = None,
         *,
         cached_only: bool = False,
+        announce: bool = True,
     ) -> Admission | None:
         """Decide one call at ``now_ms``: allow, probe (with a token) or reject.
 
@@ -403,7 +404,10 @@ class AdmissionPipeline:
         ``cached_only``: decide from the cached record alone, or say None when that takes a
         store request (a stale cache, a probe to claim): an event loop's first look.
         ``modes()`` is the breaker's mode, read after the record: a refresh may bring live
-        tuning, and the call is decided by the mode it brought.
+        tuning, and the call is decided by the mode it brought. ``announce=False`` leaves the
+        decision hooks to the caller (:meth:`announce`): an event loop decides on a worker
+        thread, and the hooks (a tracer's annotation of the current segment) belong on the
+        loop's thread.
         """
         if cached_only:
             hit, record = self._view.cached(now_ms)
@@ -414,7 +418,7 @@ class AdmissionPipeline:
         mode = modes()
         if record is None or record.state is _CLOSED:
             if self.ramp is None:
-                return self._decided(self.allow_closed if not self._degraded() else None)
+                return self._decided(self.allow_closed if not self._degraded() else None, announce)
             verdict = _ALLOW_CLOSED
         else:
             verdict = verdict_of(record, mode.policy, now_ms)
@@ -428,9 +432,9 @@ class AdmissionPipeline:
                 return None
             claimed = self.claim(verdict, record, now_ms, mode, lease_ms)
             if isinstance(claimed, Admission):
-                return self._decided(claimed)
+                return self._decided(claimed, announce)
             verdict = claimed
-        return self._decided(self._admission(verdict))
+        return self._decided(self._admission(verdict), announce)
 
     def _admission(self, verdict: Verdict) -> Admission | None:
         """The Admission for a verdict (None: the hot path's allow, picked in _decided)."""
@@ -446,13 +450,18 @@ class AdmissionPipeline:
             degraded,
         )
 
-    def _decided(self, admission: Admission | None) -> Admission:
+    def _decided(self, admission: Admission | None, announce: bool = True) -> Admission:
         if admission is None:  # allowed while degraded: say so
             admission = Admission(self.name, _ALLOW, _CLOSED, 0.0, None, True)
+        if announce:
+            self.announce(admission)
+        return admission
+
+    def announce(self, admission: Admission) -> None:
+        """Tell the decision hooks of a call's admission."""
         hooks = self._hooks
         for hook in hooks.decision:  # inline: every admitted call passes here
             try:
                 hook(self.name, admission.decision, admission.state)
             except Exception:
                 hooks.failed(hook, "on_decision")
-        return admission

@@ -118,10 +118,13 @@ class AsyncDriver:
             await asyncio.to_thread(request)
 
     async def _admit(self, now_ms: int) -> Admission:
-        admission = self.core.admit_cached(now_ms)
+        core = self.core
+        admission = core.admit_cached(now_ms)
         if admission is None:
-            # A store request: decided on a worker thread, at that thread's time.
-            admission = await asyncio.to_thread(self.core.admit)
+            # A store request: decided on a worker thread, at that thread's time; the
+            # decision hooks run here, on the caller's thread (a tracer's current segment).
+            admission = await asyncio.to_thread(core.admit_quietly)
+            core.announce(admission)
         return admission
 
     async def _abandon(self, call: Call) -> None:

@@ -69,6 +69,14 @@ class CallPath(Protocol):
         """Decide one call (may make a store request)."""
         ...
 
+    def admit_quietly(self) -> Admission:
+        """Decide one call now (may make a store request), telling no decision hook."""
+        ...
+
+    def announce(self, admission: Admission) -> None:
+        """Tell the decision hooks of a quiet admission."""
+        ...
+
     def admit_cached(self, now_ms: int) -> Admission | None:
         """Decide one call from the cached record, or None when that needs the store."""
         ...

@@ -146,8 +146,13 @@ class Pipeline(Protocol):
         lease_ms: int | None = None,
         *,
         cached_only: bool = False,
+        announce: bool = True,
     ) -> Admission | None:
         """Decide one call (None: ``cached_only`` and the store is needed)."""
+        ...
+
+    def announce(self, admission: Admission) -> None:
+        """Tell the decision hooks of an admission decided with ``announce=False``."""
         ...
 
 
@@ -233,6 +238,20 @@ class CallCore:
         admission = self.pipeline.admit(at, self._current, lease_ms)
         assert admission is not None  # only a cached_only admission can be undecided
         return admission
+
+    def admit_quietly(self) -> Admission:
+        """Decide one call now, leaving the decision hooks to :meth:`announce` (an event
+        loop's admission, decided on a worker thread)."""
+        admission = self.pipeline.admit(self.clock(), self._current, announce=False)
+        assert admission is not None
+        return admission
+
+    def announce(self, admission: Admission) -> None:
+        """Tell the decision hooks (on the caller's thread) of a quiet admission.
+
+        Shadow mode's admissions told them already, where they were made."""
+        if admission.shadow is None:
+            self.pipeline.announce(admission)
 
     def admit_cached(self, now_ms: int) -> Admission | None:
         """Decide one call from the cached record, or None when that needs the store."""
