@@ -8,6 +8,7 @@ into the worker thread, so the store spans of an awaited call nest under the cal
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any
 
 from opentelemetry.sdk.trace import ReadableSpan
@@ -35,11 +36,11 @@ def in_handler_span(traces: Traces, coroutine: Any) -> ReadableSpan:
     """Await ``coroutine`` inside a fresh ``handler`` span; return that span."""
 
     async def main() -> None:
-        with traces.tracer.start_as_current_span("handler"):
-            try:
-                await coroutine
-            except (Boom, CircuitOpenError):
-                pass
+        with (
+            traces.tracer.start_as_current_span("handler"),
+            contextlib.suppress(Boom, CircuitOpenError),
+        ):
+            await coroutine
 
     traces.exporter.clear()
     asyncio.run(main())
@@ -102,14 +103,10 @@ def test_an_awaited_trip_is_one_state_change_and_rejections_are_heard(
     # WHEN three awaited calls fail and a fourth comes
     async def main() -> None:
         for _ in range(3):
-            try:
+            with contextlib.suppress(Boom):
                 await breaker.call_async(fail_async)
-            except Boom:
-                pass
-        try:
+        with contextlib.suppress(CircuitOpenError):
             await breaker.call_async(succeed_async)
-        except CircuitOpenError:
-            pass
 
     asyncio.run(main())
     # THEN the trip was told once, and the fourth call's rejection was heard
