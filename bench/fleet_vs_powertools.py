@@ -59,12 +59,19 @@ HEALTHY_CALLS = 1000  # (d): calls per container
 HEALTHY_SECONDS = 3.0  # (d): ...spread evenly over this long
 FLEET_RATE = "fleetbreaker (rate + slow calls)"
 FLEET_OTEL = "fleetbreaker (OpenTelemetry listener)"
+# The floor: a bare decorator that reads the breaker's clock and compares it with a cached
+# deadline, all a closed breaker must do (a cache of the fleet's record, fresh until then).
+FLOOR = "floor (clock read, cached deadline)"
 # The standing targets of a closed breaker's overhead, as ratios to Powertools' measured in
 # the same run: the count policy, the rate policy with slow calls, and the count policy with
 # the OpenTelemetry listener attached (no span recording).
 OVERHEAD_TARGET = 0.25
 OVERHEAD_RATE_TARGET = 0.35
 OVERHEAD_OTEL_TARGET = 0.3
+# The count policy's closed path against the floor, and the async path's overhead (over a
+# plain await of the same coroutine) against the sync path's, both measured in the same run.
+OVERHEAD_FLOOR_TARGET = 3.0
+OVERHEAD_ASYNC_TARGET = 2.0
 OVERHEAD_BLOCKS = 30  # (a): interleaved blocks per contender
 OVERHEAD_BLOCK_CALLS = 4000  # (a): individually timed calls per block
 
@@ -106,6 +113,7 @@ def measure_overhead(container: Any, thresholds: Any) -> dict[str, Any]:
             w.FLEET, _unique("overhead-rate"), thresholds, w.noop, config=rate
         ).call,
         w.POWERTOOLS: container.guard(w.POWERTOOLS, _unique("overhead"), thresholds, w.noop).call,
+        FLOOR: floor_guard(w.noop),
     }
     samples: dict[str, list[int]] = {name: [] for name in guards}
     for fn in guards.values():
@@ -128,9 +136,14 @@ def measure_overhead(container: Any, thresholds: Any) -> dict[str, Any]:
     p90 = {name: _percentile(values, 0.9) for name, values in samples.items()}
     overhead = {
         name: median[name] - median["bare"]
-        for name in (w.FLEET, FLEET_RATE, FLEET_OTEL, w.POWERTOOLS)
+        for name in (w.FLEET, FLEET_RATE, FLEET_OTEL, w.POWERTOOLS, FLOOR)
     }
+    async_ns = measure_async_overhead(container, thresholds)
     return {
+        "async_median_ns": async_ns,
+        "async_overhead_ns": async_ns["fleetbreaker"] - async_ns["bare"],
+        "ratio_floor": overhead[w.FLEET] / overhead[FLOOR],
+        "ratio_async": (async_ns["fleetbreaker"] - async_ns["bare"]) / overhead[w.FLEET],
         "calls_per_contender": OVERHEAD_BLOCKS * OVERHEAD_BLOCK_CALLS,
         "seconds": round(elapsed, 2),
         "median_ns": median,
@@ -140,6 +153,58 @@ def measure_overhead(container: Any, thresholds: Any) -> dict[str, Any]:
         "ratio_rate": overhead[FLEET_RATE] / overhead[w.POWERTOOLS],
         "ratio_otel": overhead[FLEET_OTEL] / overhead[w.POWERTOOLS],
     }
+
+
+def floor_guard(fn: Any) -> Any:
+    """The floor: what any closed breaker must do per call, and nothing more."""
+    import functools
+
+    from fleetbreaker.clock import system_clock
+
+    clock = system_clock
+    fresh_until = [clock() + 3_600_000]
+
+    @functools.wraps(fn)
+    def guarded(*args: Any, **kwargs: Any) -> Any:
+        if clock() < fresh_until[0]:
+            return fn(*args, **kwargs)
+        raise RuntimeError("stale (never, in this benchmark)")
+
+    return guarded
+
+
+async def _noop_async() -> None:
+    return None
+
+
+def measure_async_overhead(container: Any, thresholds: Any) -> dict[str, float]:
+    """Median ns of one awaited call: a plain await of a no-op coroutine, and the same
+    coroutine function under @breaker (count policy), in one event loop, interleaved."""
+    import asyncio
+
+    from bench import workers as w
+
+    guarded = container.guard(w.FLEET, _unique("overhead-async"), thresholds, _noop_async).call
+    contenders = {"bare": _noop_async, "fleetbreaker": guarded}
+    samples: dict[str, list[int]] = {name: [] for name in contenders}
+    clock = time.perf_counter_ns
+
+    async def measure() -> None:
+        for fn in contenders.values():
+            for _ in range(2000):  # warm
+                await fn()
+        order = list(contenders)
+        for block in range(OVERHEAD_BLOCKS):
+            for name in order if block % 2 == 0 else order[::-1]:
+                fn, out = contenders[name], samples[name]
+                for _ in range(OVERHEAD_BLOCK_CALLS):
+                    t0 = clock()
+                    await fn()
+                    out.append(clock() - t0)
+
+    gc.collect()
+    asyncio.run(measure())
+    return {name: statistics.median(values) for name, values in samples.items()}
 
 
 def _percentile(values: list[int], q: float) -> float:
@@ -319,6 +384,28 @@ def build_rows(results: dict[str, Any], thresholds: dict[str, Any]) -> list[dict
             "met": a["ratio_otel"] <= OVERHEAD_OTEL_TARGET,
         }
     )
+    rows.append(
+        {
+            "id": "a_floor",
+            "metric": "(a) same, count policy, against the floor (clock read, cached deadline)",
+            "fleetbreaker": round(a["overhead_ns"]["fleetbreaker"]),
+            "powertools": None,
+            "ratio": a["ratio_floor"],
+            "target": f"≤ {OVERHEAD_FLOOR_TARGET} × floor ({round(a['overhead_ns'][FLOOR])} ns)",
+            "met": a["ratio_floor"] <= OVERHEAD_FLOOR_TARGET,
+        }
+    )
+    rows.append(
+        {
+            "id": "a_async",
+            "metric": "(a) awaited: @breaker on an async def over a plain await, count policy",
+            "fleetbreaker": round(a["async_overhead_ns"]),
+            "powertools": None,
+            "ratio": a["ratio_async"],
+            "target": f"≤ {OVERHEAD_ASYNC_TARGET} × the sync overhead",
+            "met": a["ratio_async"] <= OVERHEAD_ASYNC_TARGET,
+        }
+    )
     for b in results["b_trip"]:
         fb, pt = b["fleetbreaker"], b["powertools"]
         n, t = fb["workers"], fb["threads"]
@@ -401,7 +488,7 @@ def format_table(rows: list[dict[str, Any]]) -> str:
         (
             r["metric"],
             str(r["fleetbreaker"]),
-            str(r["powertools"]),
+            "–" if r["powertools"] is None else str(r["powertools"]),
             f"{'–' if r['ratio'] is None else format(r['ratio'], '.2f')} / {r['target']}",
             "yes" if r["met"] else "NO",
         )
@@ -511,6 +598,8 @@ TARGETS = {
     "ratio": OVERHEAD_TARGET,
     "ratio_rate": OVERHEAD_RATE_TARGET,
     "ratio_otel": OVERHEAD_OTEL_TARGET,
+    "ratio_floor": OVERHEAD_FLOOR_TARGET,
+    "ratio_async": OVERHEAD_ASYNC_TARGET,
 }
 
 
@@ -536,6 +625,11 @@ def _overhead_only(
         print(f"  ratio rate + slow calls {a['ratio_rate']:.3f} (target {OVERHEAD_RATE_TARGET})")
         print(
             f"  ratio OpenTelemetry listener {a['ratio_otel']:.3f} (target {OVERHEAD_OTEL_TARGET})"
+        )
+        print(f"  ratio count / floor {a['ratio_floor']:.3f} (target {OVERHEAD_FLOOR_TARGET})")
+        print(
+            f"  async overhead {a['async_overhead_ns']:.0f} ns, / sync "
+            f"{a['ratio_async']:.3f} (target {OVERHEAD_ASYNC_TARGET})"
         )
     if output is not None:
         info["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]

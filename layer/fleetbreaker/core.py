@@ -214,8 +214,15 @@ class CallCore:
                 self.adopt(config)
 
     def adopt(self, config: BreakerConfig) -> None:
-        """Swap in the mode ``config`` asks for: one reference, whole."""
-        mode = self._build(config, self.mode)
+        """Swap in the mode ``config`` asks for: one reference, whole.
+
+        A strategy of the same kind is handed over with its tally; one that is replaced
+        sends what it holds first (the rate policy's calls not reported yet), so a tune
+        from rate to count and back loses no call."""
+        previous = self.mode
+        if previous.counting.kind != ("rate" if config.reporting else "count"):
+            previous.counting.flush(self.clock())
+        mode = self._build(config, previous)
         self._closed = Call(COUNTED, mode.counting)
         self.mode = mode
 
