@@ -98,8 +98,7 @@ class AsyncDriver:
         admission = await self._admit(now)
         call = core.plan(admission, now)
         if call is None:
-            core.reject(admission, None)
-            raise AssertionError("unreachable: reject() raises without a fallback")
+            core.refuse(admission)
         if call.before is not None:
             await asyncio.to_thread(call.before)
         return call

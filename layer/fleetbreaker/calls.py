@@ -9,7 +9,7 @@ admitted; a :data:`Request` is a store request the core returns for the driver t
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 
 if TYPE_CHECKING:
     from fleetbreaker.results import Admission
@@ -87,6 +87,10 @@ class CallPath(Protocol):
 
     def reject(self, admission: Admission, fallback: Callable[..., Any] | None) -> None:
         """Tell the listeners of a rejection; raise CircuitOpenError without a fallback."""
+        ...
+
+    def refuse(self, admission: Admission) -> NoReturn:
+        """Tell the listeners of a rejection and raise CircuitOpenError."""
         ...
 
     def returned(self, call: Call, result: Any) -> Request | None:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 
 from fleetbreaker.calls import COUNTED, PROBING, SHADOW_PROBING, UNCOUNTED, Call
 from fleetbreaker.errors import CircuitOpenError
@@ -292,11 +292,17 @@ class CallCore:
 
     def reject(self, admission: Admission, fallback: Callable[..., Any] | None) -> None:
         """Tell the listeners of a rejection; without a fallback, raise CircuitOpenError."""
+        if fallback is None:
+            self.refuse(admission)
         emit = self.hooks.emit
         emit("on_rejected", self.name, admission.state, admission.retry_after_s)
-        if fallback is None:
-            raise CircuitOpenError(self.name, admission.state, admission.retry_after_s)
         emit("on_fallback", self.name, admission.state)
+
+    def refuse(self, admission: Admission) -> NoReturn:
+        """Tell the listeners of a rejection and raise CircuitOpenError (a block entered
+        with ``with breaker:`` has no result a fallback could stand in for)."""
+        self.hooks.emit("on_rejected", self.name, admission.state, admission.retry_after_s)
+        raise CircuitOpenError(self.name, admission.state, admission.retry_after_s)
 
     # -- how the call ended ----------------------------------------------------------------
 

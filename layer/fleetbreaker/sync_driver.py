@@ -79,8 +79,7 @@ class SyncDriver:
         admission = core.admit(now)
         call = core.plan(admission, now)
         if call is None:
-            core.reject(admission, None)
-            raise AssertionError("unreachable: reject() raises without a fallback")
+            core.refuse(admission)
         if call.before is not None:
             call.before()
         return call

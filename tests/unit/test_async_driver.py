@@ -461,3 +461,78 @@ def test_a_breaker_config_is_accepted_by_the_async_path(clock: FakeClock) -> Non
 
     asyncio.run(main())
     assert cb.state is State.CLOSED
+
+
+def opened(clock: FakeClock) -> CircuitBreaker:
+    """A breaker whose open window just ended: the next call probes (one slot)."""
+    cb = breaker(clock, failure_threshold=1, recovery_timeout=10)
+    cb.record(False)
+    clock.advance(10)
+    return cb
+
+
+def test_an_async_with_block_probes_and_settles(clock: FakeClock) -> None:
+    cb = opened(clock)
+
+    async def main() -> None:
+        async with cb:
+            await asyncio.sleep(0)
+
+    asyncio.run(main())
+    assert cb.state is State.CLOSED
+
+
+def test_a_cancelled_async_with_block_gives_its_probe_slot_back(clock: FakeClock) -> None:
+    # GIVEN a probe running inside `async with`
+    cb = opened(clock)
+
+    async def main() -> None:
+        started = asyncio.Event()
+
+        async def block() -> None:
+            async with cb:
+                started.set()
+                await asyncio.Event().wait()
+
+        task = asyncio.create_task(block())
+        await started.wait()
+        # WHEN it is cancelled
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(main())
+    # THEN its slot is free
+    assert cb.check().decision.value == "probe"
+
+
+def test_a_failing_async_with_probe_reopens(clock: FakeClock) -> None:
+    cb = opened(clock)
+
+    async def main() -> None:
+        with pytest.raises(ConnectionError):
+            await failing_block(cb)
+
+    asyncio.run(main())
+    assert cb.state is State.OPEN
+
+
+def test_an_awaited_call_sends_a_report_that_is_due_first(clock: FakeClock) -> None:
+    # GIVEN a rate-policy breaker with a tallied call whose report is due
+    store = MemoryStore()
+    rate = BreakerConfig(failure_rate_threshold=0.5, recovery_jitter=0.0)
+    cb = breaker_on(store, clock, rate, listeners=[])
+    cb.call(lambda: "ok")
+    clock.advance(5)
+
+    # WHEN awaited calls and a block follow
+    async def main() -> None:
+        await cb.call_async(asyncio.sleep, 0)
+        clock.advance(5)
+        async with cb:
+            pass
+
+    asyncio.run(main())
+    cb.flush()
+    # THEN each call was reported once
+    assert breaker_on(store, clock, rate, listeners=[]).snapshot().calls == 3

@@ -95,3 +95,64 @@ def test_a_keyboard_interrupt_counts_nothing(clock: FakeClock) -> None:
     with pytest.raises(KeyboardInterrupt):
         breaker.call(interrupted)
     assert breaker.state is State.CLOSED
+
+
+def opened(clock: FakeClock) -> CircuitBreaker:
+    """A breaker whose open window just ended: the next call probes (one slot)."""
+    breaker = breaker_on(MemoryStore(), clock, CONFIG, listeners=[])
+    breaker.record(False)
+    breaker.record(False)
+    clock.advance(10)
+    return breaker
+
+
+def test_an_interrupted_probe_gives_its_slot_back(clock: FakeClock) -> None:
+    # GIVEN a probing call interrupted by Ctrl-C
+    breaker = opened(clock)
+
+    def interrupted() -> None:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        breaker.call(interrupted)
+    # THEN the slot is free at once: the next call probes and closes the breaker
+    assert breaker.call(lambda: "ok") == "ok"
+    assert breaker.state is State.CLOSED
+
+
+def test_a_with_block_probes_and_settles(clock: FakeClock) -> None:
+    breaker = opened(clock)
+    with breaker:
+        pass
+    assert breaker.state is State.CLOSED
+
+
+def test_an_interrupted_with_block_gives_its_probe_slot_back(clock: FakeClock) -> None:
+    breaker = opened(clock)
+    with pytest.raises(KeyboardInterrupt), breaker:
+        raise KeyboardInterrupt
+    assert breaker.check().decision is Decision.PROBE
+
+
+def test_a_coroutine_returned_to_a_probe_gives_its_slot_back(clock: FakeClock) -> None:
+    breaker = opened(clock)
+
+    async def fetch() -> str:
+        return "ok"
+
+    with pytest.raises(TypeError, match="returned a coroutine"):
+        breaker.call(lambda: fetch())
+    assert breaker.check().decision is Decision.PROBE
+
+
+def test_a_with_block_sends_a_report_that_is_due_first(clock: FakeClock) -> None:
+    # GIVEN a rate-policy breaker with a tallied call whose report is due
+    store = MemoryStore()
+    rate = BreakerConfig(failure_rate_threshold=0.5, recovery_jitter=0.0)
+    breaker = breaker_on(store, clock, rate, listeners=[])
+    breaker.call(lambda: "ok")
+    clock.advance(5)
+    # WHEN a block is entered
+    with breaker:
+        # THEN the due report went before it ran
+        assert breaker_on(store, clock, rate, listeners=[]).snapshot().calls == 1
