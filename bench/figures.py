@@ -108,7 +108,14 @@ FLEET, RATE, OTEL, POWERTOOLS = (
     "fleetbreaker (OpenTelemetry listener)",
     "powertools",
 )
-RATIO_OF = {"count": ("ratio", FLEET), "rate": ("ratio_rate", RATE), "otel": ("ratio_otel", OTEL)}
+FLOOR = "floor (clock read, cached deadline)"
+RATIO_OF = {
+    "count": ("ratio", FLEET),
+    "rate": ("ratio_rate", RATE),
+    "otel": ("ratio_otel", OTEL),
+    "floor": ("ratio_floor", FLEET),
+    "async": ("ratio_async", FLEET),
+}
 
 
 def _ratios(doc: Results, policy: str) -> list[float]:
@@ -157,6 +164,16 @@ def overhead_count(doc: Results) -> str:
 @figure("overhead.us.powertools", OVERHEAD)
 def overhead_powertools(doc: Results) -> str:
     return _us(doc, POWERTOOLS)
+
+
+@figure("overhead.us.floor", OVERHEAD)
+def overhead_floor(doc: Results) -> str:
+    return _us(doc, FLOOR)
+
+
+@figure("overhead.us.async", OVERHEAD)
+def overhead_async(doc: Results) -> str:
+    return span((run["async_overhead_ns"] / 1000 for run in doc["runs"]), 1, " µs")
 
 
 @figure("overhead.otel", OVERHEAD)

@@ -60,6 +60,8 @@ class CallPath(Protocol):
     """The core (:class:`fleetbreaker.core.CallCore`) as a driver uses it."""
 
     clock: Callable[[], int]
+    # The admission of a closed, healthy breaker's call (one object: told by identity).
+    allow_closed: Admission
 
     def closed(self, now_ms: int) -> Call:
         """The call of a closed, healthy breaker."""

@@ -2,8 +2,9 @@
 
 Each store request the core returns is sent inline, as it always was. The fast path: while
 the cached record says closed, fresh and past the recovery ramp
-(:attr:`fleetbreaker.view.RecordCache.healthy`) and no listener watches decisions, a call is
-admitted by one clock read and one comparison, and counted by the strategy in force.
+(:attr:`fleetbreaker.view.RecordCache.healthy`), a call is admitted by one clock read and one
+comparison (and told to the listeners that watch decisions), and counted by the strategy in
+force.
 """
 
 from __future__ import annotations
@@ -26,8 +27,8 @@ class SyncDriver:
         self.core = core
         self._clock = core.clock
         self._cache = cache
-        # Listeners that watch decisions see every call: no fast path for them.
-        self._fast = not watched
+        # Listeners that watch decisions hear every call, the fast path's too.
+        self._watched = watched
 
     def run(
         self,
@@ -39,7 +40,9 @@ class SyncDriver:
         core = self.core
         now = self._clock()
         start, until = self._cache.healthy
-        if start <= now < until and self._fast:
+        if start <= now < until:
+            if self._watched:  # listeners that watch decisions hear this one too
+                core.announce(core.allow_closed)
             call = core.closed(now)
         else:
             admission = core.admit(now)
