@@ -1,19 +1,23 @@
-"""The circuit breaker: a call admitted, run and counted, and what steers the breaker.
+"""The circuit breaker: its entry points, its wiring, and what steers it.
 
-One call through the breaker, file by file:
+One call through the breaker, file by file (docs/architecture.md, "One call"):
 
-1. :meth:`CircuitBreaker.call` (here) asks the admission pipeline for an Admission;
-2. :meth:`fleetbreaker.admission.AdmissionPipeline.admit` reads the record
-   (:mod:`fleetbreaker.view`: the cache, or one refresh) and runs it through the stages;
-3. an allowed call runs in the counting strategy (:mod:`fleetbreaker.count` or
-   :mod:`fleetbreaker.rate`), which counts its outcome; a probe's outcome settles its lease
-   (:mod:`fleetbreaker.probes`); a rejected call gets the fallback or CircuitOpenError;
+1. an entry point here (:meth:`CircuitBreaker.call`, the decorator, ``with``; on async code
+   :meth:`CircuitBreaker.call_async`, the decorator on an ``async def``, ``async with``)
+   hands the call to a driver: :mod:`fleetbreaker.sync_driver` or
+   :mod:`fleetbreaker.async_driver`;
+2. the driver asks the core (:mod:`fleetbreaker.core`) for an admission (the pipeline of
+   :mod:`fleetbreaker.admission` over the view of :mod:`fleetbreaker.view`) and a plan, runs
+   or awaits the call, and gives the core its ending;
+3. the core judges it and returns the store request its counting needs (the strategy of
+   :mod:`fleetbreaker.count` or :mod:`fleetbreaker.rate`, a probe's settle through
+   :mod:`fleetbreaker.probes`), which the driver sends;
 4. every store operation goes through :class:`~fleetbreaker.stores.fallback.FallbackStore`
-   (the deadline, degraded mode), whose answers come back here (:meth:`_answered`) to the
-   cache, the strategy and live tuning.
+   (the deadline, degraded mode), whose answers reach the core's cache, strategy and live
+   tuning.
 
-The breaker owns the wiring, the operator overrides (``force_open``, ``disable``,
-``reset``), ``from_env``, swapping the strategy and shadow mode when live tuning says so, and
+The breaker builds the parts once, owns the operator overrides (``force_open``,
+``disable``, ``reset``), ``from_env``, the refusals of async code at a sync entry point, and
 what a snapshot of the process needs (``flush`` before it, ``restart`` after a restore:
 :mod:`fleetbreaker.restore`).
 """
