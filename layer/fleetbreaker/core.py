@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 from fleetbreaker.calls import COUNTED, PROBING, SHADOW_PROBING, UNCOUNTED, Call
 from fleetbreaker.errors import CircuitOpenError
 from fleetbreaker.frozen import frozen
+from fleetbreaker.policy import Policy
 from fleetbreaker.record import Decision, State
 
 if TYPE_CHECKING:
@@ -37,7 +38,6 @@ if TYPE_CHECKING:
     from fleetbreaker.config import BreakerConfig
     from fleetbreaker.counting import Counting
     from fleetbreaker.events import Hooks
-    from fleetbreaker.policy import Policy
     from fleetbreaker.probes import ProbeLeases
     from fleetbreaker.record import Record
     from fleetbreaker.results import Admission, RecordResult
@@ -85,6 +85,8 @@ class Mode:
     policy: Policy
     counting: Counting
     shadow: Shadow | None
+    # The call of a closed, healthy breaker that needs no ticket: one object for all.
+    closed_call: Call
 
     @property
     def name(self) -> str:
@@ -119,14 +121,13 @@ def build_mode(
     if config.shadow:
         kept = previous.shadow if previous is not None else None
         shadow = kept if kept is not None else make_shadow(config)
-    return Mode(config, policy, counting, shadow)
+    return Mode(config, policy, counting, shadow, Call(COUNTED, counting))
 
 
 class Tuning(Protocol):
     """Live tuning as the core follows it (:class:`fleetbreaker.live.LiveTuning`)."""
 
     config: BreakerConfig
-    policy: Policy
     text: str
 
     def follow(self, text: str) -> BreakerConfig | None:
@@ -186,13 +187,11 @@ class CallCore:
         self.allow_closed = pipeline.allow_closed
         self.mode: Mode = self._build(tuning.config, None)
         self._current = self._mode_now  # bound once: admission reads the mode through it
-        # A call of a closed, healthy breaker that needs no ticket: one object for all.
-        self._closed = Call(COUNTED, self.mode.counting)
 
     def _build(self, config: BreakerConfig, previous: Mode | None) -> Mode:
         return build_mode(
             config,
-            self._tuning.policy,
+            Policy.from_config(config),
             make_counting=self._make_counting,
             make_shadow=self._make_shadow,
             previous=previous,
@@ -222,9 +221,7 @@ class CallCore:
         previous = self.mode
         if previous.counting.kind != ("rate" if config.reporting else "count"):
             previous.counting.flush(self.clock())
-        mode = self._build(config, previous)
-        self._closed = Call(COUNTED, mode.counting)
-        self.mode = mode
+        self.mode = self._build(config, previous)
 
     def _mode_now(self) -> Mode:
         return self.mode
@@ -266,11 +263,12 @@ class CallCore:
 
     def closed(self, now_ms: int) -> Call:
         """The call of a closed, healthy breaker (the drivers' fast path)."""
-        counting = self.mode.counting
+        mode = self.mode
+        counting = mode.counting
         before = counting.due(now_ms)
         ticket = counting.start(now_ms)
         if ticket is None and before is None:
-            return self._closed
+            return mode.closed_call
         return Call(COUNTED, counting, ticket, None, before)
 
     def plan(self, admission: Admission, now_ms: int) -> Call | None:

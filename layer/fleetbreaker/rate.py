@@ -351,7 +351,8 @@ class RateStrategy:
             if tally.late(failed):
                 return functools.partial(self._maybe_report_urgently, tally, end)
             return None
-        if end - started < tally.slow_ms and not failed:  # type: ignore[operator]
+        slow_ms = tally.slow_ms  # None: slow calls were tuned off while it ran
+        if not failed and (slow_ms is None or end - started < slow_ms):
             next(tally.good)
             return None
         return self._bad(tally, started, failed, end)

@@ -237,3 +237,20 @@ def test_a_swap_that_replaces_the_rate_strategy_reports_its_tally_first(
     # THEN the rate strategy reported its 5 calls before it was replaced
     assert core_of(breaker).mode.counting.kind == "count"
     assert calls_in_window(store, clock) == 5
+
+
+def test_a_timed_call_ends_cleanly_after_slow_calls_were_tuned_off(clock: FakeClock) -> None:
+    # GIVEN a rate-policy call timed for slow calls, running
+    store = MemoryStore()
+    timed = BreakerConfig(failure_rate_threshold=0.5, slow_call_duration=1.0)
+    breaker = breaker_on(store, clock, timed, listeners=[])
+    core = core_of(breaker)
+    call = core.closed(clock())
+    # WHEN slow calls are tuned off before it ends, 2 s later
+    core.adopt(RATE)
+    clock.advance(2)
+    # THEN it ends as a good call (no slow call to count, nothing raised)
+    assert core.returned(call, "ok") is None
+    breaker.flush()
+    snapshot = breaker_on(store, clock, RATE, listeners=[]).snapshot()
+    assert (snapshot.calls, snapshot.slow_calls) == (1, 0)
