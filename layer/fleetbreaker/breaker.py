@@ -663,7 +663,7 @@ class CircuitBreaker:
         self._view.forget()
         if self._shared_reads is not None:
             self._shared_reads.copy.forget()
-        self._core.mode.counting.restart(at)
+        self._core.restart(at)
         self._store.restart()
 
 

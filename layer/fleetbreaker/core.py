@@ -223,6 +223,14 @@ class CallCore:
             previous.counting.flush(self.clock())
         self.mode = self._build(config, previous)
 
+    def restart(self, now_ms: int) -> None:
+        """Start over as a new container (a restored snapshot): a new mode, swapped in whole,
+        with a fresh counting strategy (no tally, every schedule drawn afresh) for the same
+        settings. Nothing is handed over: the snapshot's counts were flushed before it."""
+        mode = self._build(self.mode.config, None)
+        mode.counting.restart(now_ms)  # its schedules start at the restore's time
+        self.mode = mode
+
     def _mode_now(self) -> Mode:
         return self.mode
 
