@@ -250,3 +250,37 @@ def test_a_store_300_ms_slow_stalls_no_other_task(
     assert results == ["ok"] * 10
     assert lateness
     assert max(lateness) < 0.05, f"event loop stalled {max(lateness) * 1000:.0f} ms"
+
+
+def test_a_shadow_breaker_lets_an_awaited_call_through(
+    async_store: Any, clock: FakeClock, name: str
+) -> None:
+    # GIVEN a breaker the fleet forced open, seen by a shadow breaker on the same record
+    on(async_store, clock, name).force_open()
+    shadow = on(async_store, clock, name, mode="shadow")
+
+    # WHEN an awaited call comes to the shadow breaker
+    async def succeed() -> str:
+        await asyncio.sleep(0)
+        return "ran"
+
+    # THEN it runs, and counts as a would-be rejection
+    assert asyncio.run(shadow.call_async(succeed)) == "ran"
+    assert shadow.stats.would_rejects == 1
+
+
+def test_switched_off_an_awaited_call_never_asks_the_store(
+    async_store: Any, clock: FakeClock, name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN FLEETBREAKER_DISABLED and a breaker on a store taking 60 s per request
+    monkeypatch.setenv("FLEETBREAKER_DISABLED", "true")
+    cb = on(Slow(async_store, 60.0), clock, name, failure_threshold=1)
+
+    # WHEN awaited calls fail, THEN they ran, nothing was asked (a request would take 60 s)
+    async def main() -> None:
+        for _ in range(2):
+            with pytest.raises(ConnectionError):
+                await cb(failing)()
+
+    asyncio.run(main())
+    assert cb.state is State.DISABLED
