@@ -536,3 +536,20 @@ def test_an_awaited_call_sends_a_report_that_is_due_first(clock: FakeClock) -> N
     cb.flush()
     # THEN each call was reported once
     assert breaker_on(store, clock, rate, listeners=[]).snapshot().calls == 3
+
+
+def test_nested_blocks_end_in_the_order_they_began(clock: FakeClock) -> None:
+    # GIVEN a block inside a block of the same breaker
+    cb = breaker(clock)
+
+    async def main() -> None:
+        async with cb:
+            with pytest.raises(ConnectionError):
+                await failing_block(cb)  # the inner one fails
+        # THEN the outer one ended cleanly: nothing is left entered
+        with pytest.raises(RuntimeError, match="did not enter"):
+            await cb.__aexit__(None, None, None)
+
+    asyncio.run(main())
+    # AND only the inner block's failure was counted
+    assert cb.snapshot().failures == 1
