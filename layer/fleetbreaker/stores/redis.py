@@ -549,7 +549,7 @@ def require_redis_py(configured_by: str | None = None) -> None:
             f"{chosen}RedisStore needs redis-py, which the slim fleetbreaker layer does not "
             "carry: attach the full layer (/<stack>/fleetbreaker/<runtime>/layer-arn) instead "
             "of the slim one, or bundle redis with your function "
-            "(pip install 'fleetbreaker[redis]')"
+            "(from a clone of fleetbreaker: pip install '.[redis]')"
         ) from exc
 
 
