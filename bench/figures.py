@@ -388,9 +388,7 @@ def _herd(doc: Results) -> dict[tuple[str, str], str]:
 def redis_herd_per_thread(doc: Results) -> str:
     """README's headline: every thread a single-request container, as on Lambda."""
     herd = _herd(doc)
-    (row,) = [
-        r for r in doc["herd"] if (r["contender"], r["layout"]) == (HERD_FLEET, PER_THREAD)
-    ]
+    (row,) = [r for r in doc["herd"] if (r["contender"], r["layout"]) == (HERD_FLEET, PER_THREAD)]
     return (
         f"{herd[HERD_FLEET, PER_THREAD]} through fleetbreaker against "
         f"{herd[HERD_PYBREAKER, PER_THREAD]} through pybreaker, {row['callers']} containers "

@@ -5,11 +5,13 @@
 
 Without --build-dir it runs `sam build` (no Docker; as `make build` does) into a temporary
 directory first. With --print-only it prints the sizes and writes no JSON: `make build` ends
-with that, so a build shows what it made without changing the figures the docs quote. Sizes are the sum of the layer's file sizes (what Lambda counts against a
-function's 250 MB unzipped) and the size of a deflated zip of them (what `sam package`
-uploads). A runtime this machine has no interpreter for gets its layer as source only: the
-JSON says so (``bytecode``), and the docs quote that layer apart. tests/sam/test_build.py
-holds every layer to its size target on each run; this records the sizes.
+with that, so a build shows what it made without changing the figures the docs quote.
+
+Sizes are the sum of the layer's file sizes (what Lambda counts against a function's 250 MB
+unzipped) and the size of a deflated zip of them (what `sam package` uploads). A runtime this
+machine has no interpreter for gets its layer as source only: the JSON says so (``bytecode``),
+and the docs quote that layer apart. tests/sam/test_build.py holds every layer to its size
+target on each run; this records the sizes.
 """
 
 from __future__ import annotations

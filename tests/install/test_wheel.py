@@ -25,11 +25,11 @@ import shutil
 import subprocess
 import sys
 import tarfile
-import tomllib
 import zipfile
 from pathlib import Path
 
 import pytest
+import tomllib
 
 from devtools.servers import REPO_ROOT, MotoServer
 
@@ -249,7 +249,8 @@ def test_a_clone_installs_with_pip_and_each_extra_brings_what_its_message_names(
     # AND each part that needs an extra says which, and that very line installs it
     for extra, code in PARTS.items():
         refused = attempt([python, "-c", code], elsewhere, clean)
-        assert refused.startswith("exit 1") and "ConfigError" in refused, refused
+        assert refused.startswith("exit 1"), refused
+        assert "ConfigError" in refused, refused
         line = INSTALL_LINE.search(refused)
         assert line is not None, refused
         assert line.group(2) == f".[{extra}]", refused
@@ -263,9 +264,11 @@ def test_a_clone_installs_with_pip_and_each_extra_brings_what_its_message_names(
 
 def test_every_extra_a_message_or_page_names_is_one_pyproject_defines() -> None:
     # GIVEN the extras pyproject.toml defines (dev tools and mutmut are the repo's own)
-    defined = set(tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"][
-        "optional-dependencies"
-    ])
+    defined = set(
+        tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"][
+            "optional-dependencies"
+        ]
+    )
     # WHEN the install lines of the package's messages and of the pages are read
     named = {
         extra
