@@ -26,9 +26,10 @@ patched) nests inside it.
 :class:`OpenTelemetryListener` does the same for OpenTelemetry (the ADOT Lambda layer, or any
 OpenTelemetry SDK): events on the caller's current span and a child span per store round trip.
 It needs only ``opentelemetry-api`` (from a clone of fleetbreaker, ``pip install '.[otel]'``),
-imported when the listener is built, never by ``import fleetbreaker``. :func:`opentelemetry_configured` is the
-rule :func:`~fleetbreaker.observability.default_listeners` uses to pick one of the two: a
-function never gets both for one decision.
+imported when the listener is built, never by ``import fleetbreaker``.
+:func:`opentelemetry_configured` is the rule
+:func:`~fleetbreaker.observability.default_listeners` uses to pick one of the two: a function
+never gets both for one decision.
 """
 
 from __future__ import annotations
