@@ -34,6 +34,7 @@ from devtools.rehearsal import (
     create_principal,
     create_stack,
     enforce_iam,
+    put_alarms,
     read_functions,
     stack_resources,
 )
@@ -99,6 +100,8 @@ class Rehearsal:
     functions: dict[str, DeployedFunction]
     principals: dict[str, Credentials]
     cache: ElastiCacheLikeRedis | None
+    # {logical id: name} of the stack's alarms (devtools.rehearsal.put_alarms)
+    alarms: dict[str, str] = field(default_factory=dict)
     containers: list[LambdaContainer] = field(default_factory=list)
     warm: dict[str, LambdaContainer] = field(default_factory=dict)
 
@@ -243,6 +246,14 @@ def _deploy(
         code,
         condition_values(translated, parameters),
     )
+    alarms = put_alarms(
+        moto.endpoint_url,
+        admin,
+        STACK,
+        translated,
+        parameters,
+        condition_values(translated, parameters),
+    )
     functions = read_functions(moto.endpoint_url, admin, STACK)
     principals = {
         logical_id: create_principal(moto.endpoint_url, admin, function)
@@ -272,6 +283,7 @@ def _deploy(
         functions,
         principals,
         cache,
+        alarms,
     )
 
 

@@ -18,10 +18,11 @@ from typing import Any
 
 from tests.observability.emf import Datum, data, emf_documents
 
-# SELECT <stat>(<metric>) FROM SCHEMA("${<namespace parameter>}", <dimension>, ...)
+# SELECT <stat>(<metric>) FROM SCHEMA("<namespace>", <dimension>, ...), the namespace as
+# template.yaml writes it (${<parameter>}) or as the stack resolved it
 INSIGHTS_QUERY = re.compile(
-    r'SELECT (?P<stat>[A-Z]+)\((?P<metric>\w+)\) FROM SCHEMA\("\$\{(?P<namespace>\w+)\}", '
-    r"(?P<dimensions>[\w, ]+)\)"
+    r"SELECT (?P<stat>[A-Z]+)\((?P<metric>\w+)\) FROM SCHEMA\("
+    r'"(?:\$\{(?P<parameter>\w+)\}|(?P<namespace>[^"$]+))", (?P<dimensions>[\w, ]+)\)'
 )
 # SEARCH('{<namespace>,<dimension>,...} MetricName="<metric>"', '<stat>', <period>)
 SEARCH_EXPRESSION = re.compile(
@@ -54,7 +55,8 @@ def _keys(text: str) -> frozenset[str]:
 
 def alarm_selection(alarm: Mapping[str, Any]) -> Selection:
     """The one Metrics Insights query of an ``AWS::CloudWatch::Alarm`` (its Properties), as
-    template.yaml writes it (``!Sub`` of the namespace parameter)."""
+    template.yaml writes it (``!Sub`` of the namespace parameter: ``namespace`` is the
+    parameter's name) or as deployed (``namespace`` is the namespace)."""
     (query,) = alarm["Metrics"]
     assert query["ReturnData"] is True, query
     expression = query["Expression"]
@@ -62,7 +64,7 @@ def alarm_selection(alarm: Mapping[str, Any]) -> Selection:
     matched = INSIGHTS_QUERY.fullmatch(text.strip())
     assert matched is not None, f"not a query these tests can read: {text!r}"
     return Selection(
-        matched["namespace"],
+        matched["parameter"] or matched["namespace"],
         matched["metric"],
         _keys(matched["dimensions"]),
         matched["stat"],
