@@ -352,6 +352,17 @@ def snapstart_rehearsal(
 
 
 @pytest.fixture
+def default_set(
+    rehearsals: dict[str, Rehearsal], tmp_path_factory: pytest.TempPathFactory
+) -> Rehearsal:
+    """The default parameter set alone (the cheapest with the example), its breaker reset."""
+    deployed = _rehearsal("default", rehearsals, tmp_path_factory)
+    deployed.reset_breaker()
+    deployed.api.mode = "ok"
+    return deployed
+
+
+@pytest.fixture
 def core_rehearsal(
     rehearsals: dict[str, Rehearsal], tmp_path_factory: pytest.TempPathFactory
 ) -> Rehearsal:

@@ -26,18 +26,10 @@ from devtools.rehearsal import (
 from devtools.sam_template import load_template
 from devtools.servers import REPO_ROOT, make_certificates
 from tests.conftest import _start
-from tests.rehearsal.conftest import Rehearsal, _rehearsal, unique_key
+from tests.rehearsal.conftest import Rehearsal, unique_key
 from tests.rehearsal.support import cache_login_problems, http, payment
 
 pytestmark = pytest.mark.rehearsal
-
-
-@pytest.fixture
-def default_set(rehearsals: Any, tmp_path_factory: pytest.TempPathFactory) -> Rehearsal:
-    deployed = _rehearsal("default", rehearsals, tmp_path_factory)
-    deployed.reset_breaker()
-    deployed.api.mode = "ok"
-    return deployed
 
 
 def payment_container(rehearsal: Rehearsal, environment: dict[str, str]) -> LambdaContainer:

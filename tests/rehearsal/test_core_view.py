@@ -4,7 +4,9 @@ The stack creates the dashboard; its alarms are made as CloudFormation makes the
 (devtools.rehearsal.put_alarms: moto's CloudFormation has no alarms) and read back with
 DescribeAlarms. Then a function of your own, the core's managed policy as its only permission
 (moto enforcing it) and fleetbreaker's default metrics namespace, runs a breaker on the stack's
-table that opens: the EMF it writes is what the deployed BreakerOpenedAlarm's query counts.
+table that opens: the EMF it writes is what the deployed BreakerOpenedAlarm's query counts. And
+with the example, the payment function as deployed (its own environment, namespace included)
+trips its breaker: the EMF in its log breaches the same alarm.
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ import pytest
 from devtools.rehearsal import client, create_user, policy_document
 from fleetbreaker import CircuitBreaker, DynamoDBStore
 from fleetbreaker.metrics import DEFAULT_NAMESPACE, NAMESPACE_ENV, MetricsListener
-from tests.rehearsal.conftest import STACK, Rehearsal
+from tests.rehearsal.conftest import STACK, Rehearsal, unique_key
+from tests.rehearsal.support import on_fleet_breaker, payment
 from tests.sam.cloudwatch_queries import (
     alarm_selection,
     breaches,
@@ -116,5 +119,31 @@ def test_a_breaker_that_opens_breaches_the_deployed_opened_alarm(
     alarm = described_alarms(core_rehearsal)["BreakerOpenedAlarm"]
     selection = alarm_selection(alarm)
     value = datapoint(selection, points, selection.namespace)
+    assert value == 1
+    assert breaches(alarm, [value])
+
+
+def test_the_payment_functions_trip_breaches_the_deployed_opened_alarm(
+    default_set: Rehearsal,
+) -> None:
+    # GIVEN the example's payment function as deployed, and a payment API that fails
+    container = default_set.fleet()["PaymentFunction"]
+    environment = default_set.functions["PaymentFunction"].environment
+    threshold = int(environment["BREAKER_FAILURE_THRESHOLD"])
+    default_set.api.mode = "fail"
+
+    # WHEN it sees threshold failures, each invocation flushing its metrics to its log
+    log: list[str] = []
+    for _ in range(threshold):
+        invocation = on_fleet_breaker(container.invoke(payment(unique_key())))
+        assert invocation.answer()["statusCode"] == 502
+        log.extend(invocation.log)
+
+    # THEN the EMF in its log, read as CloudWatch reads it, holds one trip that the deployed
+    # alarm's query counts: the function's namespace is the alarm's
+    alarm = described_alarms(default_set)["BreakerOpenedAlarm"]
+    selection = alarm_selection(alarm)
+    assert environment[NAMESPACE_ENV] == selection.namespace
+    value = datapoint(selection, flushed_points("\n".join(log)), selection.namespace)
     assert value == 1
     assert breaches(alarm, [value])
