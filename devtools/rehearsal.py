@@ -291,7 +291,10 @@ def put_alarms(
             continue
         if not conditions.get(resource.get("Condition", ""), True):
             continue
-        properties = _resolved(take_branches(resource["Properties"], conditions), values)
+        try:
+            properties = _resolved(take_branches(resource["Properties"], conditions), values)
+        except RehearsalError as exc:
+            raise RehearsalError(f"stack {stack}, alarm {logical_id}: {exc}") from None
         for key in ALARM_INTEGERS:
             properties[key] = int(properties[key])
         properties["Threshold"] = float(properties["Threshold"])
