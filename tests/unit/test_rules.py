@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from fleetbreaker import rules
-from fleetbreaker.policy import OVERRIDE_TTL_S, Policy, open_duration_ms
+from fleetbreaker.policy import OVERRIDE_TTL_S, open_duration_ms
 from fleetbreaker.record import (
     MAX_TOKEN_CHARS,
     WINDOW_BUCKETS,
@@ -15,18 +15,15 @@ from fleetbreaker.record import (
     Record,
     State,
 )
+from tests.support import make_policy
 
 T0 = 1_700_000_000_000
-POLICY = Policy(
+POLICY = make_policy(
     failure_threshold=3,
-    window_ms=10_000,
-    base_open_ms=30_000,
-    backoff=2.0,
-    max_open_ms=300_000,
-    max_probes=2,
-    successes_needed=2,
-    lease_ms=5_000,
-    ttl_s=86_400,
+    window_seconds=10,
+    half_open_max_probes=2,
+    half_open_successes=2,
+    probe_lease_seconds=5,
 )
 
 
