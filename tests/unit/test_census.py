@@ -27,10 +27,10 @@ from fleetbreaker.policy import Policy
 from fleetbreaker.record import WINDOW_BUCKETS, CensusBucket, Record, State
 from fleetbreaker.results import RecordResult
 from fleetbreaker.stores.memory import MemoryStore
-from tests.support import FakeClock, RecordingListener
+from tests.support import FakeClock, RecordingListener, make_policy
 
 CONFIG = BreakerConfig(failure_threshold=5, window_seconds=60, cache_ttl=1.0)
-COUNT = Policy.from_config(CONFIG)
+COUNT = make_policy(CONFIG)
 NAME = "payment-api"
 T0 = 1_800_000_000_000 // COUNT.bucket_ms * COUNT.bucket_ms  # the start of a slice
 
@@ -101,7 +101,7 @@ def test_no_census_tells_nothing() -> None:
 
 def test_one_census_write_in_a_short_slice_tells_nothing() -> None:
     # GIVEN a 1 s window (100 ms slices) and one container's own census write, 150 ms in
-    short = Policy.from_config(BreakerConfig(failure_threshold=3, window_seconds=1))
+    short = make_policy(failure_threshold=3, window_seconds=1)
     now = T0 + 150
     record = Record(census={(now // 100) % WINDOW_BUCKETS: CensusBucket(now // 100, 1)})
 
@@ -390,7 +390,7 @@ def test_a_large_fleet_claims_the_probe_only_when_it_draws(clock: FakeClock) -> 
     rng = Draws(0.5)
     breaker = CircuitBreaker(NAME, store=store, config=short, clock=clock, rng=rng, listeners=[])
     breaker.state  # noqa: B018
-    store.record_failure(NAME, Policy.from_config(short), clock(), None, short.failure_threshold)
+    store.record_failure(NAME, make_policy(short), clock(), None, short.failure_threshold)
     clock.advance(short.recovery_timeout)
     writes = store.stats.writes
 

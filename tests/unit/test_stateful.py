@@ -30,9 +30,8 @@ from fleetbreaker import (
     MemoryStore,
     State,
 )
-from fleetbreaker.policy import Policy
 from tests.coverage_scope import untraced
-from tests.support import FakeClock, RecordingListener, in_a_fresh_thread
+from tests.support import FakeClock, RecordingListener, in_a_fresh_thread, make_policy
 
 CONFIG = BreakerConfig(
     failure_threshold=3,
@@ -86,7 +85,7 @@ class FleetMachine(RuleBasedStateMachine):
         # name, a failure's weight once weighed.
         self.heard = RecordingListener(self.clock)
         self.journal: list[tuple[str, int, Any]] = []
-        self.policy = Policy.from_config(CONFIG)
+        self.policy = make_policy(CONFIG)
         # Seeded random sources: census times and thinned writes must replay the same way
         # for Hypothesis to shrink an example.
         self.breakers = [
