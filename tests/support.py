@@ -124,7 +124,9 @@ class RecordingListener(BreakerListener):
     def values(self, hook: str, parameter: str) -> list[Any]:
         """The argument named ``parameter`` (as BreakerListener names it) of each call of
         ``hook``, in order: ``values("on_decision", "decision")``."""
-        position = _parameters(hook).index(parameter)
+        parameters = _parameters(hook)
+        assert parameter in parameters, f"{hook} has no argument {parameter!r}: {parameters}"
+        position = parameters.index(parameter)
         return [args[position] for args in self.args(hook)]
 
     def count(self, hook: str) -> int:

@@ -87,7 +87,7 @@ def test_the_recording_listener_refuses_a_hook_that_does_not_exist() -> None:
     heard = RecordingListener()
     with pytest.raises(AssertionError, match="on_transitoin"):
         heard.count("on_transitoin")
-    with pytest.raises(ValueError, match="reason"):
+    with pytest.raises(AssertionError, match="on_probe has no argument 'reason'"):
         heard.values("on_probe", "reason")
 
 
