@@ -18,7 +18,8 @@ from fleetbreaker import CircuitBreaker, DynamoDBStore
 from fleetbreaker.errors import CorruptRecordError
 from fleetbreaker.record import State
 from tests.contract.conftest import make_store
-from tests.contract.test_store_contract import POLICY, T0
+from tests.contract.test_store_contract import T0
+from tests.support import STORE_POLICY
 
 Writer = Callable[[str, dict[str, str]], None]
 
@@ -125,7 +126,7 @@ def test_the_next_failure_replaces_an_untrusted_record(
 ) -> None:
     store = write_case(raw_store, name, case)
 
-    outcome = store.record_failure(name, POLICY, T0, None)
+    outcome = store.record_failure(name, STORE_POLICY, T0, None)
 
     assert outcome.changed
     assert outcome.record.state is State.CLOSED
@@ -138,7 +139,7 @@ def test_an_operator_reset_replaces_an_untrusted_record(
 ) -> None:
     store = write_case(raw_store, name, case)
 
-    outcome = store.force_state(name, POLICY, T0, State.CLOSED)
+    outcome = store.force_state(name, STORE_POLICY, T0, State.CLOSED)
 
     assert outcome.record.state is State.CLOSED
     assert store.load(name, T0) == outcome.record
@@ -150,7 +151,7 @@ def test_an_open_record_with_a_15_digit_gen_grants_no_probe(
     store, put = raw_store
     put(name, {**GOOD, "state": "open", "gen": "999999999999999", "open_until": str(T0 - 1)})
 
-    claim = store.claim_probe(name, POLICY, T0, "probe", None)
+    claim = store.claim_probe(name, STORE_POLICY, T0, "probe", None)
 
     assert claim.token is None
     with pytest.raises(CorruptRecordError):  # left as it was, for the next write to replace

@@ -21,11 +21,11 @@ import pytest
 from devtools import servers
 from fleetbreaker import BreakerConfig, CircuitOpenError, DynamoDBStore, State
 from fleetbreaker.errors import StoreDeadlineError
-from fleetbreaker.events import BreakerListener, LoggingListener
+from fleetbreaker.events import LoggingListener
 from fleetbreaker.stores.dynamodb import TTL_ATTRIBUTE
 from tests import support
 from tests.faults.trickle import TrickleProxy
-from tests.support import Dependency, FakeClock
+from tests.support import Dependency, FakeClock, RecordingListener
 
 pytestmark = pytest.mark.realtime  # store deadlines and budgets, on the wall clock
 
@@ -35,20 +35,6 @@ BUDGET_S = 1.5
 
 
 breaker_on = functools.partial(support.breaker_on, config=CONFIG)
-
-
-class StoreCalls(BreakerListener):
-    """Counts store attempts and store errors as the breaker reports them."""
-
-    def __init__(self) -> None:
-        self.attempts = 0
-        self.errors: list[BaseException] = []
-
-    def on_store_call_start(self, name: str, operation: str) -> None:
-        self.attempts += 1
-
-    def on_store_error(self, name: str, operation: str, error: BaseException) -> None:
-        self.errors.append(error)
 
 
 def timed(fn: Any, *args: Any) -> tuple[Any, float]:
@@ -101,18 +87,20 @@ def _assert_degrades_within_budget(endpoint: str) -> None:
     dep = Dependency()
     store = DynamoDBStore("CircuitBreakers", endpoint_url=endpoint)
     assert store.client is not None  # built up front: boto3's setup is cold start, not budget
-    calls = StoreCalls()
+    calls = RecordingListener()
     breaker = breaker_on(store, clock, listeners=[calls])
 
     result, first = timed(breaker.call, dep)
-    attempts = calls.attempts
+    attempts = calls.count("on_store_call_start")
     second = breaker.call(dep)
 
     assert (result, second) == ("ok", "ok")
     assert breaker.degraded
     assert first < BUDGET_S
     assert attempts >= 1
-    assert calls.attempts == attempts  # inside the back-off the store is not called at all
+    assert (
+        calls.count("on_store_call_start") == attempts
+    )  # inside the back-off the store is not called at all
 
 
 def test_refused_connections_degrade_within_budget(refused_port: int) -> None:
@@ -262,7 +250,7 @@ def test_a_default_boto3_client_on_a_refused_endpoint_costs_one_deadline_per_bac
     # GIVEN a breaker on the user's own default-configured client, DynamoDB refusing
     clock = FakeClock()
     dep = Dependency()
-    calls = StoreCalls()
+    calls = RecordingListener()
     client = default_boto3_client(f"http://127.0.0.1:{refused_port}")
     store = DynamoDBStore("CircuitBreakers", boto3_client=client)
     breaker = breaker_on(store, clock, listeners=[LoggingListener(), calls])
@@ -278,10 +266,10 @@ def test_a_default_boto3_client_on_a_refused_endpoint_costs_one_deadline_per_bac
     # the store saw one attempt in the back-off
     assert first == "ok"
     assert first_s < CONFIG.store_deadline_seconds + 1
-    assert isinstance(calls.errors[0], StoreDeadlineError)
+    assert isinstance(calls.values("on_store_error", "error")[0], StoreDeadlineError)
     assert [result for result, _ in rest] == ["ok"] * 51
     assert sum(seconds for _, seconds in rest) < 0.5
-    assert calls.attempts == 1
+    assert calls.count("on_store_call_start") == 1
     assert breaker.degraded
 
     # WHEN the back-off ends THEN one more attempt, bounded the same way
@@ -289,7 +277,7 @@ def test_a_default_boto3_client_on_a_refused_endpoint_costs_one_deadline_per_bac
     again, again_s = timed(breaker.call, dep)
     assert again == "ok"
     assert again_s < CONFIG.store_deadline_seconds + 1
-    assert calls.attempts == 2
+    assert calls.count("on_store_call_start") == 2
 
 
 def test_a_passed_client_looser_than_the_budget_gets_one_log_line(
@@ -332,7 +320,7 @@ def test_a_reply_trickling_in_from_moto_is_cut_at_the_deadline(
     upstream = urllib.parse.urlsplit(endpoint)
     clock = FakeClock()
     dep = Dependency()
-    calls = StoreCalls()
+    calls = RecordingListener()
     with TrickleProxy((upstream.hostname or "127.0.0.1", upstream.port or 80)) as proxy:
         store = DynamoDBStore(table, endpoint_url=proxy.endpoint_url)
         assert store.client is not None  # boto3's setup is cold start, not the budget
@@ -344,6 +332,6 @@ def test_a_reply_trickling_in_from_moto_is_cut_at_the_deadline(
     # THEN the store operation ends at the deadline, as a store error, and the call runs
     assert result == "ok"
     assert elapsed < CONFIG.store_deadline_seconds + 1
-    assert isinstance(calls.errors[0], StoreDeadlineError)
+    assert isinstance(calls.values("on_store_error", "error")[0], StoreDeadlineError)
     assert breaker.stats.store_errors == 1
     assert breaker.degraded

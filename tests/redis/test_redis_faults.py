@@ -18,9 +18,8 @@ import redis
 from devtools.servers import BlackholeServer, RedisServer
 from fleetbreaker import BreakerConfig, CircuitBreaker, CircuitOpenError, RedisStore, State
 from fleetbreaker.errors import StoreDeadlineError
-from fleetbreaker.events import BreakerListener
 from tests.faults.trickle import TrickleProxy
-from tests.support import Dependency, FakeClock, breaker_on, trip
+from tests.support import Dependency, FakeClock, RecordingListener, breaker_on, trip
 
 pytestmark = pytest.mark.realtime  # servers killed and paused, deadlines, on the wall clock
 
@@ -32,38 +31,20 @@ CONFIG = BreakerConfig(
 BUDGET_S = 1.0
 
 
-class Events(BreakerListener):
-    def __init__(self) -> None:
-        self.degraded: list[str] = []
-        self.recovered = 0
-        self.store_errors: list[BaseException] = []
-        self.store_calls = 0
-
-    def on_store_call_start(self, name: str, operation: str) -> None:
-        self.store_calls += 1
-
-    def on_degraded(self, name: str, reason: str) -> None:
-        self.degraded.append(reason)
-
-    def on_recovered(self, name: str) -> None:
-        self.recovered += 1
-
-    def on_store_error(self, name: str, operation: str, error: BaseException) -> None:
-        self.store_errors.append(error)
-
-
 @pytest.fixture
 def dep() -> Dependency:
     return Dependency()
 
 
 @pytest.fixture
-def events() -> Events:
-    return Events()
+def events() -> RecordingListener:
+    return RecordingListener()
 
 
 @pytest.fixture
-def breaker_at(clock: FakeClock, events: Events) -> Iterator[Callable[[str], CircuitBreaker]]:
+def breaker_at(
+    clock: FakeClock, events: RecordingListener
+) -> Iterator[Callable[[str], CircuitBreaker]]:
     """A breaker on a RedisStore at `url`, with the store's default (short) timeouts."""
     stores: list[RedisStore] = []
 
@@ -94,7 +75,7 @@ def test_a_killed_server_degrades_to_the_local_breaker(
     breaker_at: Callable[[str], CircuitBreaker],
     clock: FakeClock,
     dep: Dependency,
-    events: Events,
+    events: RecordingListener,
 ) -> None:
     # GIVEN a healthy breaker whose Redis then crashes
     server = redis_factory()
@@ -110,8 +91,8 @@ def test_a_killed_server_degrades_to_the_local_breaker(
     assert result == "ok"
     assert elapsed < BUDGET_S
     assert breaker.degraded
-    assert len(events.degraded) == 1
-    assert isinstance(events.store_errors[0].__cause__, redis.ConnectionError)
+    assert events.count("on_degraded") == 1
+    assert isinstance(events.values("on_store_error", "error")[0].__cause__, redis.ConnectionError)
     # and the local breaker still protects the dependency
     trip(breaker, dep)
     dep.failing = False
@@ -150,7 +131,7 @@ def test_the_breaker_recovers_when_the_server_is_back(
     breaker_at: Callable[[str], CircuitBreaker],
     clock: FakeClock,
     dep: Dependency,
-    events: Events,
+    events: RecordingListener,
 ) -> None:
     server = redis_factory()
     breaker = breaker_at(server.url)
@@ -165,7 +146,7 @@ def test_the_breaker_recovers_when_the_server_is_back(
 
     assert breaker.call(dep) == "ok"
     assert not breaker.degraded
-    assert events.recovered == 1
+    assert events.count("on_recovered") == 1
 
 
 # -- restarted with its data lost ----------------------------------------------------------
@@ -235,13 +216,13 @@ def test_a_server_that_never_answers_costs_one_timeout_then_nothing(
     breaker_at: Callable[[str], CircuitBreaker],
     clock: FakeClock,
     dep: Dependency,
-    events: Events,
+    events: RecordingListener,
 ) -> None:
     breaker = breaker_at(blackhole.redis_url)
 
     # WHEN the first call meets the hung store
     first, first_s = timed(lambda: breaker.call(dep))
-    store_calls = events.store_calls
+    store_calls = events.count("on_store_call_start")
     # and more calls come during the store back-off
     rest = [breaker.call(dep) for _ in range(50)]
 
@@ -249,18 +230,18 @@ def test_a_server_that_never_answers_costs_one_timeout_then_nothing(
     # is not asked again until the back-off ends
     assert first == "ok"
     assert first_s < BUDGET_S
-    assert isinstance(events.store_errors[0].__cause__, redis.TimeoutError)
+    assert isinstance(events.values("on_store_error", "error")[0].__cause__, redis.TimeoutError)
     assert rest == ["ok"] * 50
     assert store_calls >= 1
-    assert events.store_calls == store_calls
-    assert len(events.store_errors) == 1
+    assert events.count("on_store_call_start") == store_calls
+    assert events.count("on_store_error") == 1
 
     # WHEN the back-off ends THEN the store is tried again, within the same budget
     clock.advance(CONFIG.store_backoff_seconds)
     again, again_s = timed(lambda: breaker.call(dep))
     assert again == "ok"
     assert again_s < BUDGET_S
-    assert len(events.store_errors) == 2
+    assert events.count("on_store_error") == 2
 
 
 def test_a_paused_server_degrades_then_recovers_when_resumed(
@@ -268,7 +249,7 @@ def test_a_paused_server_degrades_then_recovers_when_resumed(
     breaker_at: Callable[[str], CircuitBreaker],
     clock: FakeClock,
     dep: Dependency,
-    events: Events,
+    events: RecordingListener,
 ) -> None:
     # GIVEN an open breaker whose Redis then hangs (SIGSTOP: connections accepted, no replies)
     server = redis_factory()
@@ -282,26 +263,17 @@ def test_a_paused_server_degrades_then_recovers_when_resumed(
     result, elapsed = timed(lambda: breaker.call(dep))
     assert isinstance(result, CircuitOpenError)
     assert elapsed < BUDGET_S
-    assert isinstance(events.store_errors[0].__cause__, redis.TimeoutError)
+    assert isinstance(events.values("on_store_error", "error")[0].__cause__, redis.TimeoutError)
 
     # WHEN Redis resumes and the back-off ends THEN the fleet's record is in charge again
     server.resume()
     clock.advance(CONFIG.store_backoff_seconds)
     assert breaker.state is State.OPEN
     assert not breaker.degraded
-    assert events.recovered == 1
+    assert events.count("on_recovered") == 1
 
 
 # -- the deadline: a passed client with no timeouts, a reply that trickles ----------------------
-
-
-class StoreCalls(Events):
-    def __init__(self) -> None:
-        super().__init__()
-        self.attempts = 0
-
-    def on_store_call_start(self, name: str, operation: str) -> None:
-        self.attempts += 1
 
 
 def test_a_passed_client_with_no_socket_timeouts_costs_one_deadline_per_backoff(
@@ -310,7 +282,7 @@ def test_a_passed_client_with_no_socket_timeouts_costs_one_deadline_per_backoff(
     # GIVEN the user's own redis client with no socket timeouts, on a server that accepts
     # connections and never answers
     client = redis.Redis.from_url(blackhole.redis_url)
-    calls = StoreCalls()
+    calls = RecordingListener()
     store = RedisStore(client=client, use_server_time=False)
     breaker = CircuitBreaker(
         "payment-api", store=store, config=CONFIG, clock=clock, listeners=[calls]
@@ -327,17 +299,17 @@ def test_a_passed_client_with_no_socket_timeouts_costs_one_deadline_per_backoff(
     # the store saw one attempt in the back-off
     assert first == "ok"
     assert first_s < CONFIG.store_deadline_seconds + 1
-    assert isinstance(calls.store_errors[0], StoreDeadlineError)
+    assert isinstance(calls.values("on_store_error", "error")[0], StoreDeadlineError)
     assert [result for result, _ in rest] == ["ok"] * 51
     assert sum(seconds for _, seconds in rest) < 0.5
-    assert calls.attempts == 1
+    assert calls.count("on_store_call_start") == 1
 
     # WHEN the back-off ends THEN one more attempt, bounded the same way
     clock.advance(0.001)
     again, again_s = timed(lambda: breaker.call(dep))
     assert again == "ok"
     assert again_s < CONFIG.store_deadline_seconds + 1
-    assert calls.attempts == 2
+    assert calls.count("on_store_call_start") == 2
 
 
 def test_a_passed_client_with_no_socket_timeouts_gets_one_log_line(
@@ -354,7 +326,10 @@ def test_a_passed_client_with_no_socket_timeouts_gets_one_log_line(
 
 
 def test_a_reply_trickling_in_from_redis_is_cut_at_the_deadline(
-    redis_factory: Callable[[], RedisServer], clock: FakeClock, dep: Dependency, events: Events
+    redis_factory: Callable[[], RedisServer],
+    clock: FakeClock,
+    dep: Dependency,
+    events: RecordingListener,
 ) -> None:
     # GIVEN redis-server behind a proxy that sends each reply one byte per 100 ms: every
     # socket read gets a byte well inside the store's 0.2 s socket timeout
@@ -372,6 +347,6 @@ def test_a_reply_trickling_in_from_redis_is_cut_at_the_deadline(
     # THEN the store operation ends at the deadline, as a store error, and the call runs
     assert result == "ok"
     assert elapsed < CONFIG.store_deadline_seconds + 1
-    assert isinstance(events.store_errors[0], StoreDeadlineError)
+    assert isinstance(events.values("on_store_error", "error")[0], StoreDeadlineError)
     assert breaker.stats.store_errors == 1
     assert breaker.degraded

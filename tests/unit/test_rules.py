@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from fleetbreaker import rules
-from fleetbreaker.policy import OVERRIDE_TTL_S, Policy, open_duration_ms
+from fleetbreaker.policy import OVERRIDE_TTL_S
 from fleetbreaker.record import (
     MAX_TOKEN_CHARS,
     WINDOW_BUCKETS,
@@ -15,18 +15,15 @@ from fleetbreaker.record import (
     Record,
     State,
 )
+from tests.support import make_policy
 
 T0 = 1_700_000_000_000
-POLICY = Policy(
+POLICY = make_policy(
     failure_threshold=3,
-    window_ms=10_000,
-    base_open_ms=30_000,
-    backoff=2.0,
-    max_open_ms=300_000,
-    max_probes=2,
-    successes_needed=2,
-    lease_ms=5_000,
-    ttl_s=86_400,
+    window_seconds=10,
+    half_open_max_probes=2,
+    half_open_successes=2,
+    probe_lease_seconds=5,
 )
 
 
@@ -91,16 +88,6 @@ def test_failure_after_the_window_starts_a_new_count() -> None:
     assert outcome.record is not None
     assert outcome.record.failures == 1
     assert outcome.record.window_start == T0 + POLICY.window_ms
-
-
-@pytest.mark.parametrize(
-    ("reopens", "jitter", "expected"),
-    [(0, 0.5, 30_000), (1, 1.0, 60_000), (2, 1.0, 120_000), (2, 0.8, 96_000), (9, 1.0, 300_000)],
-)
-def test_open_duration_grows_exponentially_with_jitter_and_a_cap(
-    reopens: int, jitter: float, expected: int
-) -> None:
-    assert open_duration_ms(POLICY, reopens, jitter) == expected
 
 
 def test_claims_fill_the_probe_budget_then_stop() -> None:
