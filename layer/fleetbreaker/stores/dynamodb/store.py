@@ -182,6 +182,15 @@ class DynamoDBStore:
         return self._wire.client
 
     @property
+    def sharing_identity(self) -> str:
+        """The region, endpoint and table this store reaches (see
+        :mod:`fleetbreaker.stores.identity`). Builds the client (no request)."""
+        # At use, not import: only Managed Instances ask (a cold start elsewhere never does).
+        from fleetbreaker.stores.identity import dynamodb_identity
+
+        return dynamodb_identity(self.client, self.table_name)
+
+    @property
     def configured_by(self) -> str:
         """What named the table (``CIRCUIT_BREAKER_TABLE`` or ``table_name``): the errors of
         a misconfigured store (:class:`~fleetbreaker.errors.StoreMisconfiguredError`) name it."""
