@@ -20,7 +20,6 @@ import redis
 from fleetbreaker import CircuitBreaker, DynamoDBStore, MemoryStore, RedisStore, State
 from fleetbreaker.record import Record
 from fleetbreaker.shared_refresh import Shared, SharedCopy, copy_key
-from fleetbreaker.view import MAX_REFRESH_STRETCH
 from tests.support import Dependency, FakeClock
 from tests.unit.test_shared_refresh import COUNT, NAME, NoCensus, SharedStore, process
 
@@ -28,7 +27,8 @@ from tests.unit.test_shared_refresh import COUNT, NAME, NoCensus, SharedStore, p
 NO_CENSUS: Any = NoCensus()
 PATIENT = COUNT.__class__(failure_threshold=3, window_seconds=60, store_deadline_seconds=30)
 TTL_MS = round(COUNT.cache_ttl * 1000)
-LONGEST_MS = round(MAX_REFRESH_STRETCH * TTL_MS)
+# The longest a process keeps its own view: 2 x cache_ttl (docs/architecture.md).
+LONGEST_MS = 2 * TTL_MS
 DAY_MS = 86_400_000
 
 
