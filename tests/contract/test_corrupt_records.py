@@ -9,13 +9,14 @@ replace it on the next write, and let an operator reset it.
 from __future__ import annotations
 
 import contextlib
+import random
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 import redis
 
-from fleetbreaker import CircuitBreaker, DynamoDBStore, rules
+from fleetbreaker import BreakerConfig, CircuitBreaker, DynamoDBStore, rules
 from fleetbreaker import record as schema
 from fleetbreaker.errors import CorruptRecordError
 from fleetbreaker.record import Record, State
@@ -266,3 +267,36 @@ def test_a_full_census_slice_stays_full_and_readable(
     assert record == outcome.record
     assert record.state is State.OPEN
     assert [c.count for c in record.census.values()] == [MAX_CENSUS_COUNT]
+
+
+class AlwaysCensus(random.Random):
+    """A random source whose census is due at every refresh."""
+
+    def random(self) -> float:
+        return 0.0
+
+
+def test_a_breaker_whose_census_falls_on_an_unreadable_open_record_never_closes_it(
+    raw_store: tuple[Any, Writer], name: str
+) -> None:
+    # GIVEN an open breaker whose census slice holds 15 digits, and a container whose
+    # refreshes are all census writes
+    store, put = raw_store
+    put(name, {**OPEN, **census_slice("999999999999999")})
+    now = [T0]
+    breaker = CircuitBreaker(
+        name,
+        store=store,
+        clock=lambda: now[0],
+        rng=AlwaysCensus(),
+        config=BreakerConfig(store_deadline_seconds=30),
+    )
+
+    # WHEN it refreshes its view, again and again
+    for _ in range(5):
+        breaker.state  # noqa: B018
+        now[0] += 1_500
+
+    # THEN the record still holds the open breaker, of the same generation
+    after = raw_fields(store, name)
+    assert {k: after[k] for k in KEPT} == {k: OPEN[k] for k in KEPT}
