@@ -140,6 +140,9 @@ def _note_unshared(kind_name: str, why: str) -> None:
 class UntrustedFileError(OSError):
     """A file at the copy's (or the lock's) path that this process does not trust."""
 
+    def __str__(self) -> str:
+        return str(self.strerror)  # the reason alone, without "[Errno 1]"
+
 
 @frozen
 class Shared:
@@ -259,14 +262,15 @@ class SharedCopy:
         if self._warned:
             return
         self._warned = True
+        path = self.lock_path if what == "lock" else self.path
         log.warning(
             "fleetbreaker: cannot %s the shared view %s (%s: %s): this process reads the "
             "store itself when the copy fails it",
             what,
-            self.path,
+            path,
             type(exc).__name__,
             exc,
-            extra={"breaker_event": "shared_view_error", "path": self.path},
+            extra={"breaker_event": "shared_view_error", "path": path},
         )
 
 
