@@ -14,7 +14,8 @@ and a lock for files they write together):
   whoever takes it;
 - otherwise the process that takes the copy's lock reads the store and writes the copy; a
   process that finds the lock taken acts on its last view until the copy is written (it looks
-  again on its next call), and one that has no view yet reads the store itself.
+  again on its next call) while that view is no older than it would keep it, and one that has
+  no view yet (or an older one) reads the store itself.
 
 Only reads are shared. A refresh that writes (a census write, a rate-policy report at the base
 interval) is the process's own, as every count is. Degraded (the store out of reach), a
@@ -372,9 +373,11 @@ class SharedReads:
         except OSError:
             return store.load(self.name, now_ms)
         if not locked:
-            if entry is not None:
+            if entry is not None and now_ms < entry[1] + self._longest_ms():
                 # Another process of the environment is reading the store now. Not kept as
-                # fresh: the next call looks at the copy again.
+                # fresh: the next call looks at the copy again. Only while the view is no
+                # older than this process would keep it: a holder that never lets go (stuck,
+                # stopped) must not hold this process on an old view.
                 return entry[0]
             return store.load(self.name, now_ms)
         try:
@@ -402,11 +405,14 @@ class SharedReads:
             return None
         # Fresh for as long as its reader kept it, and never longer than this process would
         # keep its own view: the file's fresh_until is another process's word, not ours.
-        longest = round(MAX_REFRESH_STRETCH * self._cache.ttl_ms)
-        fresh_until = min(shared.fresh_until, shared.read_at + longest)
+        fresh_until = min(shared.fresh_until, shared.read_at + self._longest_ms())
         if not shared.read_at <= now_ms < fresh_until:
             return None
         return Shared(shared.record, shared.read_at, fresh_until)
+
+    def _longest_ms(self) -> int:
+        """The longest this process keeps a view of its own: MAX_REFRESH_STRETCH x cache_ttl."""
+        return round(MAX_REFRESH_STRETCH * self._cache.ttl_ms)
 
     def _take(self, shared: Shared) -> Record | None:
         """The copy as this process's store answer, given at the copy's read time."""

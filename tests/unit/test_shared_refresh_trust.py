@@ -8,6 +8,7 @@ one execution environment; the store counts its reads.
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
 from pathlib import Path
@@ -494,3 +495,22 @@ def test_a_process_that_takes_the_lock_after_a_refresh_takes_that_refresh(
     # THEN the environment read the store once for both
     assert raced
     assert store.stats.reads == 2
+
+
+def test_a_lock_held_for_ever_keeps_no_process_on_an_old_view(
+    store: SharedStore, clock: FakeClock, tmp_path: Path
+) -> None:
+    # GIVEN a process with a view, and another process of the environment that took the
+    # copy's lock and never lets it go (stuck, or stopped)
+    breaker = process(store, clock, tmp_path, "p1")
+    breaker.state  # noqa: B018
+    holder = os.open(the_copy(store, tmp_path).lock_path, os.O_RDWR)
+    fcntl.flock(holder, fcntl.LOCK_EX)
+    try:
+        # WHEN the fleet trips, and the longest this process keeps its own view passes
+        trip(store, clock)
+        clock.advance(LONGEST_MS / 1000)
+        # THEN it reads the store itself: open
+        assert breaker.state is State.OPEN
+    finally:
+        os.close(holder)
