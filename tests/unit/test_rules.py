@@ -7,8 +7,10 @@ import pytest
 from fleetbreaker import rules
 from fleetbreaker.policy import OVERRIDE_TTL_S
 from fleetbreaker.record import (
+    MAX_RECORD_DIGITS,
     MAX_TOKEN_CHARS,
     WINDOW_BUCKETS,
+    CensusBucket,
     Decision,
     Lease,
     ProbeReport,
@@ -185,3 +187,23 @@ def test_a_census_slice_has_a_whole_slot_in_the_ring() -> None:
         assert idx == now // POLICY.bucket_ms
         assert isinstance(slot, int)
         assert 0 <= slot < WINDOW_BUCKETS
+
+
+def test_a_full_census_slice_stays_full_and_the_state_stays() -> None:
+    # GIVEN an open record whose current census slice holds the largest count a record may
+    idx, slot = rules.census_slot(POLICY, T0)
+    full = 10**MAX_RECORD_DIGITS - 1
+    record = Record(
+        state=State.OPEN,
+        gen=3,
+        open_until=T0 + 30_000,
+        census={slot: CensusBucket(idx, full)},
+    )
+
+    # WHEN a census write is counted
+    outcome = rules.apply_census(record, POLICY, T0)
+
+    # THEN the count stays within the record's digits, and nothing else moves
+    assert outcome.record is not None
+    assert outcome.record.census[slot] == CensusBucket(idx, full)
+    assert (outcome.record.state, outcome.record.gen, outcome.transition) == (State.OPEN, 3, None)
