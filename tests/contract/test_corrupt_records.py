@@ -189,7 +189,7 @@ def raw_fields(store: Any, name: str) -> dict[str, str]:
 
 def census_slice(count: str) -> dict[str, str]:
     """The census ring's current slice (at T0) holding ``count``."""
-    idx, slot = rules.census_slot(POLICY, T0)
+    idx, slot = rules.census_slot(STORE_POLICY, T0)
     return {
         schema.census_field(slot, schema.CENSUS_INDEX): str(idx),
         schema.census_field(slot, schema.CENSUS_COUNT): count,
@@ -226,7 +226,7 @@ def test_a_census_write_never_replaces_an_untrusted_record(
 
     # WHEN a census write lands (with no view, or the open view the container last had)
     with pytest.raises(CorruptRecordError):
-        store.census(name, POLICY, T0, observed)
+        store.census(name, STORE_POLICY, T0, observed)
 
     # THEN the record is as it was: unreadable, for a counted write or an operator to replace
     after = raw_fields(store, name)
@@ -246,7 +246,7 @@ def test_a_census_write_never_closes_an_open_record_with_a_forged_census(
     # WHEN census writes land, as the containers' refreshes send them
     for step in range(2):
         with contextlib.suppress(CorruptRecordError):
-            store.census(name, POLICY, T0 + step, None)
+            store.census(name, STORE_POLICY, T0 + step, None)
 
     # THEN the breaker is still open, of the same generation
     after = raw_fields(store, name)
@@ -261,7 +261,7 @@ def test_a_full_census_slice_stays_full_and_readable(
     put(name, {**OPEN, **census_slice(str(MAX_CENSUS_COUNT))})
 
     # WHEN a census write lands
-    outcome = store.census(name, POLICY, T0 + 1, store.load(name, T0 + 1))
+    outcome = store.census(name, STORE_POLICY, T0 + 1, store.load(name, T0 + 1))
 
     # THEN the slice stays at that count, and the record stays readable and open
     record = store.load(name, T0 + 1)
