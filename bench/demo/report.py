@@ -516,10 +516,13 @@ def _plot_drain(run: Run, ax: Axes, until: float) -> None:
             label="the run's traffic stopped",
         )
     else:
+        deferred = run.summary.deferred
         ax.text(
             0.5,
             0.5,
-            "no payment deferred",
+            f"none of its {deferred} deferred payments charged from the queue"
+            if deferred
+            else "no payment deferred",
             transform=ax.transAxes,
             ha="center",
             va="center",

@@ -195,6 +195,16 @@ def test_the_outage_fills_the_time_axis_and_the_drain_has_its_own(drawn: Any) ->
     assert [t.get_text() for t in drain[1].texts] == ["no payment deferred"]
 
 
+def test_a_run_whose_deferred_payments_were_not_drained_says_so(drawn: Any) -> None:
+    # GIVEN a run that deferred 2 payments, none of them drained, beside one that drained
+    fig = drawn([enforcing(DEFERRED, [2.5]), enforcing(DEFERRED, [])])
+    # THEN its drain panel names what was left, not "nothing deferred"
+    drain = fig.axes[7]
+    assert [t.get_text() for t in drain.texts] == [
+        "none of its 2 deferred payments charged from the queue"
+    ]
+
+
 def per_container_probes() -> Run:
     """Three per-container breakers that each probed within 20 ms of the others, twice."""
     calls = [call(n, 0.2 + n / 10, CHARGED, "closed") for n in range(3)]
