@@ -10,7 +10,8 @@ many requests reached the server. A wait on work the test does not control may g
 The check reads each test module's syntax tree: within a function, a name is wall-clock time
 when it is assigned (or unpacked, or iterated) from an expression that reads the clock
 (``time.time``, ``time.perf_counter``, ``time.monotonic``, their ``_ns`` forms) or calls a
-helper named ``timed``, or from another such name. Any ``<`` or ``<=`` comparison of an
+helper named ``timed``, or a clock imported by name (``perf_counter()``, ``monotonic()``),
+or from another such name. Any ``<`` or ``<=`` comparison of an
 expression holding such a name with a number under 0.5 (a literal, or a module constant) is
 reported with its file and line; so is every ``assert`` that orders such a name, or a clock
 read, against anything at all (``asserted_bounds``).
@@ -26,6 +27,7 @@ TESTS = Path(__file__).resolve().parents[1]
 LIMIT_S = 0.5
 CLOCK_READS = {"time", "perf_counter", "monotonic", "time_ns", "perf_counter_ns", "monotonic_ns"}
 ORDERINGS = (ast.Lt, ast.LtE, ast.Gt, ast.GtE)
+BARE_CLOCK_READS = {"timed", "perf_counter", "monotonic", "perf_counter_ns", "monotonic_ns"}
 
 
 def _reads_clock(node: ast.AST) -> bool:
@@ -33,8 +35,8 @@ def _reads_clock(node: ast.AST) -> bool:
         if not isinstance(call, ast.Call):
             continue
         func = call.func
-        if isinstance(func, ast.Name) and func.id == "timed":
-            return True
+        if isinstance(func, ast.Name) and func.id in BARE_CLOCK_READS:
+            return True  # a timed() helper, or a clock imported by name (from time import ...)
         if (
             isinstance(func, ast.Attribute)
             and func.attr in CLOCK_READS
@@ -194,8 +196,9 @@ def test_kept():
 
 def test_the_check_finds_every_asserted_wall_clock_bound() -> None:
     # GIVEN the shapes issue 44 found (a bound of 2 s, a budget constant, a deadline plus
-    # slack, a give-up asserted in a wait loop, the bound written on the left) and the shapes
-    # the suite keeps (a wait loop's condition, a simulated time, a count)
+    # slack, a give-up asserted in a wait loop), the bound written on the left, a clock
+    # imported by name, and the shapes the suite keeps (a wait loop's condition, a simulated
+    # time, a count)
     source = """
 def test_gate():
     started = time.perf_counter()
@@ -216,6 +219,9 @@ def test_left():
     started = time.monotonic()
     work()
     assert 30 > time.monotonic() - started
+def test_imported():
+    began = perf_counter()
+    assert perf_counter() - began <= 5
 def test_kept():
     deadline = time.monotonic() + 10
     while running() and time.monotonic() < deadline:
@@ -225,6 +231,6 @@ def test_kept():
     assert result.trip_s < 0.1
     assert calls.attempts <= 2
 """
-    # WHEN it is checked, THEN the five asserted bounds are reported, and only they
+    # WHEN it is checked, THEN the six asserted bounds are reported, and only they
     found = asserted_bounds(source, "example.py")
-    assert [line.split(":")[1] for line in found] == ["6", "9", "12", "16", "20"]
+    assert [line.split(":")[1] for line in found] == ["6", "9", "12", "16", "20", "23"]
