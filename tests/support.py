@@ -358,3 +358,23 @@ def load_file(path: Path, name: str) -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+# How long a wait for another thread or process to reach a point may take before the test
+# gives up. A liveness guard, not a speed claim: it only turns a hang into a failure that
+# names what never happened, long before pytest's own timeout would.
+GIVE_UP_S = 120.0
+
+
+def wait_for(condition: Callable[[], bool], what: str) -> None:
+    """Poll ``condition`` until it holds; fail naming ``what`` if it never does.
+
+    For waits on work the test does not control (an execution in moto's Step Functions, a
+    child process). The give-up is GIVE_UP_S whatever the wait: a test that must show how
+    quickly something happens asserts a deadline the code enforces, never this.
+    """
+    give_up = time.monotonic() + GIVE_UP_S
+    while not condition():
+        if time.monotonic() > give_up:
+            raise AssertionError(f"gave up after {GIVE_UP_S:g} s: {what}")
+        time.sleep(0.01)  # polls a condition; moves no clock

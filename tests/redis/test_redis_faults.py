@@ -2,13 +2,14 @@
 
 DESIGN.md: a store error never reaches the protected call, the call is never held up for
 more than a small budget, and the breaker runs on a per-container local breaker until the
-store answers again. Time moves only by the fake clock; latencies are measured, never slept.
+store answers again. Time moves only by the fake clock. No test times the machine: a call is
+shown cut short by what the code did (the client gave up on a server that holds the answer, or
+the breaker's deadline fired) and by how often the store was asked, never by a stopwatch.
 """
 
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -26,9 +27,6 @@ pytestmark = pytest.mark.realtime  # servers killed and paused, deadlines, on th
 CONFIG = BreakerConfig(
     failure_threshold=3, recovery_timeout=10, recovery_jitter=0.0, store_backoff_seconds=5
 )
-# What one call may cost when Redis is out of reach: the default 0.2 s connect and read
-# timeouts, one retry of a broken connection, and generous slack for a busy test machine.
-BUDGET_S = 1.0
 
 
 @pytest.fixture
@@ -58,13 +56,18 @@ def breaker_at(
         store.close()
 
 
-def timed(fn: Callable[[], Any]) -> tuple[Any, float]:
-    started = time.perf_counter()
+def outcome(fn: Callable[[], Any]) -> Any:
+    """What ``fn()`` returned, or the exception it raised."""
     try:
-        result: Any = fn()
+        return fn()
     except Exception as exc:
-        result = exc
-    return result, time.perf_counter() - started
+        return exc
+
+
+def cut_short(error: BaseException) -> bool:
+    """The store operation ended by the code's own doing on a server that held its answer:
+    the client's socket timeout, or the breaker's deadline (StoreDeadlineError)."""
+    return isinstance(error, StoreDeadlineError) or isinstance(error.__cause__, redis.TimeoutError)
 
 
 # -- killed --------------------------------------------------------------------------------
@@ -85,11 +88,12 @@ def test_a_killed_server_degrades_to_the_local_breaker(
     clock.advance(CONFIG.cache_ttl)
 
     # WHEN calls keep coming
-    result, elapsed = timed(lambda: breaker.call(dep))
+    result = outcome(lambda: breaker.call(dep))
 
-    # THEN they run, quickly, on the local breaker, and the degradation is reported
+    # THEN they run on the local breaker, after one store attempt the client gave up on (the
+    # connection refused), and the degradation is reported
     assert result == "ok"
-    assert elapsed < BUDGET_S
+    assert events.count("on_store_call_start") == 2  # the healthy load, then the refused one
     assert breaker.degraded
     assert events.count("on_degraded") == 1
     assert isinstance(events.values("on_store_error", "error")[0].__cause__, redis.ConnectionError)
@@ -115,9 +119,8 @@ def test_a_breaker_seen_open_keeps_rejecting_after_the_server_dies(
     clock.advance(CONFIG.cache_ttl)
 
     # WHEN a call comes before the open window ends THEN it is rejected without running
-    result, elapsed = timed(lambda: breaker.call(dep))
+    result = outcome(lambda: breaker.call(dep))
     assert isinstance(result, CircuitOpenError)
-    assert elapsed < BUDGET_S
     assert dep.calls == CONFIG.failure_threshold
 
     # and once the window ends, the local breaker lets a probe through
@@ -221,27 +224,28 @@ def test_a_server_that_never_answers_costs_one_timeout_then_nothing(
     breaker = breaker_at(blackhole.redis_url)
 
     # WHEN the first call meets the hung store
-    first, first_s = timed(lambda: breaker.call(dep))
+    first = breaker.call(dep)
     store_calls = events.count("on_store_call_start")
     # and more calls come during the store back-off
     rest = [breaker.call(dep) for _ in range(50)]
 
-    # THEN the first waits one read timeout, no exception reaches the caller, and the store
-    # is not asked again until the back-off ends
+    # THEN the first is cut short (the server still holds its answer), no exception reaches
+    # the caller, and the store is not asked again until the back-off ends
     assert first == "ok"
-    assert first_s < BUDGET_S
-    assert isinstance(events.values("on_store_error", "error")[0].__cause__, redis.TimeoutError)
+    errors = events.values("on_store_error", "error")
+    assert cut_short(errors[0]), repr(errors[0])
     assert rest == ["ok"] * 50
-    assert store_calls >= 1
+    assert store_calls == 1
     assert events.count("on_store_call_start") == store_calls
     assert events.count("on_store_error") == 1
 
-    # WHEN the back-off ends THEN the store is tried again, within the same budget
+    # WHEN the back-off ends THEN the store is tried again, cut the same way
     clock.advance(CONFIG.store_backoff_seconds)
-    again, again_s = timed(lambda: breaker.call(dep))
-    assert again == "ok"
-    assert again_s < BUDGET_S
-    assert events.count("on_store_error") == 2
+    assert breaker.call(dep) == "ok"
+    assert events.count("on_store_call_start") == 2
+    errors = events.values("on_store_error", "error")
+    assert len(errors) == 2
+    assert cut_short(errors[1]), repr(errors[1])
 
 
 def test_a_paused_server_degrades_then_recovers_when_resumed(
@@ -259,11 +263,12 @@ def test_a_paused_server_degrades_then_recovers_when_resumed(
     server.pause()
     clock.advance(CONFIG.cache_ttl)
 
-    # WHEN a call comes THEN it is rejected from the last state seen, within the budget
-    result, elapsed = timed(lambda: breaker.call(dep))
+    # WHEN a call comes THEN it is rejected from the last state seen, the store's answer cut
+    # short (the paused server holds it)
+    result = outcome(lambda: breaker.call(dep))
     assert isinstance(result, CircuitOpenError)
-    assert elapsed < BUDGET_S
-    assert isinstance(events.values("on_store_error", "error")[0].__cause__, redis.TimeoutError)
+    error = events.values("on_store_error", "error")[0]
+    assert cut_short(error), repr(error)
 
     # WHEN Redis resumes and the back-off ends THEN the fleet's record is in charge again
     server.resume()
@@ -289,27 +294,24 @@ def test_a_passed_client_with_no_socket_timeouts_costs_one_deadline_per_backoff(
     )
 
     # WHEN the first call meets it (the client alone would wait forever)
-    first, first_s = timed(lambda: breaker.call(dep))
+    first = breaker.call(dep)
     # and calls keep coming until just before the back-off ends
-    rest = [timed(lambda: breaker.call(dep)) for _ in range(50)]
+    rest = [breaker.call(dep) for _ in range(50)]
     clock.advance(CONFIG.store_backoff_seconds - 0.001)
-    rest.append(timed(lambda: breaker.call(dep)))
+    rest.append(breaker.call(dep))
 
-    # THEN the first is bounded by the deadline, the rest are answered from local state, and
-    # the store saw one attempt in the back-off
+    # THEN the first was cut by the breaker's deadline (nothing else could end it), the rest
+    # are answered from local state, and the store saw one attempt in the back-off
     assert first == "ok"
-    assert first_s < CONFIG.store_deadline_seconds + 1
     assert isinstance(calls.values("on_store_error", "error")[0], StoreDeadlineError)
-    assert [result for result, _ in rest] == ["ok"] * 51
-    assert sum(seconds for _, seconds in rest) < 0.5
+    assert rest == ["ok"] * 51
     assert calls.count("on_store_call_start") == 1
 
-    # WHEN the back-off ends THEN one more attempt, bounded the same way
+    # WHEN the back-off ends THEN one more attempt, cut the same way
     clock.advance(0.001)
-    again, again_s = timed(lambda: breaker.call(dep))
-    assert again == "ok"
-    assert again_s < CONFIG.store_deadline_seconds + 1
+    assert breaker.call(dep) == "ok"
     assert calls.count("on_store_call_start") == 2
+    assert isinstance(calls.values("on_store_error", "error")[1], StoreDeadlineError)
 
 
 def test_a_passed_client_with_no_socket_timeouts_gets_one_log_line(
@@ -341,12 +343,11 @@ def test_a_reply_trickling_in_from_redis_is_cut_at_the_deadline(
         )
 
         # WHEN a call needs the store
-        result, elapsed = timed(lambda: breaker.call(dep))
+        result = breaker.call(dep)
         store.close()
 
     # THEN the store operation ends at the deadline, as a store error, and the call runs
     assert result == "ok"
-    assert elapsed < CONFIG.store_deadline_seconds + 1
     assert isinstance(events.values("on_store_error", "error")[0], StoreDeadlineError)
     assert breaker.stats.store_errors == 1
     assert breaker.degraded
