@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.cli.conftest import one_line_error, run_in_process
+from tests.cli.conftest import one_line_error, run_forked, run_in_process
 
 # An AWS with no profile files, no instance metadata and no keys but those a test gives.
 NO_AWS_FILES = {
@@ -214,3 +214,22 @@ def test_no_credentials_is_said_by_create_table() -> None:
 
     assert result.code == 2
     assert "no AWS credentials" in one_line_error(result)
+
+
+def test_the_console_script_says_so_too(refused_port: int) -> None:
+    # GIVEN the command as a process of its own, as an operator runs it
+    local = ["--table", "T", "--region", "us-east-1"]
+    local += ["--endpoint-url", f"http://127.0.0.1:{refused_port}", "list"]
+
+    # WHEN it has no credentials, an unknown profile, or a malformed endpoint
+    runs = [
+        run_forked(local, NO_CREDENTIALS),
+        run_forked(local, {**NO_AWS_FILES, "AWS_PROFILE": "no-such-profile"}),
+        run_forked(["--endpoint-url", "http://[::1", *local[:4], "list"], NO_AWS_FILES),
+    ]
+
+    # THEN each exits 2 in one line saying which
+    assert [run.code for run in runs] == [2, 2, 2]
+    assert "no AWS credentials" in one_line_error(runs[0])
+    assert "AWS profile 'no-such-profile' not found" in one_line_error(runs[1])
+    assert "--endpoint-url 'http://[::1' is not a valid URL" in one_line_error(runs[2])

@@ -115,6 +115,21 @@ def test_a_terminal_shows_only_the_last_frame_and_keeps_none_in_its_scrollback(
     assert terminal.scrolled == []
 
 
+def test_watch_into_a_pipe_appends_frames_with_no_terminal_control(
+    in_process_backend: Backend, name: str
+) -> None:
+    # GIVEN a breaker watched into a pipe (not a terminal) for two frames
+    fail(in_process_backend, name, 1)
+
+    shown = watch_with(in_process_backend, [lambda: None], name)
+
+    # THEN both frames are there, one after the other, with no cursor movement or clearing
+    assert "\x1b[" not in shown
+    lines = shown.splitlines()
+    assert len([line for line in lines if line.startswith("at ")]) == 2
+    assert len([line for line in lines if line.startswith("name ")]) == 2
+
+
 def test_watch_as_json_on_a_terminal_never_clears_it(
     in_process_backend: Backend, name: str
 ) -> None:
