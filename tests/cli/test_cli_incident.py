@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import json
 import re
+from typing import Any
 
 import pytest
 
-from fleetbreaker import BreakerConfig, State
+from fleetbreaker import BreakerConfig, State, StoreError
 from fleetbreaker.breaker import system_clock
 from fleetbreaker.policy import Policy
 from fleetbreaker.record import Report
@@ -145,3 +146,37 @@ def test_a_reset_breaker_starts_again_from_no_failures(backend: Backend, name: s
     result = backend.run("status", name, "--output", "json")
     assert json.loads(result.out)["failures"] == 1
     assert load(backend, name).state is State.CLOSED
+
+
+@pytest.mark.parametrize("command", [["status"], ["reset"], ["watch", "--count", "1"]])
+def test_every_command_on_an_unknown_name_suggests_the_nearest(
+    memory_backend: Backend, command: list[str]
+) -> None:
+    # GIVEN a store that knows inventory-api WHEN a command names it mistyped
+    fail(memory_backend, "inventory-api", 1)
+
+    result = memory_backend.run(command[0], "inventroy-api", *command[1:])
+
+    # THEN it is not found, and the real name is suggested
+    assert result.code == 1
+    assert one_line_error(result).endswith(
+        "breaker 'inventroy-api' not found in table 'cli-memory'; did you mean 'inventory-api'?"
+    )
+
+
+def test_a_store_that_refuses_the_listing_still_says_not_found(
+    memory_backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN an operator allowed GetItem but not Scan (the listing fails)
+    def denied(now_ms: int) -> Any:
+        raise StoreError("AccessDeniedException: not authorized to perform dynamodb:Scan")
+
+    monkeypatch.setattr(memory_backend.store, "list_records", denied)
+
+    # WHEN an override names a breaker the store has no record of
+    result = memory_backend.run("open", "inventroy-api")
+
+    # THEN it is refused as not found (no suggestion), nothing written
+    assert result.code == 1
+    assert "not found in table 'cli-memory', nothing changed (" in one_line_error(result)
+    assert load(memory_backend, "inventroy-api") is None

@@ -66,12 +66,26 @@ def _require(
 ) -> BreakerView:
     view = gather_one(store, name, now_ms, window_seconds)
     if view is None:
-        raise CliError(EXIT_NOT_FOUND, f"breaker {name!r} not found in {where}")
+        hint = _nearest(store, name, now_ms)
+        raise CliError(EXIT_NOT_FOUND, f"breaker {name!r} not found in {where}{hint}")
     return view
 
 
-# How many known names a refused override suggests.
+# How many known names a name that is not found suggests.
 SUGGESTIONS = 3
+
+
+def _nearest(store: AdminStore, name: str, now_ms: int) -> str:
+    """ "; did you mean 'inventory-api'?" with the names the store lists nearest to ``name``
+    (difflib's ratio, nearest first), or "" when none is near."""
+    import difflib
+
+    try:
+        known = [listing.name for listing in store.list_records(now_ms)]
+    except StoreError:
+        return ""  # a caller allowed GetItem but not Scan: no suggestion, still not found
+    nearest = difflib.get_close_matches(name, known, n=SUGGESTIONS, cutoff=0.6)
+    return f"; did you mean {' or '.join(repr(n) for n in nearest)}?" if nearest else ""
 
 
 def _require_known(store: AdminStore, name: str, where: str, now_ms: int, command: str) -> None:
@@ -88,14 +102,7 @@ def _require_known(store: AdminStore, name: str, where: str, now_ms: int, comman
             return
     except CorruptRecordError:
         return  # a record is there (unreadable): the override replaces it, as before
-    import difflib
-
-    try:
-        known = [listing.name for listing in store.list_records(now_ms)]
-    except StoreError:
-        known = []  # a caller allowed GetItem but not Scan: no suggestion, still refused
-    nearest = difflib.get_close_matches(name, known, n=SUGGESTIONS, cutoff=0.6)
-    hint = f"; did you mean {' or '.join(repr(n) for n in nearest)}?" if nearest else ""
+    hint = _nearest(store, name, now_ms)
     raise CliError(
         EXIT_NOT_FOUND,
         f"breaker {name!r} not found in {where}, nothing changed{hint} (a breaker that has "
