@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from fleetbreaker import BreakerConfig, State, StoreError
+from fleetbreaker import BreakerConfig, RedisStore, State, StoreError
 from fleetbreaker.breaker import system_clock
 from fleetbreaker.policy import Policy
-from fleetbreaker.record import Report
+from fleetbreaker.record import ProbeReport, Report
 from tests.cli.conftest import POLICY, Backend, fail, load, one_line_error
 
 # -- open and disable of a name the store has never seen --------------------------------------
@@ -180,3 +181,43 @@ def test_a_store_that_refuses_the_listing_still_says_not_found(
     assert result.code == 1
     assert "not found in table 'cli-memory', nothing changed (" in one_line_error(result)
     assert load(memory_backend, "inventroy-api") is None
+
+
+@pytest.fixture
+def caller_clock_store(backend: Backend) -> Iterator[Any]:
+    """The backend's store deciding on the times the test passes (Redis: not its TIME)."""
+    if backend.kind != "redis":
+        yield backend.store
+        return
+    store = RedisStore(url=backend.options[1], socket_timeout=5.0, use_server_time=False)
+    yield store
+    store.close()
+
+
+def test_a_breaker_reopened_by_a_failed_probe_still_shows_the_failures_that_tripped_it(
+    backend: Backend, caller_clock_store: Any, name: str
+) -> None:
+    # GIVEN a breaker tripped by the threshold's worth of failures, its open window over
+    store = caller_clock_store
+    now = system_clock()
+    for _ in range(POLICY.failure_threshold):
+        store.record_failure(name, POLICY, now, store.load(name, now))
+    later = now + POLICY.base_open_ms + 1_000
+
+    # WHEN a probe is claimed (half-open), then fails (open again, for longer)
+    claimed = store.claim_probe(name, POLICY, later, "probe1", store.load(name, later))
+    assert claimed.token is not None
+    half_open = backend.run("status", name, "--output", "json")
+    report = ProbeReport(claimed.token, success=False)
+    store.settle_probe(name, POLICY, later + 1, report, store.load(name, later + 1))
+    reopened = backend.run("status", name, "--output", "json")
+
+    # THEN both still show the failures that tripped it
+    assert (json.loads(half_open.out)["state"], json.loads(half_open.out)["failures"]) == (
+        "half_open",
+        POLICY.failure_threshold,
+    )
+    assert (json.loads(reopened.out)["state"], json.loads(reopened.out)["failures"]) == (
+        "open",
+        POLICY.failure_threshold,
+    )
