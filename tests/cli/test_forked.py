@@ -61,7 +61,7 @@ def test_a_command_past_its_timeout_is_killed(moto_server: str) -> None:
     table = servers.make_table(moto_server)
     options = ["--table", table, "--endpoint-url", moto_server]
     env = {"AWS_ENDPOINT_URL_STS": moto_server}
-    assert run_forked([*options, "open", "watched"], env).code == 0
+    assert run_forked([*options, "open", "watched", "--create"], env).code == 0
     args = [*options, "watch", "watched"]
     # THEN it is stopped at its timeout, as subprocess.run stops the console script
     with pytest.raises(subprocess.TimeoutExpired):

@@ -297,7 +297,7 @@ class DynamoDBStore:
             def counted(record: Record | None) -> Outcome:
                 if record is None or record.failures < policy.failure_threshold:
                     return Outcome(record, changed=True)
-                return self._trip(name, policy, now_ms, record)
+                return self._trip(name, policy, now_ms, record, record.failures)
 
             return _Step(write, counted)
 
@@ -306,12 +306,14 @@ class DynamoDBStore:
             name, now_ms, seen, plan, attempts=4, gave_up=_keep_latest, counts=True
         )
 
-    def _trip(self, name: str, policy: Policy, now_ms: int, counted: Record) -> Outcome:
+    def _trip(
+        self, name: str, policy: Policy, now_ms: int, counted: Record, failures: int
+    ) -> Outcome:
         # Many callers can see the count reach the threshold; the generation fence lets
         # exactly one of them open the breaker. The others lose the race once and keep the
         # record that stopped them (their count did land: changed).
         def plan(seen: Record | None, _: dict[str, Any] | None, __: int) -> _Step:
-            opened = rules.trip(counted, policy, now_ms)
+            opened = rules.trip(counted, policy, now_ms, failures)
             write = write_record(Write(now_ms, policy), opened).add(schema.GEN, 1)
             write.remove_leases(range(MAX_PROBE_SLOTS))
             write.require(write.usable()).require(write.is_(schema.STATE, State.CLOSED.value))
@@ -461,7 +463,7 @@ class DynamoDBStore:
             counts = rules.window_counts(record, policy, now_ms)
             if record is None or not rules.should_trip(counts, policy):
                 return Outcome(record, changed=True)
-            return self._trip(name, policy, now_ms, record)
+            return self._trip(name, policy, now_ms, record, counts.failures)
 
         return self._fenced_write(
             name, now_ms, seen, plan, attempts=6, gave_up=_keep_latest, counts=True
