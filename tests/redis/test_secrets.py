@@ -298,7 +298,9 @@ def raw_password(request: pytest.FixtureRequest) -> str:
         (lambda pw: RedisStore(url=raw_url(pw, 6379, "http")), "must start with redis://"),
         (lambda pw: from_env({"CIRCUIT_BREAKER_REDIS_URL": raw_url(pw, "x")}), "invalid Redis"),
         (
-            lambda pw: StoreSettings.from_env({"CIRCUIT_BREAKER_REDIS_URL": raw_url(pw, "x")}).open(),
+            lambda pw: StoreSettings.from_env(
+                {"CIRCUIT_BREAKER_REDIS_URL": raw_url(pw, "x")}
+            ).open(),
             "invalid Redis",
         ),
         (

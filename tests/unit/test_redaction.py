@@ -93,7 +93,11 @@ def test_a_password_typed_raw_is_split_off_whole(character: str) -> None:
 
 
 def test_a_password_written_percent_encoded_reads_as_the_same_password() -> None:
-    assert split_login("redis://app:s%40c%2Fret@cache:6379") == ("redis://cache:6379", "app", "s@c/ret")
+    assert split_login("redis://app:s%40c%2Fret@cache:6379") == (
+        "redis://cache:6379",
+        "app",
+        "s@c/ret",
+    )
 
 
 def test_a_url_without_a_login_keeps_everything() -> None:
