@@ -72,7 +72,8 @@ class StoreSettings:
         The ElastiCache user to log in as with IAM authentication, and the cache its tokens
         are signed for (``CIRCUIT_BREAKER_REDIS_IAM_USER`` / ``_CACHE``): both or neither.
     region:
-        The cache's region for IAM tokens (``AWS_REGION``, else ``AWS_DEFAULT_REGION``).
+        The store's region: the table's, and the cache's for IAM tokens (``AWS_REGION``,
+        else ``AWS_DEFAULT_REGION``; None: boto3's own resolution, a profile's region).
 
     Example
     -------
@@ -186,7 +187,14 @@ class StoreSettings:
             return cache
         from fleetbreaker.stores.dynamodb import DynamoDBStore
 
-        table = DynamoDBStore(self.table_name, boto3_client=boto3_client, endpoint_url=endpoint_url)
+        # The region of the environment read (AWS_REGION, then AWS_DEFAULT_REGION), not only
+        # of os.environ, and whichever of the two is set: the pinned boto3 reads one.
+        table = DynamoDBStore(
+            self.table_name,
+            boto3_client=boto3_client,
+            endpoint_url=endpoint_url,
+            region_name=self.region,
+        )
         table.configured_by = TABLE_ENV
         return table
 

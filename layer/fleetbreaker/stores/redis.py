@@ -582,8 +582,7 @@ def _make_client(
     if url_user is not None or url_password is not None:
         if credential_provider is not None:
             raise ConfigError(
-                f"RedisStore takes a credential_provider or a login in the url, not both: "
-                f"{shown!r}"
+                f"RedisStore takes a credential_provider or a login in the url, not both: {shown!r}"
             )
         # Credentials written in the URL take precedence, as redis-py gives them.
         username = url_user if url_user is not None else username
