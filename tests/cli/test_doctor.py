@@ -378,6 +378,20 @@ def test_a_certificate_no_trusted_ca_signed_fails_tls_naming_the_ca_bundle(
     )
 
 
+def test_a_certificate_for_another_host_fails_tls_naming_the_url(tls_redis: Any) -> None:
+    # GIVEN the server's CA trusted, but the URL names a host its certificate does not
+    url = tls_redis.url.replace("127.0.0.1", "localhost")
+
+    result = doctor_redis(url, cache_env(tls_redis, iam=False))
+
+    # THEN tls fails on the host name, and the fix is the URL's host
+    assert result.code == 1, result.out + result.err
+    status, rest = lines(result)["tls"]
+    assert status == "FAIL"
+    assert "CERTIFICATE_VERIFY_FAILED" in rest
+    assert "change --redis-url: connect with a host name the certificate names" in rest
+
+
 def test_tls_is_verified_only_after_a_handshake_verified_it(tls_redis: Any) -> None:
     # GIVEN the same server with its CA in SSL_CERT_FILE
     result = doctor_redis(tls_redis.url, cache_env(tls_redis, iam=False))
@@ -427,6 +441,7 @@ def test_an_unreachable_table_endpoint_exits_3() -> None:
 
     assert result.code == 3, result.out + result.err
     assert lines(result)["reachable"][0] == "FAIL"
+    assert "reachable (change --endpoint-url)" in one_line_error(result)
 
 
 def test_a_plain_text_server_fails_the_tls_check(redis_server: str) -> None:
@@ -494,6 +509,8 @@ def test_output_jsonl_is_one_check_per_line(moto_server: str) -> None:
         ),
         ({}, checks.POLICY, "the caller's IAM policy"),
         ({}, checks.ENDPOINT, "--region or --endpoint-url"),
+        ({"endpoint_url": "http://localhost:8000"}, checks.ENDPOINT, "--endpoint-url"),
+        ({"region": "eu-west-1"}, checks.ENDPOINT, "--region"),
         ({"redis_url": "rediss://h"}, checks.URL_LOGIN, "the user and password in --redis-url"),
         ({}, checks.URL_LOGIN, "the user and password in CIRCUIT_BREAKER_REDIS_URL"),
         ({}, checks.CA, "SSL_CERT_FILE (the CA bundle this machine trusts)"),

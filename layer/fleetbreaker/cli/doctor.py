@@ -105,7 +105,16 @@ def setting_text(setting: str | None, args: argparse.Namespace) -> str:
     if setting == checks.CREDENTIALS:
         return "--profile, or the AWS credentials in the environment"
     if setting == checks.ENDPOINT:
-        return "--region or --endpoint-url"
+        # The one this run was given, when it was given one (the cli's parser names both).
+        given = [
+            option
+            for option, value in (
+                ("--endpoint-url", getattr(args, "endpoint_url", None)),
+                ("--region", getattr(args, "region", None)),
+            )
+            if value is not None
+        ]
+        return " and ".join(given) if given else "--region or --endpoint-url"
     if setting == checks.POLICY:
         return "the caller's IAM policy"
     return "nothing of yours"
