@@ -92,8 +92,10 @@ def split_login(url: str) -> tuple[str, str | None, str | None]:
     it stays whole, where a URL parser would cut it at the first of them and show the rest
     as a host, a port or a path. Each part is percent-decoded, so one written encoded
     (``%40`` for ``@``) reads the same; a raw ``%`` is written ``%25``. A URL without ``@``
-    has no login. A URL written without its scheme (``user:pw@host:6379``, a common slip)
-    is read as one that has it.
+    has no login. What it trusts: that an ``@`` after the host is written ``%40`` (no option
+    of redis-py's takes one); a raw one there would be read as the end of a login, with what
+    follows it as the host (shown redacted, never as a secret in clear). A URL written
+    without its scheme (``user:pw@host:6379``, a common slip) is read as one that has it.
 
     Example
     -------
