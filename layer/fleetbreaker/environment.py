@@ -40,7 +40,7 @@ STORE_VARIABLES = (TABLE_ENV, URL_ENV, IAM_USER_ENV, IAM_CACHE_ENV)
 # The test switch's variable.
 DISABLED_ENV = "FLEETBREAKER_DISABLED"
 # The variables the SAM app's functions (functions/) read under our prefixes; template.yaml
-# sets them (tests/unit/test_unknown_variables.py holds the three lists together).
+# sets them (tests/unit/test_environment.py holds the three lists together).
 APP_VARIABLES = ("BREAKER_NAME", "BREAKER_MAPPINGS")
 # The prefixes whose every variable must be a known name.
 PREFIXES = ("BREAKER_", "CIRCUIT_BREAKER_", "FLEETBREAKER_")
