@@ -392,6 +392,20 @@ def test_a_certificate_for_another_host_fails_tls_naming_the_url(tls_redis: Any)
     assert "change --redis-url: connect with a host name the certificate names" in rest
 
 
+def test_a_rediss_url_to_a_plain_text_server_says_it_may_not_speak_tls(
+    redis_server: str,
+) -> None:
+    # GIVEN a rediss:// URL naming a server that does not speak TLS (it waits for a command
+    # while the client waits for the handshake's answer)
+    result = doctor_redis(redis_server.replace("redis://", "rediss://"), {})
+
+    # THEN no answer (exit 3), tls not claimed, and the fix says TLS may be what is missing
+    assert result.code == 3, result.out + result.err
+    found = lines(result)
+    assert (found["reachable"][0], found["tls"][0]) == ("FAIL", "skip")
+    assert "with rediss://, one that speaks TLS on that port" in found["reachable"][1]
+
+
 def test_tls_is_verified_only_after_a_handshake_verified_it(tls_redis: Any) -> None:
     # GIVEN the same server with its CA in SSL_CERT_FILE
     result = doctor_redis(tls_redis.url, cache_env(tls_redis, iam=False))

@@ -356,11 +356,15 @@ def redis_checks(store: RedisStore, name: str | None, now_ms: int) -> list[Check
                 failed("login", str(error), *_login_fix(kwargs)),
                 *(skipped(c, "not checked: not logged in") for c in ("scripts", "read", "write")),
             ]
+        reach = "name a cache this machine can reach (a cache in a VPC answers only inside it)"
+        if tls.status == PASSED:
+            # A plain-text server never answers a TLS handshake: it waits for a command.
+            reach += "; with rediss://, one that speaks TLS on that port"
         return [
             failed(
                 "reachable",
                 f"no answer from Redis at {where}: {error}",
-                "name a cache this machine can reach (a cache in a VPC answers only inside it)",
+                reach,
                 REDIS_URL,
                 unanswered=True,
             ),
