@@ -377,3 +377,41 @@ def test_the_console_script_never_prints_part_of_a_raw_password(
     # any part of the password
     assert [result.code for result in runs] == [2, 2, 3, 1, 2]
     assert_no_half((result.out + result.err for result in runs), raw_password)
+
+
+def test_a_function_whose_init_fails_on_the_url_logs_no_part_of_the_password() -> None:
+    # GIVEN the payment function's environment with a raw password holding all four
+    # characters, and a port that is no number
+    import os
+    import subprocess
+    import sys
+
+    from devtools.servers import REPO_ROOT
+
+    password = "Zulu4#x/y?z@Alpha7Kilo"
+    env = {
+        **os.environ,
+        "PYTHONPATH": f"{REPO_ROOT / 'layer'}{os.pathsep}{REPO_ROOT}",
+        "CIRCUIT_BREAKER_REDIS_URL": raw_url(password, "notaport"),
+        "PAYMENT_API_URL": "http://127.0.0.1:9",
+    }
+
+    # WHEN its module is imported, as Lambda's init does
+    init = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from devtools.functions import load_function\nload_function('payment')",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+
+    # THEN the init fails on the URL, and what it writes (the runtime logs it) holds no part
+    # of the password
+    assert init.returncode != 0
+    assert "invalid Redis url" in init.stderr
+    assert_no_half([init.stdout, init.stderr], password)
