@@ -70,11 +70,8 @@ def unknown_variables(
     """Each variable of ``environ`` under ``prefixes`` that is not in ``known``, with its
     nearest known name, sorted by name."""
     heads = tuple(prefixes)
-    return [
-        (name, nearest(name, known))
-        for name in sorted(environ)
-        if name.startswith(heads) and name not in known
-    ]
+    unknown = sorted(name for name in environ if name.startswith(heads) and name not in known)
+    return [(name, nearest(name, known)) for name in unknown]
 
 
 def describe(name: str, suggestion: str | None) -> str:
