@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from fleetbreaker.frozen import frozen, replace
 from fleetbreaker.policy import Policy, check_weight, open_duration_ms, ttl_seconds
 from fleetbreaker.record import (
+    MAX_CENSUS_COUNT,
     MAX_TOKEN_CHARS,
     WINDOW_BUCKETS,
     CensusBucket,
@@ -370,6 +371,8 @@ def apply_census(record: Record | None, policy: Policy, now_ms: int) -> Outcome:
     idx, slot = census_slot(policy, now_ms)
     held = current.census.get(slot)
     count = held.count + 1 if held is not None and held.idx == idx else 1
+    # Saturates: one digit past the record's bound would make the record unreadable.
+    count = min(count, MAX_CENSUS_COUNT)
     counted = replace(current, census={**current.census, slot: CensusBucket(idx, count)})
     return Outcome(_stamp(counted, policy, now_ms), changed=True)
 

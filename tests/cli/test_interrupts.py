@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -34,7 +33,7 @@ from tests.cli.conftest import (
     run_cli,
     run_in_process,
 )
-from tests.support import ctrl_c_when
+from tests.support import ctrl_c_when, wait_for
 
 NOTHING_CHANGED = "fleetbreaker: interrupted; nothing was changed"
 
@@ -49,11 +48,8 @@ def interrupted_cli(args: list[str], ready: Callable[[], bool], env: dict[str, s
         env={**os.environ, **env},
     )
     try:
-        give_up = time.monotonic() + CLI_TIMEOUT_S
-        while not ready():
-            assert process.poll() is None, process.communicate()
-            assert time.monotonic() < give_up, "the command never reached the store"
-            time.sleep(0.005)  # polls a condition; moves no clock
+        wait_for(lambda: ready() or process.poll() is not None, "the command reaching the store")
+        assert process.poll() is None, process.communicate()
         process.send_signal(signal.SIGINT)
         out, err = process.communicate(timeout=CLI_TIMEOUT_S)
     finally:

@@ -233,7 +233,7 @@ def test_a_redis_url_without_redis_py_names_the_variable_and_the_full_layer(
     assert message.startswith("CIRCUIT_BREAKER_REDIS_URL selects the Redis store, but RedisStore")
     assert "slim fleetbreaker layer" in message
     assert "/<stack>/fleetbreaker/<runtime>/layer-arn" in message
-    assert "pip install 'fleetbreaker[redis]'" in message
+    assert "from a clone of fleetbreaker: pip install '.[redis]'" in message
 
 
 @pytest.mark.usefixtures("without_redis_py")

@@ -231,6 +231,15 @@ class RedisStore:
     def __repr__(self) -> str:
         return f"RedisStore(key_prefix={self.key_prefix!r})"
 
+    @property
+    def sharing_identity(self) -> str | None:
+        """The server, database and key prefix this store reaches (see
+        :mod:`fleetbreaker.stores.identity`); None for a client it cannot see into."""
+        # At use, not import: only Managed Instances ask (a cold start elsewhere never does).
+        from fleetbreaker.stores.identity import redis_identity
+
+        return redis_identity(self.client, self.key_prefix)
+
     def drop_connections(self) -> None:
         """Disconnect every pooled connection, and forget the IAM token (after a restored
         snapshot: they belong to another process's time); the next command connects and
@@ -549,7 +558,7 @@ def require_redis_py(configured_by: str | None = None) -> None:
             f"{chosen}RedisStore needs redis-py, which the slim fleetbreaker layer does not "
             "carry: attach the full layer (/<stack>/fleetbreaker/<runtime>/layer-arn) instead "
             "of the slim one, or bundle redis with your function "
-            "(pip install 'fleetbreaker[redis]')"
+            "(from a clone of fleetbreaker: pip install '.[redis]')"
         ) from exc
 
 
