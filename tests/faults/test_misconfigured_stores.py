@@ -274,18 +274,6 @@ def test_a_missing_table_is_logged_at_error_once_per_container_and_counted_each_
     assert all(breaker.degraded for breaker in breakers)
 
 
-class Messages(BreakerListener):
-    """The text of every misconfiguration a breaker met."""
-
-    def __init__(self) -> None:
-        self.texts: list[str] = []
-
-    def on_store_misconfigured(
-        self, name: str, operation: str, error: StoreMisconfiguredError
-    ) -> None:
-        self.texts.append(str(error))
-
-
 def test_access_denied_is_logged_once_whatever_action_each_message_names(
     iam_moto: IamMoto, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -296,13 +284,13 @@ def test_access_denied_is_logged_once_whatever_action_each_message_names(
     store = DynamoDBStore(
         table, boto3_client=signed_client(iam_moto.endpoint_url, "dynamodb", nobody)
     )
-    clock, messages, dependency = FakeClock(), Messages(), Dependency()
+    clock, heard, dependency = FakeClock(), RecordingListener(), Dependency()
     breaker = CircuitBreaker(
         "payment-api",
         store=store,
         config=BreakerConfig(store_backoff_seconds=0),
         clock=clock,
-        listeners=[events_module.LoggingListener(), messages],
+        listeners=[events_module.LoggingListener(), heard],
     )
 
     # WHEN calls read the record and a failure writes it
@@ -314,7 +302,8 @@ def test_access_denied_is_logged_once_whatever_action_each_message_names(
             clock.advance(breaker.config.cache_ttl)
 
     # THEN the denials had different texts, and one ERROR line said the kind once
-    assert len({text.split("not authorized to perform: ")[-1][:20] for text in messages.texts}) > 1
+    texts = [str(error) for error in heard.values("on_store_misconfigured", "error")]
+    assert len({text.split("not authorized to perform: ")[-1][:20] for text in texts}) > 1
     errors = [r for r in caplog.records if r.levelno == logging.ERROR]
     assert len(errors) == 1, [r.getMessage() for r in errors]
     assert errors[0].__dict__["problem"] == ACCESS_DENIED
