@@ -274,6 +274,41 @@ def test_a_missing_table_is_logged_at_error_once_per_container_and_counted_each_
     assert all(breaker.degraded for breaker in breakers)
 
 
+def test_access_denied_is_logged_once_whatever_action_each_message_names(
+    iam_moto: IamMoto, caplog: pytest.LogCaptureFixture
+) -> None:
+    # GIVEN a breaker whose credentials may neither read (GetItem) nor write (UpdateItem) its
+    # table: each denial's message names its own action
+    table = iam_moto.breaker_table()
+    nobody = iam_moto.principal("dynamodb:DescribeTable")
+    store = DynamoDBStore(
+        table, boto3_client=signed_client(iam_moto.endpoint_url, "dynamodb", nobody)
+    )
+    clock, heard, dependency = FakeClock(), RecordingListener(), Dependency()
+    breaker = CircuitBreaker(
+        "payment-api",
+        store=store,
+        config=BreakerConfig(store_backoff_seconds=0),
+        clock=clock,
+        listeners=[events_module.LoggingListener(), heard],
+    )
+
+    # WHEN calls read the record and a failure writes it
+    dependency.failing = True
+    with caplog.at_level(logging.INFO, logger="fleetbreaker"):
+        for _ in range(3):
+            with pytest.raises(ConnectionError):
+                breaker.call(dependency)
+            clock.advance(breaker.config.cache_ttl)
+
+    # THEN the denials had different texts, and one ERROR line said the kind once
+    texts = [str(error) for error in heard.values("on_store_misconfigured", "error")]
+    assert len({text.split("not authorized to perform: ")[-1][:20] for text in texts}) > 1
+    errors = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert len(errors) == 1, [r.getMessage() for r in errors]
+    assert errors[0].__dict__["problem"] == ACCESS_DENIED
+
+
 # -- verify_store: refused at init, weather let through ------------------------------------
 
 VERIFY_STORE = BreakerConfig(verify_store=True)

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from fleetbreaker import CircuitBreaker, CircuitOpenError, MemoryStore, State
+from fleetbreaker import events as events_module
 from fleetbreaker.errors import TABLE_NOT_FOUND, StoreError, StoreMisconfiguredError
 from fleetbreaker.events import (
     WOULD_REJECT_LOG_INTERVAL_MS,
@@ -70,9 +71,15 @@ class Raising(BreakerListener):
         raise RuntimeError("listener bug in on_rejected")
 
 
+@pytest.fixture(autouse=True)
+def fresh_process_log(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test starts as a fresh container: LoggingListener says each kind of
+    misconfiguration once per process, whichever test met it first."""
+    monkeypatch.setattr(events_module, "reported_misconfigurations", set())
+
+
 def misconfigured(variable: str = "CIRCUIT_BREAKER_TABLE") -> StoreMisconfiguredError:
-    """A misconfiguration this process has not met yet (LoggingListener says each once per
-    process, whichever test met it first)."""
+    """A missing table named by ``variable``, its message naming a table of its own."""
     return StoreMisconfiguredError(
         f"table NoSuchBreakers-{uuid.uuid4().hex[:8]} not found",
         problem=TABLE_NOT_FOUND,
@@ -233,6 +240,19 @@ def test_a_misconfiguration_is_logged_once_per_process_at_error() -> None:
         "CIRCUIT_BREAKER_TABLE",
     )
     assert line.fields["breaker_event"] == "store_misconfigured"
+
+
+def test_the_same_kind_in_other_words_is_not_logged_again() -> None:
+    # GIVEN two refusals of one kind whose texts differ (access denied names each action)
+    log = Log()
+    listener = LoggingListener(log)
+
+    # WHEN both are met
+    listener.on_store_misconfigured(NAME, "load", misconfigured())
+    listener.on_store_misconfigured(NAME, "record_failure", misconfigured())
+
+    # THEN one line: the key is the kind (class, problem, setting), never the text
+    assert len(log.lines) == 1
 
 
 def test_another_misconfiguration_gets_its_own_line() -> None:

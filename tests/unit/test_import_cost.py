@@ -36,6 +36,7 @@ COLD_START_MODULES = {
     "fleetbreaker.config",
     "fleetbreaker.count",
     "fleetbreaker.counting",
+    "fleetbreaker.environment",
     "fleetbreaker.errors",
     "fleetbreaker.events",
     "fleetbreaker.frozen",

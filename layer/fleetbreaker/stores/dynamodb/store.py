@@ -156,6 +156,10 @@ class DynamoDBStore:
         Whether ``load`` (the cache's refresh read) is strongly consistent. Default False:
         half a read unit, staleness bounded by ``cache_ttl`` (every write is fenced and
         returns the fresh record). Reads that decide a write are always strongly consistent.
+    region_name:
+        The table's region. Default: ``boto_config``'s, else ``AWS_REGION``, else
+        ``AWS_DEFAULT_REGION`` (which alone the pinned boto3 reads), else boto3's own
+        resolution (a profile's region).
 
     Example
     -------
@@ -172,6 +176,7 @@ class DynamoDBStore:
         boto_config: Config | None = None,
         endpoint_url: str | None = None,
         consistent_read: bool = False,
+        region_name: str | None = None,
     ) -> None:
         table = table_name if table_name is not None else default_table_name()
         if not isinstance(table, str) or not table.strip():
@@ -189,6 +194,7 @@ class DynamoDBStore:
             client=boto3_client,
             boto_config=boto_config,
             endpoint_url=endpoint_url,
+            region_name=region_name,
         )
         self._wire.configured_by = TABLE_ENV if table_name is None else "table_name"
 
