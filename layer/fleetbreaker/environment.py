@@ -10,7 +10,8 @@ no word said. The known names, one list (:func:`known_variables`):
   reads;
 - the test switch's :data:`DISABLED_ENV`, which :mod:`fleetbreaker.switch` reads;
 - the SAM app's function variables (:data:`APP_VARIABLES`), which functions/ reads and
-  template.yaml sets.
+  template.yaml sets;
+- the repository's test tooling (:data:`TOOL_VARIABLES`), which tests/ and devtools/ read.
 
 Where the environment is read at a breaker's construction, the readers check it:
 ``BreakerConfig.from_env`` every prefix (:data:`PREFIXES`), ``stores.from_env`` its own
@@ -42,13 +43,19 @@ DISABLED_ENV = "FLEETBREAKER_DISABLED"
 # The variables the SAM app's functions (functions/) read under our prefixes; template.yaml
 # sets them (tests/unit/test_environment.py holds the three lists together).
 APP_VARIABLES = ("BREAKER_NAME", "BREAKER_MAPPINGS")
+# The repository's own tooling under our prefix: the opt-in deployed suite's stack
+# (`make test-deployed`) and devtools' moto server switch. A process that runs those tests has
+# them set and builds breakers: it must not be warned, nor refused under verify_store.
+TOOL_VARIABLES = ("FLEETBREAKER_STACK", "FLEETBREAKER_MOTO_VALIDATE_ONCE")
 # The prefixes whose every variable must be a known name.
 PREFIXES = ("BREAKER_", "CIRCUIT_BREAKER_", "FLEETBREAKER_")
 
 
 def known_variables(breaker_variables: Iterable[str]) -> frozenset[str]:
     """Every known name: the config's ``breaker_variables`` and the lists above."""
-    return frozenset((*breaker_variables, *STORE_VARIABLES, DISABLED_ENV, *APP_VARIABLES))
+    return frozenset(
+        (*breaker_variables, *STORE_VARIABLES, DISABLED_ENV, *APP_VARIABLES, *TOOL_VARIABLES)
+    )
 
 
 log = logging.getLogger("fleetbreaker")

@@ -24,11 +24,17 @@ from devtools.sam_template import load_template
 from devtools.servers import REPO_ROOT
 from fleetbreaker import BreakerConfig, CircuitBreaker, ConfigError, MemoryStore
 from fleetbreaker.config import ENV_FIELDS, env_variable
-from fleetbreaker.environment import APP_VARIABLES, PREFIXES
+from fleetbreaker.environment import APP_VARIABLES, PREFIXES, TOOL_VARIABLES
 from fleetbreaker.stores import STORE_VARIABLES, from_env
 from fleetbreaker.switch import DISABLED_ENV
 
-KNOWN = {*(env_variable(f) for f in ENV_FIELDS), *STORE_VARIABLES, DISABLED_ENV, *APP_VARIABLES}
+KNOWN = {
+    *(env_variable(f) for f in ENV_FIELDS),
+    *STORE_VARIABLES,
+    DISABLED_ENV,
+    *APP_VARIABLES,
+    *TOOL_VARIABLES,
+}
 PREFIXED = re.compile(r"(?:BREAKER|CIRCUIT_BREAKER|FLEETBREAKER)_[A-Z0-9_]+")
 TABLE = {"CIRCUIT_BREAKER_TABLE": "CircuitBreakers"}
 
@@ -166,10 +172,12 @@ def string_constants(path: Path) -> set[str]:
     }
 
 
-def code_names() -> dict[str, set[str]]:
-    """Prefixed names the package and the functions name in code: name -> modules."""
+def code_names(*extra_roots: str) -> dict[str, set[str]]:
+    """Prefixed names the package and the functions (and ``extra_roots``) name in code:
+    name -> modules."""
     found: dict[str, set[str]] = {}
     roots = [REPO_ROOT / "layer" / "fleetbreaker", REPO_ROOT / "functions"]
+    roots += [REPO_ROOT / root for root in extra_roots]
     for path in sorted(p for root in roots for p in root.rglob("*.py")):
         for name in string_constants(path):
             found.setdefault(name, set()).add(str(path.relative_to(REPO_ROOT)))
@@ -210,3 +218,17 @@ def test_every_app_variable_is_one_the_functions_read() -> None:
         name for name, where in found.items() if any(w.startswith("functions/") for w in where)
     }
     assert set(APP_VARIABLES) <= read_by_functions
+
+
+def test_every_tool_variable_is_one_the_repository_s_tooling_reads() -> None:
+    # GIVEN what the tooling is: the Makefile, devtools and the opt-in deployed suite
+    tooling = [REPO_ROOT / "Makefile", REPO_ROOT / "tests" / "conftest.py"]
+    tooling += sorted((REPO_ROOT / "devtools").glob("*.py"))
+    tooling += sorted((REPO_ROOT / "tests" / "deployed").glob("*.py"))
+    text = "\n".join(path.read_text() for path in tooling)
+
+    # THEN every tool variable is read there (a stale entry would hide a typo), and devtools
+    # names no prefixed variable that is not known
+    assert [name for name in TOOL_VARIABLES if name not in text] == []
+    found = code_names("devtools")
+    assert {name: where for name, where in found.items() if name not in KNOWN} == {}

@@ -167,10 +167,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     ),
     "doctor": (
         "check the store: reachable with these credentials, the table's shape (or the cache's "
-        "TLS, login and scripts), a read and a fenced write (exit 1 naming what to change)",
+        "TLS, login and scripts), a read and a fenced write (exit 1 naming what to change, 3 "
+        "when the store gives no answer)",
         "Check the store: reachable with these credentials, the table's shape (or the cache's\n"
         "TLS, login and scripts), a read and a fenced write. One line per check; exit 1\n"
-        "naming the option or variable to change.",
+        "naming the option or variable to change, 3 when the store gives no answer.",
         "fleetbreaker --table CircuitBreakers --region eu-west-1 doctor --name payment-api",
     ),
     "watch": (
