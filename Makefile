@@ -30,7 +30,7 @@ ARGS ?=
 # apt-get needs root; use sudo when not root (CI and the dev machines run as root).
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: help venv node redis deps lint test test-quick time-tests rehearse test-deployed mutate demo bench scale figures constraints clean distclean
+.PHONY: help venv node redis deps lint test test-quick time-tests rehearse test-deployed mutate demo bench scale figures dist constraints clean distclean
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-14s %s\n", $$1, $$2}' \
@@ -96,7 +96,7 @@ test-quick: export AWS_DEFAULT_REGION := us-east-1
 test-quick: export AWS_ACCESS_KEY_ID := testing
 test-quick: export AWS_SECRET_ACCESS_KEY := testing
 test-quick: export PYTHONDONTWRITEBYTECODE :=
-test-quick: venv ## the unit tests, the rules and the store contract on MemoryStore (a minute)
+test-quick: venv ## the unit tests, the rules and the store contract on MemoryStore, no server
 	$(PYTEST) -n 2 $(QUICK_TESTS) $(PYTEST_ARGS)
 
 # The figures of docs/testing.md's "Speed": `make test`'s pytest run timed (after its set-up
@@ -148,6 +148,14 @@ scale: venv ## simulated fleet of 100-5,000 containers, count vs rate policy (be
 figures: venv ## re-render the figures the docs quote from bench/results/*.json
 	$(PY) bench/figures.py
 
+# The install outside Lambda (docs/deploying.md, "Install outside Lambda"): a wheel and an
+# sdist of the package, to `pip install dist/fleetbreaker-*.whl` (or with an extra,
+# 'dist/fleetbreaker-*.whl[redis]') where the clone is not. tests/install builds them as
+# this does and installs them into a clean venv.
+dist: venv ## build the wheel and the sdist into dist/ (pip install dist/fleetbreaker-*.whl)
+	rm -rf dist
+	$(PY) -m build --outdir dist .
+
 constraints: venv ## regenerate constraints.txt from the current venv
 	{ echo "# Full resolved pin set for the dev environment, so a fresh clone installs what was tested."; \
 	  echo "# Used as: pip install -c constraints.txt -e '.[dev]'.  Regenerate with: make constraints"; \
@@ -155,7 +163,7 @@ constraints: venv ## regenerate constraints.txt from the current venv
 	mv constraints.txt.new constraints.txt
 
 clean: ## remove caches and build output (keeps .venv and node_modules)
-	rm -rf .pytest_cache .mypy_cache .ruff_cache .hypothesis .aws-sam build demo-output
+	rm -rf .pytest_cache .mypy_cache .ruff_cache .hypothesis .aws-sam build dist demo-output
 	find . -path ./.venv -prune -o -path ./node_modules -prune -o \
 		\( -name __pycache__ -o -name '*.egg-info' \) -type d -print0 | xargs -0 rm -rf
 
@@ -184,7 +192,7 @@ ENV_VARS ?= events/env.json
 FUNCTION ?= PaymentFunction
 LOCAL_ARCH ?= $(if $(filter aarch64 arm64,$(shell uname -m)),arm64,x86_64)
 
-.PHONY: tools constraints-tools build validate checkov env-json deploy deploy-guided invoke invoke-local
+.PHONY: tools constraints-tools build validate checkov env-json deploy deploy-guided docker-check invoke invoke-local
 
 # checkov's pins clash with the dev tools' (boto3, networkx, packaging), so it lives apart.
 tools: $(TOOLS_STAMP) ## checkov in its own venv (.venv-tools), from constraints-tools.txt
@@ -199,10 +207,14 @@ constraints-tools: tools ## regenerate constraints-tools.txt from .venv-tools
 	mv constraints-tools.txt.new constraints-tools.txt
 
 # The build Makefiles run pip with $(PYTHON): the venv's, whose pip version is pinned.
+# Then the sizes of the layers it made, measured as bench/layer_sizes.py measures the ones the
+# docs quote (it leaves bench/results alone here).
+# `make invoke` checks for Docker before this (below): a build is no use without it.
 build: export SAM_CLI_TELEMETRY := 0
 build: export PYTHON := $(CURDIR)/$(PY)
-build: venv ## sam build: the layers and the functions into .aws-sam/build (no Docker needed)
+build: $(if $(filter invoke,$(MAKECMDGOALS)),docker-check) venv ## sam build: the layers and the functions into .aws-sam/build (no Docker needed); prints the layers' sizes
 	$(SAM) build
+	$(PY) bench/layer_sizes.py --build-dir .aws-sam/build --print-only
 
 # One fixed region when none is configured, so the lint does not depend on the shell's
 # (sam validate --lint also runs without one).
@@ -242,8 +254,12 @@ invoke: export SAM_CLI_TELEMETRY := 0
 # the command. The container shares the host's network, so 127.0.0.1 there is this machine.
 # sam local passes a function only the variables its template declares: the template
 # declares AWS_ENDPOINT_URL for this (parameter LocalEndpointUrl, empty in AWS).
-invoke: build ## sam local invoke FUNCTION with EVENT, ENV_VARS (needs Docker; else invoke-local)
+# docker-check comes first, before the build: build depends on it too when `invoke` is a goal,
+# so even `make -j` checks for Docker before it builds.
+docker-check:
 	@docker info >/dev/null 2>&1 || { echo "sam local invoke runs the function in a Docker container, and Docker is not available here. Use: make invoke-local EVENT=$(EVENT)" >&2; exit 2; }
+
+invoke: docker-check build ## sam local invoke FUNCTION with EVENT, ENV_VARS (needs Docker; else invoke-local)
 	$(PY) scripts/local_services.py --env-vars $(ENV_VARS) -- \
 		$(SAM) local invoke $(FUNCTION) --event $(EVENT) --env-vars $(ENV_VARS) \
 		--docker-network host \

@@ -385,19 +385,40 @@ def redis_script_us(doc: Results) -> str:
     return span(doc["cache_miss"]["redis_server_us_per_script"].values(), 0, " µs")
 
 
-@figure("redis.pybreaker", REDIS)
-def redis_pybreaker(doc: Results) -> str:
-    over = doc["overhead"]["overhead_ns"]
+# bench/redis_vs_dynamodb.py's contender and layout names.
+HERD_FLEET, HERD_PYBREAKER = "fleetbreaker", "pybreaker"
+PER_THREAD, PER_PROCESS = "one breaker per thread", "one breaker per process"
+
+
+def _herd(doc: Results) -> dict[tuple[str, str], str]:
+    """Calls admitted in the first 300 ms of half-open, by (contender, layout)."""
 
     def admitted(row: Results) -> str:
         # A degradation (the store missed its deadline: local state) is part of the figure.
         n = row.get("degradations", 0)
         return f"{row['admitted_in_window']}{f' ({n} degraded to local state)' if n else ''}"
 
-    herd = {(row["contender"], row["layout"]): admitted(row) for row in doc["herd"]}
-    # bench/redis_vs_dynamodb.py's contender and layout names.
-    fleet, pybreaker = "fleetbreaker", "pybreaker"
-    per_thread, per_process = "one breaker per thread", "one breaker per process"
+    return {(row["contender"], row["layout"]): admitted(row) for row in doc["herd"]}
+
+
+@figure("redis.herd.per_thread", REDIS)
+def redis_herd_per_thread(doc: Results) -> str:
+    """README's headline: every thread a single-request container, as on Lambda."""
+    herd = _herd(doc)
+    (row,) = [r for r in doc["herd"] if (r["contender"], r["layout"]) == (HERD_FLEET, PER_THREAD)]
+    return (
+        f"{herd[HERD_FLEET, PER_THREAD]} through fleetbreaker against "
+        f"{herd[HERD_PYBREAKER, PER_THREAD]} through pybreaker, {row['callers']} containers "
+        f"racing, a probe budget of {row['probe_budget']}"
+    )
+
+
+@figure("redis.pybreaker", REDIS)
+def redis_pybreaker(doc: Results) -> str:
+    over = doc["overhead"]["overhead_ns"]
+    herd = _herd(doc)
+    fleet, pybreaker = HERD_FLEET, HERD_PYBREAKER
+    per_thread, per_process = PER_THREAD, PER_PROCESS
     return "\n".join(
         [
             "| | fleetbreaker (RedisStore) | pybreaker |",
@@ -411,6 +432,47 @@ def redis_pybreaker(doc: Results) -> str:
             f"{herd[fleet, per_process]} | {herd[pybreaker, per_process]} |",
         ]
     )
+
+
+# --------------------------------------------------------------------------- the demo
+
+DEMO = "demo_runs.json"
+
+
+def _range(low: float, high: float) -> str:
+    # Seconds keep their tenths (6.0, not 6); counts stay whole.
+    one = (lambda x: f"{x:.1f}") if isinstance(low, float) or isinstance(high, float) else str
+    return one(low) if low == high else f"{one(low)} – {one(high)}"
+
+
+@figure("demo.runs.conditions", DEMO)
+def demo_runs_conditions(doc: Results) -> str:
+    low, high = doc["busy_seconds"]
+    load_low, load_high = doc["busy_loadavg_1min"]
+    busy = doc["runs"] - doc["idle_runs"]
+    passed = sum(code == 0 for code in doc["exit_codes"])
+    return (
+        f"{doc['runs']} runs, {date(doc['date_utc'])}, {doc['cpu_count']} cores: "
+        f"{doc['idle_runs']} idle ({doc['idle_seconds']} s), {busy} beside other jobs "
+        f"({low} to {high} s, load {load_low:g} to {load_high:g}; {doc['busy_loop_runs']} beside "
+        f"a busy loop); {passed} of {doc['runs']} exited 0"
+    )
+
+
+@figure("demo.runs.table", DEMO)
+def demo_runs_table(doc: Results) -> str:
+    lines = [
+        "| | shared breaker (DynamoDB) | per-container breakers |",
+        "|---|--:|--:|",
+    ]
+    for row in doc["rows"]:
+        shared, local = _range(*row["shared"]), _range(*row["per_container"])
+        if "probes_each" in row:
+            shared, local = (f"{s} × {row['probes_each']}" for s in (shared, local))
+        if "per_container_note" in row:
+            local = f"{local} ({row['per_container_note']})"
+        lines.append(f"| {row['figure']} | {shared} | {local} |")
+    return "\n".join(lines)
 
 
 # --------------------------------------------------------------------------- layer sizes
@@ -441,8 +503,10 @@ def layers_table(doc: Results) -> str:
 def layers_summary(doc: Results) -> str:
     """The sizes of the layers built with bytecode, as a function loads them."""
     compiled = [row for row in doc["layers"].values() if row["bytecode"]]
-    full = span((row["full"] / 1e6 for row in compiled), 1)
-    slim = span((row["slim"] / 1e6 for row in compiled), 1)
+    # Two decimals, as bench/layer_sizes.py and `make build` print them: a reader comparing
+    # the README with a build of their own sees the same digits.
+    full = span((row["full"] / 1e6 for row in compiled), 2)
+    slim = span((row["slim"] / 1e6 for row in compiled), 2)
     return f"{full} MB and {slim} MB unzipped"
 
 

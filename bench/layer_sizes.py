@@ -1,13 +1,17 @@
 """The size of each layer `sam build` makes, unzipped and zipped: the figures docs quote.
 
     .venv/bin/python bench/layer_sizes.py [--build-dir .aws-sam/build] [--output PATH]
+    .venv/bin/python bench/layer_sizes.py --build-dir .aws-sam/build --print-only
 
 Without --build-dir it runs `sam build` (no Docker; as `make build` does) into a temporary
-directory first. Sizes are the sum of the layer's file sizes (what Lambda counts against a
-function's 250 MB unzipped) and the size of a deflated zip of them (what `sam package`
-uploads). A runtime this machine has no interpreter for gets its layer as source only: the
-JSON says so (``bytecode``), and the docs quote that layer apart. tests/sam/test_build.py
-holds every layer to its size target on each run; this records the sizes.
+directory first. With --print-only it prints the sizes and writes no JSON: `make build` ends
+with that, so a build shows what it made without changing the figures the docs quote.
+
+Sizes are the sum of the layer's file sizes (what Lambda counts against a function's 250 MB
+unzipped) and the size of a deflated zip of them (what `sam package` uploads). A runtime this
+machine has no interpreter for gets its layer as source only: the JSON says so (``bytecode``),
+and the docs quote that layer apart. tests/sam/test_build.py holds every layer to its size
+target on each run; this records the sizes.
 """
 
 from __future__ import annotations
@@ -53,6 +57,16 @@ def measure(build_dir: Path) -> dict[str, Any]:
     return layers
 
 
+def size_lines(layers: dict[str, Any]) -> list[str]:
+    """One line per runtime, in MB to two decimals: the precision the docs quote them at."""
+    return [
+        f"{runtime}: full {row['full'] / 1e6:.2f} MB ({row['full_zipped'] / 1e6:.2f} zipped),"
+        f" slim {row['slim'] / 1e6:.2f} MB ({row['slim_zipped'] / 1e6:.2f} zipped)"
+        f"{'' if row['bytecode'] else ', source only'}"
+        for runtime, row in layers.items()
+    ]
+
+
 def sam_build(root: Path) -> Path:
     subprocess.run(
         [
@@ -74,6 +88,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--build-dir", type=Path, help="an existing `sam build` output")
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
+    parser.add_argument(
+        "--print-only", action="store_true", help="print the sizes; write no results file"
+    )
     args = parser.parse_args(argv)
     git = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True
@@ -88,12 +105,11 @@ def main(argv: list[str] | None = None) -> int:
         "python": sys.version.split()[0],
         "layers": layers,
     }
-    for runtime, row in layers.items():
-        print(
-            f"{runtime}: full {row['full'] / 1e6:.2f} MB ({row['full_zipped'] / 1e6:.2f} zipped),"
-            f" slim {row['slim'] / 1e6:.2f} MB ({row['slim_zipped'] / 1e6:.2f} zipped)"
-            f"{'' if row['bytecode'] else ', source only'}"
-        )
+    print("layer sizes, unzipped (zipped):")
+    for line in size_lines(layers):
+        print(line)
+    if args.print_only:
+        return 0
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(document, indent=2) + "\n")
     print(f"JSON: {args.output}")

@@ -268,6 +268,10 @@ class DynamoDBModelStore(MemoryStore):
     HTTP.
     """
 
+    # It stands for one table every process reaches: the processes of an environment share
+    # their reads of it (fleetbreaker.shared_refresh.copy_key), as they would DynamoDB's.
+    sharing_identity = "bench: the modelled table"
+
     def __init__(self) -> None:
         super().__init__()
         self.fence_misses = 0

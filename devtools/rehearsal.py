@@ -21,6 +21,10 @@ ARN denies (moto authorises against ``*``) and conditions are ignored, so each f
 principal holds its role's statements with ``Resource`` widened to ``*``; resources and
 condition keys are checked statically by the tests.
 
+moto's CloudFormation makes no ``AWS::CloudWatch::Alarm``: :func:`put_alarms` makes each of
+the stack's alarms through moto's PutMetricAlarm, its properties resolved as CloudFormation
+resolves them, so that the alarms can be read back (DescribeAlarms) like the other resources.
+
 A function's log is what it printed, as CloudWatch would keep it. :func:`breaker_problems`
 finds in it what must fail a rehearsal: a store error or a switch to the local breaker.
 """
@@ -43,6 +47,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from devtools.sam_template import PSEUDO_PARAMETERS, take_branches
 from devtools.servers import (
     LOOPBACK,
     REGION,
@@ -238,6 +243,67 @@ def create_stack(
     status = cloudformation.describe_stacks(StackName=stack)["Stacks"][0]["StackStatus"]
     if status != "CREATE_COMPLETE":
         raise RehearsalError(f"stack {stack}: {status}")
+
+
+# moto's CloudFormation has no AWS::CloudWatch::Alarm; its CloudWatch has PutMetricAlarm.
+ALARM_INTEGERS = ("EvaluationPeriods", "DatapointsToAlarm")
+
+
+def _resolved(value: Any, values: Mapping[str, str]) -> Any:
+    """``value`` with each ``Ref`` and ``${name}`` of a parameter or pseudo parameter filled in
+    (the alarms' properties use no other function once :func:`take_branches` has run)."""
+    if isinstance(value, list):
+        return [_resolved(item, values) for item in value]
+    if not isinstance(value, dict):
+        return value
+    if set(value) == {"Ref"}:
+        return values[value["Ref"]]
+    if set(value) == {"Fn::Sub"} and isinstance(value["Fn::Sub"], str):
+        return re.sub(r"\$\{([A-Za-z0-9:]+)\}", lambda m: values[m.group(1)], value["Fn::Sub"])
+    unknown = [key for key in value if key.startswith("Fn::")]
+    if unknown:
+        raise RehearsalError(f"an alarm property the rehearsal cannot resolve: {unknown}")
+    return {key: _resolved(item, values) for key, item in value.items()}
+
+
+def put_alarms(
+    endpoint_url: str,
+    admin: Credentials,
+    stack: str,
+    translated: Mapping[str, Any],
+    parameters: Mapping[str, str],
+    conditions: Mapping[str, bool],
+) -> dict[str, str]:
+    """Make each alarm of the stack as CloudFormation would: PutMetricAlarm with its
+    properties resolved for ``parameters`` (its conditions' branches taken, parameters and
+    pseudo parameters filled in, numbers as the API types them), named ``<stack>-<logical
+    id>``. {logical id: alarm name}; the API's own validation refuses a malformed alarm."""
+    values = {
+        **PSEUDO_PARAMETERS,
+        "AWS::StackName": stack,
+        **{name: str(p.get("Default", "")) for name, p in translated["Parameters"].items()},
+        **parameters,
+    }
+    cloudwatch = client(endpoint_url, "cloudwatch", admin)
+    made = {}
+    for logical_id, resource in translated["Resources"].items():
+        if resource["Type"] != "AWS::CloudWatch::Alarm":
+            continue
+        if not conditions.get(resource.get("Condition", ""), True):
+            continue
+        try:
+            properties = _resolved(take_branches(resource["Properties"], conditions), values)
+        except RehearsalError as exc:
+            raise RehearsalError(f"stack {stack}, alarm {logical_id}: {exc}") from None
+        for key in ALARM_INTEGERS:
+            properties[key] = int(properties[key])
+        properties["Threshold"] = float(properties["Threshold"])
+        for query in properties.get("Metrics", []):
+            query["Period"] = int(query["Period"])
+        name = f"{stack}-{logical_id}"
+        cloudwatch.put_metric_alarm(AlarmName=name, **properties)
+        made[logical_id] = name
+    return made
 
 
 # --------------------------------------------------------------------------- read back

@@ -1,11 +1,13 @@
 """Small test doubles shared by the suites: a clock moved by hand, stores that fail, a
-dependency that counts its calls, and the helpers that build and trip breakers."""
+dependency that counts its calls, a listener that records every hook, the policy factory,
+and the helpers that build and trip breakers."""
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
 import importlib.util
+import inspect
 import random
 import signal
 import threading
@@ -42,6 +44,124 @@ class FakeClock:
     def advance(self, seconds: float) -> None:
         with self._lock:
             self.now += round(seconds * 1000)
+
+
+# The breaker the store-level suites (the store contract, the Redis store) describe: a 10 s
+# window, open 5 s and doubling up to 60 s, a 2 s probe lease, records kept an hour.
+STORE_CONFIG = BreakerConfig(
+    failure_threshold=3,
+    window_seconds=10,
+    recovery_timeout=5,
+    max_recovery_timeout=60,
+    probe_lease_seconds=2,
+    record_ttl_seconds=3_600,
+)
+
+
+def make_policy(config: BreakerConfig | None = None, /, **overrides: Any) -> Policy:
+    """The Policy a breaker derives from ``config`` (default BreakerConfig()) with
+    ``overrides`` (BreakerConfig fields) replaced: the same numbers the breaker's stores get.
+
+    Example: ``make_policy(failure_threshold=2, recovery_timeout=10)``,
+    ``make_policy(STORE_CONFIG, half_open_max_probes=2)``.
+    """
+    return Policy.from_config(dataclasses.replace(config or BreakerConfig(), **overrides))
+
+
+STORE_POLICY = make_policy(STORE_CONFIG)
+
+# Every hook a listener can receive: BreakerListener's on_* methods, read when this module
+# loads, so a hook the package adds or drops is recorded without an edit here.
+HOOKS: tuple[str, ...] = tuple(name for name in vars(BreakerListener) if name.startswith("on_"))
+
+
+@dataclasses.dataclass(frozen=True)
+class Heard:
+    """One hook a listener received: its name, its arguments (positional, in the order
+    BreakerListener declares them) and the clock's time (None without a clock)."""
+
+    hook: str
+    args: tuple[Any, ...]
+    at_ms: int | None = None
+
+
+class RecordingListener(BreakerListener):
+    """A listener that records every hook it receives, in order, from any thread.
+
+    Each of BreakerListener's hooks is overridden (so the breaker calls it), and records a
+    :class:`Heard`; keyword arguments are bound to their positions, so a test reads the same
+    tuple however the package passes them. ``clock`` (optional) stamps each one.
+
+    Example::
+
+        listener = RecordingListener()
+        breaker = breaker_on(store, clock, listeners=[listener])
+        ...
+        assert listener.count("on_state_change") == 1
+    """
+
+    def __init__(self, clock: Callable[[], int] | None = None) -> None:
+        self.heard: list[Heard] = []
+        self.clock = clock
+        self._lock = threading.Lock()
+
+    def record(self, hook: str, args: tuple[Any, ...]) -> None:
+        at_ms = None if self.clock is None else self.clock()
+        with self._lock:
+            self.heard.append(Heard(hook, args, at_ms))
+
+    def of(self, *hooks: str) -> list[Heard]:
+        """What was heard on ``hooks`` (all of them when none is named), in order."""
+        unknown = set(hooks) - set(HOOKS)
+        assert not unknown, f"no such hook: {sorted(unknown)}"
+        with self._lock:
+            return [h for h in self.heard if not hooks or h.hook in hooks]
+
+    def args(self, hook: str) -> list[tuple[Any, ...]]:
+        """The arguments of each call of ``hook``, in order (the breaker's name first)."""
+        return [heard.args for heard in self.of(hook)]
+
+    def values(self, hook: str, parameter: str) -> list[Any]:
+        """The argument named ``parameter`` (as BreakerListener names it) of each call of
+        ``hook``, in order: ``values("on_decision", "decision")``."""
+        parameters = _parameters(hook)
+        assert parameter in parameters, f"{hook} has no argument {parameter!r}: {parameters}"
+        position = parameters.index(parameter)
+        return [args[position] for args in self.args(hook)]
+
+    def count(self, hook: str) -> int:
+        """How many times ``hook`` was called."""
+        return len(self.of(hook))
+
+    def clear(self) -> None:
+        with self._lock:
+            self.heard.clear()
+
+
+def _parameters(hook: str) -> list[str]:
+    """The names of ``hook``'s arguments, after ``self``."""
+    return list(inspect.signature(getattr(BreakerListener, hook)).parameters)[1:]
+
+
+def _recorder(hook: str) -> Callable[..., None]:
+    signature = inspect.signature(getattr(BreakerListener, hook))
+    arity = len(signature.parameters) - 1
+
+    def record(self: RecordingListener, *args: Any, **kwargs: Any) -> None:
+        if kwargs or len(args) != arity:  # the common case, all positional, skips binding
+            bound = signature.bind(self, *args, **kwargs)
+            bound.apply_defaults()
+            args = bound.args[1:]
+        self.record(hook, args)
+
+    record.__name__ = hook
+    record.__qualname__ = f"RecordingListener.{hook}"
+    record.__doc__ = f"Records {hook} and its arguments."
+    return record
+
+
+for _hook in HOOKS:
+    setattr(RecordingListener, _hook, _recorder(_hook))
 
 
 class FlakyStore(MemoryStore):
@@ -238,3 +358,23 @@ def load_file(path: Path, name: str) -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+# How long a wait for another thread or process to reach a point may take before the test
+# gives up. A liveness guard, not a speed claim: it only turns a hang into a failure that
+# names what never happened, long before pytest's own timeout would.
+GIVE_UP_S = 120.0
+
+
+def wait_for(condition: Callable[[], bool], what: str) -> None:
+    """Poll ``condition`` until it holds; fail naming ``what`` if it never does.
+
+    For waits on work the test does not control (an execution in moto's Step Functions, a
+    child process). The give-up is GIVE_UP_S whatever the wait: a test that must show how
+    quickly something happens asserts a deadline the code enforces, never this.
+    """
+    give_up = time.monotonic() + GIVE_UP_S
+    while not condition():
+        if time.monotonic() > give_up:
+            raise AssertionError(f"gave up after {GIVE_UP_S:g} s: {what}")
+        time.sleep(0.01)  # polls a condition; moves no clock

@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from bench.demo.scenario import COUNT_WINDOW
-from bench.demo.summary import STATES, StateIndex, intervals
+from bench.demo.summary import CHARGED as CHARGED_STATUS
+from bench.demo.summary import STATES, by_container, common_seconds, intervals, rates
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -20,7 +21,6 @@ if TYPE_CHECKING:
 CHART = "fleet-demo.png"
 MARKDOWN = "fleet-demo.md"
 BIN = 0.5  # seconds per bar in the chart
-STATE_STEP = 0.05  # seconds between samples of the containers' states
 
 COLOURS = {
     "charged": "#2e7d32",
@@ -99,13 +99,21 @@ def table(runs: list[Run]) -> str:
             ),
         ),
         (
-            "payments charged / failed / turned away",
-            *(
-                f"{s.charged} / {s.provider_failed} / {s.turned_away}"
-                for s in (run.summary for run in runs)
-            ),
+            "calls made (a run lasts until its fleet closed, then --linger)",
+            *(f"{run.summary.calls} in {run.record.duration:.1f} s" for run in runs),
         ),
     ]
+    common = common_seconds(run.record for run in runs)
+    if common > 0:
+        # The runs differ in length and in calls made: compare them over the same seconds.
+        each = [rates(run.record, common) for run in runs]
+        rows.append(
+            (
+                f"payments per second over the first {common:.1f} s (every run): "
+                "charged / failed / turned away",
+                *(f"{r.charged:.1f} / {r.failed:.1f} / {r.turned_away:.1f}" for r in each),
+            )
+        )
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
 
     def line(cells: tuple[str, ...]) -> str:
@@ -261,28 +269,43 @@ def chart(runs: list[Run], path: Path) -> Path:
 
 
 def figure(runs: list[Run]) -> Figure:
-    """The chart: a column per run, and a legend per panel naming what that panel draws."""
+    """The chart: a column per run, and a legend per panel naming what that panel draws.
+
+    The top three rows cover the run's traffic (the outage, the trip, the recovery); the
+    deferred payments' drain, which runs on for tens of seconds after the traffic stopped,
+    has a row and a time axis of its own, so it does not squeeze the outage into a corner.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    # Until the last deferred payment was drained, when that is after the traffic stopped.
-    until = math.ceil(max(max([run.record.duration, *run.record.drained]) for run in runs))
+    until = math.ceil(max(run.record.duration for run in runs))
+    drains = any(run.record.drained for run in runs)
+    heights = [3, 2, 3] + ([2] if drains else [])
     fig, axes = plt.subplots(
-        3,
+        len(heights),
         len(runs),
-        figsize=(8.5 * len(runs) + 1.5, 8),
-        sharex=True,
+        figsize=(8.5 * len(runs) + 1.5, sum(heights) + 0.5),
         sharey="row",
         squeeze=False,
-        gridspec_kw={"height_ratios": [3, 2, 2]},
+        gridspec_kw={"height_ratios": heights},
     )
     for column, run in enumerate(runs):
-        _plot_run(run, axes[0][column], axes[1][column], axes[2][column], until)
+        top = axes[0][column]
+        axes[1][column].sharex(top)
+        axes[2][column].sharex(top)
+        _plot_run(run, top, axes[1][column], axes[2][column], until)
+    if drains:
+        drained_until = math.ceil(
+            max(max([run.record.duration, *run.record.drained]) for run in runs)
+        )
+        for column, run in enumerate(runs):
+            _plot_drain(run, axes[3][column], drained_until)
+        axes[3][0].set_ylabel("payments charged from\nthe SQS queue per second")
     axes[0][0].set_ylabel("calls reaching the\npayment API per second")
     axes[1][0].set_ylabel("calls turned away\nper second")
-    axes[2][0].set_ylabel("containers seeing\nthe breaker as")
+    axes[2][0].set_ylabel("each container's view\nof the breaker (a lane each)")
     for row in axes:
         for ax in row:
             # Each panel's own legend, from what it drew: runs differ (a shadow run turns
@@ -332,20 +355,6 @@ def _plot_run(run: Run, calls: Axes, turned: Axes, states: Axes, until: float) -
             if summary.noise_failures
             else "failed: the API is down",
         )
-    if record.drained:
-        # The deferred-payments consumer's charges (already in the bars: the provider saw them).
-        drained = [sum(row.start <= at < row.end for at in record.drained) / BIN for row in bins]
-        calls.step(
-            [row.end for row in bins],
-            drained,
-            color=COLOURS["drain"],
-            lw=1.5,
-            label="charged from the SQS queue (drain)",
-        )
-    probes = [call.start for call in record.calls if call.probe]
-    if probes:
-        top = max(max(c + f for c, f in zip(charged, failed, strict=True)), 1.0) * 1.08
-        calls.plot(probes, [top] * len(probes), "v", color="black", markersize=5, label="a probe")
     # Turned away: the breaker answered without calling the provider (503, or 202 deferred).
     rejected = [(row.turned_away - row.deferred) / BIN for row in bins]
     deferred = [row.deferred / BIN for row in bins]
@@ -378,19 +387,7 @@ def _plot_run(run: Run, calls: Axes, turned: Axes, states: Axes, until: float) -
             va="center",
             color="#546e7a",
         )
-    # The state is sampled finely: containers learn of a change within one call.
-    index = StateIndex(record)
-    times = [i * STATE_STEP for i in range(round(until / STATE_STEP) + 1)]
-    counts = [index.counts(t) for t in times]
-    seen = [state for state in STATES if any(count[state] for count in counts)]
-    states.stackplot(
-        times,
-        *[[count[state] for count in counts] for state in seen],
-        step="post",
-        colors=[COLOURS[state] for state in seen],
-        labels=[state.replace("_", "-") for state in seen],
-    )
-    states.set_ylim(0, record.containers)
+    _plot_lanes(record, states, until)
     states.set_xlabel("seconds since the run began")
     closed = summary.recovery_to_closed
     for ax in (calls, turned, states):
@@ -421,6 +418,120 @@ def _plot_run(run: Run, calls: Axes, turned: Axes, states: Axes, until: float) -
         + f"{summary.probes_at_recovery} probe{plural} at recovery",
         fontsize=11,
     )
+
+
+# A probe is in flight for milliseconds: drawn at least this wide (seconds), so that a
+# per-container breaker's half-open state shows on its lane.
+PROBE_MIN_WIDTH = 0.1
+LANE_HEIGHT = 0.8  # of a lane's height of 1: the gaps keep the lanes apart
+DRAIN_BIN = 1.0  # seconds per bar of the drain
+
+
+def lanes(record: RunRecord, until: float) -> dict[str, dict[int, list[tuple[float, float]]]]:
+    """Each container's view of the breaker, as (start, width) spans by state and container.
+
+    A container sees the state its last call ended with until its next call ends (closed
+    before its first). A probe is half-open while it is in flight: the span of the call that
+    held the lease, at least PROBE_MIN_WIDTH wide. A per-container breaker is half-open only
+    then; the calls of a shared breaker's other containers see it half-open too.
+    """
+    spans: dict[str, dict[int, list[tuple[float, float]]]] = {state: {} for state in STATES}
+    for number, calls in by_container(record.calls).items():
+        edges = [0.0, *(min(call.end, until) for call in calls), until]
+        seen = ["closed", *(call.seen for call in calls)]
+        runs: list[tuple[str, float, float]] = []
+        for state, start, end in zip(seen, edges, edges[1:], strict=False):
+            if runs and runs[-1][0] == state:
+                runs[-1] = (state, runs[-1][1], end)
+            elif end > start:
+                runs.append((state, start, end))
+        for state, start, end in runs:
+            spans[state].setdefault(number, []).append((start, end - start))
+        for call in calls:
+            if call.probe and call.start < until:
+                width = max(call.end - call.start, PROBE_MIN_WIDTH)
+                spans["half_open"].setdefault(number, []).append((call.start, width))
+    return spans
+
+
+def _plot_lanes(record: RunRecord, ax: Axes, until: float) -> None:
+    """A lane per container, coloured by the state it saw; each probe marked on its lane."""
+    spans = lanes(record, until)
+    # Half-open last: a probe's span is drawn over the state its lane shows around it.
+    for state in ("closed", "open", "half_open"):
+        label = state.replace("_", "-")
+        for number in sorted(spans[state]):
+            ax.broken_barh(
+                spans[state][number],
+                (number + (1 - LANE_HEIGHT) / 2, LANE_HEIGHT),
+                color=COLOURS[state],
+                label=label,
+                zorder=1 + (state == "half_open"),
+            )
+            label = "_" + label  # one legend entry per state
+    probes = [call for call in record.calls if call.probe and call.start < until]
+    charged = [call for call in probes if call.status == CHARGED_STATUS]
+    failed = [call for call in probes if call.status != CHARGED_STATUS]
+    for group, marker, colour, label in (
+        (failed, "v", "black", "a probe the API failed"),
+        (charged, "^", COLOURS["charged"], "a probe that charged"),
+    ):
+        if group:
+            ax.plot(
+                [call.start for call in group],
+                [call.container + 0.5 for call in group],
+                marker,
+                color=colour,
+                markersize=4,
+                linestyle="none",
+                label=label,
+                zorder=3,
+            )
+    ax.set_ylim(0, record.containers)
+    ax.set_yticks([])
+
+
+def _plot_drain(run: Run, ax: Axes, until: float) -> None:
+    """The deferred payments the consumer charged after the recovery, on their own time axis."""
+    record = run.record
+    if record.drained:
+        starts = [i * DRAIN_BIN for i in range(max(1, math.ceil(until / DRAIN_BIN)))]
+        charged = [
+            sum(start <= at < start + DRAIN_BIN for at in record.drained) / DRAIN_BIN
+            for start in starts
+        ]
+        ax.bar(
+            starts,
+            charged,
+            DRAIN_BIN,
+            align="edge",
+            color=COLOURS["drain"],
+            label="charged from the SQS queue (drain)",
+        )
+        ax.axvline(
+            record.duration,
+            color="#546e7a",
+            linestyle=":",
+            lw=1,
+            label="the run's traffic stopped",
+        )
+    else:
+        deferred = run.summary.deferred
+        ax.text(
+            0.5,
+            0.5,
+            f"none of its {deferred} deferred payments charged from the queue"
+            if deferred
+            else "no payment deferred",
+            transform=ax.transAxes,
+            ha="center",
+            va="center",
+            color="#546e7a",
+        )
+    ax.axvspan(*record.outage, color=COLOURS["outage"], zorder=0, label="_the API is down")
+    ax.grid(axis="y", alpha=0.3)
+    ax.set_xlim(0, until)
+    ax.set_xlabel("seconds since the run began (the drain's own axis)")
 
 
 # --------------------------------------------------------------------------- markdown

@@ -111,6 +111,43 @@ def summarize(record: RunRecord) -> RunSummary:
     )
 
 
+@dataclass(frozen=True)
+class Rates:
+    """Payments per second over one span of a run: what two runs compare like with like.
+
+    Two runs of the demo take the same traffic (containers × rate), but they do not make the
+    same number of calls: a run lasts until its fleet has closed again (plus ``--linger``),
+    and a container makes its next call only once its last one ended (store round trips and
+    the provider's latency slow a fleet down). Counts over the same seconds, per second,
+    compare the runs; counts over each run's own length do not.
+    """
+
+    seconds: float
+    calls: float
+    charged: float
+    failed: float  # 502s: the function saw the provider fail
+    turned_away: float  # 503s and 202s: the breaker answered without calling the provider
+
+
+def rates(record: RunRecord, until: float) -> Rates:
+    """Payments per second among the calls that started in the first ``until`` seconds."""
+    if until <= 0:
+        raise ValueError(f"a span of {until} s holds no calls")
+    statuses = Counter(call.status for call in record.calls if call.start < until)
+    return Rates(
+        until,
+        calls=sum(statuses.values()) / until,
+        charged=statuses[CHARGED] / until,
+        failed=statuses[PROVIDER_FAILED] / until,
+        turned_away=(statuses[CIRCUIT_OPEN] + statuses[DEFERRED]) / until,
+    )
+
+
+def common_seconds(records: Iterable[RunRecord]) -> float:
+    """The seconds every run covers: from the start to the end of the shortest run."""
+    return min(record.duration for record in records)
+
+
 def spurious_trips(record: RunRecord) -> int:
     """Trips that opened the breaker before the outage began: each a record generation seen
     open (one per container's own record when not shared) whose opening came first."""

@@ -513,6 +513,11 @@ class BreakerConfig:
         (``enforce`` or ``shadow``) and ``BREAKER_VERIFY_STORE`` (``true`` or ``false``, also
         ``1``/``0``, ``yes``/``no``, ``on``/``off``).
 
+        Any other ``BREAKER_*``, ``CIRCUIT_BREAKER_*`` or ``FLEETBREAKER_*`` variable (a
+        misspelling, most likely) is logged once per process at WARNING with the nearest
+        known name, and refused with :class:`ConfigError` when ``verify_store`` is on
+        (:mod:`fleetbreaker.environment`).
+
         Keyword arguments are the explicit part (classification predicates, for instance):
         each beats its variable, under either of its names, so ``local_cache_max_age=5``
         wins over ``BREAKER_CACHE_TTL`` as ``cache_ttl=5`` does. A bad value raises
@@ -543,12 +548,22 @@ class BreakerConfig:
         for field_name in explicit:
             values.pop(field_name, None)
         try:
-            return cls(**values, **overrides)
+            config = cls(**values, **overrides)
         except ConfigError as exc:
             blamed = _blame_variables(exc, values, explicit)
             if blamed is exc:
                 raise
             raise blamed from None
+        # A misspelt BREAKER_* would leave its field at the default, unsaid: name it (a
+        # WARNING once per process; under verify_store, a ConfigError).
+        from fleetbreaker.environment import PREFIXES, check_variables, known_variables
+
+        known = known_variables(env_variable(name) for name in ENV_FIELDS)
+        strict_by = env_variable("verify_store") if config.verify_store else None
+        refused = check_variables(env, PREFIXES, known, strict_by=strict_by)
+        if refused is not None:
+            raise ConfigError(refused)
+        return config
 
 
 # Init's parameters in order (fields, then Powertools' names): what positional arguments name.

@@ -42,14 +42,16 @@ class StateChange:
 _WARNING_STATES = frozenset({"open", "forced_open", "disabled"})
 
 # The misconfigurations LoggingListener has logged in this process (one Lambda container):
-# each is logged once at ERROR, however many breakers and calls meet it.
-reported_misconfigurations: set[tuple[str, str | None, str]] = set()
+# each kind is logged once at ERROR, however many breakers, calls and operations meet it.
+reported_misconfigurations: set[tuple[str, str, str | None]] = set()
 _reported_lock = threading.Lock()
 
 
 def first_report(error: StoreMisconfiguredError) -> bool:
-    """Whether ``error`` is the first of its kind (problem, setting, message) this process."""
-    key = (error.problem, error.variable, str(error))
+    """Whether ``error`` is the first of its kind this process: its class, its problem and the
+    setting to blame. Never its text: an access-denied message names the action refused
+    (GetItem, UpdateItem), so a key of text would log once per operation."""
+    key = (type(error).__name__, error.problem, error.variable)
     with _reported_lock:
         if key in reported_misconfigurations:
             return False

@@ -147,7 +147,7 @@ class MetricsListener(BreakerListener):
         except ImportError as exc:  # pragma: no cover - the layer and dev extras ship it
             raise ConfigError(
                 "fleetbreaker metrics need aws-lambda-powertools: "
-                "pip install 'fleetbreaker[observability]'"
+                "from a clone of fleetbreaker, pip install '.[observability]'"
             ) from exc
         self._provider_class = EphemeralMetrics
         self.namespace = namespace or os.environ.get(NAMESPACE_ENV) or DEFAULT_NAMESPACE

@@ -34,6 +34,9 @@ WINDOW_BUCKETS = 10
 # Counters never get near it (10^14 transitions), and a hand-edited one then reads as closed
 # and is replaced by the next write, like any other corrupt record.
 MAX_RECORD_DIGITS = 14
+# The largest census count a store keeps: a census slice stops there, for one digit more
+# would make the record corrupt (and a census write must never make a record unreadable).
+MAX_CENSUS_COUNT = 10**MAX_RECORD_DIGITS - 1
 
 # Lease tokens this package issues are short ASCII ("<slot>-<nonce>").
 MAX_TOKEN_CHARS = 64

@@ -83,20 +83,48 @@ def redact(text: str, secrets: Iterable[str] = ()) -> str:
     return parameter.sub(lambda m: m.group("head") + REDACTED if m.group("secret") else m[0], text)
 
 
-def url_secrets(url: str) -> tuple[str, ...]:
-    """The secrets a URL carries: its password (as written and decoded) and the values of its
-    credential query parameters. A URL written without its scheme (``user:pw@host:6379``, a
-    common slip) is read as one that has it."""
-    found: list[str] = []
-    _, sep, rest = url.partition("://")
+def split_login(url: str) -> tuple[str, str | None, str | None]:
+    """``url`` without its login, and the login's user and password (decoded; None where
+    absent): what every URL goes through before anything parses it.
+
+    The login runs from after ``scheme://`` to the URL's last ``@``, and the password from
+    the first ``:`` in it: a password typed raw with ``@``, ``/``, ``?``, ``#`` or ``:`` in
+    it stays whole, where a URL parser would cut it at the first of them and show the rest
+    as a host, a port or a path. Each part is percent-decoded, so one written encoded
+    (``%40`` for ``@``) reads the same; a raw ``%`` is written ``%25``. A URL without ``@``
+    has no login. What it trusts: that an ``@`` after the host is written ``%40`` (no option
+    of redis-py's takes one); a raw one there would be read as the end of a login, with what
+    follows it as the host (shown redacted, never as a secret in clear). A URL written
+    without its scheme (``user:pw@host:6379``, a common slip) is read as one that has it.
+
+    Example
+    -------
+    >>> split_login("rediss://app:pa/ss#w@rd@cache.example.com:6379/0")
+    ('rediss://cache.example.com:6379/0', 'app', 'pa/ss#w@rd')
+    >>> split_login("redis://cache:6379")
+    ('redis://cache:6379', None, None)
+    """
+    scheme, sep, rest = url.partition("://")
     if not sep:
-        rest = url
-    userinfo, at, after = rest.rpartition("@")
-    if at:
-        _, colon, password = userinfo.partition(":")
-        if colon and password:
-            found += [password, unquote(password)]
-    _, question, query = (after if at else rest).partition("?")
+        scheme, rest = "", url
+    login, at, address = rest.rpartition("@")
+    if not at:
+        return url, None, None
+    user, _, password = login.partition(":")
+    head = f"{scheme}{sep}"
+    return head + address, unquote(user) or None, unquote(password) or None
+
+
+def url_secrets(url: str) -> tuple[str, ...]:
+    """The secrets a URL carries: its password (as written and decoded, found as
+    :func:`split_login` finds it) and the values of its credential query parameters."""
+    found: list[str] = []
+    address, _, password = split_login(url)
+    if password:
+        _, sep, rest = url.partition("://")
+        written = (rest if sep else url).rpartition("@")[0].partition(":")[2]
+        found += [written, password]
+    _, question, query = address.partition("?")
     if question:
         for key, value in parse_qsl(query.split("#", 1)[0], keep_blank_values=False):
             if key.lower() in SECRET_PARAMETERS and value:

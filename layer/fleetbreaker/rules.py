@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from fleetbreaker.frozen import frozen, replace
 from fleetbreaker.policy import Policy, check_weight, open_duration_ms, ttl_seconds
 from fleetbreaker.record import (
+    MAX_CENSUS_COUNT,
     MAX_TOKEN_CHARS,
     WINDOW_BUCKETS,
     CensusBucket,
@@ -151,15 +152,21 @@ def apply_failure(record: Record | None, policy: Policy, now_ms: int, weight: in
         counted = replace(current, failures=weight, window_start=now_ms)
     if counted.failures < policy.failure_threshold:
         return Outcome(_stamp(counted, policy, now_ms), changed=True)
-    opened = trip(current, policy, now_ms)
+    opened = trip(current, policy, now_ms, counted.failures)
     return Outcome(opened, changed=True, transition=(State.CLOSED, State.OPEN))
 
 
-def trip(record: Record, policy: Policy, now_ms: int) -> Record:
-    """The open record that replaces a closed one whose failures reached the threshold."""
+def trip(record: Record, policy: Policy, now_ms: int, failures: int = 0) -> Record:
+    """The open record that replaces a closed one whose failures reached the threshold.
+
+    It keeps ``failures``, the failures that tripped it (the count, or the window's under the
+    rate policy), only for operators to see: no rule reads an open record's failures, and the
+    record that closes it starts from none.
+    """
     opened = Record(
         state=State.OPEN,
         gen=record.gen + 1,
+        failures=failures,
         opened_at=now_ms,
         open_until=now_ms + open_duration_ms(policy, 0, 1.0),
         census=record.census,
@@ -173,6 +180,8 @@ def reopen(record: Record, policy: Policy, now_ms: int, jitter: float) -> Record
     reopened = Record(
         state=State.OPEN,
         gen=record.gen + 1,
+        # The failures of the trip that began the outage, still for operators to see.
+        failures=record.failures,
         opened_at=now_ms,
         open_until=now_ms + open_duration_ms(policy, reopens, jitter),
         reopens=reopens,
@@ -316,9 +325,12 @@ def apply_report(record: Record | None, policy: Policy, now_ms: int, report: Rep
         return Outcome(record)
     window = sliding_window(policy)
     counted = window.add(current, now_ms, report)
-    if window.trip_reason(window.counts(counted, now_ms)) is not None:
+    counts = window.counts(counted, now_ms)
+    if window.trip_reason(counts) is not None:
         return Outcome(
-            trip(current, policy, now_ms), changed=True, transition=(State.CLOSED, State.OPEN)
+            trip(current, policy, now_ms, counts.failures),
+            changed=True,
+            transition=(State.CLOSED, State.OPEN),
         )
     return Outcome(_stamp(counted, policy, now_ms), changed=True)
 
@@ -343,6 +355,8 @@ def apply_census(record: Record | None, policy: Policy, now_ms: int) -> Outcome:
     idx, slot = census_slot(policy, now_ms)
     held = current.census.get(slot)
     count = held.count + 1 if held is not None and held.idx == idx else 1
+    # Saturates: one digit past the record's bound would make the record unreadable.
+    count = min(count, MAX_CENSUS_COUNT)
     counted = replace(current, census={**current.census, slot: CensusBucket(idx, count)})
     return Outcome(_stamp(counted, policy, now_ms), changed=True)
 

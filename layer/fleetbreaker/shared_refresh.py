@@ -14,7 +14,8 @@ and a lock for files they write together):
   whoever takes it;
 - otherwise the process that takes the copy's lock reads the store and writes the copy; a
   process that finds the lock taken acts on its last view until the copy is written (it looks
-  again on its next call), and one that has no view yet reads the store itself.
+  again on its next call) while that view is no older than it would keep it, and one that has
+  no view yet (or an older one) reads the store itself.
 
 Only reads are shared. A refresh that writes (a census write, a rate-policy report at the base
 interval) is the process's own, as every count is. Degraded (the store out of reach), a
@@ -24,21 +25,41 @@ The copy is the record as JSON with its read time and freshness, written whole (
 file renamed over it), so a reader sees the old copy or the new one; anything a process
 cannot parse is no copy (it reads the store). The lock is ``flock`` on a file beside it: the
 kernel drops it when its process dies, so a process killed mid-read blocks nobody.
+
+What a process trusts the directory for (docs/deploying.md, "Shared reads: what the directory
+is trusted for"): only to hand it a read that another process of its own user made of the same
+store, no older than it would keep its own. So:
+
+- the copy's name is the store's kind, its ``sharing_identity`` (region, endpoint and table;
+  host, port, database and key prefix) and the breaker's name. A store that names no
+  identity shares nothing (each process reads for itself);
+- a copy is fresh for at most as long as this process would keep its own view
+  (MAX_REFRESH_STRETCH times its ``cache_ttl``), whatever its ``fresh_until`` claims;
+- the copy and the lock are opened without following a link, and used only when they are
+  regular files of this process's effective user, with one link, writable by no one else
+  (group or others); the lock is created only where no file is (O_EXCL);
+- a process that takes the lock looks at the copy again before it reads the store: another
+  process may have written it since its first look.
+
+A check that fails means the store is read, and the reason is logged once (per breaker).
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import logging
 import os
+import stat
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from fleetbreaker import record as schema
 from fleetbreaker.frozen import frozen
 from fleetbreaker.record import Bucket, CensusBucket, Lease, Record, State
+from fleetbreaker.view import MAX_REFRESH_STRETCH
 
 if TYPE_CHECKING:
     from fleetbreaker.protocols import GuardedStore
@@ -48,7 +69,13 @@ if TYPE_CHECKING:
 # (for Python, its processes). This module is the one reader of the variable.
 CONCURRENCY_ENV = "AWS_LAMBDA_MAX_CONCURRENCY"
 COPY_VERSION = 1
+# The attribute a store names the data it reaches by (see copy_key).
+IDENTITY_ATTRIBUTE = "sharing_identity"
+# A copy is a few KB of JSON: a bigger file is not one (and is not read whole).
+MAX_COPY_BYTES = 256 * 1024
 _LIMIT = 10**schema.MAX_RECORD_DIGITS
+# Never follow a link; never block on a FIFO planted at the path; never leak into a child.
+_OPEN_FLAGS = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 log = logging.getLogger("fleetbreaker")
 
@@ -70,15 +97,52 @@ def environment_directory(environ: Mapping[str, str] | None = None) -> str | Non
     return tempfile.gettempdir()
 
 
-def copy_key(store: object, name: str) -> str:
-    """What names a breaker's copy: the store's kind and table (or key prefix), and the name.
+def copy_key(store: object, name: str) -> str | None:
+    """What names a breaker's copy: the store's kind, its ``sharing_identity``, the name.
 
-    Two breakers of one name on two tables must not share a copy; the processes of one
-    environment build their stores alike, so they agree on it.
+    ``sharing_identity`` (IDENTITY_ATTRIBUTE) is a store's public account of the data it
+    reaches: everything that makes two stores of one kind two fleets' (DynamoDB: region,
+    endpoint and table; Redis: host, port or socket, database and key prefix). The
+    processes of one environment build their stores alike, so they agree on it, and two
+    stores that reach different data never do. A store without one (a custom store, a
+    MemoryStore, a Redis client the store cannot see into) gets None: its processes share
+    nothing, each reads for itself.
     """
     kind = type(store)
-    place = getattr(store, "table_name", None) or getattr(store, "key_prefix", None) or ""
-    return f"{kind.__module__}.{kind.__qualname__}\0{place}\0{name}"
+    kind_name = f"{kind.__module__}.{kind.__qualname__}"
+    try:
+        identity = getattr(store, IDENTITY_ATTRIBUTE, None)
+    except Exception as exc:  # a store's property failing (no region): share nothing
+        _note_unshared(kind_name, f"its {IDENTITY_ATTRIBUTE} failed ({type(exc).__name__}: {exc})")
+        return None
+    if not isinstance(identity, str) or not identity:
+        _note_unshared(kind_name, f"it names no {IDENTITY_ATTRIBUTE}")
+        return None
+    return json.dumps([kind_name, identity, name])
+
+
+_UNSHARED_NOTED: set[str] = set()
+
+
+def _note_unshared(kind_name: str, why: str) -> None:
+    """Say once per store kind that its processes read for themselves."""
+    if kind_name in _UNSHARED_NOTED:
+        return
+    _UNSHARED_NOTED.add(kind_name)
+    log.info(
+        "fleetbreaker: the processes of this environment do not share their reads of a %s: "
+        "%s (each process reads the store itself)",
+        kind_name,
+        why,
+        extra={"breaker_event": "shared_view_off", "store": kind_name},
+    )
+
+
+class UntrustedFileError(OSError):
+    """A file at the copy's (or the lock's) path that this process does not trust."""
+
+    def __str__(self) -> str:
+        return str(self.strerror)  # the reason alone, without "[Errno 1]"
 
 
 @frozen
@@ -92,10 +156,15 @@ class Shared:
 
 
 class SharedCopy:
-    """One breaker's copy in a directory the environment's processes share, and its lock."""
+    """One breaker's copy in a directory the environment's processes share, and its lock.
 
-    def __init__(self, directory: str | os.PathLike[str], key: str) -> None:
-        digest = hashlib.blake2s(key.encode("utf-8"), digest_size=12).hexdigest()
+    ``key`` None (a store with no identity, see copy_key): no copy and no lock; ``enabled``
+    is False and the reads are the process's own.
+    """
+
+    def __init__(self, directory: str | os.PathLike[str], key: str | None) -> None:
+        self.enabled = key is not None
+        digest = hashlib.blake2s((key or "").encode("utf-8"), digest_size=12).hexdigest()
         self.path = os.path.join(os.fspath(directory), f"fleetbreaker-{digest}.json")
         self.lock_path = f"{self.path}.lock"
         self._lock_fd: int | None = None
@@ -104,22 +173,34 @@ class SharedCopy:
 
     def get(self) -> Shared | None:
         """The copy, or None when there is none or it cannot be trusted."""
+        if not self.enabled:
+            return None
         try:
-            with open(self.path, encoding="utf-8") as file:
-                return decode_copy(json.load(file))
+            fd = _open_trusted(self.path, os.O_RDONLY)
         except FileNotFoundError:
             return None
+        except OSError as exc:
+            self._warn("read", exc)
+            return None
+        try:
+            text = _read_all(fd)
+            return decode_copy(json.loads(text))
         except (OSError, ValueError, TypeError, KeyError) as exc:
             self._warn("read", exc)
             return None
+        finally:
+            os.close(fd)
 
     def put(self, shared: Shared) -> None:
         """Write the copy whole: readers see the old one or this one, never a part."""
+        if not self.enabled:
+            return
         import tempfile
 
         text = json.dumps(encode_copy(shared), separators=(",", ":"))
         directory = os.path.dirname(self.path)
         try:
+            # mkstemp: a new file (O_EXCL, never through a link), mode 0600, ours.
             fd, temporary = tempfile.mkstemp(prefix=".fleetbreaker-", dir=directory)
             try:
                 try:
@@ -130,6 +211,7 @@ class SharedCopy:
                         rest = rest[os.write(fd, rest) :]
                 finally:
                     os.close(fd)
+                # rename replaces whatever is at the path, a link included, never its target.
                 os.replace(temporary, self.path)
             except BaseException:
                 with contextlib.suppress(OSError):
@@ -139,10 +221,12 @@ class SharedCopy:
             self._warn("write", exc)
 
     def try_lock(self) -> bool:
-        """Take the copy's lock without waiting; False when another process holds it (or the
-        lock cannot be had: the caller then reads the store itself)."""
+        """Take the copy's lock without waiting; False when another process holds it. An
+        OSError when the lock cannot be had or trusted: the caller then reads the store."""
         import fcntl
 
+        if not self.enabled:
+            raise UntrustedFileError(errno.ENOENT, "no shared copy for this store")
         try:
             fd = self._lock_file()
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -171,7 +255,7 @@ class SharedCopy:
         pid = os.getpid()
         if self._lock_fd is None or self._lock_pid != pid:
             # A forked child must not share its parent's lock (flock belongs to the open file).
-            self._lock_fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+            self._lock_fd = _open_lock(self.lock_path)
             self._lock_pid = pid
         return self._lock_fd
 
@@ -179,15 +263,75 @@ class SharedCopy:
         if self._warned:
             return
         self._warned = True
+        path = self.lock_path if what == "lock" else self.path
         log.warning(
             "fleetbreaker: cannot %s the shared view %s (%s: %s): this process reads the "
             "store itself when the copy fails it",
             what,
-            self.path,
+            path,
             type(exc).__name__,
             exc,
-            extra={"breaker_event": "shared_view_error", "path": self.path},
+            extra={"breaker_event": "shared_view_error", "path": path},
         )
+
+
+def _open_lock(path: str) -> int:
+    """The lock file, ours: created new where nothing is (O_EXCL does not follow a link, so
+    a link planted at the path makes no file where it points), else opened as it is, not
+    through a link, and checked as the copy is."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | _OPEN_FLAGS, 0o600)
+    except FileExistsError:
+        return _open_trusted(path, os.O_RDWR)
+    return fd
+
+
+def _open_trusted(path: str, mode: int) -> int:
+    """``path`` opened without following a link, when it is a file this process may trust:
+    regular, of our effective user, one link, writable by nobody else. UntrustedFileError
+    (an OSError) names what is off."""
+    try:
+        fd = os.open(path, mode | _OPEN_FLAGS)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise UntrustedFileError(errno.ELOOP, "a symbolic link (not followed)") from None
+        raise
+    try:
+        _check_trusted(os.fstat(fd))
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _check_trusted(info: os.stat_result) -> None:
+    # fstat of the open file, not stat of the path: what was checked is what is read.
+    if not stat.S_ISREG(info.st_mode):
+        raise UntrustedFileError(errno.EPERM, "not a regular file")
+    euid = os.geteuid()
+    if info.st_uid != euid:
+        raise UntrustedFileError(
+            errno.EPERM, f"owned by uid {info.st_uid}, not this process's uid {euid}"
+        )
+    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise UntrustedFileError(
+            errno.EPERM, f"mode {stat.S_IMODE(info.st_mode):o}: writable by group or others"
+        )
+    if info.st_nlink != 1:
+        raise UntrustedFileError(errno.EPERM, f"{info.st_nlink} hard links to it")
+
+
+def _read_all(fd: int) -> bytes:
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            return b"".join(chunks)
+        size += len(chunk)
+        if size > MAX_COPY_BYTES:
+            raise ValueError(f"larger than a copy ({MAX_COPY_BYTES} bytes)")
+        chunks.append(chunk)
 
 
 class SharedReads:
@@ -218,28 +362,30 @@ class SharedReads:
         store = self._store
         if store.degraded:
             return store.load(self.name, now_ms)  # the local twin's: nothing to share
+        if not self.copy.enabled or self._cache.ttl_ms <= 0:
+            return store.load(self.name, now_ms)  # no copy to share, or no view kept
         entry = self._cache.entry
-        shared = self.copy.get()
-        if (
-            shared is not None
-            and shared.read_at <= now_ms < shared.fresh_until
-            and not _older(shared, entry)
-        ):
-            self._answered(shared.record, shared.read_at)
-            # Fresh for exactly as long as its reader kept it: the same staleness bound.
-            self._cache.put(shared.record, shared.read_at, shared.fresh_until - shared.read_at)
-            return shared.record
+        shared = self._fresh_copy(now_ms, entry)
+        if shared is not None:
+            return self._take(shared)
         try:
             locked = self.copy.try_lock()
         except OSError:
             return store.load(self.name, now_ms)
         if not locked:
-            if entry is not None:
+            if entry is not None and now_ms < entry[1] + self._longest_ms():
                 # Another process of the environment is reading the store now. Not kept as
-                # fresh: the next call looks at the copy again.
+                # fresh: the next call looks at the copy again. Only while the view is no
+                # older than this process would keep it: a holder that never lets go (stuck,
+                # stopped) must not hold this process on an old view.
                 return entry[0]
             return store.load(self.name, now_ms)
         try:
+            # Look again: the process that held the lock a moment ago may have written a
+            # copy since this one's first look (one read for the environment, not two).
+            shared = self._fresh_copy(now_ms, self._cache.entry)
+            if shared is not None:
+                return self._take(shared)
             record = store.load(self.name, now_ms)
             entry = self._cache.entry
             if not store.degraded and entry is not None and entry[0] is record:
@@ -247,6 +393,33 @@ class SharedReads:
             return record
         finally:
             self.copy.unlock()
+
+    def _fresh_copy(
+        self, now_ms: int, entry: tuple[Record | None, int, int] | None
+    ) -> Shared | None:
+        """The environment's copy when this process may take it at ``now_ms``: fresh by this
+        process's own bound, and not older than its own view. Its ``fresh_until`` is then
+        the bounded one."""
+        shared = self.copy.get()
+        if shared is None or _older(shared, entry):
+            return None
+        # Fresh for as long as its reader kept it, and never longer than this process would
+        # keep its own view: the file's fresh_until is another process's word, not ours.
+        fresh_until = min(shared.fresh_until, shared.read_at + self._longest_ms())
+        if not shared.read_at <= now_ms < fresh_until:
+            return None
+        return Shared(shared.record, shared.read_at, fresh_until)
+
+    def _longest_ms(self) -> int:
+        """The longest this process keeps a view of its own: MAX_REFRESH_STRETCH x cache_ttl."""
+        return round(MAX_REFRESH_STRETCH * self._cache.ttl_ms)
+
+    def _take(self, shared: Shared) -> Record | None:
+        """The copy as this process's store answer, given at the copy's read time."""
+        self._answered(shared.record, shared.read_at)
+        # Fresh for exactly as long as its reader kept it: the same staleness bound.
+        self._cache.put(shared.record, shared.read_at, shared.fresh_until - shared.read_at)
+        return shared.record
 
 
 def _older(shared: Shared, entry: tuple[Record | None, int, int] | None) -> bool:

@@ -13,9 +13,10 @@ import os
 import threading
 from collections.abc import Mapping
 
+from fleetbreaker.environment import DISABLED_ENV
 from fleetbreaker.errors import ConfigError
 
-DISABLED_ENV = "FLEETBREAKER_DISABLED"
+__all__ = ["DISABLED_ENV", "announce", "switched_off"]
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"", "0", "false", "no", "off"})
 

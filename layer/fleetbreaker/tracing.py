@@ -25,10 +25,11 @@ patched) nests inside it.
 
 :class:`OpenTelemetryListener` does the same for OpenTelemetry (the ADOT Lambda layer, or any
 OpenTelemetry SDK): events on the caller's current span and a child span per store round trip.
-It needs only ``opentelemetry-api`` (``pip install 'fleetbreaker[otel]'``), imported when the
-listener is built, never by ``import fleetbreaker``. :func:`opentelemetry_configured` is the
-rule :func:`~fleetbreaker.observability.default_listeners` uses to pick one of the two: a
-function never gets both for one decision.
+It needs only ``opentelemetry-api`` (from a clone of fleetbreaker, ``pip install '.[otel]'``),
+imported when the listener is built, never by ``import fleetbreaker``.
+:func:`opentelemetry_configured` is the rule
+:func:`~fleetbreaker.observability.default_listeners` uses to pick one of the two: a function
+never gets both for one decision.
 """
 
 from __future__ import annotations
@@ -349,7 +350,8 @@ class OpenTelemetryListener(BreakerListener):
             from fleetbreaker.errors import ConfigError
 
             raise ConfigError(
-                "OpenTelemetryListener needs opentelemetry-api: pip install 'fleetbreaker[otel]'"
+                "OpenTelemetryListener needs opentelemetry-api "
+                "(from a clone of fleetbreaker: pip install '.[otel]')"
             ) from exc
         from fleetbreaker._version import __version__
 

@@ -26,6 +26,7 @@ from bench.scale import (
     Scenario,
     config_for,
     join_times_ms,
+    lmi_scenarios,
     simulate,
     verdicts,
 )
@@ -285,3 +286,14 @@ def test_a_run_writes_how_it_was_run_its_targets_and_its_cost(tmp_path: Path) ->
         "ElastiCache Serverless (Valkey)",
     ]
     assert doc["cost"] == scale.cost([Result(**row) for row in doc["results"]])
+
+
+def test_the_processes_of_an_environment_share_their_reads_of_the_modelled_table() -> None:
+    # GIVEN 4 environments of 8 processes on the modelled DynamoDB table, run twice: each
+    # process reading for itself, and the processes of an environment sharing their reads
+    reads = {}
+    for scenario in lmi_scenarios(4, [8], ["count"], (2.0, 2.0, 1.0)):
+        result = simulate(scenario, DynamoDBModelStore(), "ddb-model", "lmi")
+        reads[scenario.refresh] = result.reads
+    # THEN sharing reads the table several times less (once per environment, not process)
+    assert reads["environment"] * 3 < reads["process"]

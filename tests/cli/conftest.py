@@ -46,9 +46,8 @@ from fleetbreaker import (
     tuning,
 )
 from fleetbreaker.breaker import system_clock
-from fleetbreaker.policy import Policy
 from tests.cli import forked
-from tests.support import Dependency, FakeClock
+from tests.support import Dependency, FakeClock, make_policy
 
 CLI = Path(sys.executable).with_name("fleetbreaker")
 MOTO_ARN = "arn:aws:sts::123456789012:user/moto"  # what moto's GetCallerIdentity answers
@@ -241,7 +240,7 @@ def name() -> str:
     return f"cli-{uuid.uuid4().hex[:10]}"
 
 
-POLICY = Policy.from_config(BreakerConfig(failure_threshold=3))
+POLICY = make_policy(failure_threshold=3)
 
 
 def fail(backend: Backend, name: str, times: int) -> None:

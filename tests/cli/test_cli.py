@@ -196,7 +196,7 @@ def test_open_forces_the_breaker_open_and_records_who_why_and_when(
 ) -> None:
     before = system_clock()
 
-    result = backend.run("open", name, "--reason", "provider incident 42", "--json")
+    result = backend.run("open", name, "--create", "--reason", "provider incident 42", "--json")
 
     assert result.code == 0, result.err
     record = load(backend, name)
@@ -242,7 +242,7 @@ def test_open_stops_a_running_breaker_s_calls(
     assert running.next_call_reaches_the_dependency()
 
     # WHEN an operator forces it open and the breaker's cache_ttl passes
-    result = backend.run("open", name, "--reason", "provider incident")
+    result = backend.run("open", name, "--create", "--reason", "provider incident")
     assert result.code == 0, result.err
     running.wait_cache_ttl()
 
@@ -281,7 +281,7 @@ def test_reset_gives_a_running_breaker_its_rules_back(
     backend: Backend, name: str, running: Running, override: str
 ) -> None:
     # GIVEN a running breaker under an operator override
-    assert backend.run(override, name, "--reason", "incident").code == 0
+    assert backend.run(override, name, "--create", "--reason", "incident").code == 0
     running.wait_cache_ttl()
     assert running.breaker.state is {"open": State.FORCED_OPEN, "disable": State.DISABLED}[override]
 
@@ -312,8 +312,8 @@ def test_reset_of_an_unknown_breaker_exits_1_and_writes_nothing(
 @pytest.mark.parametrize(
     ("command", "options", "action"),
     [
-        ("open", [], "forced_open"),
-        ("disable", [], "disabled"),
+        ("open", ["--create"], "forced_open"),
+        ("disable", ["--create"], "disabled"),
         ("tune", ["--failure-threshold", "3"], "tune"),
     ],
 )
@@ -329,7 +329,7 @@ def test_an_action_without_a_reason_is_stored_without_one(
 
 
 def test_reset_without_a_reason_releases_the_override(dynamodb_backend: Backend, name: str) -> None:
-    assert dynamodb_backend.run("open", name, "--reason", "drill").code == 0
+    assert dynamodb_backend.run("open", name, "--create", "--reason", "drill").code == 0
 
     result = dynamodb_backend.run("reset", name)
 

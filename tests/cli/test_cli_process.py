@@ -189,7 +189,17 @@ def test_without_sts_a_local_dynamodb_records_the_local_user(moto_server: str, n
 
     # WHEN an operator forces a breaker open
     result = run_cli(
-        ["--table", table, "--endpoint-url", moto_server, "open", name, "--reason", "drill"]
+        [
+            "--table",
+            table,
+            "--endpoint-url",
+            moto_server,
+            "open",
+            name,
+            "--create",
+            "--reason",
+            "drill",
+        ]
     )
 
     # THEN the action names the local user
@@ -207,7 +217,7 @@ def test_an_sts_that_does_not_answer_falls_back_to_the_local_user(
 ) -> None:
     env = {"AWS_ENDPOINT_URL_STS": f"http://127.0.0.1:{refused_port}"}
 
-    result = moto_server_backend.run("disable", name, "--reason", "drill", env=env)
+    result = moto_server_backend.run("disable", name, "--create", "--reason", "drill", env=env)
 
     assert result.code == 0, result.err
     action = Action.decode(load(moto_server_backend, name).last_action)

@@ -353,6 +353,111 @@ def test_a_tls_server_that_lets_anyone_in_fails_the_login_check(tls_redis: Any) 
     )
 
 
+def test_a_certificate_no_trusted_ca_signed_fails_tls_naming_the_ca_bundle(
+    tls_redis: Any,
+) -> None:
+    # GIVEN a TLS server whose certificate a private CA signed, and no SSL_CERT_FILE naming it
+    env = {k: v for k, v in cache_env(tls_redis, iam=False).items() if k != "SSL_CERT_FILE"}
+
+    # WHEN doctor checks it
+    result = doctor_redis(tls_redis.url, env)
+
+    # THEN the server is reachable, the handshake's refusal fails tls (never "verified"), the
+    # fix names the CA bundle rather than the network, and what needs TLS is not checked
+    assert result.code == 1, result.out + result.err
+    found = lines(result)
+    assert [found[c][0] for c in REDIS_CHECKS] == ["ok", "FAIL", *["skip"] * 4]
+    rest = found["tls"][1]
+    assert "CERTIFICATE_VERIFY_FAILED" in rest
+    assert "verified" not in rest.split(";")[0]
+    assert "change SSL_CERT_FILE" in rest
+    assert "network" not in rest
+    assert "reach" not in rest
+    assert "tls (change SSL_CERT_FILE (the CA bundle this machine trusts))" in one_line_error(
+        result
+    )
+
+
+def test_a_certificate_for_another_host_fails_tls_naming_the_url(tls_redis: Any) -> None:
+    # GIVEN the server's CA trusted, but the URL names a host its certificate does not
+    url = tls_redis.url.replace("127.0.0.1", "localhost")
+
+    result = doctor_redis(url, cache_env(tls_redis, iam=False))
+
+    # THEN tls fails on the host name, and the fix is the URL's host
+    assert result.code == 1, result.out + result.err
+    status, rest = lines(result)["tls"]
+    assert status == "FAIL"
+    assert "CERTIFICATE_VERIFY_FAILED" in rest
+    assert "change --redis-url: connect with a host name the certificate names" in rest
+
+
+def test_a_rediss_url_to_a_plain_text_server_says_it_may_not_speak_tls(
+    redis_server: str,
+) -> None:
+    # GIVEN a rediss:// URL naming a server that does not speak TLS (it waits for a command
+    # while the client waits for the handshake's answer)
+    result = doctor_redis(redis_server.replace("redis://", "rediss://"), {})
+
+    # THEN no answer (exit 3), tls not claimed, and the fix says TLS may be what is missing
+    assert result.code == 3, result.out + result.err
+    found = lines(result)
+    assert (found["reachable"][0], found["tls"][0]) == ("FAIL", "skip")
+    assert "with rediss://, one that speaks TLS on that port" in found["reachable"][1]
+
+
+def test_tls_is_verified_only_after_a_handshake_verified_it(tls_redis: Any) -> None:
+    # GIVEN the same server with its CA in SSL_CERT_FILE
+    result = doctor_redis(tls_redis.url, cache_env(tls_redis, iam=False))
+
+    # THEN tls passes, saying which CA bundle the handshake checked the certificate against
+    status, rest = lines(result)["tls"]
+    assert status == "ok"
+    assert "the handshake verified the server's certificate" in rest
+    assert str(tls_redis.ca) in rest
+
+
+def test_a_wrong_password_in_the_url_names_the_url_not_the_iam_variables(
+    redis_factory: Any,
+) -> None:
+    # GIVEN a server whose user 'app' has another password than the URL's
+    import redis
+
+    server = redis_factory()
+    admin = redis.Redis(host="127.0.0.1", port=server.port)
+    admin.execute_command("ACL", "SETUSER", "app", "on", ">right", "~*", "&*", "+@all")
+    admin.close()
+
+    # WHEN doctor checks it with a wrong password in --redis-url
+    result = doctor_redis(f"redis://app:wrong@127.0.0.1:{server.port}/0", {})
+
+    # THEN the login fails, and the fix names the URL's user and password
+    assert result.code == 1
+    status, rest = lines(result)["login"]
+    assert status == "FAIL"
+    assert "change the user and password in --redis-url" in rest
+    assert "IAM" not in one_line_error(result)
+    assert "login (change the user and password in --redis-url)" in one_line_error(result)
+
+
+def test_an_unreachable_cache_exits_3_as_every_command_does() -> None:
+    # GIVEN a Redis URL where nothing listens
+    result = doctor_redis(f"redis://127.0.0.1:{servers.refused_port()}/0", {})
+
+    # THEN reachable fails and doctor exits 3, as status would: "unreachable", not "misconfigured"
+    assert result.code == 3, result.out + result.err
+    assert lines(result)["reachable"][0] == "FAIL"
+    assert lines(result)["login"] == ("skip", "not checked: no answer")
+
+
+def test_an_unreachable_table_endpoint_exits_3() -> None:
+    result = doctor_on(f"http://127.0.0.1:{servers.refused_port()}", "Breakers", {})
+
+    assert result.code == 3, result.out + result.err
+    assert lines(result)["reachable"][0] == "FAIL"
+    assert "reachable (change --endpoint-url)" in one_line_error(result)
+
+
 def test_a_plain_text_server_fails_the_tls_check(redis_server: str) -> None:
     result = doctor_redis(redis_server, {})
 
@@ -377,7 +482,7 @@ def test_a_user_that_may_not_load_scripts_fails_the_scripts_check(
         status, rest = lines(result)["scripts"]
         assert status == "FAIL"
         assert "+script|load" in rest
-        assert "scripts (change the caller's IAM policy)" in one_line_error(result)
+        assert "scripts (change the cache user's access string)" in one_line_error(result)
 
 
 # -- output and naming -----------------------------------------------------------------------
@@ -418,6 +523,12 @@ def test_output_jsonl_is_one_check_per_line(moto_server: str) -> None:
         ),
         ({}, checks.POLICY, "the caller's IAM policy"),
         ({}, checks.ENDPOINT, "--region or --endpoint-url"),
+        ({"endpoint_url": "http://localhost:8000"}, checks.ENDPOINT, "--endpoint-url"),
+        ({"region": "eu-west-1"}, checks.ENDPOINT, "--region"),
+        ({"redis_url": "rediss://h"}, checks.URL_LOGIN, "the user and password in --redis-url"),
+        ({}, checks.URL_LOGIN, "the user and password in CIRCUIT_BREAKER_REDIS_URL"),
+        ({}, checks.CA, "SSL_CERT_FILE (the CA bundle this machine trusts)"),
+        ({}, checks.ACCESS, "the cache user's access string"),
     ],
 )
 def test_a_setting_is_named_as_the_command_was_run(

@@ -61,13 +61,11 @@ def test_a_command_past_its_timeout_is_killed(moto_server: str) -> None:
     table = servers.make_table(moto_server)
     options = ["--table", table, "--endpoint-url", moto_server]
     env = {"AWS_ENDPOINT_URL_STS": moto_server}
-    assert run_forked([*options, "open", "watched"], env).code == 0
+    assert run_forked([*options, "open", "watched", "--create"], env).code == 0
     args = [*options, "watch", "watched"]
-    started = time.monotonic()
     # THEN it is stopped at its timeout, as subprocess.run stops the console script
     with pytest.raises(subprocess.TimeoutExpired):
         forked.run(args, {**os.environ, **env}, timeout=2.0)
-    assert time.monotonic() - started < 30
     # AND killed: the server is left running no command (killed, the kernel reaps it)
     deadline = time.monotonic() + 10
     while forked.commands_running() and time.monotonic() < deadline:

@@ -42,3 +42,47 @@ def test_every_help_page_is_the_reviewed_one(monkeypatch: pytest.MonkeyPatch) ->
 
     # THEN it is the reviewed text
     assert shown == REVIEWED.read_text()
+
+
+def command_pages() -> dict[str, argparse.ArgumentParser]:
+    parser = cli.build_parser()
+    (commands,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    return dict(commands.choices)
+
+
+GLOBAL_OPTIONS = ["--table", "--redis-url", "--endpoint-url", "--region", "--profile", "--stack"]
+
+
+@pytest.mark.parametrize("command", sorted(command_pages()))
+def test_each_command_s_page_describes_it_its_arguments_and_an_example(command: str) -> None:
+    # GIVEN one command's help page
+    sub = command_pages()[command]
+    page = sub.format_help()
+
+    # THEN it has a description, each argument has its own help, and an example runs it
+    assert sub.description
+    assert len(sub.description) > 40
+    for action in sub._actions:
+        if action.help != argparse.SUPPRESS and action.dest != "help":
+            assert action.help, (command, action.dest)
+    assert "Example:\n  fleetbreaker " in page
+    assert f" {command} " in page.split("Example:\n", 1)[1].splitlines()[0] + " "
+    # AND the global options are not repeated on it: the top-level page lists them once
+    assert not any(option in page.split("Example:")[0] for option in GLOBAL_OPTIONS)
+    assert "`fleetbreaker --help`" in page
+
+
+def test_the_global_options_are_listed_once_on_the_top_level_page() -> None:
+    page = cli.build_parser().format_help()
+
+    for option in GLOBAL_OPTIONS:
+        assert page.count(f"  {option} ") == 1, option
+
+
+def test_a_global_option_after_the_command_still_counts() -> None:
+    # GIVEN the store options after the command, and before it
+    after = cli.build_parser().parse_args(["status", "x", "--table", "T", "--region", "r"])
+    before = cli.build_parser().parse_args(["--table", "T", "--region", "r", "status", "x"])
+
+    # THEN both name the same store
+    assert (after.table, after.region) == (before.table, before.region) == ("T", "r")

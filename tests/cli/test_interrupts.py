@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -34,7 +33,7 @@ from tests.cli.conftest import (
     run_cli,
     run_in_process,
 )
-from tests.support import ctrl_c_when
+from tests.support import ctrl_c_when, wait_for
 
 NOTHING_CHANGED = "fleetbreaker: interrupted; nothing was changed"
 
@@ -49,11 +48,8 @@ def interrupted_cli(args: list[str], ready: Callable[[], bool], env: dict[str, s
         env={**os.environ, **env},
     )
     try:
-        give_up = time.monotonic() + CLI_TIMEOUT_S
-        while not ready():
-            assert process.poll() is None, process.communicate()
-            assert time.monotonic() < give_up, "the command never reached the store"
-            time.sleep(0.005)  # polls a condition; moves no clock
+        wait_for(lambda: ready() or process.poll() is not None, "the command reaching the store")
+        assert process.poll() is None, process.communicate()
         process.send_signal(signal.SIGINT)
         out, err = process.communicate(timeout=CLI_TIMEOUT_S)
     finally:
@@ -186,7 +182,7 @@ def test_ctrl_c_while_redis_holds_an_override_exits_130(
     blackhole: BlackholeServer, name: str, sts_env: dict[str, str]
 ) -> None:
     # GIVEN a Redis that takes the connection and never answers
-    args = ["--redis-url", blackhole.redis_url, "open", name]
+    args = ["--redis-url", blackhole.redis_url, "open", name, "--create"]
 
     result = interrupted_cli(args, lambda: blackhole.accepted > 0, sts_env)
 
@@ -247,14 +243,14 @@ def ctrl_c_store(monkeypatch: pytest.MonkeyPatch) -> CtrlCStore:
         (["status", "b"], NOTHING_CHANGED),
         (["watch", "b"], NOTHING_CHANGED),
         (
-            ["open", "b"],
+            ["open", "b", "--create"],
             "fleetbreaker: interrupted while breaker 'b' was being forced open: it may or may "
-            "not be; run `fleetbreaker open b` again to be sure",
+            "not be; run `fleetbreaker open b --create` again to be sure",
         ),
         (
-            ["disable", "b"],
+            ["disable", "b", "--create"],
             "fleetbreaker: interrupted while breaker 'b' was being disabled: it may or may "
-            "not be; run `fleetbreaker disable b` again to be sure",
+            "not be; run `fleetbreaker disable b --create` again to be sure",
         ),
         (
             ["tune", "b", "--mode", "shadow"],
@@ -298,7 +294,7 @@ def test_in_process_ctrl_c_after_the_write_says_it_is_done(
     monkeypatch.setattr(commands, "open_store", lambda args: (store, "table 'T'"))
     monkeypatch.setattr(commands, "caller_identity", lambda args: "tester")
 
-    result = run_in_process(["--table", "T", "open", "b"])
+    result = run_in_process(["--table", "T", "open", "b", "--create"])
 
     # THEN exit 130, saying the override is in place and how to see it
     assert result.code == 130

@@ -18,6 +18,9 @@ from tests.cli.conftest import POLICY, Backend, fail, one_line_error
 from tests.cli.test_cli import report_calls
 
 CLEAR = "\x1b[H\x1b[2J"
+HOME = "\x1b[H"
+ERASE_LINE = "\x1b[K"
+ERASE_BELOW = "\x1b[J"
 
 
 class Terminal(io.StringIO):
@@ -35,15 +38,96 @@ def watch_on_terminal(backend: Backend, *args: str) -> str:
     return screen.getvalue()
 
 
-def test_watch_on_a_terminal_clears_the_screen_before_each_frame(
+def test_watch_on_a_terminal_clears_the_screen_once_then_redraws_in_place(
     in_process_backend: Backend, name: str
 ) -> None:
     fail(in_process_backend, name, 1)
 
     shown = watch_on_terminal(in_process_backend, name)
 
-    assert shown.count(CLEAR) == 2
+    # THEN the first frame clears the screen; the second moves home and overwrites it, each
+    # line erased to its end and the rest of the screen below it (nothing scrolls)
     assert shown.startswith(CLEAR)
+    assert shown.count(CLEAR) == 1
+    second = shown[shown.index(ERASE_BELOW) + len(ERASE_BELOW) :]
+    assert second.startswith(HOME)
+    assert second.endswith(ERASE_BELOW)
+    assert all(line.endswith(ERASE_LINE) for line in second[len(HOME) :].splitlines()[:-1])
+
+
+class Screen:
+    """The few VT100 controls watch sends, applied to a grid of lines: what a terminal shows
+    (a newline moves to the next line's start, as a terminal's output processing does)."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.row = self.col = 0
+        self.scrolled: list[str] = []  # lines a clear pushed into the scrollback
+
+    def play(self, text: str) -> list[str]:
+        import re
+
+        for part in re.split(r"(\x1b\[[0-9;]*[A-Za-z]|\n)", text):
+            while len(self.lines) <= self.row:
+                self.lines.append("")
+            line = self.lines[self.row]
+            if part == HOME:
+                self.row = self.col = 0
+            elif part == "\x1b[2J":
+                self.scrolled += [kept for kept in self.lines if kept]
+                self.lines = []
+            elif part == ERASE_LINE:
+                self.lines[self.row] = line[: self.col]
+            elif part == ERASE_BELOW:
+                self.lines[self.row] = line[: self.col]
+                del self.lines[self.row + 1 :]
+            elif part == "\n":
+                self.row, self.col = self.row + 1, 0
+            elif part:
+                padded = line.ljust(self.col)
+                self.lines[self.row] = padded[: self.col] + part + padded[self.col + len(part) :]
+                self.col += len(part)
+        return [shown for shown in self.lines if shown]
+
+
+def test_a_terminal_shows_only_the_last_frame_and_keeps_none_in_its_scrollback(
+    in_process_backend: Backend, name: str
+) -> None:
+    # GIVEN a breaker watched on a terminal for three frames, the last after a store error
+    # (a frame shorter than the ones before it)
+    fail(in_process_backend, name, 1)
+    screen = Terminal()
+    drops = [lambda: None, lambda: drop_table(in_process_backend)]
+    steps = iter(drops)
+    parsed = cli.build_parser().parse_args(
+        [*in_process_backend.options, "watch", name, "--count", "3"]
+    )
+    assert cli.run(parsed, screen, system_clock, lambda _seconds: next(steps)()) == 0
+
+    # WHEN a terminal plays what watch wrote
+    terminal = Screen()
+    shown = terminal.play(screen.getvalue())
+
+    # THEN it shows the last frame alone: nothing of the status frames is left below it
+    assert len(shown) == 1
+    assert "store error" in shown[0]
+    # AND no frame went to the scrollback (the screen was cleared once, when it was empty)
+    assert terminal.scrolled == []
+
+
+def test_watch_into_a_pipe_appends_frames_with_no_terminal_control(
+    in_process_backend: Backend, name: str
+) -> None:
+    # GIVEN a breaker watched into a pipe (not a terminal) for two frames
+    fail(in_process_backend, name, 1)
+
+    shown = watch_with(in_process_backend, [lambda: None], name)
+
+    # THEN both frames are there, one after the other, with no cursor movement or clearing
+    assert "\x1b[" not in shown
+    lines = shown.splitlines()
+    assert len([line for line in lines if line.startswith("at ")]) == 2
+    assert len([line for line in lines if line.startswith("name ")]) == 2
 
 
 def test_watch_as_json_on_a_terminal_never_clears_it(

@@ -13,13 +13,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from fleetbreaker import (
-    BreakerConfig,
-    BreakerListener,
-    CircuitBreaker,
-    CircuitOpenError,
-    StateChange,
-)
+from fleetbreaker import BreakerConfig, CircuitBreaker, CircuitOpenError
+from tests.support import RecordingListener
 
 # Each container is a fresh process, forked from a server process that imported what a
 # container runs (and built one DynamoDB client, so botocore's models are loaded): no
@@ -50,16 +45,6 @@ class StoreSpec:
         raise ValueError(self.kind)
 
 
-class _Transitions(BreakerListener):
-    def __init__(self) -> None:
-        self.seen: list[tuple[str, str]] = []
-        self.lock = threading.Lock()
-
-    def on_state_change(self, name: str, change: StateChange) -> None:
-        with self.lock:
-            self.seen.append((change.before.value, change.after.value))
-
-
 def _worker(
     spec: StoreSpec,
     name: str,
@@ -74,12 +59,12 @@ def _worker(
     results: Any,
 ) -> None:
     budget = config.get("half_open_max_probes", 1)
-    transitions = _Transitions()
+    heard = RecordingListener()
     breaker = CircuitBreaker(
         name,
         store=spec.build(),
         config=BreakerConfig(**config),
-        listeners=[transitions],
+        listeners=[heard],
         clock=lambda: int(clock.value),
     )
     decisions: list[str] = []
@@ -126,7 +111,11 @@ def _worker(
         thread.start()
     for thread in workers:
         thread.join()
-    results.put({"transitions": transitions.seen, "decisions": decisions})
+    transitions = [
+        (change.before.value, change.after.value)
+        for change in heard.values("on_state_change", "change")
+    ]
+    results.put({"transitions": transitions, "decisions": decisions})
 
 
 @dataclass

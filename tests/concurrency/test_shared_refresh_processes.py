@@ -157,3 +157,34 @@ def test_a_trip_reaches_every_process_within_cache_ttl(spec: StoreSpec, tmp_path
     finally:
         fleet.stop()
     assert states == {"open"}
+
+
+def test_a_forged_copy_and_a_planted_link_hide_no_trip(spec: StoreSpec, tmp_path: Path) -> None:
+    from fleetbreaker.record import Record
+    from fleetbreaker.shared_refresh import Shared, SharedCopy, copy_key
+    from fleetbreaker.view import MAX_REFRESH_STRETCH
+
+    # GIVEN two Managed Instances environments; in the second, a copy of the closed record
+    # that claims a day of freshness, and a link at the lock's path to a file that does not
+    # exist (both planted before its processes first look)
+    fleet = Environments(spec, tmp_path, {"first": PROCESSES, "second": PROCESSES})
+    victim = tmp_path / "victim"
+    try:
+        copy = SharedCopy(tmp_path / "second", copy_key(spec.build(), fleet.name))
+        day_ms = 86_400_000
+        copy.put(Shared(Record(expires_at=(T0 + day_ms) // 1000), T0, T0 + day_ms))
+        os.symlink(victim, copy.lock_path)
+        fleet.step()
+        fleet.advance(STEP_MS)
+        # WHEN the processes of the first environment fail 3 calls (the threshold), and the
+        # longest a process keeps its own view passes
+        for _, _, commands, answers in fleet.members[:PROCESSES]:
+            commands.put("fail")
+            answers.get(timeout=120)
+        fleet.advance(round(MAX_REFRESH_STRETCH * CONFIG["cache_ttl"] * 1000) - STEP_MS)
+        states = {state for _, state, _ in fleet.step()}
+    finally:
+        fleet.stop()
+    # THEN every process rejects, and nothing was created where the link points
+    assert states == {"open"}
+    assert not victim.exists()

@@ -14,10 +14,10 @@ from typing import Any
 from fleetbreaker.frozen import replace
 from fleetbreaker.policy import OVERRIDE_TTL_S
 from fleetbreaker.record import ProbeReport, Report, State
-from tests.contract.test_store_contract import POLICY, half_open, open_breaker
-from tests.support import T0
+from tests.contract.test_store_contract import half_open, open_breaker
+from tests.support import STORE_POLICY, T0
 
-RATE = replace(POLICY, failure_rate=0.5, minimum_calls=4, reporting=True)
+RATE = replace(STORE_POLICY, failure_rate=0.5, minimum_calls=4, reporting=True)
 
 
 def census_counts(record: Any) -> dict[int, int]:
@@ -28,14 +28,14 @@ def test_a_census_write_on_no_record_leaves_a_closed_one_that_counts_it(
     store: Any, name: str
 ) -> None:
     # WHEN a census write finds no record
-    outcome = store.census(name, POLICY, T0, None)
+    outcome = store.census(name, STORE_POLICY, T0, None)
 
     # THEN a closed record holds one census write in the current slice, and nothing else
     record = store.load(name, T0)
     assert outcome.changed
     assert outcome.transition is None
     assert record.state is State.CLOSED
-    assert census_counts(record) == {T0 // POLICY.bucket_ms: 1}
+    assert census_counts(record) == {T0 // STORE_POLICY.bucket_ms: 1}
     assert (record.failures, record.buckets) == (0, {})
     assert outcome.record == record
 
@@ -45,14 +45,14 @@ def test_census_writes_in_one_slice_add_up_and_a_new_slice_starts_over(
 ) -> None:
     # GIVEN three census writes in one slice of the ring
     for step in range(3):
-        store.census(name, POLICY, T0 + step, store.load(name, T0 + step))
+        store.census(name, STORE_POLICY, T0 + step, store.load(name, T0 + step))
 
     # WHEN the next lands one slice later
-    later = T0 + POLICY.bucket_ms
-    store.census(name, POLICY, later, store.load(name, later))
+    later = T0 + STORE_POLICY.bucket_ms
+    store.census(name, STORE_POLICY, later, store.load(name, later))
 
     # THEN each slice holds its own count
-    first, second = T0 // POLICY.bucket_ms, later // POLICY.bucket_ms
+    first, second = T0 // STORE_POLICY.bucket_ms, later // STORE_POLICY.bucket_ms
     assert census_counts(store.load(name, later)) == {first: 3, second: 1}
 
 
@@ -66,7 +66,7 @@ def test_census_writes_are_no_calls(store: Any, name: str) -> None:
     record = store.load(name, T0 + 3)
     [bucket] = record.buckets.values()
     assert (bucket.calls, bucket.reports) == (2, 1)
-    assert census_counts(record) == {T0 // POLICY.bucket_ms: 2}
+    assert census_counts(record) == {T0 // STORE_POLICY.bucket_ms: 2}
 
 
 def test_a_census_write_never_trips_whatever_the_window_holds(store: Any, name: str) -> None:
@@ -77,7 +77,7 @@ def test_a_census_write_never_trips_whatever_the_window_holds(store: Any, name: 
 
     # WHEN census writes land under the count policy
     for step in range(1, 6):
-        outcome = store.census(name, POLICY, T0 + step, store.load(name, T0 + step))
+        outcome = store.census(name, STORE_POLICY, T0 + step, store.load(name, T0 + step))
         assert outcome.transition is None
 
     # THEN the breaker is still closed
@@ -89,9 +89,11 @@ def test_census_writes_count_while_open_and_half_open(store: Any, name: str) -> 
     opened = open_breaker(store, name)
 
     # WHEN a census write lands while open, and another once it is half-open
-    assert store.census(name, POLICY, T0 + 1, opened).transition is None
+    assert store.census(name, STORE_POLICY, T0 + 1, opened).transition is None
     now, token = half_open(store, f"{name}-h")
-    assert store.census(f"{name}-h", POLICY, now + 1, store.load(f"{name}-h", now + 1)).changed
+    assert store.census(
+        f"{name}-h", STORE_POLICY, now + 1, store.load(f"{name}-h", now + 1)
+    ).changed
 
     # THEN each counts, and neither state moved
     record = store.load(name, T0 + 2)
@@ -104,17 +106,17 @@ def test_census_writes_count_while_open_and_half_open(store: Any, name: str) -> 
 
 def test_every_transition_keeps_the_census(store: Any, name: str) -> None:
     # GIVEN a census write, then a trip, a claim, a failed probe, a claim and a good probe
-    store.census(name, POLICY, T0 - 1, None)
+    store.census(name, STORE_POLICY, T0 - 1, None)
     expected = census_counts(store.load(name, T0 - 1))
     opened = open_breaker(store, name)
-    claim = store.claim_probe(name, POLICY, opened.open_until, "a", opened)
+    claim = store.claim_probe(name, STORE_POLICY, opened.open_until, "a", opened)
     failed = store.settle_probe(
-        name, POLICY, opened.open_until + 1, ProbeReport(claim.token, False), None
+        name, STORE_POLICY, opened.open_until + 1, ProbeReport(claim.token, False), None
     )
     reopened = failed.record
-    again = store.claim_probe(name, POLICY, reopened.open_until, "b", reopened)
+    again = store.claim_probe(name, STORE_POLICY, reopened.open_until, "b", reopened)
     closed = store.settle_probe(
-        name, POLICY, reopened.open_until + 1, ProbeReport(again.token, True), None
+        name, STORE_POLICY, reopened.open_until + 1, ProbeReport(again.token, True), None
     )
 
     # THEN the closed record still holds the census (read within the window)
@@ -124,22 +126,22 @@ def test_every_transition_keeps_the_census(store: Any, name: str) -> None:
 
 def test_an_operator_override_keeps_the_census(shared_store: Any, name: str) -> None:
     # GIVEN a census write
-    shared_store.census(name, POLICY, T0, None)
+    shared_store.census(name, STORE_POLICY, T0, None)
 
     # WHEN an operator forces the breaker open, then resets it
-    shared_store.force_state(name, POLICY, T0 + 1, State.FORCED_OPEN)
-    shared_store.force_state(name, POLICY, T0 + 2, State.CLOSED)
+    shared_store.force_state(name, STORE_POLICY, T0 + 1, State.FORCED_OPEN)
+    shared_store.force_state(name, STORE_POLICY, T0 + 2, State.CLOSED)
 
     # THEN the census is still there
-    assert census_counts(shared_store.load(name, T0 + 3)) == {T0 // POLICY.bucket_ms: 1}
+    assert census_counts(shared_store.load(name, T0 + 3)) == {T0 // STORE_POLICY.bucket_ms: 1}
 
 
 def test_a_census_write_keeps_an_override_held(shared_store: Any, name: str) -> None:
     # GIVEN a forced open breaker (its record outlives any idle TTL)
-    shared_store.force_state(name, POLICY, T0, State.FORCED_OPEN)
+    shared_store.force_state(name, STORE_POLICY, T0, State.FORCED_OPEN)
 
     # WHEN a census write lands on it
-    shared_store.census(name, POLICY, T0 + 1, shared_store.load(name, T0 + 1))
+    shared_store.census(name, STORE_POLICY, T0 + 1, shared_store.load(name, T0 + 1))
 
     # THEN the override and its long TTL are untouched
     record = shared_store.load(name, T0 + 2)
@@ -151,13 +153,13 @@ def test_a_breaker_write_says_its_window_and_an_operator_keeps_it(
     shared_store: Any, name: str
 ) -> None:
     # GIVEN a failure counted under a 10 s window
-    shared_store.record_failure(name, POLICY, T0, None)
-    assert shared_store.load(name, T0).window_ms == POLICY.window_ms
+    shared_store.record_failure(name, STORE_POLICY, T0, None)
+    assert shared_store.load(name, T0).window_ms == STORE_POLICY.window_ms
 
     # WHEN an operator's tool, whose policy guesses another window, forces and resets it
-    guess = replace(POLICY, window_ms=60_000)
+    guess = replace(STORE_POLICY, window_ms=60_000)
     shared_store.force_state(name, guess, T0 + 1, State.FORCED_OPEN)
     shared_store.force_state(name, guess, T0 + 2, State.CLOSED)
 
     # THEN the record still says the fleet's window
-    assert shared_store.load(name, T0 + 3).window_ms == POLICY.window_ms
+    assert shared_store.load(name, T0 + 3).window_ms == STORE_POLICY.window_ms

@@ -13,23 +13,13 @@ from typing import Any
 
 import pytest
 
-from fleetbreaker.policy import Policy
 from fleetbreaker.record import ProbeReport, State
 from fleetbreaker.rules import CLOCK_TOLERANCE_MS
 from tests.contract.test_store_contract import T0, fail_n
+from tests.support import STORE_CONFIG, make_policy
 
 D = CLOCK_TOLERANCE_MS
-POLICY = Policy(
-    failure_threshold=1,
-    window_ms=10_000,
-    base_open_ms=6_000,
-    backoff=2.0,
-    max_open_ms=60_000,
-    max_probes=1,
-    successes_needed=1,
-    lease_ms=3_000,
-    ttl_s=3_600,
-)
+POLICY = make_policy(STORE_CONFIG, failure_threshold=1, recovery_timeout=6, probe_lease_seconds=3)
 
 
 def open_at(store: Any, name: str, now: int) -> Any:

@@ -17,8 +17,8 @@ import pytest
 from fleetbreaker import CircuitBreaker, DynamoDBStore
 from fleetbreaker.config import BreakerConfig
 from fleetbreaker.record import ProbeReport, State
-from tests.contract.test_store_contract import POLICY, T0, half_open, open_breaker
-from tests.support import FakeClock
+from tests.contract.test_store_contract import T0, half_open, open_breaker
+from tests.support import STORE_POLICY, FakeClock
 
 NAME = "payment-api"
 
@@ -85,7 +85,7 @@ def test_a_settle_whose_caller_predates_its_claim_reads_strongly_consistently(
     now, token = half_open(store, NAME)
     report = ProbeReport(token=token, success=True)
     # WHEN the probe is settled from that view THEN the read that decides it is consistent
-    assert gets.during(lambda: store.settle_probe(NAME, POLICY, now, report, None)) == [True]
+    assert gets.during(lambda: store.settle_probe(NAME, STORE_POLICY, now, report, None)) == [True]
 
 
 @pytest.mark.parametrize("target", [State.FORCED_OPEN, State.DISABLED, State.CLOSED])
@@ -95,14 +95,16 @@ def test_an_operator_override_reads_strongly_consistently(
     # GIVEN an open breaker WHEN an operator forces a state THEN its read is consistent
     store, gets = captured
     open_breaker(store, NAME)
-    assert gets.during(lambda: store.force_state(NAME, POLICY, T0, target)) == [True]
+    assert gets.during(lambda: store.force_state(NAME, STORE_POLICY, T0, target)) == [True]
 
 
 def test_a_tune_reads_strongly_consistently(captured: tuple[DynamoDBStore, GetItems]) -> None:
     # GIVEN an open breaker WHEN an operator tunes it THEN its read is consistent
     store, gets = captured
     open_breaker(store, NAME)
-    assert gets.during(lambda: store.tune(NAME, POLICY, T0, '{"mode": "shadow"}', None)) == [True]
+    assert gets.during(lambda: store.tune(NAME, STORE_POLICY, T0, '{"mode": "shadow"}', None)) == [
+        True
+    ]
 
 
 def test_a_lost_race_without_an_item_reads_strongly_consistently(
@@ -116,7 +118,7 @@ def test_a_lost_race_without_an_item_reads_strongly_consistently(
     report = ProbeReport(token=token, success=True)
     # WHEN its settle loses (the failed condition returns no item) THEN the read that tells
     # "absent" from "endpoint ignores ALL_OLD" is strongly consistent
-    assert gets.during(lambda: store.settle_probe(NAME, POLICY, now, report, held)) == [True]
+    assert gets.during(lambda: store.settle_probe(NAME, STORE_POLICY, now, report, held)) == [True]
 
 
 def test_the_breakers_writes_read_nothing(captured: tuple[DynamoDBStore, GetItems]) -> None:
@@ -125,8 +127,8 @@ def test_the_breakers_writes_read_nothing(captured: tuple[DynamoDBStore, GetItem
 
     def count_to_the_trip() -> None:
         seen = None
-        for _ in range(POLICY.failure_threshold):
-            seen = store.record_failure(NAME, POLICY, T0, seen).record
+        for _ in range(STORE_POLICY.failure_threshold):
+            seen = store.record_failure(NAME, STORE_POLICY, T0, seen).record
         assert seen is not None
         assert seen.state is State.OPEN
 
@@ -149,4 +151,4 @@ def test_a_counts_read_back_reads_strongly_consistently(
 
     store.client.meta.events.register("before-call.dynamodb.UpdateItem", lost)
     # WHEN the store reads the item back instead of re-sending THEN that read is consistent
-    assert gets.during(lambda: store.record_failure(NAME, POLICY, T0, None)) == [True]
+    assert gets.during(lambda: store.record_failure(NAME, STORE_POLICY, T0, None)) == [True]

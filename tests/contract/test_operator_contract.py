@@ -13,7 +13,8 @@ from devtools import servers
 from fleetbreaker import DynamoDBStore
 from fleetbreaker.record import State
 from fleetbreaker.tuning import Action, decode_tuned
-from tests.contract.test_store_contract import POLICY, T0, fail_n, open_breaker
+from tests.contract.test_store_contract import T0, fail_n, open_breaker
+from tests.support import STORE_POLICY
 
 
 @pytest.fixture
@@ -43,7 +44,7 @@ def test_listing_names_every_live_breaker_with_its_record(store: Any, name: str)
 def test_listing_leaves_out_expired_records(store: Any, name: str) -> None:
     fail_n(store, name, 1)
 
-    later = T0 + (POLICY.ttl_s + 1) * 1000
+    later = T0 + (STORE_POLICY.ttl_s + 1) * 1000
     listed = {entry.name for entry in store.list_records(later)}
 
     assert name not in listed
@@ -52,7 +53,7 @@ def test_listing_leaves_out_expired_records(store: Any, name: str) -> None:
 def test_tuning_a_breaker_without_a_record_creates_a_closed_one_carrying_it(
     store: Any, name: str
 ) -> None:
-    record = store.tune(name, POLICY, T0, TUNED, None)
+    record = store.tune(name, STORE_POLICY, T0, TUNED, None)
 
     assert record.state is State.CLOSED
     assert decode_tuned(store.load(name, T0).tuned) == {"failure_threshold": 2}
@@ -62,19 +63,19 @@ def test_tuning_with_an_action_records_it_and_the_time(store: Any, name: str) ->
     # GIVEN no record, WHEN an operator tunes the breaker
     now = T0 + 1_234  # not a whole second: the expiry is in whole seconds all the same
     tune = Action("tune", ACTION.by, "fail faster", now)
-    store.tune(name, POLICY, now, TUNED, tune)
+    store.tune(name, STORE_POLICY, now, TUNED, tune)
 
     # THEN the new record carries the action, and says when it was written
     record = store.load(name, now)
     assert Action.decode(record.last_action) == tune
     assert record.updated_at == now
-    assert record.expires_at == now // 1000 + POLICY.ttl_s
+    assert record.expires_at == now // 1000 + STORE_POLICY.ttl_s
 
 
 def test_tuning_leaves_the_state_and_generation_alone(store: Any, name: str) -> None:
     opened = open_breaker(store, name)
 
-    store.tune(name, POLICY, T0 + 1, TUNED, None)
+    store.tune(name, STORE_POLICY, T0 + 1, TUNED, None)
 
     after = store.load(name, T0 + 1)
     assert (after.state, after.gen, after.open_until) == (State.OPEN, opened.gen, opened.open_until)
@@ -83,11 +84,11 @@ def test_tuning_leaves_the_state_and_generation_alone(store: Any, name: str) -> 
 
 def test_tuned_settings_survive_a_trip_and_a_reset(store: Any, name: str) -> None:
     # GIVEN a tuned breaker
-    store.tune(name, POLICY, T0, TUNED, None)
+    store.tune(name, STORE_POLICY, T0, TUNED, None)
 
     # WHEN it trips, and an operator resets it
     open_breaker(store, name)
-    reset = store.force_state(name, POLICY, T0 + 1, State.CLOSED)
+    reset = store.force_state(name, STORE_POLICY, T0 + 1, State.CLOSED)
 
     # THEN the settings are still stored with it
     assert reset.record.tuned == TUNED
@@ -95,9 +96,9 @@ def test_tuned_settings_survive_a_trip_and_a_reset(store: Any, name: str) -> Non
 
 
 def test_clearing_the_tuning_removes_it(store: Any, name: str) -> None:
-    store.tune(name, POLICY, T0, TUNED, None)
+    store.tune(name, STORE_POLICY, T0, TUNED, None)
 
-    store.tune(name, POLICY, T0 + 1, "", None)
+    store.tune(name, STORE_POLICY, T0 + 1, "", None)
 
     assert store.load(name, T0 + 1).tuned == ""
 
@@ -108,9 +109,9 @@ MERGED = '{"failure_threshold":2,"mode":"shadow"}'
 
 
 def test_a_tune_expecting_the_stored_settings_writes(store: Any, name: str) -> None:
-    store.tune(name, POLICY, T0, TUNED, None)
+    store.tune(name, STORE_POLICY, T0, TUNED, None)
 
-    record = store.tune(name, POLICY, T0 + 1, MERGED, None, expected=TUNED)
+    record = store.tune(name, STORE_POLICY, T0 + 1, MERGED, None, expected=TUNED)
 
     assert record.tuned == MERGED
     assert store.load(name, T0 + 1).tuned == MERGED
@@ -118,10 +119,10 @@ def test_a_tune_expecting_the_stored_settings_writes(store: Any, name: str) -> N
 
 def test_a_tune_expecting_other_settings_writes_nothing(store: Any, name: str) -> None:
     # GIVEN settings another operator changed since this one read them
-    store.tune(name, POLICY, T0, '{"mode":"shadow"}', None)
+    store.tune(name, STORE_POLICY, T0, '{"mode":"shadow"}', None)
 
     # WHEN this one's merge lands, expecting what it read (none)
-    record = store.tune(name, POLICY, T0 + 1, TUNED, ACTION, expected="")
+    record = store.tune(name, STORE_POLICY, T0 + 1, TUNED, ACTION, expected="")
 
     # THEN nothing is written, and the answer is the record as it stands
     assert record.tuned == '{"mode":"shadow"}'
@@ -132,7 +133,7 @@ def test_a_tune_expecting_other_settings_writes_nothing(store: Any, name: str) -
 def test_a_tune_expecting_no_settings_writes_on_a_breaker_without_a_record(
     store: Any, name: str
 ) -> None:
-    record = store.tune(name, POLICY, T0, TUNED, None, expected="")
+    record = store.tune(name, STORE_POLICY, T0, TUNED, None, expected="")
 
     assert record.tuned == TUNED
     assert store.load(name, T0).state is State.CLOSED
@@ -141,14 +142,14 @@ def test_a_tune_expecting_no_settings_writes_on_a_breaker_without_a_record(
 def test_a_tune_expecting_settings_on_a_breaker_without_a_record_writes_nothing(
     store: Any, name: str
 ) -> None:
-    record = store.tune(name, POLICY, T0, MERGED, None, expected=TUNED)
+    record = store.tune(name, STORE_POLICY, T0, MERGED, None, expected=TUNED)
 
     assert record is None
     assert store.load(name, T0) is None
 
 
 def test_a_forced_state_records_the_operator_action(store: Any, name: str) -> None:
-    outcome = store.force_state(name, POLICY, T0, State.FORCED_OPEN, action=ACTION)
+    outcome = store.force_state(name, STORE_POLICY, T0, State.FORCED_OPEN, action=ACTION)
 
     assert Action.decode(outcome.record.last_action) == ACTION
     assert Action.decode(store.load(name, T0).last_action) == ACTION
@@ -156,11 +157,11 @@ def test_a_forced_state_records_the_operator_action(store: Any, name: str) -> No
 
 def test_a_second_operator_action_replaces_the_first(store: Any, name: str) -> None:
     # GIVEN a breaker forced open by one operator
-    store.force_state(name, POLICY, T0, State.FORCED_OPEN, action=ACTION)
+    store.force_state(name, STORE_POLICY, T0, State.FORCED_OPEN, action=ACTION)
 
     # WHEN another resets it
     reset = Action("reset", "bob", "provider is back", T0 + 1)
-    outcome = store.force_state(name, POLICY, T0 + 1, State.CLOSED, action=reset)
+    outcome = store.force_state(name, STORE_POLICY, T0 + 1, State.CLOSED, action=reset)
 
     # THEN the reset is the last action recorded
     assert Action.decode(outcome.record.last_action) == reset
@@ -170,7 +171,7 @@ def test_a_second_operator_action_replaces_the_first(store: Any, name: str) -> N
 def test_the_last_action_survives_later_transitions(store: Any, name: str) -> None:
     # GIVEN an operator reset recorded on the breaker
     reset = Action("reset", "alice", "recovered", T0)
-    store.force_state(name, POLICY, T0, State.CLOSED, action=reset)
+    store.force_state(name, STORE_POLICY, T0, State.CLOSED, action=reset)
 
     # WHEN the fleet trips it on its own
     opened = open_breaker(store, name, now=T0 + 1)
@@ -180,9 +181,9 @@ def test_the_last_action_survives_later_transitions(store: Any, name: str) -> No
 
 
 def test_a_force_without_an_action_keeps_the_previous_one(store: Any, name: str) -> None:
-    store.force_state(name, POLICY, T0, State.FORCED_OPEN, action=ACTION)
+    store.force_state(name, STORE_POLICY, T0, State.FORCED_OPEN, action=ACTION)
 
-    outcome = store.force_state(name, POLICY, T0 + 1, State.CLOSED)
+    outcome = store.force_state(name, STORE_POLICY, T0 + 1, State.CLOSED)
 
     assert Action.decode(outcome.record.last_action) == ACTION
 

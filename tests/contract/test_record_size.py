@@ -12,12 +12,12 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Any
 
-from fleetbreaker import BreakerConfig, DynamoDBStore
+from fleetbreaker import DynamoDBStore
 from fleetbreaker.config import MAX_MIN_CONTAINERS
 from fleetbreaker.naming import container_key
-from fleetbreaker.policy import Policy
 from fleetbreaker.record import WINDOW_BUCKETS, Report
 from fleetbreaker.rules import sliding_window
+from tests.support import make_policy
 
 T0 = 1_700_000_000_000
 
@@ -42,15 +42,13 @@ def item_size(item: dict[str, Any]) -> int:
 
 def test_the_fullest_rate_record_fits_one_write_unit(moto_inprocess_store: DynamoDBStore) -> None:
     store = moto_inprocess_store
-    policy = Policy.from_config(
-        BreakerConfig(
-            failure_rate_threshold=1.0,
-            slow_call_duration=1.0,
-            slow_call_rate_threshold=1.0,
-            minimum_calls=10**9,  # never trips: the window only fills
-            min_containers=MAX_MIN_CONTAINERS,
-            window_seconds=60,
-        )
+    policy = make_policy(
+        failure_rate_threshold=1.0,
+        slow_call_duration=1.0,
+        slow_call_rate_threshold=1.0,
+        minimum_calls=10**9,  # never trips: the window only fills
+        min_containers=MAX_MIN_CONTAINERS,
+        window_seconds=60,
     )
     name = "payment-api-" + "x" * 100  # a long breaker name counts too
     for bucket in range(WINDOW_BUCKETS):

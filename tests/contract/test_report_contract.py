@@ -10,33 +10,29 @@ from typing import Any
 
 import pytest
 
-from fleetbreaker import BreakerConfig
 from fleetbreaker.policy import Policy
 from fleetbreaker.record import ProbeReport, Record, Report, State
 from fleetbreaker.rules import sliding_window
 from fleetbreaker.snapshot import snapshot_of
+from tests.support import make_policy
 
 T0 = 1_700_000_000_000
-RATE = Policy.from_config(
-    BreakerConfig(
-        failure_rate_threshold=0.5,
-        minimum_calls=10,
-        window_seconds=10,
-        recovery_timeout=5,
-        record_ttl_seconds=3_600,
-        max_recovery_timeout=60,
-    )
+RATE = make_policy(
+    failure_rate_threshold=0.5,
+    minimum_calls=10,
+    window_seconds=10,
+    recovery_timeout=5,
+    record_ttl_seconds=3_600,
+    max_recovery_timeout=60,
 )
-QUORUM = Policy.from_config(
-    BreakerConfig(
-        failure_rate_threshold=0.5,
-        minimum_calls=10,
-        min_containers=3,
-        window_seconds=10,
-        recovery_timeout=5,
-        record_ttl_seconds=3_600,
-        max_recovery_timeout=60,
-    )
+QUORUM = make_policy(
+    failure_rate_threshold=0.5,
+    minimum_calls=10,
+    min_containers=3,
+    window_seconds=10,
+    recovery_timeout=5,
+    record_ttl_seconds=3_600,
+    max_recovery_timeout=60,
 )
 
 
@@ -134,8 +130,8 @@ def test_a_failure_rate_exactly_at_the_threshold_trips(
     store: Any, name: str, failures: int, calls: int, threshold: float
 ) -> None:
     # GIVEN a rate threshold whose double is a hair above the decimal it was written as
-    policy = Policy.from_config(
-        BreakerConfig(failure_rate_threshold=threshold, minimum_calls=20, record_ttl_seconds=3_600)
+    policy = make_policy(
+        failure_rate_threshold=threshold, minimum_calls=20, record_ttl_seconds=3_600
     )
 
     # WHEN the window reaches exactly that fraction of failures
@@ -153,14 +149,12 @@ def test_a_failure_rate_exactly_at_the_threshold_trips(
 def test_a_slow_call_rate_exactly_at_the_threshold_trips(
     store: Any, name: str, slow: int, calls: int, threshold: float
 ) -> None:
-    policy = Policy.from_config(
-        BreakerConfig(
-            slow_call_duration=1.0,
-            slow_call_rate_threshold=threshold,
-            minimum_calls=20,
-            failure_threshold=1_000,
-            record_ttl_seconds=3_600,
-        )
+    policy = make_policy(
+        slow_call_duration=1.0,
+        slow_call_rate_threshold=threshold,
+        minimum_calls=20,
+        failure_threshold=1_000,
+        record_ttl_seconds=3_600,
     )
 
     outcome = send(store, name, Report("a", calls=calls, slow=slow), policy=policy)
@@ -174,9 +168,7 @@ def test_an_exact_threshold_holds_for_counts_past_a_doubles_precision(
     store: Any, name: str
 ) -> None:
     # GIVEN 0.55 and a window whose calls times 20 passes 2^53 (Lua computes in doubles)
-    policy = Policy.from_config(
-        BreakerConfig(failure_rate_threshold=0.55, minimum_calls=20, record_ttl_seconds=3_600)
-    )
+    policy = make_policy(failure_rate_threshold=0.55, minimum_calls=20, record_ttl_seconds=3_600)
     calls = 10**13 + 20
     failures = calls * 11 // 20
 
@@ -274,10 +266,8 @@ def test_quorum_counts_distinct_containers_and_trips_at_the_third(
 def test_quorum_map_keeps_the_newest_min_containers(shared_store: Any, name: str) -> None:
     store = shared_store
     # GIVEN a 1.5 s window: "a" has left it when "c" reports, "b" has not
-    policy = Policy.from_config(
-        BreakerConfig(
-            min_containers=2, failure_threshold=100, window_seconds=1.5, record_ttl_seconds=3_600
-        )
+    policy = make_policy(
+        min_containers=2, failure_threshold=100, window_seconds=1.5, record_ttl_seconds=3_600
     )
     for i, container in enumerate("abc"):
         send(store, name, Report(container, calls=1, failures=1), now=T0 + i * 1_000, policy=policy)
@@ -299,15 +289,13 @@ def test_racing_reports_all_count_and_trip_exactly_once(atomic_store: Any, name:
     store = atomic_store
     results: list[Any] = []
     lock = threading.Lock()
-    policy = Policy.from_config(
-        BreakerConfig(
-            failure_rate_threshold=0.5,
-            minimum_calls=40,
-            min_containers=2,
-            record_ttl_seconds=3_600,
-            recovery_timeout=5,
-            max_recovery_timeout=60,
-        )
+    policy = make_policy(
+        failure_rate_threshold=0.5,
+        minimum_calls=40,
+        min_containers=2,
+        record_ttl_seconds=3_600,
+        recovery_timeout=5,
+        max_recovery_timeout=60,
     )
 
     def container(number: int) -> None:
@@ -350,13 +338,11 @@ def test_reports_racing_on_the_quorum_map_lose_no_count(atomic_store: Any, name:
     # GIVEN 12 containers that all fail at once under a quorum of 10: every report rewrites
     # the quorum map, and only one rewrite of a given map can win
     store = atomic_store
-    policy = Policy.from_config(
-        BreakerConfig(
-            failure_rate_threshold=1.0,
-            minimum_calls=10,
-            min_containers=10,
-            record_ttl_seconds=3_600,
-        )
+    policy = make_policy(
+        failure_rate_threshold=1.0,
+        minimum_calls=10,
+        min_containers=10,
+        record_ttl_seconds=3_600,
     )
     start = threading.Barrier(12)
     outcomes: list[Any] = []

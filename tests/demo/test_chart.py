@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from bench.demo.container import Call
-from bench.demo.report import Run, figure
+from bench.demo.report import PROBE_MIN_WIDTH, Run, figure
 from bench.demo.summary import CHARGED, CIRCUIT_OPEN, DEFERRED, PROVIDER_FAILED, RunRecord
 from bench.demo.summary import summarize as summarise
 
@@ -149,7 +149,8 @@ def test_each_panels_legend_lists_exactly_the_series_drawn_on_it(drawn: Any, run
     # THEN on every panel the labelled artists all draw something, and the legend lists
     # exactly them
     panels = [ax for ax in fig.axes if ax.get_label() != "<colorbar>"]
-    assert len(panels) == 6
+    drains = any(run.record.drained for run in RUN_SETS[runs]())
+    assert len(panels) == (8 if drains else 6)
     for ax in panels:
         artists = labelled_artists(ax)
         assert all(draws_something(a) for a in artists), [
@@ -163,10 +164,100 @@ def test_the_shadow_demos_panels_differ_where_its_runs_did(drawn: Any) -> None:
     fig = drawn(RUN_SETS["shadow"]())
     calls, turned, states = fig.axes[0:2], fig.axes[2:4], fig.axes[4:6]
     # THEN the enforcing run's legends show its probes, rejections and half-open state
-    assert "a probe" in legend_entries(calls[0])
     assert legend_entries(turned[0]) == ["503: circuit open"]
-    assert legend_entries(states[0]) == ["closed", "half-open", "open"]
+    assert sorted(legend_entries(states[0])) == sorted(
+        ["closed", "half-open", "open", "a probe the API failed", "a probe that charged"]
+    )
     # AND the shadow run's show none of them: it admitted every call, probing none
-    assert "a probe" not in legend_entries(calls[1])
     assert legend_entries(turned[1]) == []
-    assert legend_entries(states[1]) == ["closed", "open"]
+    assert sorted(legend_entries(states[1])) == ["closed", "open"]
+    assert not any("probe" in entry for ax in (calls[1], states[1]) for entry in legend_entries(ax))
+
+
+def test_the_outage_fills_the_time_axis_and_the_drain_has_its_own(drawn: Any) -> None:
+    # GIVEN a run whose deferred payments were drained until 40 s, long after its 3 s of
+    # traffic (issue 45: the drain took two thirds of the axis, the outage sat in a corner)
+    fig = drawn([enforcing(DEFERRED, [4.0, 4.2, 39.5]), shadow()])
+    calls, turned, states, drain = fig.axes[0:2], fig.axes[2:4], fig.axes[4:6], fig.axes[6:8]
+    # THEN the outage's panels end with the traffic
+    for ax in (*calls, *turned, *states):
+        assert ax.get_xlim() == (0.0, DURATION)
+    # AND the drain has a row of its own, on an axis that reaches its last charge
+    assert drain[0].get_xlim()[1] >= 39.5
+    assert legend_entries(drain[0]) == [
+        "charged from the SQS queue (drain)",
+        "the run's traffic stopped",
+    ]
+    bars = drain[0].containers[0]
+    assert sum(bar.get_height() for bar in bars.patches) == 3  # one bar a second, 3 charged
+    # AND a run that deferred nothing says so in its drain panel
+    assert legend_entries(drain[1]) == []
+    assert [t.get_text() for t in drain[1].texts] == ["no payment deferred"]
+
+
+def test_a_run_whose_deferred_payments_were_not_drained_says_so(drawn: Any) -> None:
+    # GIVEN a run that deferred 2 payments, none of them drained, beside one that drained
+    fig = drawn([enforcing(DEFERRED, [2.5]), enforcing(DEFERRED, [])])
+    # THEN its drain panel names what was left, not "nothing deferred"
+    drain = fig.axes[7]
+    assert [t.get_text() for t in drain.texts] == [
+        "none of its 2 deferred payments charged from the queue"
+    ]
+
+
+def per_container_probes() -> Run:
+    """Three per-container breakers that each probed within 20 ms of the others, twice."""
+    calls = [call(n, 0.2 + n / 10, CHARGED, "closed") for n in range(3)]
+    calls += [call(n, 1.1 + n / 100, PROVIDER_FAILED, "open") for n in range(3)]
+    calls += [call(n, 1.5 + n / 100, PROVIDER_FAILED, "open", probe=2) for n in range(3)]
+    calls += [call(n, 2.1 + n / 100, CHARGED, "closed", probe=4) for n in range(3)]
+    record = RunRecord(
+        "per-container",
+        "per-container breakers",
+        "MemoryStores",
+        False,
+        3,
+        OUTAGE,
+        calls=calls,
+        provider=[(c.start, c.status == CHARGED) for c in calls],
+        duration=DURATION,
+    )
+    return Run(record, summarise(record))
+
+
+def probe_marks(ax: Any) -> set[tuple[float, float]]:
+    return {
+        (round(float(x), 3), float(y))
+        for line in ax.lines
+        if "probe" in str(line.get_label())
+        for x, y in zip(line.get_xdata(), line.get_ydata(), strict=True)
+    }
+
+
+def test_each_probe_is_a_mark_of_its_own_on_its_containers_lane(drawn: Any) -> None:
+    # GIVEN six probes, three at a time within 20 ms (issue 45: 16 probes made one mark)
+    run = per_container_probes()
+    fig = drawn([run])
+    states = fig.axes[2]
+    # THEN each probe is a mark of its own, on the lane of the container that sent it
+    expected = {(round(c.start, 3), c.container + 0.5) for c in run.record.calls if c.probe}
+    assert len(expected) == 6
+    assert probe_marks(states) == expected
+
+
+def test_a_per_container_breakers_half_open_shows_on_its_lane(drawn: Any) -> None:
+    # GIVEN per-container breakers: none of their calls ended half-open (a probe ends the
+    # state it opened), yet each was half-open while its probe ran
+    run = per_container_probes()
+    assert {c.seen for c in run.record.calls} == {"closed", "open"}
+    fig = drawn([run])
+    states = fig.axes[2]
+    # THEN the lanes show half-open at each probe, on its container's lane
+    half_open = [c for c in states.collections if c.get_label().lstrip("_") == "half-open"]
+    starts = set()
+    for collection in half_open:
+        for path in collection.get_paths():
+            xs, ys = path.vertices[:, 0], path.vertices[:, 1]
+            assert xs.max() - xs.min() >= PROBE_MIN_WIDTH
+            starts.add((round(float(xs.min()), 3), int(ys.min())))
+    assert starts == {(round(c.start, 3), c.container) for c in run.record.calls if c.probe}

@@ -1,9 +1,13 @@
-"""The demo's figures from recorded calls: half-open windows and when a fleet closed again."""
+"""The demo's figures from recorded calls: half-open windows, when a fleet closed again, and
+payments per second over the seconds every run covers."""
 
 from __future__ import annotations
 
+import pytest
+
 from bench.demo.container import Call
-from bench.demo.summary import RunRecord, closed_since, summarize
+from bench.demo.report import Run, table
+from bench.demo.summary import Rates, RunRecord, closed_since, rates, summarize
 
 OUTAGE = (1.0, 3.0)
 
@@ -90,3 +94,50 @@ def test_the_fleet_is_closed_when_its_last_container_is() -> None:
     assert summary.recovery_to_closed is not None
     assert round(summary.recovery_to_closed, 2) == 0.61
     assert summarize(record(True, calls[:2])).recovery_to_closed is None
+
+
+def run_of(calls: list[Call], duration: float, title: str) -> Run:
+    rec = RunRecord("run", title, "a store", True, 2, OUTAGE, calls=calls, duration=duration)
+    return Run(rec, summarize(rec))
+
+
+def paced(statuses: list[int], seconds: float) -> list[Call]:
+    """One call per status, evenly over ``seconds``, alternating between two containers."""
+    step = seconds / len(statuses)
+    return [call(n % 2, n * step, status) for n, status in enumerate(statuses)]
+
+
+def test_rates_count_the_calls_started_in_the_span_per_second() -> None:
+    # GIVEN 4 s of calls: 6 charged, 2 failed, 4 turned away (503 and 202), 2 more after 4 s
+    calls = paced([200] * 6 + [502] * 2 + [503] * 2 + [202] * 2, 4.0)
+    calls += [call(0, 4.5, 200), call(1, 4.6, 200)]
+    rec = record(True, calls)
+
+    # THEN over the first 4 s: per second, 3 calls, 1.5 charged, 0.5 failed, 1 turned away
+    assert rates(rec, 4.0) == Rates(4.0, calls=3.0, charged=1.5, failed=0.5, turned_away=1.0)
+
+
+def test_runs_of_different_lengths_are_compared_over_the_same_seconds() -> None:
+    # GIVEN two runs at the same pace for their first 4 s; one lasted 4 s, the other went on
+    # charging for 4 s more (its fleet closed later, issue 45: 891 against 1,044 calls)
+    first = paced([200] * 6 + [502] * 2 + [503] * 4, 4.0)
+    longer = first + [call(n % 2, 4.0 + n / 4, 200) for n in range(16)]
+    runs = [run_of(first, 4.0, "short run"), run_of(longer, 8.0, "long run")]
+
+    # WHEN the table compares them
+    rows = {line.split("|")[1].strip(): line.split("|")[2:4] for line in table(runs).splitlines()}
+
+    # THEN the calls made are shown with each run's length, and the payments per second over
+    # the same first 4 s read alike: the long run's extra charges do not flatter it
+    made = rows["calls made (a run lasts until its fleet closed, then --linger)"]
+    assert [cell.strip() for cell in made] == ["12 in 4.0 s", "28 in 8.0 s"]
+    per_second = rows[
+        "payments per second over the first 4.0 s (every run): charged / failed / turned away"
+    ]
+    assert [cell.strip() for cell in per_second] == ["1.5 / 0.5 / 1.0"] * 2
+    assert not any("payments charged / failed / turned away" in key for key in rows)
+
+
+def test_a_span_of_no_seconds_has_no_rates() -> None:
+    with pytest.raises(ValueError, match="holds no calls"):
+        rates(record(True, []), 0.0)

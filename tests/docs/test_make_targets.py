@@ -6,13 +6,17 @@ so a test never reinstalls the venv under the suite that runs it):
 - run for real, exit 0: `help`, `demo ARGS='--help'` (the demo itself: tests/demo, and
   `test_demo_busy.py` runs its short version), `invoke-local` with each documented form;
 - run for real, documented refusal (exit 2 with the message): `test-deployed` without
-  FLEETBREAKER_STACK, `invoke` without Docker;
+  FLEETBREAKER_STACK, `invoke` without Docker (before it builds anything);
 - printed with `make -n` (exit 0, the recipe runs the documented command): `deploy` and
   `deploy-guided` (need an AWS account), `build`, `validate` and `checkov` (their commands
   run in tests/sam), `bench` and `scale` (benchmarks: tests/bench runs scale.py's model),
   `test` (this suite is its recipe; CI runs `make test` itself), `test-quick` (a part of
   it; tests/infra/test_workers.py collects its selection) and `time-tests` (the suite,
-  timed).
+  timed), `dist` (tests/install builds the wheel as it does).
+
+`make help` quotes no duration: how long a target takes is measured, and lives in the docs
+that render or record it (docs/testing.md, docs/demo.md), where it cannot drift from a
+one-line description. `make build` ends by printing the sizes of the layers it made.
 
 `venv` (and `deps`) are not run here: they are the set-up every `make` target above depends
 on, which CI's `make test` runs on a fresh clone before this suite.
@@ -20,15 +24,20 @@ on, which CI's `make test` runs on a fresh clone before this suite.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
 import subprocess
+from pathlib import Path
 
 import pytest
 
+from bench import layer_sizes
+from devtools.sam_template import layer_id, load_template, runtimes
 from devtools.servers import REPO_ROOT
 from tests.docs.blocks import DOCS
+from tests.docs.test_readme import QUANTITY
 
 SET_UP = ["-o", "deps", "-o", "venv", "-o", "node", "-o", "redis", "-o", "tools"]
 # `make <target>` in inline code and at the start of a code block's line, with the
@@ -37,7 +46,7 @@ SHOWN = re.compile(r"(?:^|`)make ((?:[a-z][a-z-]*)(?: [A-Z_]+=(?:'[^']*'|\S+))*)
 # The targets that need what this machine lacks (an AWS account, Docker) or are the suite.
 PRINTED = {
     *("deploy", "deploy-guided", "build", "validate", "checkov", "bench", "scale", "test"),
-    *("test-quick", "time-tests"),
+    *("test-quick", "time-tests", "dist"),
 }
 
 
@@ -92,6 +101,7 @@ def test_a_target_that_cannot_run_here_prints_its_documented_command(target: str
         "test": 'pytest -m "not deployed"',
         "test-quick": "pytest -n 2 tests/unit tests/contract",
         "time-tests": "scripts/time_tests.py",
+        "dist": "-m build --outdir dist .",
     }[target]
     done = make("-n", target)
     assert done.returncode == 0, done.stderr
@@ -119,13 +129,77 @@ def test_make_test_deployed_refuses_without_a_stack() -> None:
     assert "set FLEETBREAKER_STACK" in done.stderr
 
 
+NO_DOCKER = "unix:///nonexistent/docker.sock"  # a socket nobody serves
+
+
 def test_make_invoke_refuses_without_docker_and_names_invoke_local() -> None:
-    # GIVEN no Docker daemon (a socket nobody serves), WHEN `make invoke` runs
-    done = make("-o", "build", "invoke", DOCKER_HOST="unix:///nonexistent/docker.sock")
+    # GIVEN no Docker daemon, WHEN `make invoke` runs
+    done = make("-o", "build", "invoke", DOCKER_HOST=NO_DOCKER)
 
     # THEN it refuses with exit 2 and points at invoke-local, before starting anything
     assert done.returncode == 2
     assert "Use: make invoke-local" in done.stderr
+
+
+@pytest.mark.parametrize("jobs", [[], ["-j", "4"]], ids=["serial", "parallel"])
+def test_make_invoke_checks_for_docker_before_it_builds(jobs: list[str]) -> None:
+    # GIVEN no Docker daemon, WHEN `make invoke` runs with its build still to do
+    done = make(*jobs, "invoke", DOCKER_HOST=NO_DOCKER)
+
+    # THEN it refuses at once: no `sam build` started, for nothing
+    assert done.returncode == 2, done.stdout[-2000:]
+    assert "Use: make invoke-local" in done.stderr
+    assert "sam build" not in done.stdout + done.stderr
+
+
+def test_make_help_quotes_no_duration() -> None:
+    # GIVEN what `make help` says of each target
+    listed = make("help").stdout
+    # THEN no line says how long it takes ("a minute" for a 18 s target drifted): the docs
+    # that measure it say so
+    durations = QUANTITY.findall(listed) + re.findall(r"\ba (?:minute|second|few)\b", listed)
+    assert durations == []
+
+
+def test_make_build_prints_the_sizes_of_the_layers_it_built() -> None:
+    # GIVEN `make build`'s recipe THEN after `sam build` it prints the sizes of what it built,
+    # without touching the results the docs quote
+    recipe = make("-n", "-o", "venv", "build").stdout
+    build, sizes = recipe.index("sam build"), recipe.index("bench/layer_sizes.py")
+    assert build < sizes
+    assert "--build-dir .aws-sam/build --print-only" in recipe[sizes:]
+
+
+def fake_build(root: Path) -> Path:
+    """A `sam build` directory holding every layer pair: one small module each."""
+    for runtime in runtimes(load_template()):
+        for slim in (False, True):
+            package = root / layer_id(runtime, slim=slim) / "python" / "fleetbreaker"
+            package.mkdir(parents=True)
+            (package / "__init__.py").write_text("x = 1\n" * (100 if slim else 1000))
+    return root
+
+
+def test_layer_sizes_print_only_prints_each_layer_and_writes_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN a build directory and a results file that must stay as it is
+    build = fake_build(tmp_path / "build")
+    results = tmp_path / "layer_sizes.json"
+    results.write_text(json.dumps({"layers": "as measured"}))
+
+    # WHEN the sizes are printed, as `make build` prints them
+    assert (
+        layer_sizes.main(["--build-dir", str(build), "--output", str(results), "--print-only"]) == 0
+    )
+
+    # THEN each runtime's pair is printed in MB, and the results file is untouched
+    printed = capsys.readouterr().out
+    for runtime in runtimes(load_template()):
+        assert re.search(
+            rf"^{runtime}: full 0\.01 MB \(0\.00 zipped\), slim 0\.00 MB", printed, re.M
+        )
+    assert json.loads(results.read_text()) == {"layers": "as measured"}
 
 
 @pytest.mark.slow

@@ -61,3 +61,54 @@ def test_the_after_handler_counts_only_the_handled_exceptions() -> None:
     # THEN none counted: the breaker is still closed and calls the inventory
     inventory.failure = None
     assert handler({"sku": "A-1"}, None)["statusCode"] == 200
+
+
+@pytest.mark.usefixtures("doc_world")
+def test_powertools_swallows_a_failed_trip_write_and_the_trip_is_lost(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN the guide's Powertools handler, run as written, whose table then goes away (the
+    # guide says 3.37's _safe_persist logs and swallows a failed save_open)
+    import logging
+
+    import boto3
+
+    handler = run_block(BEFORE)["lambda_handler"]
+    from myapp import inventory
+
+    assert handler({"sku": "A-1"}, None)["statusCode"] == 200
+    boto3.client("dynamodb", region_name="us-east-1").delete_table(TableName="CircuitBreakerState")
+
+    # WHEN the inventory times out five times, the threshold
+    inventory.failure = TimeoutError("inventory timed out")
+    # (heard on Powertools' own logger: another test of the process may have stopped it
+    # propagating, or disabled it by configuring logging)
+    powertools_log = logging.getLogger("aws_lambda_powertools.utilities.circuit_breaker.base")
+    monkeypatch.setattr(powertools_log, "disabled", False)
+    powertools_log.addHandler(caplog.handler)
+    try:
+        with caplog.at_level(logging.WARNING, logger=powertools_log.name):
+            for _ in range(5):
+                with pytest.raises(TimeoutError):  # the call's own error: no persistence error
+                    handler({"sku": "A-1"}, None)
+    finally:
+        powertools_log.removeHandler(caplog.handler)
+
+    # THEN the failed write was logged, not raised, and the trip is lost: the next call
+    # reaches the inventory instead of the fallback
+    assert "persistence write (save_open) failed" in caplog.text
+    inventory.failure = None
+    calls = inventory.calls
+    assert handler({"sku": "A-1"}, None)["statusCode"] == 200
+    assert inventory.calls == calls + 1
+
+
+def test_the_guide_names_the_module_its_powertools_facts_come_from() -> None:
+    import aws_lambda_powertools.utilities.circuit_breaker.base as powertools_base
+    from aws_lambda_powertools.shared.version import VERSION
+
+    text = GUIDE.read_text()
+    assert f"aws-lambda-powertools {VERSION}" in text
+    assert "aws_lambda_powertools/utilities/circuit_breaker/base.py" in text
+    assert callable(powertools_base.CircuitBreakerHandler._safe_persist)
+    assert "raises `CircuitBreakerPersistenceError` into the call" not in text

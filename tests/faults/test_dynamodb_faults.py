@@ -1,7 +1,9 @@
-"""DynamoDB trouble: every fault gives the right decision, in bounded time, with no exception.
+"""DynamoDB trouble: every fault gives the right decision, cut short, with no exception.
 
-The store runs with its production defaults (0.2 s connect, 0.3 s read, one retry), so these
-tests also pin down the latency budget a Lambda pays when DynamoDB misbehaves.
+The store runs with its production defaults (0.2 s connect, 0.3 s read, one retry). No test
+here times the machine: a call is shown cut short by what the code itself did (the SDK gave up
+on a server that still holds the answer, or the breaker's deadline fired: StoreDeadlineError)
+and by how many requests reached the server, never by how long a busy machine took.
 """
 
 from __future__ import annotations
@@ -11,7 +13,6 @@ import http.server
 import json
 import logging
 import threading
-import time
 import urllib.parse
 from collections.abc import Iterator
 from typing import Any
@@ -21,46 +22,34 @@ import pytest
 from devtools import servers
 from fleetbreaker import BreakerConfig, CircuitOpenError, DynamoDBStore, State
 from fleetbreaker.errors import StoreDeadlineError
-from fleetbreaker.events import BreakerListener, LoggingListener
+from fleetbreaker.events import LoggingListener
 from fleetbreaker.stores.dynamodb import TTL_ATTRIBUTE
 from tests import support
 from tests.faults.trickle import TrickleProxy
-from tests.support import Dependency, FakeClock
+from tests.support import Dependency, FakeClock, RecordingListener, wait_for
 
 pytestmark = pytest.mark.realtime  # store deadlines and budgets, on the wall clock
 
 CONFIG = BreakerConfig(failure_threshold=3, recovery_timeout=10)
-# Two attempts of at most 0.3 s read (or 0.2 s connect) plus DynamoDB's 50 ms retry delay.
-BUDGET_S = 1.5
+# The store's own retry budget: one request and one retry (wire.DEFAULT_RETRIES).
+MAX_ATTEMPTS = 2
 
 
 breaker_on = functools.partial(support.breaker_on, config=CONFIG)
 
 
-class StoreCalls(BreakerListener):
-    """Counts store attempts and store errors as the breaker reports them."""
-
-    def __init__(self) -> None:
-        self.attempts = 0
-        self.errors: list[BaseException] = []
-
-    def on_store_call_start(self, name: str, operation: str) -> None:
-        self.attempts += 1
-
-    def on_store_error(self, name: str, operation: str, error: BaseException) -> None:
-        self.errors.append(error)
-
-
-def timed(fn: Any, *args: Any) -> tuple[Any, float]:
-    started = time.perf_counter()
-    result = fn(*args)
-    return result, time.perf_counter() - started
+def cut_short(error: BaseException) -> bool:
+    """The store operation ended by the code's own doing: the breaker's deadline, or the
+    SDK giving up (a read or connect timeout, a refused connection, its retries spent)."""
+    return isinstance(error, StoreDeadlineError) or error.__cause__ is not None
 
 
 class _Throttling(http.server.BaseHTTPRequestHandler):
     code = "ThrottlingException"
+    requests: list[str]  # one entry per request received, set per server
 
     def do_POST(self) -> None:
+        self.requests.append(self.path)
         self.rfile.read(int(self.headers.get("Content-Length", 0)))
         body = json.dumps(
             {"__type": f"com.amazonaws.dynamodb.v20120810#{self.code}", "message": "Rate exceeded"}
@@ -75,14 +64,21 @@ class _Throttling(http.server.BaseHTTPRequestHandler):
         pass
 
 
+class ThrottlingEndpoint:
+    def __init__(self, url: str, requests: list[str]) -> None:
+        self.url = url
+        self.requests = requests
+
+
 @pytest.fixture(params=["ThrottlingException", "ProvisionedThroughputExceededException"])
-def throttling_endpoint(request: pytest.FixtureRequest) -> Iterator[str]:
-    handler = type("Handler", (_Throttling,), {"code": request.param})
+def throttling_endpoint(request: pytest.FixtureRequest) -> Iterator[ThrottlingEndpoint]:
+    requests: list[str] = []
+    handler = type("Handler", (_Throttling,), {"code": request.param, "requests": requests})
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
+        yield ThrottlingEndpoint(f"http://127.0.0.1:{server.server_address[1]}", requests)
     finally:
         server.shutdown()
         server.server_close()
@@ -96,35 +92,45 @@ def moto_table(moto_server: str) -> tuple[str, str]:
 # -- unreachable, silent, throttling ------------------------------------------------------------
 
 
-def _assert_degrades_within_budget(endpoint: str) -> None:
+def _assert_degrades_cut_short(endpoint: str) -> RecordingListener:
     clock = FakeClock()
     dep = Dependency()
     store = DynamoDBStore("CircuitBreakers", endpoint_url=endpoint)
     assert store.client is not None  # built up front: boto3's setup is cold start, not budget
-    calls = StoreCalls()
+    calls = RecordingListener()
     breaker = breaker_on(store, clock, listeners=[calls])
 
-    result, first = timed(breaker.call, dep)
-    attempts = calls.attempts
+    result = breaker.call(dep)
+    attempts = calls.count("on_store_call_start")
     second = breaker.call(dep)
 
     assert (result, second) == ("ok", "ok")
     assert breaker.degraded
-    assert first < BUDGET_S
-    assert attempts >= 1
-    assert calls.attempts == attempts  # inside the back-off the store is not called at all
+    assert attempts == 1
+    (error,) = calls.values("on_store_error", "error")
+    assert cut_short(error), repr(error)
+    # inside the back-off the store is not called at all
+    assert calls.count("on_store_call_start") == attempts
+    return calls
 
 
-def test_refused_connections_degrade_within_budget(refused_port: int) -> None:
-    _assert_degrades_within_budget(f"http://127.0.0.1:{refused_port}")
+def test_refused_connections_degrade_cut_short(refused_port: int) -> None:
+    _assert_degrades_cut_short(f"http://127.0.0.1:{refused_port}")
 
 
-def test_an_endpoint_that_never_answers_degrades_within_budget(blackhole: Any) -> None:
-    _assert_degrades_within_budget(blackhole.endpoint_url)
+def test_an_endpoint_that_never_answers_degrades_cut_short(blackhole: Any) -> None:
+    # GIVEN a server that holds every answer: only the code's own timeouts can end the call
+    _assert_degrades_cut_short(blackhole.endpoint_url)
+    # THEN the SDK's retry budget was not exceeded (each attempt is one connection held; the
+    # server's accept loop may take its turn after the client gave up)
+    wait_for(lambda: blackhole.accepted >= 1, "the blackhole accepting the store's connection")
+    assert blackhole.accepted <= MAX_ATTEMPTS
 
 
-def test_throttling_degrades_within_budget(throttling_endpoint: str) -> None:
-    _assert_degrades_within_budget(throttling_endpoint)
+def test_throttling_degrades_cut_short(throttling_endpoint: ThrottlingEndpoint) -> None:
+    _assert_degrades_cut_short(throttling_endpoint.url)
+    # THEN the store spent at most its retry budget on the throttled table
+    assert 1 <= len(throttling_endpoint.requests) <= MAX_ATTEMPTS
 
 
 def test_a_degraded_breaker_still_trips_locally(blackhole: Any) -> None:
@@ -262,34 +268,32 @@ def test_a_default_boto3_client_on_a_refused_endpoint_costs_one_deadline_per_bac
     # GIVEN a breaker on the user's own default-configured client, DynamoDB refusing
     clock = FakeClock()
     dep = Dependency()
-    calls = StoreCalls()
+    calls = RecordingListener()
     client = default_boto3_client(f"http://127.0.0.1:{refused_port}")
     store = DynamoDBStore("CircuitBreakers", boto3_client=client)
     breaker = breaker_on(store, clock, listeners=[LoggingListener(), calls])
 
     # WHEN the first call meets it (botocore alone would retry for about 25 s)
-    first, first_s = timed(breaker.call, dep)
+    first = breaker.call(dep)
     # and calls keep coming until just before the back-off ends
-    rest = [timed(breaker.call, dep) for _ in range(50)]
+    rest = [breaker.call(dep) for _ in range(50)]
     clock.advance(CONFIG.store_backoff_seconds - 0.001)
-    rest.append(timed(breaker.call, dep))
+    rest.append(breaker.call(dep))
 
-    # THEN the first is bounded by the deadline, the rest are answered from local state, and
-    # the store saw one attempt in the back-off
+    # THEN the first was cut by the breaker's deadline (the SDK was still retrying), the rest
+    # are answered from local state, and the store saw one attempt in the back-off
     assert first == "ok"
-    assert first_s < CONFIG.store_deadline_seconds + 1
-    assert isinstance(calls.errors[0], StoreDeadlineError)
-    assert [result for result, _ in rest] == ["ok"] * 51
-    assert sum(seconds for _, seconds in rest) < 0.5
-    assert calls.attempts == 1
+    assert isinstance(calls.values("on_store_error", "error")[0], StoreDeadlineError)
+    assert rest == ["ok"] * 51
+    assert calls.count("on_store_call_start") == 1
     assert breaker.degraded
 
-    # WHEN the back-off ends THEN one more attempt, bounded the same way
+    # WHEN the back-off ends THEN one more attempt, cut the same way
     clock.advance(0.001)
-    again, again_s = timed(breaker.call, dep)
-    assert again == "ok"
-    assert again_s < CONFIG.store_deadline_seconds + 1
-    assert calls.attempts == 2
+    assert breaker.call(dep) == "ok"
+    assert calls.count("on_store_call_start") == 2
+    assert calls.count("on_store_error") == 2
+    assert isinstance(calls.values("on_store_error", "error")[1], StoreDeadlineError)
 
 
 def test_a_passed_client_looser_than_the_budget_gets_one_log_line(
@@ -332,18 +336,17 @@ def test_a_reply_trickling_in_from_moto_is_cut_at_the_deadline(
     upstream = urllib.parse.urlsplit(endpoint)
     clock = FakeClock()
     dep = Dependency()
-    calls = StoreCalls()
+    calls = RecordingListener()
     with TrickleProxy((upstream.hostname or "127.0.0.1", upstream.port or 80)) as proxy:
         store = DynamoDBStore(table, endpoint_url=proxy.endpoint_url)
         assert store.client is not None  # boto3's setup is cold start, not the budget
         breaker = breaker_on(store, clock, listeners=[LoggingListener(), calls])
 
         # WHEN a call needs the store
-        result, elapsed = timed(breaker.call, dep)
+        result = breaker.call(dep)
 
     # THEN the store operation ends at the deadline, as a store error, and the call runs
     assert result == "ok"
-    assert elapsed < CONFIG.store_deadline_seconds + 1
-    assert isinstance(calls.errors[0], StoreDeadlineError)
+    assert isinstance(calls.values("on_store_error", "error")[0], StoreDeadlineError)
     assert breaker.stats.store_errors == 1
     assert breaker.degraded

@@ -16,14 +16,12 @@ import pytest
 from devtools import servers
 from fleetbreaker import BreakerConfig, CircuitBreaker, DynamoDBStore, State
 from fleetbreaker.errors import StoreError
-from fleetbreaker.policy import Policy
 from tests.faults.garble import GarbleProxy
-from tests.support import Dependency, FakeClock
+from tests.support import Dependency, FakeClock, make_policy
 
 # A deadline a loaded machine's moto cannot miss: the garbled answer must be what degrades.
 CONFIG = BreakerConfig(failure_threshold=3, recovery_timeout=10, store_deadline_seconds=30)
 NAME = "payment-api"
-POLICY = Policy.from_config(CONFIG)
 
 
 def not_json(body: bytes) -> bytes:
@@ -57,7 +55,7 @@ def garbled_store(
     endpoint, table = moto_table
     # GIVEN an open breaker in the table, written directly
     direct = DynamoDBStore(table, boto3_client=servers.dynamodb_client(endpoint))
-    direct.force_state(NAME, POLICY, FakeClock()(), State.FORCED_OPEN)
+    direct.force_state(NAME, make_policy(CONFIG), FakeClock()(), State.FORCED_OPEN)
     url = urllib.parse.urlsplit(endpoint)
     proxy = GarbleProxy((url.hostname or "127.0.0.1", url.port or 80), garble)
     return DynamoDBStore(table, endpoint_url=proxy.endpoint_url), proxy
@@ -78,7 +76,7 @@ def test_a_garbled_write_is_a_store_error(
 ) -> None:
     store, proxy = garbled_store(moto_table, garble)
     with proxy, pytest.raises(StoreError):
-        store.force_state(NAME, POLICY, FakeClock()(), State.CLOSED)
+        store.force_state(NAME, make_policy(CONFIG), FakeClock()(), State.CLOSED)
 
 
 @pytest.mark.parametrize("garble", GARBLES.values(), ids=GARBLES.keys())

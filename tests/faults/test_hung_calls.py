@@ -21,9 +21,9 @@ from typing import Any
 import pytest
 
 from devtools import servers
-from fleetbreaker import BreakerConfig, DynamoDBStore, RedisStore, State
-from fleetbreaker.policy import Policy
+from fleetbreaker import DynamoDBStore, RedisStore, State
 from fleetbreaker.rules import sliding_window
+from tests.support import make_policy
 
 pytestmark = pytest.mark.realtime  # store deadlines and hung calls, on the wall clock
 
@@ -105,7 +105,7 @@ def run_doomed_container(backend: tuple[str, str, Any], minimum_calls: int, done
 
 
 def test_a_hung_call_in_a_killed_container_still_counts_slow(backend) -> None:
-    policy = Policy.from_config(BreakerConfig(slow_call_duration=0.3, minimum_calls=100))
+    policy = make_policy(slow_call_duration=0.3, minimum_calls=100)
 
     def counted(record: Any) -> bool:
         return sliding_window(policy).counts(record, int(time.time() * 1000)).slow == 1

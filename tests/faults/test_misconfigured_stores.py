@@ -33,15 +33,12 @@ from fleetbreaker.errors import (
     StoreError,
     StoreMisconfiguredError,
 )
-from fleetbreaker.events import BreakerListener
-from fleetbreaker.policy import Policy
 from fleetbreaker.record import State
 from fleetbreaker.stores import from_env
 from tests.conftest import IamMoto
-from tests.support import Dependency, FakeClock
+from tests.support import Dependency, FakeClock, RecordingListener, make_policy
 
 T0 = 1_767_225_600_000
-POLICY = Policy.from_config(BreakerConfig())
 
 
 @pytest.fixture(autouse=True)
@@ -104,7 +101,9 @@ def test_a_denied_request_is_access_denied(iam_moto: IamMoto) -> None:
     assert store.load("payment-api", T0) is None
 
     # WHEN the store writes THEN it is access denied, with AWS's words about the action
-    error = misconfiguration(lambda: store.force_state("payment-api", POLICY, T0, State.CLOSED))
+    error = misconfiguration(
+        lambda: store.force_state("payment-api", make_policy(), T0, State.CLOSED)
+    )
     assert error.problem == ACCESS_DENIED
     assert "dynamodb:UpdateItem" in str(error)
 
@@ -234,26 +233,12 @@ def test_a_user_that_may_not_run_the_scripts_is_access_denied(acl_redis: RedisSe
 # -- the breaker: said once per container, counted every time ------------------------------
 
 
-class Misconfigurations(BreakerListener):
-    def __init__(self) -> None:
-        self.seen: list[str] = []
-        self.store_errors = 0
-
-    def on_store_error(self, name: str, operation: str, error: BaseException) -> None:
-        self.store_errors += 1
-
-    def on_store_misconfigured(
-        self, name: str, operation: str, error: StoreMisconfiguredError
-    ) -> None:
-        self.seen.append(error.problem)
-
-
 def test_a_missing_table_is_logged_at_error_once_per_container_and_counted_each_time(
     moto_server: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     # GIVEN two breakers on a table that does not exist, named by CIRCUIT_BREAKER_TABLE, with
     # no back-off: every call goes to the store
-    clock, counted = FakeClock(), Misconfigurations()
+    clock, counted = FakeClock(), RecordingListener()
     config = BreakerConfig(store_backoff_seconds=0)
     environ = {"CIRCUIT_BREAKER_TABLE": "NoSuchBreakers"}
     breakers = [
@@ -283,21 +268,57 @@ def test_a_missing_table_is_logged_at_error_once_per_container_and_counted_each_
     assert errors[0].__dict__["variable"] == "CIRCUIT_BREAKER_TABLE"
     assert errors[0].__dict__["problem"] == TABLE_NOT_FOUND
     assert not [r for r in caplog.records if r.__dict__.get("breaker_event") == "store_error"]
-    assert counted.seen == [TABLE_NOT_FOUND] * 6
-    assert counted.store_errors == 2  # one per breaker: the rest is the same news
+    misconfigured = counted.values("on_store_misconfigured", "error")
+    assert [error.problem for error in misconfigured] == [TABLE_NOT_FOUND] * 6
+    assert counted.count("on_store_error") == 2  # one per breaker: the rest is the same news
     assert all(breaker.degraded for breaker in breakers)
+
+
+def test_access_denied_is_logged_once_whatever_action_each_message_names(
+    iam_moto: IamMoto, caplog: pytest.LogCaptureFixture
+) -> None:
+    # GIVEN a breaker whose credentials may neither read (GetItem) nor write (UpdateItem) its
+    # table: each denial's message names its own action
+    table = iam_moto.breaker_table()
+    nobody = iam_moto.principal("dynamodb:DescribeTable")
+    store = DynamoDBStore(
+        table, boto3_client=signed_client(iam_moto.endpoint_url, "dynamodb", nobody)
+    )
+    clock, heard, dependency = FakeClock(), RecordingListener(), Dependency()
+    breaker = CircuitBreaker(
+        "payment-api",
+        store=store,
+        config=BreakerConfig(store_backoff_seconds=0),
+        clock=clock,
+        listeners=[events_module.LoggingListener(), heard],
+    )
+
+    # WHEN calls read the record and a failure writes it
+    dependency.failing = True
+    with caplog.at_level(logging.INFO, logger="fleetbreaker"):
+        for _ in range(3):
+            with pytest.raises(ConnectionError):
+                breaker.call(dependency)
+            clock.advance(breaker.config.cache_ttl)
+
+    # THEN the denials had different texts, and one ERROR line said the kind once
+    texts = [str(error) for error in heard.values("on_store_misconfigured", "error")]
+    assert len({text.split("not authorized to perform: ")[-1][:20] for text in texts}) > 1
+    errors = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert len(errors) == 1, [r.getMessage() for r in errors]
+    assert errors[0].__dict__["problem"] == ACCESS_DENIED
 
 
 # -- verify_store: refused at init, weather let through ------------------------------------
 
-POLICY_CONFIG = BreakerConfig(verify_store=True)
+VERIFY_STORE = BreakerConfig(verify_store=True)
 
 
 def test_verify_store_refuses_a_missing_table_at_init(moto_server: str) -> None:
     store = from_env({"CIRCUIT_BREAKER_TABLE": "NoSuchBreakers"}, endpoint_url=moto_server)
 
     with pytest.raises(ConfigError, match="CIRCUIT_BREAKER_TABLE"):
-        CircuitBreaker("payment-api", store=store, config=POLICY_CONFIG)
+        CircuitBreaker("payment-api", store=store, config=VERIFY_STORE)
 
 
 def test_verify_store_refuses_denied_access_at_init(iam_moto: IamMoto) -> None:
@@ -307,7 +328,7 @@ def test_verify_store_refuses_denied_access_at_init(iam_moto: IamMoto) -> None:
 
     with pytest.raises(ConfigError, match="dynamodb:GetItem"):
         CircuitBreaker(
-            "payment-api", store=DynamoDBStore(table, boto3_client=client), config=POLICY_CONFIG
+            "payment-api", store=DynamoDBStore(table, boto3_client=client), config=VERIFY_STORE
         )
 
 
@@ -316,7 +337,7 @@ def test_verify_store_lets_an_unreachable_store_through(refused_port: int) -> No
     store = DynamoDBStore("CircuitBreakers", endpoint_url=f"http://127.0.0.1:{refused_port}")
 
     # WHEN a breaker verifying its store is built THEN it is, on local state, and its calls run
-    breaker = CircuitBreaker("payment-api", store=store, config=POLICY_CONFIG)
+    breaker = CircuitBreaker("payment-api", store=store, config=VERIFY_STORE)
     assert breaker.degraded
     assert breaker.call(Dependency()) == "ok"
 
@@ -328,7 +349,7 @@ def test_verify_store_reads_the_record_once_and_keeps_it(moto_server: str) -> No
     )
 
     # WHEN a breaker verifying its store is built and then called
-    breaker = CircuitBreaker("payment-api", store=store, config=POLICY_CONFIG, clock=FakeClock())
+    breaker = CircuitBreaker("payment-api", store=store, config=VERIFY_STORE, clock=FakeClock())
     reads = store.stats.reads
     assert breaker.call(Dependency()) == "ok"
 

@@ -18,16 +18,15 @@ import pytest
 from botocore.config import Config
 
 from devtools import servers
-from fleetbreaker import BreakerConfig, DynamoDBStore, State
-from fleetbreaker.policy import Policy
+from fleetbreaker import DynamoDBStore, State
 from fleetbreaker.record import ProbeReport
 from tests.faults.garble import GarbleProxy
-from tests.support import FakeClock
+from tests.support import FakeClock, make_policy
 
 pytestmark = pytest.mark.realtime  # replies held past the store's read timeout
 
-POLICY = Policy.from_config(BreakerConfig(failure_threshold=2, recovery_timeout=10))
-POLICY3 = Policy.from_config(BreakerConfig(failure_threshold=3, recovery_timeout=10))
+POLICY = make_policy(failure_threshold=2, recovery_timeout=10)
+POLICY3 = make_policy(failure_threshold=3, recovery_timeout=10)
 NAME = "payment-api"
 # The store's client as a breaker builds it (two attempts, botocore's legacy retries), but
 # with 1 s timeouts instead of its 0.2 s connect and 0.3 s read: the timeout that matters
@@ -184,9 +183,7 @@ def test_a_claim_whose_id_was_overwritten_still_learns_it_holds_the_probe(
 ) -> None:
     # GIVEN an open breaker with two probe slots; a container's claim applies but its answer
     # is lost, while another container takes the second slot
-    policy = Policy.from_config(
-        BreakerConfig(failure_threshold=1, recovery_timeout=10, half_open_max_probes=2)
-    )
+    policy = make_policy(failure_threshold=1, recovery_timeout=10, half_open_max_probes=2)
     now = FakeClock()()
     opened = direct.record_failure(NAME, policy, now, None).record
     later = opened.open_until

@@ -1,15 +1,20 @@
-"""No test bounds a wall-clock time under 0.5 s: on a busy 2-core machine such a bound flakes.
+"""No test asserts a wall-clock bound: on a busy 2-core machine any such bound flakes.
 
 A test that must show the store was not called counts the calls (a listener, ``stats``);
-one that must show a race's order waits on an event or moves an injected clock. The bounds
-that remain (the store deadlines, the demo) are the real-time tier, and 0.5 s or more.
+one that must show a race's order waits on an event or moves an injected clock; one that must
+show a store call was cut short runs it against a server that holds the answer and checks
+what ended it (the client's own timeout, the breaker's deadline: StoreDeadlineError) and how
+many requests reached the server. A wait on work the test does not control may give up
+(tests.support.wait_for, a harness's timeout): a liveness guard that raises, never an assert.
 
 The check reads each test module's syntax tree: within a function, a name is wall-clock time
 when it is assigned (or unpacked, or iterated) from an expression that reads the clock
 (``time.time``, ``time.perf_counter``, ``time.monotonic``, their ``_ns`` forms) or calls a
-helper named ``timed``, or from another such name. Any ``<`` or ``<=`` comparison of an
+helper named ``timed``, or a clock imported by name (``perf_counter()``, ``monotonic()``),
+or from another such name. Any ``<`` or ``<=`` comparison of an
 expression holding such a name with a number under 0.5 (a literal, or a module constant) is
-reported with its file and line.
+reported with its file and line; so is every ``assert`` that orders such a name, or a clock
+read, against anything at all (``asserted_bounds``).
 """
 
 from __future__ import annotations
@@ -21,6 +26,8 @@ from pathlib import Path
 TESTS = Path(__file__).resolve().parents[1]
 LIMIT_S = 0.5
 CLOCK_READS = {"time", "perf_counter", "monotonic", "time_ns", "perf_counter_ns", "monotonic_ns"}
+ORDERINGS = (ast.Lt, ast.LtE, ast.Gt, ast.GtE)
+BARE_CLOCK_READS = {"timed", "perf_counter", "monotonic", "perf_counter_ns", "monotonic_ns"}
 
 
 def _reads_clock(node: ast.AST) -> bool:
@@ -28,8 +35,8 @@ def _reads_clock(node: ast.AST) -> bool:
         if not isinstance(call, ast.Call):
             continue
         func = call.func
-        if isinstance(func, ast.Name) and func.id == "timed":
-            return True
+        if isinstance(func, ast.Name) and func.id in BARE_CLOCK_READS:
+            return True  # a timed() helper, or a clock imported by name (from time import ...)
         if (
             isinstance(func, ast.Attribute)
             and func.attr in CLOCK_READS
@@ -112,10 +119,50 @@ def short_bounds(source: str, filename: str) -> list[str]:
     return found
 
 
+def _holds_clock(node: ast.AST, timed_names: set[str]) -> bool:
+    return bool(_names(node) & timed_names) or _reads_clock(node)
+
+
+def asserted_bounds(source: str, filename: str) -> list[str]:
+    """``file:line: text`` of every ``assert`` that orders a wall-clock reading against
+    anything (a number, a constant, a deadline, a config value), whichever side it is on."""
+    module = ast.parse(source, filename)
+    found = []
+    for function in ast.walk(module):
+        if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        timed_names = clock_names(function)
+        for statement in ast.walk(function):
+            if not isinstance(statement, ast.Assert):
+                continue
+            for compare in ast.walk(statement.test):
+                if not isinstance(compare, ast.Compare):
+                    continue
+                ordered = [op for op in compare.ops if isinstance(op, ORDERINGS)]
+                operands = [compare.left, *compare.comparators]
+                if ordered and any(_holds_clock(o, timed_names) for o in operands):
+                    found.append(f"{filename}:{statement.lineno}: {ast.unparse(compare)}")
+                    break
+    return found
+
+
+def _test_modules() -> Iterator[Path]:
+    yield from sorted(TESTS.rglob("*.py"))
+
+
 def test_no_test_bounds_a_wall_clock_time_under_half_a_second() -> None:
     found = []
-    for path in sorted(TESTS.rglob("*.py")):
+    for path in _test_modules():
         found += short_bounds(path.read_text(), str(path.relative_to(TESTS.parent)))
+    assert found == []
+
+
+def test_no_test_asserts_a_wall_clock_bound() -> None:
+    # A busy machine stretches any wall-clock time (issue 44: 5.5 s against a bound of 2 s):
+    # a test shows a call was cut short by what the code did, not by how long it took.
+    found = []
+    for path in _test_modules():
+        found += asserted_bounds(path.read_text(), str(path.relative_to(TESTS.parent)))
     assert found == []
 
 
@@ -145,3 +192,45 @@ def test_kept():
     # WHEN it is checked, THEN the three short bounds are reported, and only they
     found = short_bounds(source, "example.py")
     assert [line.split(":")[1] for line in found] == ["6", "9", "13"]
+
+
+def test_the_check_finds_every_asserted_wall_clock_bound() -> None:
+    # GIVEN the shapes issue 44 found (a bound of 2 s, a budget constant, a deadline plus
+    # slack, a give-up asserted in a wait loop), the bound written on the left, a clock
+    # imported by name, and the shapes the suite keeps (a wait loop's condition, a simulated
+    # time, a count)
+    source = """
+def test_gate():
+    started = time.perf_counter()
+    answer = check()
+    elapsed = time.perf_counter() - started
+    assert elapsed < 2
+def test_budget():
+    result, first = timed(breaker.call, dep)
+    assert first < BUDGET_S
+def test_deadline():
+    again, again_s = timed(lambda: breaker.call(dep))
+    assert again == "ok" and again_s < CONFIG.store_deadline_seconds + 1
+def test_wait():
+    deadline = time.monotonic() + 30
+    while calls == 0:
+        assert time.monotonic() < deadline, "no call"
+def test_left():
+    started = time.monotonic()
+    work()
+    assert 30 > time.monotonic() - started
+def test_imported():
+    began = perf_counter()
+    assert perf_counter() - began <= 5
+def test_kept():
+    deadline = time.monotonic() + 10
+    while running() and time.monotonic() < deadline:
+        pass
+    assert running() == []
+    result = simulate()
+    assert result.trip_s < 0.1
+    assert calls.attempts <= 2
+"""
+    # WHEN it is checked, THEN the six asserted bounds are reported, and only they
+    found = asserted_bounds(source, "example.py")
+    assert [line.split(":")[1] for line in found] == ["6", "9", "12", "16", "20", "23"]

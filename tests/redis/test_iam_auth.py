@@ -22,10 +22,10 @@ from botocore.credentials import Credentials
 from devtools.servers import REPO_ROOT, RedisServer
 from fleetbreaker import RedisStore
 from fleetbreaker.errors import ConfigError, StoreError
-from fleetbreaker.policy import Policy
 from fleetbreaker.record import ProbeReport, State
 from fleetbreaker.stores import from_env
 from fleetbreaker.stores.elasticache_iam import ElastiCacheIAMAuth
+from tests.support import STORE_CONFIG, make_policy
 
 USER = "fleetbreaker-1a2b3c4d"
 CACHE = "fleetbreaker-1a2b3c4d"
@@ -35,16 +35,13 @@ CREDENTIALS = Credentials(
 )
 T0 = 1_767_225_600.0  # 2026-01-01T00:00:00Z
 NOW_MS = int(T0 * 1000)  # the breaker's clock in the caller-clock sequence
-POLICY = Policy(
+POLICY = make_policy(
+    STORE_CONFIG,
     failure_threshold=2,
-    window_ms=10_000,
-    base_open_ms=1,
-    backoff=1.0,
-    max_open_ms=1,
-    max_probes=1,
-    successes_needed=1,
-    lease_ms=60_000,
-    ttl_s=3_600,
+    recovery_timeout=0.001,
+    recovery_backoff=1.0,
+    max_recovery_timeout=0.001,
+    probe_lease_seconds=60,
 )
 
 

@@ -16,40 +16,21 @@ import redis
 
 from fleetbreaker import RedisStore, State, StoreError
 from fleetbreaker import record as schema
-from fleetbreaker.policy import Policy
 from fleetbreaker.record import ProbeReport, Report
-from tests.support import trip_store
+from tests.support import STORE_CONFIG, make_policy, trip_store
 
 T0 = 1_700_000_000_000
 
-POLICY = Policy(
-    failure_threshold=2,
-    window_ms=10_000,
-    base_open_ms=5_000,
-    backoff=2.0,
-    max_open_ms=60_000,
-    max_probes=2,
-    successes_needed=1,
-    lease_ms=2_000,
-    ttl_s=3_600,
-)
+POLICY = make_policy(STORE_CONFIG, failure_threshold=2, half_open_max_probes=2)
 # Reports with a quorum of two containers: buckets and both quorum maps get written.
-QUORUM = Policy(
+QUORUM = make_policy(
+    STORE_CONFIG,
     failure_threshold=5,
-    window_ms=10_000,
-    base_open_ms=5_000,
-    backoff=2.0,
-    max_open_ms=60_000,
-    max_probes=1,
-    successes_needed=1,
-    lease_ms=2_000,
-    ttl_s=3_600,
-    failure_rate=0.5,
+    failure_rate_threshold=0.5,
     minimum_calls=4,
-    slow_ms=100,
-    slow_rate=0.5,
+    slow_call_duration=0.1,
+    slow_call_rate_threshold=0.5,
     min_containers=2,
-    reporting=True,
 )
 
 MakeStore = Callable[..., RedisStore]

@@ -2,13 +2,14 @@
 
 DESIGN.md: a store error never reaches the protected call, the call is never held up for
 more than a small budget, and the breaker runs on a per-container local breaker until the
-store answers again. Time moves only by the fake clock; latencies are measured, never slept.
+store answers again. Time moves only by the fake clock. No test times the machine: a call is
+shown cut short by what the code did (the client gave up on a server that holds the answer, or
+the breaker's deadline fired) and by how often the store was asked, never by a stopwatch.
 """
 
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -18,38 +19,14 @@ import redis
 from devtools.servers import BlackholeServer, RedisServer
 from fleetbreaker import BreakerConfig, CircuitBreaker, CircuitOpenError, RedisStore, State
 from fleetbreaker.errors import StoreDeadlineError
-from fleetbreaker.events import BreakerListener
 from tests.faults.trickle import TrickleProxy
-from tests.support import Dependency, FakeClock, breaker_on, trip
+from tests.support import Dependency, FakeClock, RecordingListener, breaker_on, trip
 
 pytestmark = pytest.mark.realtime  # servers killed and paused, deadlines, on the wall clock
 
 CONFIG = BreakerConfig(
     failure_threshold=3, recovery_timeout=10, recovery_jitter=0.0, store_backoff_seconds=5
 )
-# What one call may cost when Redis is out of reach: the default 0.2 s connect and read
-# timeouts, one retry of a broken connection, and generous slack for a busy test machine.
-BUDGET_S = 1.0
-
-
-class Events(BreakerListener):
-    def __init__(self) -> None:
-        self.degraded: list[str] = []
-        self.recovered = 0
-        self.store_errors: list[BaseException] = []
-        self.store_calls = 0
-
-    def on_store_call_start(self, name: str, operation: str) -> None:
-        self.store_calls += 1
-
-    def on_degraded(self, name: str, reason: str) -> None:
-        self.degraded.append(reason)
-
-    def on_recovered(self, name: str) -> None:
-        self.recovered += 1
-
-    def on_store_error(self, name: str, operation: str, error: BaseException) -> None:
-        self.store_errors.append(error)
 
 
 @pytest.fixture
@@ -58,12 +35,14 @@ def dep() -> Dependency:
 
 
 @pytest.fixture
-def events() -> Events:
-    return Events()
+def events() -> RecordingListener:
+    return RecordingListener()
 
 
 @pytest.fixture
-def breaker_at(clock: FakeClock, events: Events) -> Iterator[Callable[[str], CircuitBreaker]]:
+def breaker_at(
+    clock: FakeClock, events: RecordingListener
+) -> Iterator[Callable[[str], CircuitBreaker]]:
     """A breaker on a RedisStore at `url`, with the store's default (short) timeouts."""
     stores: list[RedisStore] = []
 
@@ -77,13 +56,18 @@ def breaker_at(clock: FakeClock, events: Events) -> Iterator[Callable[[str], Cir
         store.close()
 
 
-def timed(fn: Callable[[], Any]) -> tuple[Any, float]:
-    started = time.perf_counter()
+def outcome(fn: Callable[[], Any]) -> Any:
+    """What ``fn()`` returned, or the exception it raised."""
     try:
-        result: Any = fn()
+        return fn()
     except Exception as exc:
-        result = exc
-    return result, time.perf_counter() - started
+        return exc
+
+
+def cut_short(error: BaseException) -> bool:
+    """The store operation ended by the code's own doing on a server that held its answer:
+    the client's socket timeout, or the breaker's deadline (StoreDeadlineError)."""
+    return isinstance(error, StoreDeadlineError) or isinstance(error.__cause__, redis.TimeoutError)
 
 
 # -- killed --------------------------------------------------------------------------------
@@ -94,7 +78,7 @@ def test_a_killed_server_degrades_to_the_local_breaker(
     breaker_at: Callable[[str], CircuitBreaker],
     clock: FakeClock,
     dep: Dependency,
-    events: Events,
+    events: RecordingListener,
 ) -> None:
     # GIVEN a healthy breaker whose Redis then crashes
     server = redis_factory()
@@ -104,14 +88,15 @@ def test_a_killed_server_degrades_to_the_local_breaker(
     clock.advance(CONFIG.cache_ttl)
 
     # WHEN calls keep coming
-    result, elapsed = timed(lambda: breaker.call(dep))
+    result = outcome(lambda: breaker.call(dep))
 
-    # THEN they run, quickly, on the local breaker, and the degradation is reported
+    # THEN they run on the local breaker, after one store attempt the client gave up on (the
+    # connection refused), and the degradation is reported
     assert result == "ok"
-    assert elapsed < BUDGET_S
+    assert events.count("on_store_call_start") == 2  # the healthy load, then the refused one
     assert breaker.degraded
-    assert len(events.degraded) == 1
-    assert isinstance(events.store_errors[0].__cause__, redis.ConnectionError)
+    assert events.count("on_degraded") == 1
+    assert isinstance(events.values("on_store_error", "error")[0].__cause__, redis.ConnectionError)
     # and the local breaker still protects the dependency
     trip(breaker, dep)
     dep.failing = False
@@ -134,9 +119,8 @@ def test_a_breaker_seen_open_keeps_rejecting_after_the_server_dies(
     clock.advance(CONFIG.cache_ttl)
 
     # WHEN a call comes before the open window ends THEN it is rejected without running
-    result, elapsed = timed(lambda: breaker.call(dep))
+    result = outcome(lambda: breaker.call(dep))
     assert isinstance(result, CircuitOpenError)
-    assert elapsed < BUDGET_S
     assert dep.calls == CONFIG.failure_threshold
 
     # and once the window ends, the local breaker lets a probe through
@@ -150,7 +134,7 @@ def test_the_breaker_recovers_when_the_server_is_back(
     breaker_at: Callable[[str], CircuitBreaker],
     clock: FakeClock,
     dep: Dependency,
-    events: Events,
+    events: RecordingListener,
 ) -> None:
     server = redis_factory()
     breaker = breaker_at(server.url)
@@ -165,7 +149,7 @@ def test_the_breaker_recovers_when_the_server_is_back(
 
     assert breaker.call(dep) == "ok"
     assert not breaker.degraded
-    assert events.recovered == 1
+    assert events.count("on_recovered") == 1
 
 
 # -- restarted with its data lost ----------------------------------------------------------
@@ -235,32 +219,33 @@ def test_a_server_that_never_answers_costs_one_timeout_then_nothing(
     breaker_at: Callable[[str], CircuitBreaker],
     clock: FakeClock,
     dep: Dependency,
-    events: Events,
+    events: RecordingListener,
 ) -> None:
     breaker = breaker_at(blackhole.redis_url)
 
     # WHEN the first call meets the hung store
-    first, first_s = timed(lambda: breaker.call(dep))
-    store_calls = events.store_calls
+    first = breaker.call(dep)
+    store_calls = events.count("on_store_call_start")
     # and more calls come during the store back-off
     rest = [breaker.call(dep) for _ in range(50)]
 
-    # THEN the first waits one read timeout, no exception reaches the caller, and the store
-    # is not asked again until the back-off ends
+    # THEN the first is cut short (the server still holds its answer), no exception reaches
+    # the caller, and the store is not asked again until the back-off ends
     assert first == "ok"
-    assert first_s < BUDGET_S
-    assert isinstance(events.store_errors[0].__cause__, redis.TimeoutError)
+    errors = events.values("on_store_error", "error")
+    assert cut_short(errors[0]), repr(errors[0])
     assert rest == ["ok"] * 50
-    assert store_calls >= 1
-    assert events.store_calls == store_calls
-    assert len(events.store_errors) == 1
+    assert store_calls == 1
+    assert events.count("on_store_call_start") == store_calls
+    assert events.count("on_store_error") == 1
 
-    # WHEN the back-off ends THEN the store is tried again, within the same budget
+    # WHEN the back-off ends THEN the store is tried again, cut the same way
     clock.advance(CONFIG.store_backoff_seconds)
-    again, again_s = timed(lambda: breaker.call(dep))
-    assert again == "ok"
-    assert again_s < BUDGET_S
-    assert len(events.store_errors) == 2
+    assert breaker.call(dep) == "ok"
+    assert events.count("on_store_call_start") == 2
+    errors = events.values("on_store_error", "error")
+    assert len(errors) == 2
+    assert cut_short(errors[1]), repr(errors[1])
 
 
 def test_a_paused_server_degrades_then_recovers_when_resumed(
@@ -268,7 +253,7 @@ def test_a_paused_server_degrades_then_recovers_when_resumed(
     breaker_at: Callable[[str], CircuitBreaker],
     clock: FakeClock,
     dep: Dependency,
-    events: Events,
+    events: RecordingListener,
 ) -> None:
     # GIVEN an open breaker whose Redis then hangs (SIGSTOP: connections accepted, no replies)
     server = redis_factory()
@@ -278,30 +263,22 @@ def test_a_paused_server_degrades_then_recovers_when_resumed(
     server.pause()
     clock.advance(CONFIG.cache_ttl)
 
-    # WHEN a call comes THEN it is rejected from the last state seen, within the budget
-    result, elapsed = timed(lambda: breaker.call(dep))
+    # WHEN a call comes THEN it is rejected from the last state seen, the store's answer cut
+    # short (the paused server holds it)
+    result = outcome(lambda: breaker.call(dep))
     assert isinstance(result, CircuitOpenError)
-    assert elapsed < BUDGET_S
-    assert isinstance(events.store_errors[0].__cause__, redis.TimeoutError)
+    error = events.values("on_store_error", "error")[0]
+    assert cut_short(error), repr(error)
 
     # WHEN Redis resumes and the back-off ends THEN the fleet's record is in charge again
     server.resume()
     clock.advance(CONFIG.store_backoff_seconds)
     assert breaker.state is State.OPEN
     assert not breaker.degraded
-    assert events.recovered == 1
+    assert events.count("on_recovered") == 1
 
 
 # -- the deadline: a passed client with no timeouts, a reply that trickles ----------------------
-
-
-class StoreCalls(Events):
-    def __init__(self) -> None:
-        super().__init__()
-        self.attempts = 0
-
-    def on_store_call_start(self, name: str, operation: str) -> None:
-        self.attempts += 1
 
 
 def test_a_passed_client_with_no_socket_timeouts_costs_one_deadline_per_backoff(
@@ -310,34 +287,31 @@ def test_a_passed_client_with_no_socket_timeouts_costs_one_deadline_per_backoff(
     # GIVEN the user's own redis client with no socket timeouts, on a server that accepts
     # connections and never answers
     client = redis.Redis.from_url(blackhole.redis_url)
-    calls = StoreCalls()
+    calls = RecordingListener()
     store = RedisStore(client=client, use_server_time=False)
     breaker = CircuitBreaker(
         "payment-api", store=store, config=CONFIG, clock=clock, listeners=[calls]
     )
 
     # WHEN the first call meets it (the client alone would wait forever)
-    first, first_s = timed(lambda: breaker.call(dep))
+    first = breaker.call(dep)
     # and calls keep coming until just before the back-off ends
-    rest = [timed(lambda: breaker.call(dep)) for _ in range(50)]
+    rest = [breaker.call(dep) for _ in range(50)]
     clock.advance(CONFIG.store_backoff_seconds - 0.001)
-    rest.append(timed(lambda: breaker.call(dep)))
+    rest.append(breaker.call(dep))
 
-    # THEN the first is bounded by the deadline, the rest are answered from local state, and
-    # the store saw one attempt in the back-off
+    # THEN the first was cut by the breaker's deadline (nothing else could end it), the rest
+    # are answered from local state, and the store saw one attempt in the back-off
     assert first == "ok"
-    assert first_s < CONFIG.store_deadline_seconds + 1
-    assert isinstance(calls.store_errors[0], StoreDeadlineError)
-    assert [result for result, _ in rest] == ["ok"] * 51
-    assert sum(seconds for _, seconds in rest) < 0.5
-    assert calls.attempts == 1
+    assert isinstance(calls.values("on_store_error", "error")[0], StoreDeadlineError)
+    assert rest == ["ok"] * 51
+    assert calls.count("on_store_call_start") == 1
 
-    # WHEN the back-off ends THEN one more attempt, bounded the same way
+    # WHEN the back-off ends THEN one more attempt, cut the same way
     clock.advance(0.001)
-    again, again_s = timed(lambda: breaker.call(dep))
-    assert again == "ok"
-    assert again_s < CONFIG.store_deadline_seconds + 1
-    assert calls.attempts == 2
+    assert breaker.call(dep) == "ok"
+    assert calls.count("on_store_call_start") == 2
+    assert isinstance(calls.values("on_store_error", "error")[1], StoreDeadlineError)
 
 
 def test_a_passed_client_with_no_socket_timeouts_gets_one_log_line(
@@ -354,7 +328,10 @@ def test_a_passed_client_with_no_socket_timeouts_gets_one_log_line(
 
 
 def test_a_reply_trickling_in_from_redis_is_cut_at_the_deadline(
-    redis_factory: Callable[[], RedisServer], clock: FakeClock, dep: Dependency, events: Events
+    redis_factory: Callable[[], RedisServer],
+    clock: FakeClock,
+    dep: Dependency,
+    events: RecordingListener,
 ) -> None:
     # GIVEN redis-server behind a proxy that sends each reply one byte per 100 ms: every
     # socket read gets a byte well inside the store's 0.2 s socket timeout
@@ -366,12 +343,11 @@ def test_a_reply_trickling_in_from_redis_is_cut_at_the_deadline(
         )
 
         # WHEN a call needs the store
-        result, elapsed = timed(lambda: breaker.call(dep))
+        result = breaker.call(dep)
         store.close()
 
     # THEN the store operation ends at the deadline, as a store error, and the call runs
     assert result == "ok"
-    assert elapsed < CONFIG.store_deadline_seconds + 1
-    assert isinstance(events.store_errors[0], StoreDeadlineError)
+    assert isinstance(events.values("on_store_error", "error")[0], StoreDeadlineError)
     assert breaker.stats.store_errors == 1
     assert breaker.degraded

@@ -16,10 +16,9 @@ from redis.crc import key_slot as redis_py_key_slot
 
 from devtools.servers import LOOPBACK, RedisServer
 from fleetbreaker import CircuitBreaker, CircuitOpenError, RedisStore, State
-from fleetbreaker.policy import Policy
 from fleetbreaker.record import ProbeReport
 from tests.redis.conftest import ClusterRedisServer
-from tests.support import Dependency, FakeClock
+from tests.support import STORE_CONFIG, Dependency, FakeClock, make_policy
 
 SLOTS = 16384
 OFFLINE = "redis://127.0.0.1:1/0"  # never connected to
@@ -136,16 +135,8 @@ def test_a_cluster_node_agrees_on_the_slot(cluster_redis: ClusterRedisServer, na
     node.close()
 
 
-POLICY = Policy(
-    failure_threshold=2,
-    window_ms=10_000,
-    base_open_ms=5_000,
-    backoff=2.0,
-    max_open_ms=60_000,
-    max_probes=2,
-    successes_needed=2,
-    lease_ms=2_000,
-    ttl_s=3_600,
+POLICY = make_policy(
+    STORE_CONFIG, failure_threshold=2, half_open_max_probes=2, half_open_successes=2
 )
 
 

@@ -15,13 +15,12 @@ import urllib.parse
 import pytest
 import redis
 
-from fleetbreaker import BreakerConfig, RedisStore, State
+from fleetbreaker import RedisStore, State
 from fleetbreaker.errors import StoreError
-from fleetbreaker.policy import Policy
 from tests.faults.trickle import TrickleProxy
+from tests.support import make_policy
 
 T0 = 1_700_000_000_000
-POLICY = Policy.from_config(BreakerConfig(failure_threshold=2))
 NAME = "payment-api-no-rerun"  # the session server is shared: a name of its own
 
 
@@ -45,12 +44,12 @@ def test_a_timed_out_failure_is_not_sent_again_and_counts_once(redis_server: str
         # GIVEN a store connected through the proxy (with its short timeouts), its script
         # loaded, and then replies that arrive one byte per second
         store = RedisStore(url=proxy.redis_url, use_server_time=False)
-        store.record_failure(f"{NAME}-warm", POLICY, T0, None)
+        store.record_failure(f"{NAME}-warm", make_policy(failure_threshold=2), T0, None)
         before = evalsha_calls(raw)
         proxy.interval_s = 1.0
         # WHEN one failure is recorded and its reply times out
         with pytest.raises(StoreError):
-            store.record_failure(NAME, POLICY, T0, None)
+            store.record_failure(NAME, make_policy(failure_threshold=2), T0, None)
         store.close()
     fields = raw.hgetall(store.key(NAME))
     sent = evalsha_calls(raw) - before

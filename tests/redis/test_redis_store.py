@@ -26,23 +26,12 @@ from fleetbreaker import (
     State,
     StoreError,
 )
-from fleetbreaker.policy import OVERRIDE_TTL_S, Policy
+from fleetbreaker.policy import OVERRIDE_TTL_S
 from fleetbreaker.record import Lease, ProbeReport, Record
-from tests.support import trip_store
+from tests.support import STORE_POLICY, trip_store
 
 T0 = 1_700_000_000_000  # an arbitrary "now" (in 2023), in epoch ms
 
-POLICY = Policy(
-    failure_threshold=3,
-    window_ms=10_000,
-    base_open_ms=5_000,
-    backoff=2.0,
-    max_open_ms=60_000,
-    max_probes=1,
-    successes_needed=1,
-    lease_ms=2_000,
-    ttl_s=3_600,
-)
 
 MakeStore = Callable[..., RedisStore]
 
@@ -60,7 +49,7 @@ def test_scripts_use_the_server_clock_by_default(make_store: MakeStore, name: st
     before = wall_ms()
 
     # WHEN it counts a failure
-    outcome = store.record_failure(name, POLICY, T0, None)
+    outcome = store.record_failure(name, STORE_POLICY, T0, None)
 
     # THEN the record carries the server's time (this host's clock), not the caller's
     after = wall_ms()
@@ -74,10 +63,10 @@ def test_a_caller_clock_far_ahead_cannot_end_the_open_window(
 ) -> None:
     # GIVEN a breaker opened on the server's clock
     store = make_store(use_server_time=True)
-    opened = trip_store(store, name, POLICY, T0)
+    opened = trip_store(store, name, STORE_POLICY, T0)
 
     # WHEN a caller whose clock runs a day ahead tries to claim a probe
-    claim = store.claim_probe(name, POLICY, wall_ms() + 86_400_000, "early", opened)
+    claim = store.claim_probe(name, STORE_POLICY, wall_ms() + 86_400_000, "early", opened)
 
     # THEN the server's clock decides: the window has not ended
     assert claim.token is None
@@ -87,7 +76,7 @@ def test_a_caller_clock_far_ahead_cannot_end_the_open_window(
 def test_caller_clock_mode_uses_the_time_passed_in(make_store: MakeStore, name: str) -> None:
     store = make_store(use_server_time=False)
 
-    outcome = store.record_failure(name, POLICY, T0, None)
+    outcome = store.record_failure(name, STORE_POLICY, T0, None)
 
     assert outcome.record is not None
     assert outcome.record.updated_at == T0
@@ -101,7 +90,7 @@ def test_the_record_is_one_hash_with_the_record_fields(
 ) -> None:
     store = make_store()
 
-    store.record_failure(name, POLICY, T0, None)
+    store.record_failure(name, STORE_POLICY, T0, None)
 
     assert raw.type(store.key(name)) == "hash"
     assert raw.hgetall(store.key(name)) == {
@@ -114,9 +103,9 @@ def test_the_record_is_one_hash_with_the_record_fields(
         "reopens": "0",
         "successes": "0",
         "updated_at": str(T0),
-        "expires_at": str(T0 // 1000 + POLICY.ttl_s),
+        "expires_at": str(T0 // 1000 + STORE_POLICY.ttl_s),
         "closed_at": "0",
-        "window_ms": str(POLICY.window_ms),
+        "window_ms": str(STORE_POLICY.window_ms),
     }
 
 
@@ -124,13 +113,13 @@ def test_leases_are_fields_of_the_same_hash(
     raw: redis.Redis, make_store: MakeStore, name: str
 ) -> None:
     store = make_store()
-    opened = trip_store(store, name, POLICY, T0)
+    opened = trip_store(store, name, STORE_POLICY, T0)
 
-    store.claim_probe(name, POLICY, opened.open_until, "abc", opened)
+    store.claim_probe(name, STORE_POLICY, opened.open_until, "abc", opened)
 
     fields = raw.hgetall(store.key(name))
     assert fields["probe0_token"] == "0-abc"
-    assert fields["probe0_until"] == str(opened.open_until + POLICY.lease_ms)
+    assert fields["probe0_until"] == str(opened.open_until + STORE_POLICY.lease_ms)
 
 
 def assert_expiry_matches(raw: redis.Redis, key: str, record: Record | None) -> None:
@@ -148,24 +137,24 @@ def test_every_write_sets_an_expiry_that_matches_expires_at(
     check = functools.partial(assert_expiry_matches, raw, key)
 
     # every kind of write once: count, trip, claim, failed probe, successful probe, override
-    check(store.record_failure(name, POLICY, T0, None).record)
-    opened = trip_store(store, name, POLICY, T0)
+    check(store.record_failure(name, STORE_POLICY, T0, None).record)
+    opened = trip_store(store, name, STORE_POLICY, T0)
     check(opened)
     now = opened.open_until
-    claim = store.claim_probe(name, POLICY, now, "a", opened)
+    claim = store.claim_probe(name, STORE_POLICY, now, "a", opened)
     check(claim.record)
     reopened = store.settle_probe(
-        name, POLICY, now, ProbeReport(claim.token or "", False, 1.0), None
+        name, STORE_POLICY, now, ProbeReport(claim.token or "", False, 1.0), None
     ).record
     check(reopened)
     now = reopened.open_until  # type: ignore[union-attr]
-    claim = store.claim_probe(name, POLICY, now, "b", reopened)
+    claim = store.claim_probe(name, STORE_POLICY, now, "b", reopened)
     check(
         store.settle_probe(
-            name, POLICY, now, ProbeReport(claim.token or "", True, 1.0), None
+            name, STORE_POLICY, now, ProbeReport(claim.token or "", True, 1.0), None
         ).record
     )
-    check(store.force_state(name, POLICY, now, State.DISABLED).record)
+    check(store.force_state(name, STORE_POLICY, now, State.DISABLED).record)
 
 
 def test_expiry_follows_the_server_clock_by_default(
@@ -173,10 +162,10 @@ def test_expiry_follows_the_server_clock_by_default(
 ) -> None:
     store = make_store(use_server_time=True)
 
-    opened = trip_store(store, name, POLICY, T0)
+    opened = trip_store(store, name, STORE_POLICY, T0)
 
     assert_expiry_matches(raw, store.key(name), opened)
-    assert opened.expires_at == opened.updated_at // 1000 + POLICY.ttl_s
+    assert opened.expires_at == opened.updated_at // 1000 + STORE_POLICY.ttl_s
     assert opened.updated_at > T0
 
 
@@ -185,7 +174,7 @@ def test_an_override_outlives_the_idle_ttl(
 ) -> None:
     store = make_store(use_server_time=True)
 
-    store.force_state(name, POLICY, T0, State.FORCED_OPEN)
+    store.force_state(name, STORE_POLICY, T0, State.FORCED_OPEN)
 
     assert raw.ttl(store.key(name)) > OVERRIDE_TTL_S - 60
 
@@ -232,14 +221,14 @@ def test_a_write_replaces_a_corrupt_hash_with_a_fresh_record(
     store = make_store()
     raw.hset(store.key(name), mapping={**fields, "stray": "x"})
 
-    outcome = store.record_failure(name, POLICY, T0, None)
+    outcome = store.record_failure(name, STORE_POLICY, T0, None)
 
     fresh = Record(
         failures=1,
         window_start=T0,
         updated_at=T0,
-        expires_at=T0 // 1000 + POLICY.ttl_s,
-        window_ms=POLICY.window_ms,
+        expires_at=T0 // 1000 + STORE_POLICY.ttl_s,
+        window_ms=STORE_POLICY.window_ms,
     )
     assert outcome.record == fresh
     assert store.load(name, T0) == fresh
@@ -254,7 +243,7 @@ def test_a_key_of_another_type_is_corrupt_and_an_override_replaces_it(
 
     with pytest.raises(CorruptRecordError, match="string"):
         store.load(name, T0)
-    forced = store.force_state(name, POLICY, T0, State.FORCED_OPEN)
+    forced = store.force_state(name, STORE_POLICY, T0, State.FORCED_OPEN)
 
     assert forced.transition == (State.CLOSED, State.FORCED_OPEN)
     assert store.load(name, T0).state is State.FORCED_OPEN  # type: ignore[union-attr]
@@ -264,16 +253,16 @@ def test_a_malformed_lease_counts_as_free(
     raw: redis.Redis, make_store: MakeStore, name: str
 ) -> None:
     store = make_store()
-    opened = trip_store(store, name, POLICY, T0)
+    opened = trip_store(store, name, STORE_POLICY, T0)
     now = opened.open_until
-    store.claim_probe(name, POLICY, now, "held", opened)
+    store.claim_probe(name, STORE_POLICY, now, "held", opened)
     raw.hset(store.key(name), "probe0_until", "soon")
 
-    claim = store.claim_probe(name, POLICY, now, "next", None)
+    claim = store.claim_probe(name, STORE_POLICY, now, "next", None)
 
     assert claim.token == "0-next"
     assert claim.record is not None
-    assert claim.record.leases == {0: Lease("0-next", now + POLICY.lease_ms, now)}
+    assert claim.record.leases == {0: Lease("0-next", now + STORE_POLICY.lease_ms, now)}
 
 
 def test_the_breaker_reads_a_corrupt_record_as_closed(
@@ -314,7 +303,7 @@ def test_an_error_reply_is_a_store_error(
 
     # WHEN a write runs THEN Redis' OOM reply surfaces as a StoreError; reads still work
     with pytest.raises(StoreError, match="maxmemory") as info:
-        store.record_failure(name, POLICY, T0, None)
+        store.record_failure(name, STORE_POLICY, T0, None)
     assert isinstance(info.value.__cause__, redis.ResponseError)
     assert store.load(name, T0) is None
     admin.close()
@@ -324,10 +313,10 @@ def test_scripts_flushed_from_the_server_are_loaded_again(
     raw: redis.Redis, make_store: MakeStore, name: str
 ) -> None:
     store = make_store()
-    store.record_failure(name, POLICY, T0, None)
+    store.record_failure(name, STORE_POLICY, T0, None)
 
     raw.script_flush()
-    outcome = store.record_failure(name, POLICY, T0, None)
+    outcome = store.record_failure(name, STORE_POLICY, T0, None)
 
     assert outcome.record is not None
     assert outcome.record.failures == 2
@@ -339,7 +328,7 @@ def test_an_injected_client_is_used_as_it_is(redis_server: str, name: str) -> No
     client = redis.Redis.from_url(redis_server, decode_responses=True)
     store = RedisStore(client=client, use_server_time=False)
 
-    outcome = store.record_failure(name, POLICY, T0, None)
+    outcome = store.record_failure(name, STORE_POLICY, T0, None)
 
     assert store.client is client
     assert outcome.record is not None
@@ -381,7 +370,7 @@ def test_the_url_comes_from_the_environment(
 
     store = RedisStore(use_server_time=False)
 
-    assert store.record_failure(name, POLICY, T0, None).changed
+    assert store.record_failure(name, STORE_POLICY, T0, None).changed
     store.close()
 
 
@@ -441,7 +430,7 @@ def test_importing_fleetbreaker_does_not_import_redis() -> None:
 def test_tls_with_a_private_ca(tls_redis: Any, make_store: MakeStore, name: str) -> None:
     store = make_store(url=tls_redis.url, ssl_ca_certs=str(tls_redis.ca))
 
-    assert store.record_failure(name, POLICY, T0, None).changed
+    assert store.record_failure(name, STORE_POLICY, T0, None).changed
     assert store.load(name, T0).failures == 1  # type: ignore[union-attr]
 
 
@@ -452,7 +441,7 @@ def test_ssl_true_reaches_a_tls_only_server(
 
     store = make_store(url=url, ssl=True, ssl_ca_certs=str(tls_redis.ca))
 
-    assert store.record_failure(name, POLICY, T0, None).changed
+    assert store.record_failure(name, STORE_POLICY, T0, None).changed
 
 
 def test_tls_with_an_untrusted_certificate_is_a_store_error(
@@ -496,14 +485,14 @@ def test_an_rbac_user_with_only_the_breaker_commands(
     store = make_store(url=server.url, username="breaker", password="s3cret")
 
     # WHEN every operation runs, through every write path (leases dropped: HDEL)
-    opened = trip_store(store, name, POLICY, T0)
-    claim = store.claim_probe(name, POLICY, opened.open_until, "a", None)
+    opened = trip_store(store, name, STORE_POLICY, T0)
+    claim = store.claim_probe(name, STORE_POLICY, opened.open_until, "a", None)
     closed = store.settle_probe(
-        name, POLICY, opened.open_until, ProbeReport(claim.token or "", True, 1.0), None
+        name, STORE_POLICY, opened.open_until, ProbeReport(claim.token or "", True, 1.0), None
     )
-    replaced = store.force_state(f"{name}-other", POLICY, T0, State.DISABLED)
+    replaced = store.force_state(f"{name}-other", STORE_POLICY, T0, State.DISABLED)
     store.use_server_time = True  # and on the server's clock (TIME)
-    counted = store.record_failure(name, POLICY, T0, None)
+    counted = store.record_failure(name, STORE_POLICY, T0, None)
 
     # THEN they all work
     assert closed.transition == (State.HALF_OPEN, State.CLOSED)
@@ -548,7 +537,7 @@ def _record_failure_script(store: RedisStore, name: str, *args: str) -> None:
 
     script = store._scripts["record_failure"]
     keys = store.keys(name)
-    store.client.eval(script.source, len(keys), *keys, str(T0), policy_json(POLICY), *args)
+    store.client.eval(script.source, len(keys), *keys, str(T0), policy_json(STORE_POLICY), *args)
 
 
 def test_the_script_counts_the_weight_it_is_given(make_store: MakeStore, name: str) -> None:
@@ -581,7 +570,7 @@ def test_the_store_sends_the_weight_as_the_scripts_third_argument(
 
     store.client.evalsha = recording  # type: ignore[method-assign]
 
-    store.record_failure(name, POLICY, T0, None, 3)
+    store.record_failure(name, STORE_POLICY, T0, None, 3)
 
     assert sent[-1][2] == "3"
     assert store.load(name, T0).state is State.OPEN

@@ -263,3 +263,155 @@ def test_a_watch_s_store_error_line_is_shown_without_the_password(
         assert result.code == 0, result.err
         assert "app:***@127.0.0.1" in result.out
     assert_no_secret(result.out + result.err for result in runs)
+
+
+# -- a password typed raw, with the characters a URL parser cuts at ------------------------------
+# The docs allow a password written as it is. A URL parser ends the login at the first '/',
+# '?' or '#' and reads the rest as a port, a path or a fragment; whatever it then quotes must
+# not be either half of the password. Each password's halves are searched for as well.
+
+RAW_PASSWORDS = [f"Zulu4{c}Alpha7Kilo" for c in "#/?@"]
+HALVES = ("Zulu4", "Alpha7Kilo")
+
+
+def raw_url(password: str, port: int | str, scheme: str = "redis") -> str:
+    return f"{scheme}://someone:{password}@127.0.0.1:{port}/0"
+
+
+def assert_no_half(outputs: Iterable[str], password: str) -> None:
+    text = "\n".join(outputs)
+    assert text.strip(), "no output at all: nothing was checked"
+    for secret in (password, quote(password, safe=""), *HALVES):
+        assert secret not in text, f"{secret!r} leaked"
+
+
+@pytest.fixture(params=RAW_PASSWORDS, ids=["hash", "slash", "question", "at"])
+def raw_password(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.mark.parametrize(
+    ("build", "says"),
+    [
+        (lambda pw: RedisStore(url=raw_url(pw, "notaport")), "Port could not be cast"),
+        (lambda pw: RedisStore(url=raw_url(pw, 6379, "rediss"), ssl=False), "ssl=False"),
+        (lambda pw: RedisStore(url=raw_url(pw, 6379, "http")), "must start with redis://"),
+        (lambda pw: from_env({"CIRCUIT_BREAKER_REDIS_URL": raw_url(pw, "x")}), "invalid Redis"),
+        (
+            lambda pw: StoreSettings.from_env(
+                {"CIRCUIT_BREAKER_REDIS_URL": raw_url(pw, "x")}
+            ).open(),
+            "invalid Redis",
+        ),
+        (
+            lambda pw: CircuitBreaker.from_env(
+                "secrets", environ={"CIRCUIT_BREAKER_REDIS_URL": raw_url(pw, "x")}
+            ),
+            "invalid Redis",
+        ),
+    ],
+    ids=["construction", "ssl", "scheme", "from_env", "settings_open", "breaker_from_env"],
+)
+def test_a_raw_password_never_reaches_a_refusal(
+    raw_password: str, build: Callable[[str], Any], says: str
+) -> None:
+    # GIVEN a URL whose password holds '#', '/', '?' or '@' as typed, and a port that is wrong
+    # WHEN the store is built from it, on every path that builds one
+    with pytest.raises(ConfigError) as refused:
+        build(raw_password)
+
+    # THEN the refusal says what is wrong, shows the URL's host, and holds no part of the password
+    message = str(refused.value)
+    assert says in message
+    assert "someone:***@127.0.0.1" in message
+    assert_no_half([message, repr(refused.value)], raw_password)
+
+
+def test_a_raw_password_is_the_login_the_server_gets(
+    redis_factory: Callable[[], RedisServer], raw_password: str
+) -> None:
+    # GIVEN a server whose user 'someone' has a password with '#', '/', '?' or '@' in it
+    server = redis_factory()
+    admin = redis.Redis(host="127.0.0.1", port=server.port)
+    admin.execute_command("ACL", "SETUSER", "someone", "on", f">{raw_password}", "~*", "+@all")
+    admin.close()
+
+    # WHEN a store logs in with the URL written with that password, raw
+    store = RedisStore(url=raw_url(raw_password, server.port), socket_timeout=5)
+
+    # THEN it reaches that server, logged in as that user (not a host made of the password)
+    assert store.client.execute_command("ACL", "WHOAMI") in (b"someone", "someone")  # type: ignore[attr-defined]
+    store.close()
+
+
+def test_a_refused_raw_password_stays_out_of_the_breakers_logs(
+    acl_server: RedisServer, outputs: Outputs, raw_password: str
+) -> None:
+    # GIVEN a breaker whose URL carries a raw password the server refuses
+    store = RedisStore(url=raw_url(raw_password, acl_server.port), socket_timeout=5)
+    breaker = breaker_on(store, outputs)
+
+    # WHEN a call runs and the login is refused
+    outputs.run(breaker)
+    store.close()
+
+    # THEN the logs, metrics and traces tell of it without any part of the password
+    assert breaker.degraded
+    assert_no_half(outputs.all(), raw_password)
+
+
+def test_the_console_script_never_prints_part_of_a_raw_password(
+    acl_server: RedisServer, raw_password: str
+) -> None:
+    # GIVEN the CLI given a URL with a raw password: malformed, and refused by the server
+    env = {"AWS_ENDPOINT_URL_STS": "http://127.0.0.1:9"}
+    runs = [
+        run_cli(["--redis-url", raw_url(raw_password, "notaport"), "list"], env),
+        run_cli(["--redis-url", raw_url(raw_password, "notaport"), "doctor"], env),
+        run_cli(["--redis-url", raw_url(raw_password, acl_server.port), "list"], env),
+        run_cli(["--redis-url", raw_url(raw_password, acl_server.port), "doctor"], env),
+        run_cli(["doctor"], {**env, "CIRCUIT_BREAKER_REDIS_URL": raw_url(raw_password, "x")}),
+    ]
+
+    # THEN a malformed URL is a usage error, a refused login a failure, and no output holds
+    # any part of the password
+    assert [result.code for result in runs] == [2, 2, 3, 1, 2]
+    assert_no_half((result.out + result.err for result in runs), raw_password)
+
+
+def test_a_function_whose_init_fails_on_the_url_logs_no_part_of_the_password() -> None:
+    # GIVEN the payment function's environment with a raw password holding all four
+    # characters, and a port that is no number
+    import os
+    import subprocess
+    import sys
+
+    from devtools.servers import REPO_ROOT
+
+    password = "Zulu4#x/y?z@Alpha7Kilo"
+    env = {
+        **os.environ,
+        "PYTHONPATH": f"{REPO_ROOT / 'layer'}{os.pathsep}{REPO_ROOT}",
+        "CIRCUIT_BREAKER_REDIS_URL": raw_url(password, "notaport"),
+        "PAYMENT_API_URL": "http://127.0.0.1:9",
+    }
+
+    # WHEN its module is imported, as Lambda's init does
+    init = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from devtools.functions import load_function\nload_function('payment')",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+
+    # THEN the init fails on the URL, and what it writes (the runtime logs it) holds no part
+    # of the password
+    assert init.returncode != 0
+    assert "invalid Redis url" in init.stderr
+    assert_no_half([init.stdout, init.stderr], password)

@@ -34,6 +34,7 @@ from devtools.rehearsal import (
     create_principal,
     create_stack,
     enforce_iam,
+    put_alarms,
     read_functions,
     stack_resources,
 )
@@ -99,6 +100,8 @@ class Rehearsal:
     functions: dict[str, DeployedFunction]
     principals: dict[str, Credentials]
     cache: ElastiCacheLikeRedis | None
+    # {logical id: name} of the stack's alarms (devtools.rehearsal.put_alarms)
+    alarms: dict[str, str] = field(default_factory=dict)
     containers: list[LambdaContainer] = field(default_factory=list)
     warm: dict[str, LambdaContainer] = field(default_factory=dict)
 
@@ -243,6 +246,14 @@ def _deploy(
         code,
         condition_values(translated, parameters),
     )
+    alarms = put_alarms(
+        moto.endpoint_url,
+        admin,
+        STACK,
+        translated,
+        parameters,
+        condition_values(translated, parameters),
+    )
     functions = read_functions(moto.endpoint_url, admin, STACK)
     principals = {
         logical_id: create_principal(moto.endpoint_url, admin, function)
@@ -272,6 +283,7 @@ def _deploy(
         functions,
         principals,
         cache,
+        alarms,
     )
 
 
@@ -334,6 +346,17 @@ def snapstart_rehearsal(
 ) -> Rehearsal:
     """The parameter set with SnapStart on the functions that build a breaker."""
     deployed = _rehearsal("snapstart", rehearsals, tmp_path_factory)
+    deployed.reset_breaker()
+    deployed.api.mode = "ok"
+    return deployed
+
+
+@pytest.fixture
+def default_set(
+    rehearsals: dict[str, Rehearsal], tmp_path_factory: pytest.TempPathFactory
+) -> Rehearsal:
+    """The default parameter set alone (the cheapest with the example), its breaker reset."""
+    deployed = _rehearsal("default", rehearsals, tmp_path_factory)
     deployed.reset_breaker()
     deployed.api.mode = "ok"
     return deployed

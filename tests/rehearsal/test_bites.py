@@ -22,22 +22,15 @@ from devtools.rehearsal import (
     create_user,
     dependency_cycle,
     local_since,
+    put_alarms,
 )
-from devtools.sam_template import load_template
+from devtools.sam_template import condition_values, load_template
 from devtools.servers import REPO_ROOT, make_certificates
 from tests.conftest import _start
-from tests.rehearsal.conftest import Rehearsal, _rehearsal, unique_key
+from tests.rehearsal.conftest import Rehearsal, unique_key
 from tests.rehearsal.support import cache_login_problems, http, payment
 
 pytestmark = pytest.mark.rehearsal
-
-
-@pytest.fixture
-def default_set(rehearsals: Any, tmp_path_factory: pytest.TempPathFactory) -> Rehearsal:
-    deployed = _rehearsal("default", rehearsals, tmp_path_factory)
-    deployed.reset_breaker()
-    deployed.api.mode = "ok"
-    return deployed
 
 
 def payment_container(rehearsal: Rehearsal, environment: dict[str, str]) -> LambdaContainer:
@@ -163,6 +156,18 @@ def test_resources_that_depend_on_each_other_are_named() -> None:
     variables = template["Resources"]["Consumer"]["Properties"]["Environment"]["Variables"]
     variables["M"] = {"Fn::If": ["Paused", {"Fn::Sub": "${Mapping}"}, {"Ref": "AWS::NoValue"}]}
     assert dependency_cycle(template, {"Paused": False}) is None
+
+
+def test_an_alarm_property_the_rehearsal_cannot_resolve_is_named(default_set: Rehearsal) -> None:
+    # GIVEN an alarm whose description reads another resource's attribute (CloudFormation
+    # would resolve it; put_alarms resolves parameters only)
+    template = copy.deepcopy(default_set.translated)
+    alarm = template["Resources"]["BreakerOpenedAlarm"]["Properties"]
+    alarm["AlarmDescription"] = {"Fn::GetAtt": ["CircuitBreakersTable", "Arn"]}
+    # WHEN it is put THEN the rehearsal refuses it by name instead of sending a guess
+    conditions = condition_values(template, {})
+    with pytest.raises(RehearsalError, match=r"alarm BreakerOpenedAlarm: .* \['Fn::GetAtt'\]"):
+        put_alarms(default_set.endpoint, default_set.admin, "bites", template, {}, conditions)
 
 
 def test_a_container_that_went_local_stays_flagged_until_it_recovers() -> None:

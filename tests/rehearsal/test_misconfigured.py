@@ -11,26 +11,17 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from devtools.rehearsal import LambdaContainer, RehearsalError
 from devtools.servers import REPO_ROOT
-from tests.rehearsal.conftest import STACK, Rehearsal, _rehearsal, unique_key
+from tests.rehearsal.conftest import STACK, Rehearsal, unique_key
 from tests.rehearsal.support import payment
 
 pytestmark = pytest.mark.rehearsal
 
 CLI = Path(sys.executable).with_name("fleetbreaker")
-
-
-@pytest.fixture
-def default_set(rehearsals: Any, tmp_path_factory: pytest.TempPathFactory) -> Rehearsal:
-    deployed = _rehearsal("default", rehearsals, tmp_path_factory)
-    deployed.reset_breaker()
-    deployed.api.mode = "ok"
-    return deployed
 
 
 def payment_container(rehearsal: Rehearsal, **changes: str) -> LambdaContainer:

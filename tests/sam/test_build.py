@@ -655,7 +655,7 @@ def test_slim_layer_refuses_a_redis_store_naming_the_full_layer(slim_alone: Any)
     )
     for message in errors.values():
         assert "attach the full layer (/<stack>/fleetbreaker/<runtime>/layer-arn)" in message
-        assert "pip install 'fleetbreaker[redis]'" in message
+        assert "from a clone of fleetbreaker: pip install '.[redis]'" in message
 
 
 # A function that bundles redis itself, on the slim layer: a breaker on the Redis store its

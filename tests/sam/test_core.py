@@ -44,7 +44,12 @@ CORE = {
     "FleetbreakerLayerArnParameter",
     "FleetbreakerSlimLayerArnParameter",
     "CircuitBreakersAccessPolicy",
-    # Fires when any function's store is misconfigured (no table, access denied, ...).
+    # The view of every breaker in MetricsNamespace, from functions of any stack: the
+    # dashboard, and alarms when a breaker opens, stays open, or its store is misconfigured
+    # (no table, access denied, ...).
+    "BreakerDashboard",
+    "BreakerOpenedAlarm",
+    "BreakerOpenTooLongAlarm",
     "StoreMisconfiguredAlarm",
     *OPTIONAL_CORE,
 }
@@ -141,13 +146,15 @@ def test_the_managed_policy_can_be_scoped_to_breaker_names(template: dict[str, A
     }
 
 
-def test_the_alarm_notifies_the_optional_topic(template: dict[str, Any]) -> None:
-    alarm = template["Resources"]["BreakerOpenAlarm"]["Properties"]
+def test_the_alarms_notify_the_optional_topic(template: dict[str, Any]) -> None:
+    alarms = [r for r in template["Resources"].values() if r["Type"] == "AWS::CloudWatch::Alarm"]
+    assert alarms
     expected = {
         "Fn::If": ["AlarmNotifiesTopic", [{"Ref": "AlarmTopicArn"}], {"Ref": "AWS::NoValue"}]
     }
-    assert alarm["AlarmActions"] == expected
-    assert alarm["OKActions"] == expected
+    for alarm in alarms:
+        assert alarm["Properties"]["AlarmActions"] == expected
+        assert alarm["Properties"]["OKActions"] == expected
     assert template["Parameters"]["AlarmTopicArn"]["Default"] == ""
 
 

@@ -9,7 +9,6 @@ parameter) fails these tests.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import pytest
@@ -19,14 +18,11 @@ from fleetbreaker import BreakerConfig, CircuitBreaker, DynamoDBStore
 from fleetbreaker.metrics import MetricsListener
 from fleetbreaker.stores import from_env
 from tests.observability.emf import data, emf_documents
+from tests.sam.cloudwatch_queries import alarm_selection, datapoint, flushed_points
+from tests.sam.cloudwatch_queries import breaches as alarm_breaches
 from tests.support import Dependency, FakeClock
 
 NAMESPACE = "Payments/Breakers"  # any value of the MetricsNamespace parameter
-# SELECT <stat>(<metric>) FROM SCHEMA("<namespace>", <dimension>, ...) [WHERE ...]
-QUERY = re.compile(
-    r'SELECT (?P<stat>[A-Z]+)\((?P<metric>\w+)\) FROM SCHEMA\("\$\{(?P<namespace>\w+)\}", '
-    r"(?P<dimensions>[\w, ]+)\)"
-)
 
 
 @pytest.fixture(scope="module")
@@ -40,34 +36,14 @@ def alarm(template: dict[str, Any]) -> dict[str, Any]:
     return found
 
 
-def query_of(alarm: dict[str, Any]) -> re.Match[str]:
-    (metric,) = alarm["Properties"]["Metrics"]
-    assert metric["ReturnData"] is True
-    expression = metric["Expression"]["Fn::Sub"].strip()
-    matched = QUERY.fullmatch(expression)
-    assert matched is not None, expression
-    return matched
-
-
 def evaluate(alarm: dict[str, Any], output: str, namespace: str) -> float:
     """The query's value over the EMF documents in ``output``: SCHEMA selects the metrics of
     exactly those dimensions in that namespace, SUM adds their values."""
-    query = query_of(alarm)
-    assert query["stat"] == "SUM"
-    keys = {key.strip() for key in query["dimensions"].split(",")}
-    return sum(
-        point.total
-        for point in data(emf_documents(output))
-        if point.namespace == namespace
-        and point.name == query["metric"]
-        and {key for key, _ in point.dimensions} == keys
-    )
+    return datapoint(alarm_selection(alarm["Properties"]), flushed_points(output), namespace)
 
 
 def breaches(alarm: dict[str, Any], value: float) -> bool:
-    properties = alarm["Properties"]
-    assert properties["ComparisonOperator"] == "GreaterThanThreshold"
-    return value > float(properties["Threshold"])
+    return alarm_breaches(alarm["Properties"], [value])
 
 
 def run_calls(store: Any, capsys: pytest.CaptureFixture[str]) -> str:
@@ -105,7 +81,7 @@ def test_the_alarm_is_part_of_the_core(alarm: dict[str, Any]) -> None:
 def test_the_query_reads_the_namespace_the_functions_write(
     template: dict[str, Any], alarm: dict[str, Any]
 ) -> None:
-    parameter = query_of(alarm)["namespace"]
+    parameter = alarm_selection(alarm["Properties"]).namespace
     environment = template["Resources"]["PaymentFunction"]["Properties"]["Environment"]
     assert environment["Variables"]["POWERTOOLS_METRICS_NAMESPACE"] == {"Ref": parameter}
 

@@ -472,6 +472,7 @@ def test_the_core_alone_creates_no_example_resource() -> None:
         "AWS::Lambda::LayerVersion",
         "AWS::SSM::Parameter",
         "AWS::IAM::ManagedPolicy",
+        "AWS::CloudWatch::Dashboard",
     }
     assert len(deployment["layers"]) == 2 * len(runtimes(load_template()))
     assert deployment["functions"] == {}
@@ -484,6 +485,10 @@ def test_the_core_alone_creates_no_example_resource() -> None:
         "CircuitBreakersTableName",
         "CircuitBreakersTableArn",
         "CircuitBreakersAccessPolicyArn",
+        "BreakerDashboardName",
+        "BreakerOpenedAlarmName",
+        "BreakerOpenTooLongAlarmName",
+        "StoreMisconfiguredAlarmName",
     }
 
 
@@ -726,16 +731,19 @@ def test_the_workflow_role_invokes_exactly_its_functions(
     )
 
 
-def test_the_alarm_notifies_the_topic_only_when_given(example_deployment: dict[str, Any]) -> None:
+def test_the_alarms_notify_the_topic_only_when_given(deployment: dict[str, Any]) -> None:
     # moto does not model alarms: asserted on SAM's translation, resolved by the parameters
-    alarm = example_deployment["translated"]["Resources"]["BreakerOpenAlarm"]["Properties"]
-    topic = PARAMETER_SETS[example_deployment["name"]].get("AlarmTopicArn")
+    resources = deployment["translated"]["Resources"]
+    alarms = [r["Properties"] for r in resources.values() if r["Type"] == "AWS::CloudWatch::Alarm"]
+    topic = PARAMETER_SETS[deployment["name"]].get("AlarmTopicArn")
     expected = {
         "Fn::If": ["AlarmNotifiesTopic", [{"Ref": "AlarmTopicArn"}], {"Ref": "AWS::NoValue"}]
     }
-    assert alarm["AlarmActions"] == alarm["OKActions"] == expected
-    conditions = example_deployment["translated"]["Conditions"]["AlarmNotifiesTopic"]
+    assert len(alarms) == 3
+    for alarm in alarms:
+        assert alarm["AlarmActions"] == alarm["OKActions"] == expected
+    conditions = deployment["translated"]["Conditions"]["AlarmNotifiesTopic"]
     assert conditions == {"Fn::Not": [{"Fn::Equals": [{"Ref": "AlarmTopicArn"}, ""]}]}
-    parameters = PARAMETER_SETS[example_deployment["name"]]
-    notifies = condition_values(example_deployment["translated"], parameters)["AlarmNotifiesTopic"]
+    parameters = PARAMETER_SETS[deployment["name"]]
+    notifies = condition_values(deployment["translated"], parameters)["AlarmNotifiesTopic"]
     assert notifies == bool(topic)

@@ -7,7 +7,6 @@ cold start runs against moto's server, and store trouble against a refused port.
 from __future__ import annotations
 
 import re
-import time
 import uuid
 from typing import Any
 
@@ -464,12 +463,11 @@ def test_an_unreachable_store_degrades_instead_of_failing(
     unreachable_gate: Any, clock: FakeClock
 ) -> None:
     # WHEN the store refuses every connection
-    started = time.perf_counter()
     answer = check()
-    elapsed = time.perf_counter() - started
-    # THEN the gate still answers, from the container's own breaker, and says so
+    # THEN the gate still answers, from the container's own breaker, and says so: the refused
+    # connection reached the breaker as a store error instead of an exception in the workflow
     assert (answer["decision"], answer["degraded"]) == ("allow", True)
-    assert elapsed < 2
+    assert unreachable_gate.breaker("payment-api").stats.store_errors == 1
     # THEN failures are counted locally: the container stops calling a dead dependency too
     record("failure")
     assert record("failure")["state"] == "open"

@@ -23,13 +23,13 @@ How the pieces run
 from __future__ import annotations
 
 import threading
-import time
 from typing import Any
 
 import pytest
 
 from tests.stepfunctions.conftest import BREAKER
 from tests.stepfunctions.harness import LambdaThrottled, read_event
+from tests.support import wait_for
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -190,20 +190,16 @@ def test_concurrent_executions_admit_exactly_one_probe(
 
     # WHEN five executions start together
     arns = [stack.workflow.start(payment(f"order-race-{n}")) for n in range(5)]
-    deadline = time.monotonic() + 30
-    while payment_api.calls == calls_before:
-        assert time.monotonic() < deadline, "no execution reached the provider"
-        time.sleep(0.01)
+    wait_for(lambda: payment_api.calls > calls_before, "an execution reaching the provider")
+
     # The four that lost the race wait out their bounded loop while the probe is held.
-    finished = []
-    while len(finished) < 4:
-        assert time.monotonic() < deadline, "the rejected executions did not finish"
-        finished = [
-            arn
-            for arn in arns
-            if stack.workflow.client.describe_execution(executionArn=arn)["status"] != "RUNNING"
-        ]
-        time.sleep(0.01)
+    def finished() -> int:
+        client = stack.workflow.client
+        return sum(
+            client.describe_execution(executionArn=arn)["status"] != "RUNNING" for arn in arns
+        )
+
+    wait_for(lambda: finished() >= 4, "the rejected executions finishing")
     release.set()
     runs = [stack.workflow.wait(arn) for arn in arns]
 
@@ -236,10 +232,7 @@ def test_an_execution_turned_away_waits_for_the_probes_deadline_not_the_lease(
     payment_api.on_call = slow_provider
     calls_before = payment_api.calls
     probe_arn = stack.workflow.start(payment("order-probe"))
-    deadline = time.monotonic() + 30
-    while payment_api.calls == calls_before:
-        assert time.monotonic() < deadline, "the probe did not reach the provider"
-        time.sleep(0.01)
+    wait_for(lambda: payment_api.calls > calls_before, "the probe reaching the provider")
 
     # WHEN a second execution checks while the probe runs, and the probe finishes during
     # its wait

@@ -19,15 +19,14 @@ from fleetbreaker import BreakerConfig, CircuitBreaker, CircuitOpenError, Memory
 from fleetbreaker.admission import LOST_CLAIM_RETRY_MS, ClaimBarrier, ClaimThinning, ProbeClaim
 from fleetbreaker.events import BreakerListener
 from fleetbreaker.frozen import replace
-from fleetbreaker.policy import Policy
 from fleetbreaker.record import Decision, Outcome, Record, State
 from fleetbreaker.results import Admission, RecordResult
 from fleetbreaker.rules import Verdict
-from tests.support import Dependency, FakeClock, FlakyStore
+from tests.support import Dependency, FakeClock, FlakyStore, RecordingListener, make_policy
 
 CONFIG = BreakerConfig(failure_threshold=2, recovery_timeout=10, recovery_jitter=0.0)
 PROBE = Verdict(Decision.PROBE, State.OPEN)
-POLICY = Policy.from_config(CONFIG)
+POLICY = make_policy(CONFIG)
 # The barrier reads nothing of the mode (its stage signature is every stage's).
 ANY_MODE: Any = None
 
@@ -48,14 +47,6 @@ class StoreClock(MemoryStore):
         if self.refuse_ms:
             return Outcome(self.load(name, now_ms), retry_after_ms=self.refuse_ms)
         return super().claim_probe(name, policy, now_ms, nonce, observed)
-
-
-class Decisions(BreakerListener):
-    def __init__(self) -> None:
-        self.seen: list[tuple[str, Decision, State]] = []
-
-    def on_decision(self, name: str, decision: Decision, state: State) -> None:
-        self.seen.append((name, decision, state))
 
 
 def opened(store: MemoryStore, clock: FakeClock, config: BreakerConfig = CONFIG) -> CircuitBreaker:
@@ -224,7 +215,7 @@ def test_a_probe_thinned_out_is_rejected_as_a_lost_race() -> None:
 
 def test_a_shadow_admission_names_its_breaker_and_tells_the_decision_hook_allow() -> None:
     # GIVEN an open shadow breaker with a decision listener
-    clock, store, listener = FakeClock(), MemoryStore(), Decisions()
+    clock, store, listener = FakeClock(), MemoryStore(), RecordingListener()
     shadow = replace(CONFIG, mode="shadow")
     breaker = CircuitBreaker(
         "payment-api", store=store, config=shadow, clock=clock, listeners=[listener]
@@ -234,14 +225,14 @@ def test_a_shadow_admission_names_its_breaker_and_tells_the_decision_hook_allow(
     for _ in range(2):
         with pytest.raises(ConnectionError):
             breaker.call(dep)
-    listener.seen.clear()
+    listener.clear()
     # WHEN a call is checked while an enforcing breaker would reject it
     admission = breaker.check()
     # THEN it is allowed, marked, named, not degraded; the hook heard an allow while open
     assert (admission.decision, admission.shadow) == (Decision.ALLOW, Decision.REJECT)
     assert admission.name == "payment-api"
     assert admission.degraded is False
-    assert listener.seen == [("payment-api", Decision.ALLOW, State.OPEN)]
+    assert listener.args("on_decision") == [("payment-api", Decision.ALLOW, State.OPEN)]
 
 
 def test_a_shadow_outcome_while_it_would_reject_says_why_it_was_not_counted() -> None:
@@ -289,7 +280,7 @@ def test_a_recorded_success_writes_nothing_and_reports_the_breakers_state() -> N
 
 def test_a_call_allowed_on_local_state_says_it_is_degraded() -> None:
     # GIVEN a breaker whose store is down, with a decision listener
-    clock, store, listener = FakeClock(), FlakyStore(), Decisions()
+    clock, store, listener = FakeClock(), FlakyStore(), RecordingListener()
     store.down = True
     breaker = CircuitBreaker(
         "payment-api", store=store, config=CONFIG, clock=clock, listeners=[listener]
@@ -298,7 +289,7 @@ def test_a_call_allowed_on_local_state_says_it_is_degraded() -> None:
     admission = breaker.check()
     # THEN it is allowed, closed, marked degraded, and the hook heard the allow
     assert admission == Admission("payment-api", Decision.ALLOW, State.CLOSED, 0.0, None, True)
-    assert listener.seen == [("payment-api", Decision.ALLOW, State.CLOSED)]
+    assert listener.args("on_decision") == [("payment-api", Decision.ALLOW, State.CLOSED)]
 
 
 def test_a_call_rejected_on_local_state_says_it_is_degraded() -> None:

@@ -23,15 +23,14 @@ from fleetbreaker.census import (
     poisson_lower,
     poisson_upper,
 )
-from fleetbreaker.events import BreakerListener
 from fleetbreaker.policy import Policy
 from fleetbreaker.record import WINDOW_BUCKETS, CensusBucket, Record, State
 from fleetbreaker.results import RecordResult
 from fleetbreaker.stores.memory import MemoryStore
-from tests.support import FakeClock
+from tests.support import FakeClock, RecordingListener, make_policy
 
 CONFIG = BreakerConfig(failure_threshold=5, window_seconds=60, cache_ttl=1.0)
-COUNT = Policy.from_config(CONFIG)
+COUNT = make_policy(CONFIG)
 NAME = "payment-api"
 T0 = 1_800_000_000_000 // COUNT.bucket_ms * COUNT.bucket_ms  # the start of a slice
 
@@ -102,7 +101,7 @@ def test_no_census_tells_nothing() -> None:
 
 def test_one_census_write_in_a_short_slice_tells_nothing() -> None:
     # GIVEN a 1 s window (100 ms slices) and one container's own census write, 150 ms in
-    short = Policy.from_config(BreakerConfig(failure_threshold=3, window_seconds=1))
+    short = make_policy(failure_threshold=3, window_seconds=1)
     now = T0 + 150
     record = Record(census={(now // 100) % WINDOW_BUCKETS: CensusBucket(now // 100, 1)})
 
@@ -391,7 +390,7 @@ def test_a_large_fleet_claims_the_probe_only_when_it_draws(clock: FakeClock) -> 
     rng = Draws(0.5)
     breaker = CircuitBreaker(NAME, store=store, config=short, clock=clock, rng=rng, listeners=[])
     breaker.state  # noqa: B018
-    store.record_failure(NAME, Policy.from_config(short), clock(), None, short.failure_threshold)
+    store.record_failure(NAME, make_policy(short), clock(), None, short.failure_threshold)
     clock.advance(short.recovery_timeout)
     writes = store.stats.writes
 
@@ -465,14 +464,6 @@ def test_a_slice_at_the_most_a_capped_fleet_can_send_is_believed_and_one_more_is
     assert census_containers(with_count(most + 1), COUNT, now) == 0.0
 
 
-class FailuresHeard(BreakerListener):
-    def __init__(self) -> None:
-        self.heard: list[tuple[str, State]] = []
-
-    def on_failure_recorded(self, name: str, state: State) -> None:
-        self.heard.append((name, state))
-
-
 def test_a_skipped_failure_is_not_applied_and_keeps_the_state_seen(clock: FakeClock) -> None:
     _, breaker = fleet_of(5_000, clock, Draws(0.5))
     breaker.state  # noqa: B018
@@ -502,7 +493,7 @@ def test_at_weight_two_a_draw_under_one_half_writes_the_failure(clock: FakeClock
 
 def test_a_written_failure_is_heard_with_the_breaker_and_the_state_it_left() -> None:
     # GIVEN a small fleet's breaker that opens on 5 failures, with a listener
-    clock, heard = FakeClock(), FailuresHeard()
+    clock, heard = FakeClock(), RecordingListener()
     breaker = CircuitBreaker(
         NAME, store=MemoryStore(), config=CONFIG, clock=clock, listeners=[heard]
     )
@@ -511,7 +502,7 @@ def test_a_written_failure_is_heard_with_the_breaker_and_the_state_it_left() -> 
     # THEN each was counted and heard; the fifth left the breaker open, and says so
     assert [r.applied for r in results] == [True] * 5
     assert results[-1] == RecordResult(True, State.OPEN, "failure counted")
-    assert heard.heard == [(NAME, State.CLOSED)] * 4 + [(NAME, State.OPEN)]
+    assert heard.args("on_failure_recorded") == [(NAME, State.CLOSED)] * 4 + [(NAME, State.OPEN)]
 
 
 def test_exactly_the_evidence_asked_for_is_believed() -> None:

@@ -13,13 +13,12 @@ import pytest
 
 from fleetbreaker import BreakerConfig, StoreError
 from fleetbreaker.errors import CorruptRecordError
-from fleetbreaker.policy import Policy
 from fleetbreaker.record import State
 from fleetbreaker.stores import deadline
 from fleetbreaker.stores.fallback import FallbackStore
-from tests.support import FakeClock, FlakyStore, trip_store
+from tests.support import FakeClock, FlakyStore, make_policy, trip_store
 
-POLICY = Policy.from_config(BreakerConfig(failure_threshold=2, recovery_timeout=10))
+POLICY = make_policy(failure_threshold=2, recovery_timeout=10)
 NAME = "payment-api"
 BACKOFF_S = 5.0
 

@@ -21,6 +21,42 @@ def test_a_table_name_gives_a_dynamodb_store() -> None:
     assert store.table_name == "CircuitBreakers"
 
 
+@pytest.fixture
+def no_region(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A machine outside Lambda: no region variable, no profile that names one."""
+    for variable in ("AWS_REGION", "AWS_DEFAULT_REGION", "AWS_PROFILE"):
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent/aws-config")
+
+
+@pytest.mark.usefixtures("no_region")
+def test_aws_region_alone_gives_the_table_its_region() -> None:
+    # GIVEN only AWS_REGION in the environment read (the pinned boto3 reads AWS_DEFAULT_REGION)
+    store = from_env({**TABLE, "AWS_REGION": "eu-west-1"})
+
+    # THEN the table's client is in that region (not a store with no region: per-container)
+    assert isinstance(store, DynamoDBStore)
+    assert store.client.meta.region_name == "eu-west-1"
+
+
+@pytest.mark.usefixtures("no_region")
+def test_aws_region_wins_over_aws_default_region() -> None:
+    store = from_env({**TABLE, "AWS_REGION": "eu-west-1", "AWS_DEFAULT_REGION": "us-west-2"})
+
+    assert isinstance(store, DynamoDBStore)
+    assert store.client.meta.region_name == "eu-west-1"
+
+
+def test_a_table_store_built_directly_honours_aws_region(
+    no_region: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN only AWS_REGION exported, and a DynamoDBStore built without from_env
+    monkeypatch.setenv("AWS_REGION", "ap-south-1")
+
+    # THEN its client is in that region
+    assert DynamoDBStore("CircuitBreakers").client.meta.region_name == "ap-south-1"
+
+
 def test_a_redis_url_wins_over_the_table() -> None:
     store = from_env({**TABLE, **REDIS})
 
@@ -197,7 +233,7 @@ def test_a_redis_url_without_redis_py_names_the_variable_and_the_full_layer(
     assert message.startswith("CIRCUIT_BREAKER_REDIS_URL selects the Redis store, but RedisStore")
     assert "slim fleetbreaker layer" in message
     assert "/<stack>/fleetbreaker/<runtime>/layer-arn" in message
-    assert "pip install 'fleetbreaker[redis]'" in message
+    assert "from a clone of fleetbreaker: pip install '.[redis]'" in message
 
 
 @pytest.mark.usefixtures("without_redis_py")

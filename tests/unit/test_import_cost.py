@@ -38,6 +38,7 @@ COLD_START_MODULES = {
     "fleetbreaker.core",
     "fleetbreaker.count",
     "fleetbreaker.counting",
+    "fleetbreaker.environment",
     "fleetbreaker.errors",
     "fleetbreaker.events",
     "fleetbreaker.frozen",

@@ -19,10 +19,11 @@ from fleetbreaker import BreakerConfig, CircuitBreaker, CircuitOpenError, Dynamo
 from fleetbreaker.config import ENV_FIELDS, env_variable
 from fleetbreaker.stores import STORE_VARIABLES
 
-# The two readers.
+# The two readers, and the list of every known name (it names them, reads none).
 READERS = {
     REPO_ROOT / "layer" / "fleetbreaker" / "stores" / "variables.py",
     REPO_ROOT / "layer" / "fleetbreaker" / "config.py",
+    REPO_ROOT / "layer" / "fleetbreaker" / "environment.py",
 }
 VARIABLES = {*STORE_VARIABLES, *(env_variable(field) for field in ENV_FIELDS)}
 

@@ -36,37 +36,6 @@ def _counts_at(reports_per_s: float) -> WindowCounts:
     return WindowCounts(calls=100_000, reports=round(reports_per_s * RATE.window_ms / 1000))
 
 
-def test_refresh_carries_the_counts_while_the_interval_is_the_base() -> None:
-    # GIVEN a tally with counts, at its base interval, THEN a cache refresh reports them
-    tally = CallTally(RATE, 1000)
-    next(tally.good)
-    assert not tally.stretched
-    assert tally.pending_calls() == 1
-
-
-def test_refresh_is_a_read_while_the_interval_is_stretched() -> None:
-    # GIVEN a tally whose last report stretched its interval to 5 s
-    tally = CallTally(RATE, 1000)
-    tally.take("c1", 0, 5000)
-    next(tally.good)
-    # THEN a cache refresh does not write them early, but they are still due at the interval
-    assert tally.stretched
-    assert tally.report_due_ms > 100
-    assert tally.pending_calls() == 1
-
-
-def test_stretched_interval_is_jittered_around_the_interval() -> None:
-    # GIVEN stretched reports, THEN each next report is due within ±25 % of the interval
-    tally = CallTally(RATE, 1000)
-    gaps = set()
-    for _ in range(50):
-        tally.take("c1", 0, 4000)
-        gaps.add(tally.report_due_ms)
-    assert min(gaps) >= 3000
-    assert max(gaps) <= 5000
-    assert len(gaps) > 10
-
-
 def test_fleet_of_any_size_settles_at_the_target_write_rate() -> None:
     # GIVEN C containers all updating their interval from the rate it produces
     for containers in (1_000, 5_000):
@@ -228,81 +197,6 @@ def test_a_newcomer_to_a_quiet_record_reports_at_its_own_interval() -> None:
 
     # THEN it reports then, as always
     assert store.stats.writes == 1
-
-
-def test_a_tally_drops_its_counts_when_the_generation_moves_on() -> None:
-    # GIVEN counts taken under generation 4
-    tally = CallTally(RATE, 1000)
-    tally.observe(4)
-    next(tally.good)
-    tally.bad(None, 0, True)
-
-    # WHEN the breaker sees generation 5 (a trip, a reset)
-    tally.observe(5)
-
-    # THEN nothing is pending, and the next report is tagged with generation 5
-    report = tally.take("c", 0, 1000)
-    assert (report.calls, report.failures, report.gen) == (0, 0, 5)
-
-
-def test_a_report_the_store_could_not_apply_goes_with_the_next_one() -> None:
-    tally = CallTally(RATE, 1000)
-    tally.observe(2)
-    for _ in range(3):
-        next(tally.good)
-    tally.bad(None, 0, True)
-    lost = tally.take("c", 0, 1000)
-
-    tally.carry(lost)
-    next(tally.good)
-
-    report = tally.take("c", 0, 1000)
-    assert (report.calls, report.failures, report.gen) == (5, 1, 2)
-
-
-def test_a_report_of_an_older_generation_is_not_carried() -> None:
-    tally = CallTally(RATE, 1000)
-    tally.observe(2)
-    tally.bad(None, 0, True)
-    lost = tally.take("c", 0, 1000)
-    tally.observe(3)
-
-    tally.carry(lost)
-
-    assert tally.take("c", 0, 1000).calls == 0
-
-
-def _ten_goods_then_three_failures() -> CallTally:
-    """A tally with 10 good calls, then two span ends, then 3 failures."""
-    tally = CallTally(RATE, 1000)
-    tally.start(0)
-    for _ in range(10):
-        next(tally.good)
-    tally.rotate(RATE.bucket_ms)
-    tally.rotate(2 * RATE.bucket_ms)
-    for _ in range(3):
-        tally.bad(None, 2 * RATE.bucket_ms, True)
-    return tally
-
-
-def test_recent_counts_cover_the_last_one_to_two_spans() -> None:
-    # GIVEN 10 good calls, then a span ends, then another, then 3 failures
-    tally = _ten_goods_then_three_failures()
-    # THEN only the 3 failures are recent: the goods are two span ends old
-    assert tally.recent() == (3, 3, 0)
-    assert tally.pending_calls() == 13
-
-
-def test_a_report_of_the_recent_calls_keeps_the_older_ones_pending() -> None:
-    # GIVEN 10 older good calls and 3 recent failures
-    tally = _ten_goods_then_three_failures()
-    # WHEN it reports the recent calls alone
-    report = tally.take_recent("c", 2 * RATE.bucket_ms, 1000)
-    # THEN they go out, and the 10 older calls go with the next full report: none lost
-    assert (report.calls, report.failures) == (3, 3)
-    assert tally.recent() == (0, 0, 0)
-    later = tally.take("c", 3 * RATE.bucket_ms, 1000)
-    assert (later.calls, later.failures) == (10, 0)
 
 
 def test_recent_calls_failing_more_often_than_older_ones_are_held_apart() -> None:

@@ -8,11 +8,10 @@ from fleetbreaker import BreakerConfig, ConfigError, State, rules
 from fleetbreaker.policy import Policy
 from fleetbreaker.record import Outcome, Record, Report
 from fleetbreaker.snapshot import snapshot_of
+from tests.support import make_policy
 
 T0 = 1_700_000_000_000
-RATE = Policy.from_config(
-    BreakerConfig(failure_rate_threshold=0.5, minimum_calls=10, window_seconds=10)
-)
+RATE = make_policy(failure_rate_threshold=0.5, minimum_calls=10, window_seconds=10)
 
 
 def report_all(policy: Policy, reports: list[tuple[int, Report]]) -> Outcome:
@@ -91,9 +90,7 @@ def test_a_report_on_an_open_breaker_is_dropped() -> None:
 
 
 def test_slow_calls_trip_on_their_own_rate() -> None:
-    policy = Policy.from_config(
-        BreakerConfig(slow_call_duration=2.0, slow_call_rate_threshold=0.5, minimum_calls=4)
-    )
+    policy = make_policy(slow_call_duration=2.0, slow_call_rate_threshold=0.5, minimum_calls=4)
 
     outcome = report_all(policy, [(T0, Report("a", calls=4, failures=0, slow=2))])
 
@@ -101,9 +98,7 @@ def test_slow_calls_trip_on_their_own_rate() -> None:
 
 
 def test_slow_calls_alongside_the_count_policy_keep_its_threshold() -> None:
-    policy = Policy.from_config(
-        BreakerConfig(failure_threshold=3, slow_call_duration=2.0, minimum_calls=100)
-    )
+    policy = make_policy(failure_threshold=3, slow_call_duration=2.0, minimum_calls=100)
 
     outcome = report_all(policy, [(T0, Report("a", calls=5, failures=3))])
 
@@ -111,9 +106,7 @@ def test_slow_calls_alongside_the_count_policy_keep_its_threshold() -> None:
 
 
 def test_quorum_holds_the_trip_until_enough_containers_failed() -> None:
-    policy = Policy.from_config(
-        BreakerConfig(failure_rate_threshold=0.5, minimum_calls=10, min_containers=3)
-    )
+    policy = make_policy(failure_rate_threshold=0.5, minimum_calls=10, min_containers=3)
     # GIVEN one sick container failing everything
     sick = report_all(policy, [(T0 + i, Report("sick", calls=10, failures=10)) for i in range(5)])
     assert sick.record is not None
@@ -130,7 +123,7 @@ def test_quorum_holds_the_trip_until_enough_containers_failed() -> None:
 
 
 def test_quorum_map_keeps_only_the_newest_min_containers() -> None:
-    policy = Policy.from_config(BreakerConfig(min_containers=2, failure_threshold=100))
+    policy = make_policy(min_containers=2, failure_threshold=100)
     seen: dict[str, int] = {}
     for i, container in enumerate(["a", "b", "c"]):
         seen = dict(rules.sliding_window(policy).note(seen, container, T0 + i))
@@ -139,9 +132,7 @@ def test_quorum_map_keeps_only_the_newest_min_containers() -> None:
 
 
 def test_containers_whose_failures_left_the_window_do_not_count() -> None:
-    policy = Policy.from_config(
-        BreakerConfig(failure_threshold=2, min_containers=2, window_seconds=10)
-    )
+    policy = make_policy(failure_threshold=2, min_containers=2, window_seconds=10)
     first = rules.apply_report(None, policy, T0, Report("a", calls=1, failures=1))
 
     later = rules.apply_report(
@@ -177,7 +168,7 @@ def test_snapshot_of_an_open_breaker_says_when_it_may_admit() -> None:
 
 
 def test_snapshot_under_the_count_policy_reports_the_current_window() -> None:
-    policy = Policy.from_config(BreakerConfig(failure_threshold=5, window_seconds=60))
+    policy = make_policy(failure_threshold=5, window_seconds=60)
     record = Record(failures=3, window_start=T0)
 
     assert snapshot_of("svc", record, policy, T0 + 1).failures == 3

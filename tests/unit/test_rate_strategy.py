@@ -15,9 +15,7 @@ from typing import Any
 import pytest
 
 from fleetbreaker import BreakerConfig, CircuitBreaker, CircuitOpenError, MemoryStore, State
-from fleetbreaker.events import BreakerListener
 from fleetbreaker.frozen import replace
-from fleetbreaker.policy import Policy
 from fleetbreaker.rate import (
     URGENT_REPORTS_PER_S,
     RateStrategy,
@@ -32,7 +30,7 @@ from fleetbreaker.rate import (
 from fleetbreaker.record import WINDOW_BUCKETS, Bucket, Outcome, Record
 from fleetbreaker.tally import CallTally
 from fleetbreaker.window import WindowCounts
-from tests.support import Dependency, FakeClock
+from tests.support import Dependency, FakeClock, RecordingListener, make_policy
 
 RATE = BreakerConfig(
     failure_rate_threshold=0.5,
@@ -43,7 +41,7 @@ RATE = BreakerConfig(
     cache_ttl=1.0,
 )
 SLOW = BreakerConfig(slow_call_duration=1.0, minimum_calls=100, window_seconds=10)
-POLICY = Policy.from_config(RATE)  # a 10 s window
+POLICY = make_policy(RATE)  # a 10 s window
 BUSY = replace(SLOW, failure_result=lambda result: result == "busy")
 
 
@@ -421,16 +419,6 @@ def test_single_calls_and_milliseconds_are_enough_to_go_on() -> None:
 # -- what the mutation run found unasserted (issue 31) ------------------------------------------
 
 
-class Windows(BreakerListener):
-    """Records each on_window event's arguments."""
-
-    def __init__(self) -> None:
-        self.seen: list[tuple[str, int, float, float]] = []
-
-    def on_window(self, name: str, calls: int, failure_rate: float, slow_call_rate: float) -> None:
-        self.seen.append((name, calls, failure_rate, slow_call_rate))
-
-
 class SetDraw(random.Random):
     """Every draw returns ``draw``, which a test may change between calls."""
 
@@ -478,7 +466,7 @@ def steady(now_ms: int, reports_per_s: int, calls_per_report: int) -> Record:
 def test_a_report_tells_on_window_the_fleets_calls_and_rates() -> None:
     # GIVEN a rate-policy breaker timing calls (1 s), with a listener, that made 4 calls:
     # one failed, one ran slow
-    clock, store, windows = FakeClock(), MemoryStore(), Windows()
+    clock, store, windows = FakeClock(), MemoryStore(), RecordingListener()
     config = replace(RATE, slow_call_duration=1.0, slow_call_rate_threshold=0.9)
     breaker = make(store, clock, config, listeners=[windows])
     breaker.call(Dependency())
@@ -489,7 +477,7 @@ def test_a_report_tells_on_window_the_fleets_calls_and_rates() -> None:
     # WHEN its report goes out (with the next call)
     breaker.call(Dependency())
     # THEN the listener hears the breaker's name and the fleet's window as the answer shows
-    assert windows.seen == [("payment-api", 4, 0.25, 0.25)]
+    assert windows.args("on_window") == [("payment-api", 4, 0.25, 0.25)]
 
 
 def test_an_untimed_call_gets_its_positional_and_keyword_arguments() -> None:
@@ -570,7 +558,7 @@ def test_one_failing_call_among_healthy_older_ones_is_worse_down_to_one_call() -
 
 
 def test_recent_calls_running_slow_as_often_as_older_ones_are_not_worse() -> None:
-    slow = Policy.from_config(replace(SLOW, failure_rate_threshold=0.5))
+    slow = make_policy(SLOW, failure_rate_threshold=0.5)
     # 1 slow in 2 recent calls, 2 in 4 older: the same rate
     assert not recent_worse((2, 0, 1), (4, 0, 2), slow)
     # 1 slow in 4 recent calls, 1 in 4 older
@@ -786,7 +774,7 @@ def test_a_fleets_size_stretches_the_cache_by_all_this_containers_calls() -> Non
 def test_a_failure_from_a_container_the_quorum_already_counts_adds_no_container() -> None:
     # GIVEN a quorum of 2 failing containers, and a record over the failure rate whose
     # one failing container is this one (c1)
-    quorum = Policy.from_config(replace(RATE, min_containers=2))
+    quorum = make_policy(RATE, min_containers=2)
     idx = 0 // quorum.bucket_ms
     bucket = Bucket(idx, calls=20, failures=15, slow=0, reports=3)
     record = Record(buckets={idx % WINDOW_BUCKETS: bucket}, failing={"c1": 10}, expires_at=3600)

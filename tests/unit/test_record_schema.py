@@ -183,10 +183,11 @@ def test_no_python_module_but_the_schema_spells_a_stored_name() -> None:
 
 
 # What a store may import from the package: the record and its schema, the rules below it,
-# and its own plumbing, the redaction of its messages included (a leaf: the standard library
-# only). (FallbackStore and the deadline wrap stores for the breaker: they emit its events and
-# read its limits, so they are not stores in this sense.)
+# and its own plumbing, the redaction of its messages and the list of variable names included
+# (leaves: the standard library only). (FallbackStore and the deadline wrap stores for the
+# breaker: they emit its events and read its limits, so they are not stores in this sense.)
 STORE_MAY_IMPORT = {
+    "fleetbreaker.environment",
     "fleetbreaker.errors",
     "fleetbreaker.frozen",
     "fleetbreaker.policy",

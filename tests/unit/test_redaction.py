@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from botocore.credentials import Credentials
 
-from fleetbreaker.redaction import REDACTED, redact, redact_url, url_secrets
+from fleetbreaker.redaction import REDACTED, redact, redact_url, split_login, url_secrets
 from fleetbreaker.stores.elasticache_iam import ElastiCacheIAMAuth
 
 
@@ -76,3 +76,30 @@ def test_an_elasticache_iam_token_keeps_no_signature_credential_or_session_token
         assert f"{key}={REDACTED}" in shown
     assert "Action=connect&User=app" in shown
     assert "AKIDEXAMPLEKEYID" not in shown
+
+
+@pytest.mark.parametrize("character", ["#", "/", "?", "@", ":"])
+def test_a_password_typed_raw_is_split_off_whole(character: str) -> None:
+    # GIVEN a URL whose password holds a character a URL parser cuts at, typed raw
+    url = f"rediss://app:Zulu4{character}Alpha7Kilo@cache:6379/0?db=1"
+
+    # WHEN its login is split off before anything parses it
+    address, user, password = split_login(url)
+
+    # THEN the password is whole, the rest is the address, and the shown URL hides all of it
+    assert (address, user, password) == ("rediss://cache:6379/0?db=1", "app", url[13:-18])
+    assert redact_url(url) == "rediss://app:***@cache:6379/0?db=1"
+    assert password in url_secrets(url)
+
+
+def test_a_password_written_percent_encoded_reads_as_the_same_password() -> None:
+    assert split_login("redis://app:s%40c%2Fret@cache:6379") == (
+        "redis://cache:6379",
+        "app",
+        "s@c/ret",
+    )
+
+
+def test_a_url_without_a_login_keeps_everything() -> None:
+    assert split_login("redis://cache:6379/0") == ("redis://cache:6379/0", None, None)
+    assert split_login("redis://:pw@cache:6379") == ("redis://cache:6379", None, "pw")

@@ -5,28 +5,27 @@ from __future__ import annotations
 import pytest
 
 from fleetbreaker import rules
-from fleetbreaker.policy import OVERRIDE_TTL_S, Policy, open_duration_ms
+from fleetbreaker.policy import OVERRIDE_TTL_S
 from fleetbreaker.record import (
+    MAX_RECORD_DIGITS,
     MAX_TOKEN_CHARS,
     WINDOW_BUCKETS,
+    CensusBucket,
     Decision,
     Lease,
     ProbeReport,
     Record,
     State,
 )
+from tests.support import make_policy
 
 T0 = 1_700_000_000_000
-POLICY = Policy(
+POLICY = make_policy(
     failure_threshold=3,
-    window_ms=10_000,
-    base_open_ms=30_000,
-    backoff=2.0,
-    max_open_ms=300_000,
-    max_probes=2,
-    successes_needed=2,
-    lease_ms=5_000,
-    ttl_s=86_400,
+    window_seconds=10,
+    half_open_max_probes=2,
+    half_open_successes=2,
+    probe_lease_seconds=5,
 )
 
 
@@ -91,16 +90,6 @@ def test_failure_after_the_window_starts_a_new_count() -> None:
     assert outcome.record is not None
     assert outcome.record.failures == 1
     assert outcome.record.window_start == T0 + POLICY.window_ms
-
-
-@pytest.mark.parametrize(
-    ("reopens", "jitter", "expected"),
-    [(0, 0.5, 30_000), (1, 1.0, 60_000), (2, 1.0, 120_000), (2, 0.8, 96_000), (9, 1.0, 300_000)],
-)
-def test_open_duration_grows_exponentially_with_jitter_and_a_cap(
-    reopens: int, jitter: float, expected: int
-) -> None:
-    assert open_duration_ms(POLICY, reopens, jitter) == expected
 
 
 def test_claims_fill_the_probe_budget_then_stop() -> None:
@@ -198,3 +187,23 @@ def test_a_census_slice_has_a_whole_slot_in_the_ring() -> None:
         assert idx == now // POLICY.bucket_ms
         assert isinstance(slot, int)
         assert 0 <= slot < WINDOW_BUCKETS
+
+
+def test_a_full_census_slice_stays_full_and_the_state_stays() -> None:
+    # GIVEN an open record whose current census slice holds the largest count a record may
+    idx, slot = rules.census_slot(POLICY, T0)
+    full = 10**MAX_RECORD_DIGITS - 1
+    record = Record(
+        state=State.OPEN,
+        gen=3,
+        open_until=T0 + 30_000,
+        census={slot: CensusBucket(idx, full)},
+    )
+
+    # WHEN a census write is counted
+    outcome = rules.apply_census(record, POLICY, T0)
+
+    # THEN the count stays within the record's digits, and nothing else moves
+    assert outcome.record is not None
+    assert outcome.record.census[slot] == CensusBucket(idx, full)
+    assert (outcome.record.state, outcome.record.gen, outcome.transition) == (State.OPEN, 3, None)

@@ -4,13 +4,14 @@ quorum's map keeps (pure: no store, no clock)."""
 
 from __future__ import annotations
 
-from fleetbreaker import BreakerConfig, State, rules
+from fleetbreaker import State, rules
 from fleetbreaker.frozen import replace
 from fleetbreaker.policy import Policy, ttl_seconds
 from fleetbreaker.record import Lease, ProbeReport, Record
+from tests.support import make_policy
 
 T0 = 1_700_000_000_000
-POLICY = Policy.from_config(BreakerConfig(failure_threshold=3, half_open_max_probes=1))
+POLICY = make_policy(failure_threshold=3, half_open_max_probes=1)
 TOKEN = rules.make_token(0, "probe")
 
 
@@ -112,7 +113,7 @@ def test_a_probe_period_starts_with_no_successes_whatever_the_open_record_held()
 
 def test_a_second_probe_s_lease_records_when_it_was_granted() -> None:
     # GIVEN a half-open record whose slot 0 is held, under a policy of two probes at once
-    two = Policy.from_config(BreakerConfig(failure_threshold=3, half_open_max_probes=2))
+    two = make_policy(failure_threshold=3, half_open_max_probes=2)
 
     # WHEN a second caller claims
     outcome = rules.apply_claim(half_open(), two, T0, "second")

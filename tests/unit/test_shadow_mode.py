@@ -21,34 +21,12 @@ from fleetbreaker import (
     State,
 )
 from fleetbreaker.cli import POLICY
-from fleetbreaker.events import BreakerListener, LoggingListener, StateChange
+from fleetbreaker.events import LoggingListener
 from fleetbreaker.tuning import apply_tuning, encode_tuned
-from tests.support import Dependency, FakeClock
+from tests.support import Dependency, FakeClock, RecordingListener
 
 CONFIG = BreakerConfig(failure_threshold=2, recovery_timeout=10, recovery_jitter=0.0)
 SHADOW = BreakerConfig(failure_threshold=2, recovery_timeout=10, recovery_jitter=0.0, mode="shadow")
-
-
-class Recorder(BreakerListener):
-    """Counts what a test needs to see."""
-
-    def __init__(self) -> None:
-        self.would_reject: list[tuple[str, State, float]] = []
-        self.decisions: list[Decision] = []
-        self.changes: list[StateChange] = []
-        self.rejected = 0
-
-    def on_would_reject(self, name: str, state: State, retry_after: float) -> None:
-        self.would_reject.append((name, state, retry_after))
-
-    def on_decision(self, name: str, decision: Decision, state: State) -> None:
-        self.decisions.append(decision)
-
-    def on_state_change(self, name: str, change: StateChange) -> None:
-        self.changes.append(change)
-
-    def on_rejected(self, name: str, state: State, retry_after: float) -> None:
-        self.rejected += 1
 
 
 @pytest.fixture
@@ -105,7 +83,7 @@ def test_mode_is_tunable_and_checked() -> None:
 
 def test_a_shadow_breaker_trips_but_runs_every_call(store, clock) -> None:
     # GIVEN a shadow breaker with a threshold of 2
-    events = Recorder()
+    events = RecordingListener()
     breaker = make(store, clock, listeners=[events])
     dep = Dependency()
     # WHEN 6 calls fail
@@ -113,12 +91,13 @@ def test_a_shadow_breaker_trips_but_runs_every_call(store, clock) -> None:
     # THEN all reached the dependency, the shared breaker is open, 4 would have been rejected
     assert dep.calls == 6
     assert breaker.snapshot().state is State.OPEN
-    assert len(events.would_reject) == 4
+    assert events.count("on_would_reject") == 4
     assert breaker.stats.would_rejects == 4
-    assert events.rejected == 0
-    assert set(events.decisions) == {Decision.ALLOW}
+    assert events.count("on_rejected") == 0
+    assert set(events.values("on_decision", "decision")) == {Decision.ALLOW}
     # AND the record holds exactly what an enforcing fleet's would: one trip, generation 1
-    assert [(c.before, c.after, c.generation, c.reason.value) for c in events.changes] == [
+    changes = events.values("on_state_change", "change")
+    assert [(c.before, c.after, c.generation, c.reason.value) for c in changes] == [
         (State.CLOSED, State.OPEN, 1, "failure_threshold")
     ]
 
@@ -160,12 +139,12 @@ def test_a_shadow_breaker_never_uses_the_fallback(store, clock) -> None:
 
 def test_a_shadow_breaker_runs_calls_through_an_operator_override(store, clock) -> None:
     # GIVEN an operator forced the breaker open
-    events = Recorder()
+    events = RecordingListener()
     breaker = make(store, clock, listeners=[events])
     breaker.force_open()
     # WHEN a call runs in shadow mode, THEN it runs and is counted as a would-be rejection
     assert breaker.call(lambda: "ran") == "ran"
-    assert [(s, r) for _, s, r in events.would_reject] == [(State.FORCED_OPEN, 10.0)]
+    assert [(s, r) for _, s, r in events.args("on_would_reject")] == [(State.FORCED_OPEN, 10.0)]
 
 
 def test_check_says_what_enforce_would_have_decided(store, clock) -> None:
@@ -188,7 +167,7 @@ def test_check_says_what_enforce_would_have_decided(store, clock) -> None:
 
 def test_a_shadow_fleet_half_opens_and_closes_as_an_enforcing_one(store, clock) -> None:
     # GIVEN an open shadow breaker whose open window has passed
-    events = Recorder()
+    events = RecordingListener()
     breaker = make(store, clock, listeners=[events])
     dep = Dependency()
     fail_times(breaker, dep, 2)
@@ -197,7 +176,8 @@ def test_a_shadow_fleet_half_opens_and_closes_as_an_enforcing_one(store, clock) 
     dep.failing = False
     assert breaker.call(dep) == "ok"
     # THEN it settled the probe: half_open, then closed, generations 2 and 3
-    assert [(c.after, c.generation, c.reason.value) for c in events.changes[1:]] == [
+    changes = events.values("on_state_change", "change")
+    assert [(c.after, c.generation, c.reason.value) for c in changes[1:]] == [
         (State.HALF_OPEN, 2, "open_window_elapsed"),
         (State.CLOSED, 3, "probe_succeeded"),
     ]
@@ -218,7 +198,7 @@ def test_a_shadow_call_never_holds_the_probe_lease_an_enforcing_container_needs(
     store, clock
 ) -> None:
     # GIVEN an open breaker, past its open window, shared by a shadow and an enforcing container
-    events = Recorder()
+    events = RecordingListener()
     shadow = make(store, clock, listeners=[events])
     enforce = make(store, clock, CONFIG)
     fail_times(shadow, Dependency(), 2)
@@ -235,7 +215,7 @@ def test_a_shadow_call_never_holds_the_probe_lease_an_enforcing_container_needs(
     # THEN the enforcing container got the probe: the shadow call held no lease
     assert seen == [Decision.PROBE]
     # AND the shadow call, which lost the slot, counts as a would-be rejection, not a probe
-    assert [state for _, state, _ in events.would_reject] == [State.HALF_OPEN]
+    assert [state for _, state, _ in events.args("on_would_reject")] == [State.HALF_OPEN]
     assert store.load("payment-api", clock()).state is State.HALF_OPEN  # type: ignore[union-attr]
 
 

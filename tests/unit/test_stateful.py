@@ -24,7 +24,6 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from fleetbreaker import (
     Admission,
     BreakerConfig,
-    BreakerListener,
     CircuitBreaker,
     CircuitOpenError,
     Decision,
@@ -32,9 +31,8 @@ from fleetbreaker import (
     State,
     StateChange,
 )
-from fleetbreaker.policy import Policy
 from tests.coverage_scope import untraced
-from tests.support import FakeClock, in_a_fresh_thread
+from tests.support import FakeClock, RecordingListener, in_a_fresh_thread, make_policy
 
 CONFIG = BreakerConfig(
     failure_threshold=3,
@@ -58,21 +56,8 @@ NAME = "stateful"
 CONTAINERS = 3
 
 
-class Journal(BreakerListener):
-    """Everything the breakers report, in order, stamped with the fake clock."""
-
-    def __init__(self, clock: FakeClock) -> None:
-        self.clock = clock
-        self.events: list[tuple[str, int, Any]] = []
-
-    def on_state_change(self, name: str, change: StateChange) -> None:
-        self.events.append(("transition", self.clock(), (change.before, change.after)))
-
-    def on_failure_recorded(self, name: str, state: State) -> None:
-        self.events.append(("failure", self.clock(), state))
-
-    def on_probe(self, name: str, success: bool, applied: bool) -> None:
-        self.events.append(("probe", self.clock(), (success, applied)))
+# The hooks the invariants read, by the name the journal gives them.
+JOURNALED = {"on_state_change": "transition", "on_failure_recorded": "failure", "on_probe": "probe"}
 
 
 class FleetMachine(RuleBasedStateMachine):
@@ -96,8 +81,12 @@ class FleetMachine(RuleBasedStateMachine):
             return write_failure(name, policy, now, observed, weight)
 
         self.store.record_failure = weighed
-        self.journal = Journal(self.clock)
-        self.policy = Policy.from_config(CONFIG)
+        # Everything the breakers report (stamped with the fake clock), moved after each
+        # step into the journal: (kind, at, detail), detail the hook's arguments after the
+        # name, a failure's weight once weighed.
+        self.heard = RecordingListener(self.clock)
+        self.journal: list[tuple[str, int, Any]] = []
+        self.policy = make_policy(CONFIG)
         # Seeded random sources: census times and thinned writes must replay the same way
         # for Hypothesis to shrink an example.
         self.breakers = [
@@ -106,7 +95,7 @@ class FleetMachine(RuleBasedStateMachine):
                 store=self.store,
                 config=CONFIG,
                 clock=self.clock,
-                listeners=[self.journal],
+                listeners=[self.heard],
                 rng=random.Random(index),
             )
             for index in range(CONTAINERS)
@@ -138,7 +127,7 @@ class FleetMachine(RuleBasedStateMachine):
                 raise ConnectionError("down")
             return "ok"
 
-        before = len(self.journal.events)
+        before = len(self.journal)
         self.weights.clear()
         with contextlib.suppress(ConnectionError, CircuitOpenError):
             self.breakers[container].call(dependency)
@@ -153,7 +142,7 @@ class FleetMachine(RuleBasedStateMachine):
         # Each container of the crowd writes from the record it last read, as a refresh
         # does (one write each; from no record, a write is planned as a fresh item, refused,
         # and planned again: the `census` rule below takes that path).
-        before = len(self.journal.events)
+        before = len(self.journal)
         now = self.clock()
         seen = self._record()
         for _ in range(writes):
@@ -163,16 +152,28 @@ class FleetMachine(RuleBasedStateMachine):
     @rule(container=st.integers(0, CONTAINERS - 1))
     def census(self, container: int) -> None:
         # One container's own census write (its refresh draws one now and then).
-        before = len(self.journal.events)
+        before = len(self.journal)
         breaker = self.breakers[container]
         outcome = self.store.census(NAME, self.policy, self.clock(), None)
         assert outcome.transition is None, "a census write tripped the breaker"
         breaker.state  # noqa: B018
         self._after_step(before)
 
+    def _journal(self) -> list[tuple[str, int, Any]]:
+        """The journal, with what the breakers reported since it was last read."""
+        for heard in self.heard.of(*JOURNALED):
+            assert heard.at_ms is not None
+            detail = heard.args[1:]  # after the breaker's name
+            entry = detail[0] if len(detail) == 1 else detail
+            if isinstance(entry, StateChange):  # the invariants read (before, after)
+                entry = (entry.before, entry.after)
+            self.journal.append((JOURNALED[heard.hook], heard.at_ms, entry))
+        self.heard.clear()
+        return self.journal
+
     def _weigh(self, before: int, weight: int) -> None:
         """Tag the failures a step wrote with the weight they were written with."""
-        events = self.journal.events
+        events = self._journal()
         for index in range(before, len(events)):
             kind, at, _ = events[index]
             if kind == "failure":
@@ -180,7 +181,7 @@ class FleetMachine(RuleBasedStateMachine):
 
     @rule(container=st.integers(0, CONTAINERS - 1))
     def probe_and_hold(self, container: int) -> None:
-        before = len(self.journal.events)
+        before = len(self.journal)
         admission = self.breakers[container].check()
         if admission.decision is Decision.PROBE:
             self.held.append((container, admission, self.clock()))
@@ -191,7 +192,7 @@ class FleetMachine(RuleBasedStateMachine):
     def settle_held(self, data: st.DataObject, success: bool) -> None:
         index = data.draw(st.integers(0, len(self.held) - 1))
         container, admission, _ = self.held.pop(index)
-        before = len(self.journal.events)
+        before = len(self.journal)
         self.breakers[container].record(success, admission.token)
         self._after_step(before)
 
@@ -200,7 +201,7 @@ class FleetMachine(RuleBasedStateMachine):
         self.clock.advance(seconds)
 
     def _after_step(self, before: int) -> None:
-        events = self.journal.events
+        events = self._journal()
         for index in range(before, len(events)):
             kind, at, detail = events[index]
             if kind == "transition":
@@ -228,10 +229,10 @@ class FleetMachine(RuleBasedStateMachine):
         # The tripping failure is reported just after the transition; count back to the
         # previous transition of any kind.
         counted = 0
-        for kind, _, weight in self.journal.events[index + 1 : index + 2]:
+        for kind, _, weight in self.journal[index + 1 : index + 2]:
             if kind == "failure":
                 counted += weight if isinstance(weight, int) else 1
-        for kind, when, weight in reversed(self.journal.events[:index]):
+        for kind, when, weight in reversed(self.journal[:index]):
             if kind == "transition":
                 break
             if kind == "failure" and when > at - CONFIG.window_seconds * 1000:

@@ -6,25 +6,21 @@ from __future__ import annotations
 
 import pytest
 
-from fleetbreaker import BreakerConfig, State
-from fleetbreaker.policy import Policy
+from fleetbreaker import State
 from fleetbreaker.record import TransitionReason
 from fleetbreaker.rules import transition_reason
 from fleetbreaker.window import WindowCounts
+from tests.support import make_policy
 
-COUNT = Policy.from_config(BreakerConfig(failure_threshold=3))
-RATE = Policy.from_config(BreakerConfig(failure_rate_threshold=0.5, minimum_calls=10))
+COUNT = make_policy(failure_threshold=3)
+RATE = make_policy(failure_rate_threshold=0.5, minimum_calls=10)
 # Slow calls beside each policy: a trip's reason depends on what the window held.
-COUNT_SLOW = Policy.from_config(
-    BreakerConfig(failure_threshold=3, slow_call_duration=1.0, slow_call_rate_threshold=0.5)
-)
-RATE_SLOW = Policy.from_config(
-    BreakerConfig(
-        failure_rate_threshold=0.5,
-        minimum_calls=10,
-        slow_call_duration=1.0,
-        slow_call_rate_threshold=0.5,
-    )
+COUNT_SLOW = make_policy(failure_threshold=3, slow_call_duration=1.0, slow_call_rate_threshold=0.5)
+RATE_SLOW = make_policy(
+    failure_rate_threshold=0.5,
+    minimum_calls=10,
+    slow_call_duration=1.0,
+    slow_call_rate_threshold=0.5,
 )
 
 

@@ -7,7 +7,6 @@ import logging
 import pytest
 
 from fleetbreaker import BreakerConfig, CircuitBreaker, ConfigError, MemoryStore, State
-from fleetbreaker.policy import Policy
 from fleetbreaker.tuning import (
     MAX_REASON_CHARS,
     TUNABLE,
@@ -20,10 +19,9 @@ from fleetbreaker.tuning import (
     merge_tuned,
     retuned,
 )
-from tests.support import Dependency, FakeClock, FlakyStore
+from tests.support import Dependency, FakeClock, FlakyStore, make_policy
 
 CONFIG = BreakerConfig(failure_threshold=5, recovery_timeout=10, cache_ttl=1.0)
-POLICY = Policy.from_config(CONFIG)
 
 
 def fail(breaker: CircuitBreaker, dep: Dependency, times: int) -> None:
@@ -40,7 +38,7 @@ def test_a_tuned_threshold_is_applied_once_the_cache_expires() -> None:
     assert breaker.state is State.CLOSED
 
     # WHEN an operator tunes the threshold to 2 and cache_ttl passes
-    store.tune("api", POLICY, clock(), encode_tuned({"failure_threshold": 2}), None)
+    store.tune("api", make_policy(CONFIG), clock(), encode_tuned({"failure_threshold": 2}), None)
     clock.advance(CONFIG.cache_ttl)
 
     # THEN two failures open it
@@ -53,7 +51,9 @@ def test_an_unusable_tuned_value_is_ignored_with_one_log_line(
 ) -> None:
     # GIVEN a stored threshold no BreakerConfig accepts, next to a usable window
     clock, store, dep = FakeClock(), MemoryStore(), Dependency()
-    store.tune("api", POLICY, clock(), '{"failure_threshold": 0, "window_seconds": 5}', None)
+    store.tune(
+        "api", make_policy(CONFIG), clock(), '{"failure_threshold": 0, "window_seconds": 5}', None
+    )
     breaker = CircuitBreaker("api", store=store, config=CONFIG, clock=clock)
 
     # WHEN the breaker runs several calls with it
@@ -82,7 +82,7 @@ def test_a_stored_tuning_past_the_bounds_is_ignored_with_one_warning(
 ) -> None:
     # GIVEN a stored setting no container can live with (another package version wrote it)
     clock, store, dep = FakeClock(), MemoryStore(), Dependency()
-    store.tune("api", POLICY, clock(), stored, None)
+    store.tune("api", make_policy(CONFIG), clock(), stored, None)
     breaker = CircuitBreaker("api", store=store, config=CONFIG, clock=clock)
 
     # WHEN calls run across several cache refreshes
@@ -100,7 +100,7 @@ def test_a_stored_tuning_past_the_bounds_is_ignored_with_one_warning(
 
 def test_tuned_text_that_is_not_json_is_ignored() -> None:
     clock, store = FakeClock(), MemoryStore()
-    store.tune("api", POLICY, clock(), "not json", None)
+    store.tune("api", make_policy(CONFIG), clock(), "not json", None)
     breaker = CircuitBreaker("api", store=store, config=CONFIG, clock=clock)
 
     assert breaker.state is State.CLOSED

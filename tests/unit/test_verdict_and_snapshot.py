@@ -3,22 +3,20 @@ the CLI, the gate and ``CircuitBreaker.snapshot`` show (pure: no store, no clock
 
 from __future__ import annotations
 
-from fleetbreaker import BreakerConfig, State, rules
-from fleetbreaker.policy import Policy
+from fleetbreaker import State, rules
 from fleetbreaker.record import Decision, Lease, Record, Report
 from fleetbreaker.snapshot import Snapshot, iso_utc, snapshot_of
+from tests.support import make_policy
 
 T0 = 1_700_000_000_000
-POLICY = Policy.from_config(BreakerConfig(failure_threshold=3, half_open_max_probes=2))
+POLICY = make_policy(failure_threshold=3, half_open_max_probes=2)
 # Rate policy with slow calls and a quorum of 3: the record names the containers it saw.
-QUORUM = Policy.from_config(
-    BreakerConfig(
-        failure_rate_threshold=0.9,
-        minimum_calls=1000,
-        window_seconds=30,
-        slow_call_duration=1.0,
-        min_containers=3,
-    )
+QUORUM = make_policy(
+    failure_rate_threshold=0.9,
+    minimum_calls=1000,
+    window_seconds=30,
+    slow_call_duration=1.0,
+    min_containers=3,
 )
 
 

@@ -3,9 +3,11 @@
 Run as ``fleetbreaker`` (the console script) or ``python -m fleetbreaker``. Nothing imports
 this module on the breaker's path: ``import fleetbreaker`` stays as light as it was.
 
-Exit codes: 0 ok, 1 breaker (or its record) not found, or (create-table) a table that differs,
-2 usage or validation error, 3 store unreachable, 130 interrupted (Ctrl-C), with one line
-saying what may be left half done. Every error is one line on stderr, never a traceback, and
+Exit codes: 0 ok, 1 breaker (or its record) not found (open and disable of a name the store
+holds no record of included, unless --create), or (create-table) a table that differs, 2 usage
+or validation error (no AWS credentials, an unknown profile and a malformed endpoint included),
+3 store unreachable, 130 interrupted (Ctrl-C), with one line saying what may be left half
+done. Every error is one line on stderr, never a traceback, and
 holds no password or token (:mod:`fleetbreaker.redaction`).
 """
 

@@ -65,22 +65,94 @@ def aws_config() -> Any:
 
 
 NO_REGION = "no AWS region: pass --region or set AWS_REGION (or AWS_DEFAULT_REGION)"
+NO_CREDENTIALS = (
+    "no AWS credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or pass --profile "
+    "(or set AWS_PROFILE) naming a profile that has them; a local DynamoDB (--endpoint-url) "
+    "accepts any values, e.g. testing"
+)
+# Where the AWS SDK finds a profile when --profile is not given, in botocore's order: the
+# first one set wins, even set empty (a profile named "").
+PROFILE_VARIABLES = ("AWS_DEFAULT_PROFILE", "AWS_PROFILE")
+# Where it finds a region: the pinned botocore reads AWS_DEFAULT_REGION only, while Lambda,
+# the AWS CLI and our messages name AWS_REGION too. The CLI takes AWS_REGION first, as the
+# AWS CLI does, then leaves the rest (AWS_DEFAULT_REGION, the profile's region) to the SDK.
+REGION_VARIABLE = "AWS_REGION"
+
+
+def profile_named(profile: str | None) -> tuple[str | None, str]:
+    """The profile the SDK will use and what named it: ``--profile``, a variable, or nothing."""
+    if profile:
+        return profile, "--profile"
+    for variable in PROFILE_VARIABLES:
+        if variable in os.environ:
+            return os.environ[variable], variable
+    return None, "--profile"
 
 
 def aws_session(region: str | None, profile: str | None = None) -> Any:
-    """A boto3 session for ``--region`` and ``--profile`` (None: the environment's); an
-    unknown profile is a usage error."""
+    """A boto3 session for ``--region`` (else ``AWS_REGION``, else the SDK's own region) and
+    ``--profile`` (None: the environment's); an unknown profile is a usage error naming the
+    option or variable that named it."""
     import boto3
     from botocore.exceptions import ProfileNotFound
 
+    region = region or os.environ.get(REGION_VARIABLE) or None
     try:
-        return boto3.session.Session(region_name=region or None, profile_name=profile or None)
+        session = boto3.session.Session(region_name=region, profile_name=profile or None)
+        # botocore reads a profile named by a variable lazily: make it fail here, by name.
+        session.region_name  # noqa: B018
     except ProfileNotFound:
+        name, named_by = profile_named(profile)
         raise CliError(
             EXIT_USAGE,
-            f"AWS profile {printable(str(profile))!r} not found in the AWS config and credentials "
-            "files (AWS_CONFIG_FILE, AWS_SHARED_CREDENTIALS_FILE)",
+            f"AWS profile {printable(str(name))!r} not found in the AWS config and credentials "
+            f"files (AWS_CONFIG_FILE, AWS_SHARED_CREDENTIALS_FILE): change {named_by}",
         ) from None
+    return session
+
+
+def require_credentials(session: Any) -> Any:
+    """The session's credentials; none at all is a usage error (exit 2) saying how to give
+    them, not an unreachable store (a script would retry it)."""
+    credentials = session.get_credentials()
+    if credentials is None:
+        raise CliError(EXIT_USAGE, NO_CREDENTIALS)
+    return credentials
+
+
+def check_endpoint(url: str, named_by: str) -> None:
+    """A usage error (exit 2) naming ``named_by`` for an endpoint URL botocore cannot use: no
+    http(s) scheme or host, a malformed IPv6 address, a port that is not a number."""
+    from urllib.parse import urlsplit
+
+    from fleetbreaker.redaction import redact_url
+
+    shown = printable(redact_url(url))
+    try:
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise CliError(
+                EXIT_USAGE,
+                f"{named_by} {shown!r} is not an http(s) URL: include the scheme, e.g. "
+                "http://localhost:8000",
+            )
+        parts.port  # noqa: B018  (raises ValueError for a port that is not 0-65535)
+    except ValueError as exc:
+        raise CliError(
+            EXIT_USAGE,
+            f"{named_by} {shown!r} is not a valid URL ({exc}): change {named_by}, e.g. "
+            "http://localhost:8000",
+        ) from None
+
+
+def configured_endpoint(service: str) -> tuple[str, str] | None:
+    """The endpoint botocore would take from the environment for ``service``, and its variable."""
+    if os.environ.get("AWS_IGNORE_CONFIGURED_ENDPOINT_URLS", "").lower() == "true":
+        return None
+    for variable in (f"AWS_ENDPOINT_URL_{service.upper()}", "AWS_ENDPOINT_URL"):
+        if os.environ.get(variable):
+            return os.environ[variable], variable
+    return None
 
 
 def stack_outputs(stack: str, region: str | None, profile: str | None = None) -> dict[str, str]:
@@ -90,6 +162,10 @@ def stack_outputs(stack: str, region: str | None, profile: str | None = None) ->
     session = aws_session(region, profile)
     if not session.region_name:  # unset, or set empty (as dynamodb_client checks)
         raise CliError(EXIT_USAGE, NO_REGION)
+    configured = configured_endpoint("cloudformation")
+    if configured is not None:
+        check_endpoint(*configured)
+    require_credentials(session)
     try:
         client = session.client("cloudformation", config=aws_config())
         stacks = client.describe_stacks(StackName=stack)["Stacks"]
@@ -162,9 +238,10 @@ def open_store(args: argparse.Namespace) -> tuple[AdminStore, str]:
     credentials = None
     if settings.redis_url is None:
         client = dynamodb_client(args)
-    elif settings.iam_user is not None and getattr(args, "profile", None):
-        # The cache's IAM tokens are signed with the profile's credentials.
-        credentials = aws_session(args.region, args.profile).get_credentials()
+    elif settings.iam_user is not None:
+        # The cache's IAM tokens are signed with these credentials (a profile's, when named).
+        found = require_credentials(aws_session(args.region, getattr(args, "profile", None)))
+        credentials = found if getattr(args, "profile", None) else None
     store = settings.open(
         boto3_client=client,
         redis_options={
@@ -205,21 +282,16 @@ def dynamodb_client(args: argparse.Namespace) -> Any:
 
     endpoint = args.endpoint_url
     if endpoint is not None:
-        from urllib.parse import urlsplit
-
-        parts = urlsplit(endpoint)
-        if parts.scheme not in ("http", "https") or not parts.netloc:
-            from fleetbreaker.redaction import redact_url
-
-            raise CliError(
-                EXIT_USAGE,
-                f"--endpoint-url {printable(redact_url(endpoint))!r} is not an http(s) URL: "
-                "include the scheme, e.g. http://localhost:8000",
-            )
+        check_endpoint(endpoint, "--endpoint-url")
+    else:
+        configured = configured_endpoint("dynamodb")
+        if configured is not None:
+            check_endpoint(*configured)
     no_region = CliError(EXIT_USAGE, NO_REGION)
     session = aws_session(args.region, getattr(args, "profile", None))
     if not session.region_name:  # unset, or set empty
         raise no_region
+    require_credentials(session)
     try:
         return session.client("dynamodb", endpoint_url=endpoint, config=aws_config())
     except NoRegionError:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import sys
 import time
@@ -65,8 +66,49 @@ def _require(
 ) -> BreakerView:
     view = gather_one(store, name, now_ms, window_seconds)
     if view is None:
-        raise CliError(EXIT_NOT_FOUND, f"breaker {name!r} not found in {where}")
+        hint = _nearest(store, name, now_ms)
+        raise CliError(EXIT_NOT_FOUND, f"breaker {name!r} not found in {where}{hint}")
     return view
+
+
+# How many known names a name that is not found suggests.
+SUGGESTIONS = 3
+
+
+def _nearest(store: AdminStore, name: str, now_ms: int) -> str:
+    """ "; did you mean 'inventory-api'?" with the names the store lists nearest to ``name``
+    (difflib's ratio, nearest first), or "" when none is near."""
+    import difflib
+
+    try:
+        known = [listing.name for listing in store.list_records(now_ms)]
+    except StoreError:
+        return ""  # a caller allowed GetItem but not Scan: no suggestion, still not found
+    nearest = difflib.get_close_matches(name, known, n=SUGGESTIONS, cutoff=0.6)
+    return f"; did you mean {' or '.join(repr(n) for n in nearest)}?" if nearest else ""
+
+
+def _require_known(store: AdminStore, name: str, where: str, now_ms: int, command: str) -> None:
+    """Refuse to force a breaker the store has never seen (``open inventroy-api``): the
+    override would sit on a name no traffic uses while the real breaker stays as it was.
+
+    Suggests the nearest names the store lists. A healthy breaker may have no record yet (a
+    count-policy breaker writes nothing until it fails; an idle one's record expires), so
+    ``--create`` forces it anyway. The check and the write are two requests: a record that
+    appears between them is simply overridden, as with ``--create``.
+    """
+    try:
+        if store.load(name, now_ms) is not None:
+            return
+    except CorruptRecordError:
+        return  # a record is there (unreadable): the override replaces it, as before
+    hint = _nearest(store, name, now_ms)
+    raise CliError(
+        EXIT_NOT_FOUND,
+        f"breaker {name!r} not found in {where}, nothing changed{hint} (a breaker that has "
+        f"never failed has no record: if {name!r} is right, run `fleetbreaker {command} "
+        f"{name} --create`)",
+    )
 
 
 def _tuning_from(args: argparse.Namespace) -> dict[str, int | float | str]:
@@ -142,12 +184,15 @@ def run(
         if target is State.CLOSED:
             # Resetting a name with no record would only create one: most likely a typo.
             _require(store, name, where, now)
+        elif not args.create:
+            _require_known(store, name, where, now, args.command)
+        again = f"{args.command} {name}{' --create' if getattr(args, 'create', False) else ''}"
         action = tuning.operator_action(target.value, reason, caller_identity(args), clock())
         done = _FORCED[args.command]
         # The write may have reached the store before Ctrl-C: it may or may not be applied.
         with if_interrupted(
             f"while breaker {name!r} was being {done}: it may or may not be; run "
-            f"`fleetbreaker {args.command} {name}` again to be sure"
+            f"`fleetbreaker {again}` again to be sure"
         ):
             store.force_state(name, POLICY, action.at, target, action=action)
         with if_interrupted(
@@ -238,12 +283,14 @@ def _watch(
     _require(store, name, where, clock())
     # A stream of frames: with JSON, one object per frame and line whatever --output says.
     as_json = args.output != "text"
-    clear = out.isatty() and not as_json
+    # On a terminal each frame is drawn over the last, in place; piped, frames are appended.
+    on_screen = out.isatty() and not as_json
     shown = 0
     while args.count is None or shown < args.count:
         if shown:
             sleep(args.interval)
         now = clock()
+        frame = _Frame(out)
         try:
             window = window_of(args)
             view = gather_one(store, name, now, window) or view_of(name, None, now)
@@ -254,23 +301,49 @@ def _watch(
             error = redact(str(exc))
             if as_json:
                 problem = {"name": name, "error": f"store error: {error}", "at": iso(now)}
-                out.write(json.dumps(problem, sort_keys=True) + "\n")
+                frame.write(json.dumps(problem, sort_keys=True) + "\n")
             else:
-                out.write(f"{iso(now)}  store error: {printable(error)}\n")
+                frame.write(f"{iso(now)}  store error: {printable(error)}\n")
         else:
             # Each frame says when it was read: piped into a log, frames are told apart.
             if as_json:
-                out.write(json.dumps({**view.as_json(), "at": iso(now)}, sort_keys=True) + "\n")
+                frame.write(json.dumps({**view.as_json(), "at": iso(now)}, sort_keys=True) + "\n")
             else:
-                if clear:
-                    out.write("\x1b[H\x1b[2J")
-                out.write(f"at {iso(now)}\n")
-                _print(args, out, [view])
-                if not clear:
-                    out.write("\n")
+                frame.write(f"at {iso(now)}\n")
+                _print(args, frame, [view])
+                if not on_screen:
+                    frame.write("\n")
+        out.write(redraw(frame.getvalue(), first=shown == 0) if on_screen else frame.getvalue())
         out.flush()
         shown += 1
     return EXIT_OK
+
+
+# ANSI/VT100 controls for watch's in-place redraw: clear the screen once, then for each frame
+# move the cursor home, rewrite each line erasing what the last frame left to its right, and
+# erase everything below the frame. Clearing the whole screen every second would push each
+# frame into the terminal's scrollback, which then holds every frame.
+CLEAR_SCREEN = "\x1b[H\x1b[2J"
+CURSOR_HOME = "\x1b[H"
+ERASE_TO_LINE_END = "\x1b[K"
+ERASE_BELOW = "\x1b[J"
+
+
+def redraw(text: str, first: bool) -> str:
+    """``text`` drawn over the frame before it (``first``: on a cleared screen)."""
+    lines = "".join(f"{line}{ERASE_TO_LINE_END}\n" for line in text.splitlines())
+    return f"{CLEAR_SCREEN if first else CURSOR_HOME}{lines}{ERASE_BELOW}"
+
+
+class _Frame(io.StringIO):
+    """One frame of watch, built whole before it is drawn; coloured as its screen would be."""
+
+    def __init__(self, screen: TextIO) -> None:
+        super().__init__()
+        self._screen = screen
+
+    def isatty(self) -> bool:
+        return self._screen.isatty()
 
 
 def tune_merged(

@@ -1,5 +1,10 @@
 """``fleetbreaker doctor``: the store's checks (:mod:`fleetbreaker.stores.doctor`), one line
-each, and what to change named as the option or variable that set it."""
+each, and what to change named as the option or variable that set it.
+
+Its exit codes are the other commands': 0 every check passed, 1 the store answered and a
+check failed (a setting to change), 2 a usage error, 3 the store gave no answer (a script
+retries that one, as it retries ``status``).
+"""
 
 from __future__ import annotations
 
@@ -14,7 +19,14 @@ from fleetbreaker.cli.aws import (
     TABLE_OUTPUT,
     open_store,
 )
-from fleetbreaker.cli.common import EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE, CliError, printable
+from fleetbreaker.cli.common import (
+    EXIT_NOT_FOUND,
+    EXIT_OK,
+    EXIT_UNREACHABLE,
+    EXIT_USAGE,
+    CliError,
+    printable,
+)
 from fleetbreaker.cli.view import write_json
 from fleetbreaker.errors import ConfigError
 from fleetbreaker.naming import validate_name
@@ -25,7 +37,8 @@ if TYPE_CHECKING:
 
 
 def doctor(args: argparse.Namespace, out: TextIO, clock: Callable[[], int]) -> int:
-    """Every check of the store, one line each; CliError (exit 1) naming what to change."""
+    """Every check of the store, one line each; CliError naming what to change: exit 3 when
+    the store gave no answer (as every command exits when it cannot reach the store), else 1."""
     from fleetbreaker.stores.doctor import run_checks
 
     name = None
@@ -53,7 +66,9 @@ def doctor(args: argparse.Namespace, out: TextIO, clock: Callable[[], int]) -> i
             else f"{check.name} (change {setting_text(check.setting, args)})"
             for check in failures
         )
-        raise CliError(EXIT_NOT_FOUND, f"doctor: {len(failures)} check(s) failed: {named}")
+        unanswered = any(check.unanswered for check in failures)
+        code = EXIT_UNREACHABLE if unanswered else EXIT_NOT_FOUND
+        raise CliError(code, f"doctor: {len(failures)} check(s) failed: {named}")
     return EXIT_OK
 
 
@@ -74,10 +89,32 @@ def setting_text(setting: str | None, args: argparse.Namespace) -> str:
         if stack and args.redis_url is None:
             return f"{stack} (its outputs {CACHE_USER_OUTPUT} and {CACHE_NAME_OUTPUT})"
         return f"{IAM_USER_ENV} and {IAM_CACHE_ENV}"
+    if setting == checks.URL_LOGIN:
+        if args.redis_url is not None:
+            return "the user and password in --redis-url"
+        return (
+            f"{stack} (its output {CACHE_OUTPUT})"
+            if stack
+            else f"the user and password in {URL_ENV}"
+        )
+    if setting == checks.CA:
+        # The CLI trusts what OpenSSL's default paths hold; SSL_CERT_FILE points them at a bundle.
+        return "SSL_CERT_FILE (the CA bundle this machine trusts)"
+    if setting == checks.ACCESS:
+        return "the cache user's access string"
     if setting == checks.CREDENTIALS:
         return "--profile, or the AWS credentials in the environment"
     if setting == checks.ENDPOINT:
-        return "--region or --endpoint-url"
+        # The one this run was given, when it was given one (the cli's parser names both).
+        given = [
+            option
+            for option, value in (
+                ("--endpoint-url", getattr(args, "endpoint_url", None)),
+                ("--region", getattr(args, "region", None)),
+            )
+            if value is not None
+        ]
+        return " and ".join(given) if given else "--region or --endpoint-url"
     if setting == checks.POLICY:
         return "the caller's IAM policy"
     return "nothing of yours"

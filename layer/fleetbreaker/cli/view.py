@@ -31,6 +31,9 @@ from fleetbreaker.cli.common import (
 # counted over --window, default the functions' BREAKER_WINDOW_SECONDS, else 60.
 WINDOW_ENV = env_variable("window_seconds")
 
+# States whose record keeps the failures that tripped the breaker.
+TRIPPED = frozenset({State.OPEN, State.HALF_OPEN})
+
 # How the text output shows an open breaker whose window is over (BreakerView.probe_due).
 PROBE_DUE = "half-open: next call probes"
 
@@ -166,7 +169,7 @@ def view_of(
         and snapshot.open_until is not None
         and snapshot.open_until <= now_ms
     )
-    return BreakerView(
+    view = BreakerView(
         name,
         snapshot,
         tuned=tuned,
@@ -175,6 +178,11 @@ def view_of(
         probe_due=due,
         window_seconds=config.window_seconds,
     )
+    if record is not None and record.state in TRIPPED and view.failures is not None:
+        # The window of an open (or recovering) breaker is empty: its record keeps the
+        # failures that tripped it (rules.trip), which is what an operator asks for.
+        view.failures = max(view.failures, record.failures)
+    return view
 
 
 def gather_one(

@@ -72,7 +72,8 @@ class StoreSettings:
         The ElastiCache user to log in as with IAM authentication, and the cache its tokens
         are signed for (``CIRCUIT_BREAKER_REDIS_IAM_USER`` / ``_CACHE``): both or neither.
     region:
-        The cache's region for IAM tokens (``AWS_REGION``, else ``AWS_DEFAULT_REGION``).
+        The store's region: the table's, and the cache's for IAM tokens (``AWS_REGION``,
+        else ``AWS_DEFAULT_REGION``; None: boto3's own resolution, a profile's region).
 
     Example
     -------
@@ -186,7 +187,14 @@ class StoreSettings:
             return cache
         from fleetbreaker.stores.dynamodb import DynamoDBStore
 
-        table = DynamoDBStore(self.table_name, boto3_client=boto3_client, endpoint_url=endpoint_url)
+        # The region of the environment read (AWS_REGION, then AWS_DEFAULT_REGION), not only
+        # of os.environ, and whichever of the two is set: the pinned boto3 reads one.
+        table = DynamoDBStore(
+            self.table_name,
+            boto3_client=boto3_client,
+            endpoint_url=endpoint_url,
+            region_name=self.region,
+        )
         table.configured_by = TABLE_ENV
         return table
 
@@ -212,6 +220,10 @@ def from_env(environ: Mapping[str, str] | None = None, *, endpoint_url: str | No
     ElastiCacheIAMAuth`, in the region of ``AWS_REGION``); one without the other is a
     :class:`ConfigError`.
 
+    Another ``CIRCUIT_BREAKER_*`` variable (a misspelling, most likely) is logged once per
+    process at WARNING with the nearest known name (under ``BREAKER_VERIFY_STORE=true``,
+    :meth:`BreakerConfig.from_env` refuses it).
+
     Example
     -------
     >>> from_env({"CIRCUIT_BREAKER_TABLE": "CircuitBreakers"}).table_name
@@ -220,7 +232,19 @@ def from_env(environ: Mapping[str, str] | None = None, *, endpoint_url: str | No
     ...           "CIRCUIT_BREAKER_REDIS_URL": "redis://cache:6379"})
     RedisStore(key_prefix='fleetbreaker')
     """
-    return StoreSettings.from_env(environ).open(endpoint_url=endpoint_url)
+    env = os.environ if environ is None else environ
+    check_store_variables(env)
+    return StoreSettings.from_env(env).open(endpoint_url=endpoint_url)
+
+
+def check_store_variables(environ: Mapping[str, str]) -> None:
+    """Log an unknown ``CIRCUIT_BREAKER_*`` variable (a misspelt store variable, most likely)
+    once per process at WARNING, with the nearest known name (:mod:`fleetbreaker.
+    environment`). Refusing it under ``BREAKER_VERIFY_STORE=true`` is the config's part:
+    ``BreakerConfig.from_env`` reads that variable and checks every prefix."""
+    from fleetbreaker.environment import check_variables
+
+    check_variables(environ, ("CIRCUIT_BREAKER_",), STORE_VARIABLES, strict_by=None)
 
 
 def __getattr__(name: str) -> Any:

@@ -50,7 +50,10 @@ class Store(Protocol):
     store deadline. And a ``drop_connections()`` method that closes its pooled connections
     and forgets cached logins, leaving it usable: called after the process was restored from
     a snapshot (Lambda SnapStart, :func:`fleetbreaker.after_restore`), when every connection
-    it holds belongs to another time. Operations raise
+    it holds belongs to another time. And a ``sharing_identity``: a string naming everything
+    that makes its data another fleet's (region, endpoint, table...), which lets the
+    processes of one Lambda Managed Instances environment share their reads
+    (:func:`fleetbreaker.shared_refresh.copy_key`); without one they do not. Operations raise
     :class:`fleetbreaker.errors.StoreError` when the store cannot answer.
     :class:`~fleetbreaker.stores.fallback.FallbackStore` wraps any store to answer from a
     local twin instead, and bounds every operation by a deadline.
@@ -90,8 +93,9 @@ class Store(Protocol):
 
     def census(self, name: str, policy: Policy, now_ms: int, observed: Record | None) -> Outcome:
         """Count one census write in the record's census ring, in any state; never a
-        transition. An absent record becomes a fresh closed one. The outcome's record is the
-        fleet's view after it (the write replaces a refresh read)."""
+        transition. An absent record becomes a fresh closed one; a record the store cannot
+        read is left as it is (CorruptRecordError): it may hold an open breaker. The
+        outcome's record is the fleet's view after it (the write replaces a refresh read)."""
         ...
 
     def force_state(self, name: str, policy: Policy, now_ms: int, target: State) -> Outcome:

@@ -10,9 +10,10 @@ is what a breaker's calls will meet:
   (:mod:`fleetbreaker.stores.dynamodb_table`); a breaker's record can be read (GetItem); a
   fenced write applies (the store's own conditional UpdateItem, on a sentinel record removed
   afterwards).
-- Redis: the server answers; the connection is TLS with a verified certificate; the store
-  logged in (as the cache's IAM user, or a user with a password); its scripts load; a read
-  and a fenced write (each one of its scripts) run.
+- Redis: the server answers; the connection is TLS and its handshake verified the server's
+  certificate (a certificate refused fails this check, naming the CA bundle, not the
+  network); the store logged in (as the cache's IAM user, or a user with a password); its
+  scripts load; a read and a fenced write (each one of its scripts) run.
 
 A failed check names what to change as a *setting* (:data:`SETTINGS`), which the caller turns
 into the option or variable that set it. Nothing on a breaker's path imports this module.
@@ -50,16 +51,21 @@ PASSED = "ok"
 FAILED = "FAIL"
 SKIPPED = "skip"
 
-# What a failed check says to change: the store's name (TABLE, REDIS_URL), its login
-# (IAM_USER), the caller's AWS credentials or their IAM policy, or where the store is looked
-# for (ENDPOINT: the region or the endpoint URL).
+# What a failed check says to change: the store's name (TABLE, REDIS_URL), its login (IAM_USER
+# for the cache's IAM user, URL_LOGIN for the user and password written in the Redis URL), the
+# CA bundle the server's certificate is checked against (CA), the caller's AWS credentials or
+# their IAM policy, the cache user's access string (ACCESS), or where the store is looked for
+# (ENDPOINT: the region or the endpoint URL).
 TABLE = "table"
 REDIS_URL = "redis_url"
 IAM_USER = "iam_user"
+URL_LOGIN = "url_login"
+CA = "ca"
 CREDENTIALS = "credentials"
 POLICY = "policy"
+ACCESS = "access"
 ENDPOINT = "endpoint"
-SETTINGS = (TABLE, REDIS_URL, IAM_USER, CREDENTIALS, POLICY, ENDPOINT)
+SETTINGS = (TABLE, REDIS_URL, IAM_USER, URL_LOGIN, CA, CREDENTIALS, POLICY, ACCESS, ENDPOINT)
 
 # The sentinel record the write check makes and removes: a name no breaker has, and a short
 # TTL, so a sentinel the caller may not delete (breakers never need DeleteItem) is gone from
@@ -97,7 +103,8 @@ class Check:
 
     ``status`` is :data:`PASSED`, :data:`FAILED` or :data:`SKIPPED`; ``detail`` what was found;
     for a failure, ``fix`` what to do and ``setting`` (one of :data:`SETTINGS`, or None when
-    no setting of the caller's is to blame) what to change.
+    no setting of the caller's is to blame) what to change. ``unanswered``: the failure is
+    the store giving no answer (weather, or a network between), not a setting it refused.
     """
 
     name: str
@@ -105,6 +112,7 @@ class Check:
     detail: str
     fix: str = ""
     setting: str | None = None
+    unanswered: bool = False
 
     @property
     def failed(self) -> bool:
@@ -115,8 +123,10 @@ def passed(name: str, detail: str) -> Check:
     return Check(name, PASSED, detail)
 
 
-def failed(name: str, detail: str, fix: str, setting: str | None) -> Check:
-    return Check(name, FAILED, detail, fix, setting)
+def failed(
+    name: str, detail: str, fix: str, setting: str | None, *, unanswered: bool = False
+) -> Check:
+    return Check(name, FAILED, detail, fix, setting, unanswered)
 
 
 def skipped(name: str, why: str) -> Check:
@@ -315,44 +325,71 @@ def _may_update(store: AdminStore, name: str) -> bool:
 
 
 def redis_checks(store: RedisStore, name: str | None, now_ms: int) -> list[Check]:
-    """The Redis cache's checks: reachable, tls, login, scripts, read, write."""
+    """The Redis cache's checks: reachable, tls, login, scripts, read, write.
+
+    ``tls`` passes only once a handshake verified the server's certificate: the PING of the
+    reachable check is that handshake, so a certificate refused there fails ``tls`` (naming
+    the CA bundle), not ``reachable``.
+    """
     from redis.exceptions import RedisError
 
     kwargs = _connection_kwargs(store)
     where = _address(kwargs)
-    tls = _tls_check(store, kwargs)
+    login = _login_setting(kwargs)
+    tls = _tls_setup_check(store, kwargs)
     try:
         store.client.ping()  # type: ignore[attr-defined]
     except (RedisError, OSError) as exc:
+        handshake = _handshake_failure(exc, kwargs, where)
+        if handshake is not None:
+            return [
+                passed("reachable", f"a server at {where} accepted the connection"),
+                tls if tls.failed else handshake,
+                *(skipped(c, "not checked: no TLS session") for c in _AFTER_TLS),
+            ]
         error = store.translate(exc, f"Redis at {where}") if isinstance(exc, RedisError) else exc
         if isinstance(error, StoreMisconfiguredError):
-            # It answered: the login is what failed.
+            # It answered, over the TLS the handshake verified: the login is what failed.
             return [
                 passed("reachable", f"Redis at {where} answered"),
-                tls,
+                _tls_verified(tls, kwargs),
                 failed("login", str(error), *_login_fix(kwargs)),
                 *(skipped(c, "not checked: not logged in") for c in ("scripts", "read", "write")),
             ]
+        reach = "name a cache this machine can reach (a cache in a VPC answers only inside it)"
+        if tls.status == PASSED:
+            # A plain-text server never answers a TLS handshake: it waits for a command.
+            reach += "; with rediss://, one that speaks TLS on that port"
         return [
             failed(
                 "reachable",
                 f"no answer from Redis at {where}: {error}",
-                "name a cache this machine can reach (a cache in a VPC answers only inside it)",
+                reach,
                 REDIS_URL,
+                unanswered=True,
             ),
-            tls,
-            *(skipped(c, "not checked: no answer") for c in ("login", "scripts", "read", "write")),
+            tls if tls.failed else skipped("tls", "not checked: no connection"),
+            *(skipped(c, "not checked: no answer") for c in _AFTER_TLS),
         ]
-    checks = [passed("reachable", f"Redis at {where} answered"), tls, _login_check(store, kwargs)]
+    checks = [
+        passed("reachable", f"Redis at {where} answered"),
+        _tls_verified(tls, kwargs),
+        _login_check(store, kwargs),
+    ]
     try:
         loaded = store.upload_scripts()
     except StoreError as exc:
         grant = "the cache user's access string needs +script|load and +evalsha"
-        checks.append(_store_failure("scripts", exc, grant, IAM_USER))
+        checks.append(_store_failure("scripts", exc, grant, login, ACCESS))
         checks += [skipped(c, "not checked: the scripts did not load") for c in ("read", "write")]
         return checks
     checks.append(passed("scripts", f"{len(loaded)} scripts loaded, their SHA1s match"))
-    return checks + _read_and_write(store, name, now_ms, _delete_key(store), _REDIS_GRANT, IAM_USER)
+    remove = _delete_key(store)
+    return checks + _read_and_write(store, name, now_ms, remove, _REDIS_GRANT, login, ACCESS)
+
+
+# What cannot be checked without a TLS session.
+_AFTER_TLS = ("login", "scripts", "read", "write")
 
 
 def _connection_kwargs(store: RedisStore) -> dict[str, Any]:
@@ -367,7 +404,10 @@ def _address(kwargs: dict[str, Any]) -> str:
     return f"{kwargs['host']}:{kwargs.get('port', 6379)}"
 
 
-def _tls_check(store: RedisStore, kwargs: dict[str, Any]) -> Check:
+def _tls_setup_check(store: RedisStore, kwargs: dict[str, Any]) -> Check:
+    """What the client's settings say of TLS before any connection: a failure when they rule
+    it out or leave the certificate unverified, else a pass that :func:`_tls_verified` words
+    once a handshake has verified the certificate (a skip for a client passed in)."""
     pool = getattr(store.client, "connection_pool", None)
     connection_class = getattr(pool, "connection_class", None)
     if connection_class is None:
@@ -390,7 +430,69 @@ def _tls_check(store: RedisStore, kwargs: dict[str, Any]) -> Check:
             "verify the certificate: drop ssl_cert_reqs from the URL",
             REDIS_URL,
         )
-    return passed("tls", "TLS (rediss://), the server's certificate verified")
+    return passed("tls", "")
+
+
+def _trusted_cas(kwargs: dict[str, Any]) -> str:
+    """The CA bundle a certificate is checked against, for messages."""
+    if kwargs.get("ssl_ca_certs"):
+        return f"the CA bundle ssl_ca_certs={kwargs['ssl_ca_certs']!r}"
+    import os
+
+    bundle = os.environ.get("SSL_CERT_FILE")
+    if bundle:
+        return f"the CA bundle SSL_CERT_FILE={bundle!r}"
+    return "this machine's trusted CAs (SSL_CERT_FILE unset)"
+
+
+def _tls_verified(setup: Check, kwargs: dict[str, Any]) -> Check:
+    """The tls check once a handshake completed: verified, as the settings required."""
+    if setup.status != PASSED:
+        return setup
+    hostname = (
+        "and that it names the host"
+        if kwargs.get("ssl_check_hostname", True)
+        else "but not the host it names (ssl_check_hostname off)"
+    )
+    return passed(
+        "tls",
+        f"TLS (rediss://): the handshake verified the server's certificate against "
+        f"{_trusted_cas(kwargs)}, {hostname}",
+    )
+
+
+def _handshake_failure(exc: BaseException, kwargs: dict[str, Any], where: str) -> Check | None:
+    """The tls check's failure when ``exc`` is a TLS handshake that failed; None otherwise."""
+    import ssl
+
+    cause: BaseException | None = exc
+    while cause is not None and not isinstance(cause, ssl.SSLError):
+        cause = cause.__cause__ or cause.__context__
+    if cause is None:
+        return None
+    if isinstance(cause, ssl.SSLCertVerificationError):
+        reason = cause.verify_message or str(cause)
+        if "hostname" in reason.lower() or "ip address mismatch" in reason.lower():
+            return failed(
+                "tls",
+                f"the TLS handshake with {where} refused the server's certificate: {reason} "
+                "(CERTIFICATE_VERIFY_FAILED)",
+                "connect with a host name the certificate names",
+                REDIS_URL,
+            )
+        return failed(
+            "tls",
+            f"the TLS handshake with {where} refused the server's certificate: {reason} "
+            f"(CERTIFICATE_VERIFY_FAILED), checked against {_trusted_cas(kwargs)}",
+            "trust the CA that signed the server's certificate: a CA bundle holding it",
+            CA,
+        )
+    return failed(
+        "tls",
+        f"the TLS handshake with {where} failed: {cause}",
+        "a rediss:// URL needs a server that speaks TLS on that port",
+        REDIS_URL,
+    )
 
 
 def _login_check(store: RedisStore, kwargs: dict[str, Any]) -> Check:
@@ -413,8 +515,21 @@ def _login_check(store: RedisStore, kwargs: dict[str, Any]) -> Check:
     )
 
 
+def _login_setting(kwargs: dict[str, Any]) -> str:
+    """What set the login the cache is sent: the IAM user, or the URL's user and password."""
+    provider = kwargs.get("credential_provider")
+    if isinstance(getattr(provider, "user_id", None), str):
+        return IAM_USER
+    if kwargs.get("username") or kwargs.get("password"):
+        return URL_LOGIN
+    return IAM_USER
+
+
 def _login_fix(kwargs: dict[str, Any]) -> tuple[str, str]:
-    if kwargs.get("credential_provider") is not None or kwargs.get("username"):
+    setting = _login_setting(kwargs)
+    if setting == URL_LOGIN:
+        return "use a user and password the cache has", URL_LOGIN
+    if kwargs.get("credential_provider") is not None:
         return "log in as a user the cache has, with its credentials", IAM_USER
     return "the cache requires a login: log in as its IAM user", IAM_USER
 
@@ -453,10 +568,12 @@ def _read_and_write(
     remove: Remover,
     grant: str,
     login: str,
+    denied: str = POLICY,
 ) -> list[Check]:
     """The read check (breaker ``name``'s record, or a sentinel's) and the write check (a
     fenced write on a sentinel record, then removed by ``remove``). ``grant`` says what to
-    allow when a request is denied, ``login`` which setting to change when a login is refused.
+    allow when a request is denied and ``denied`` which setting grants it, ``login`` which
+    setting to change when a login is refused.
     """
     subject = name or sentinel_name()
     try:
@@ -468,7 +585,7 @@ def _read_and_write(
             "the next write replaces it",
         )
     except StoreError as exc:
-        read = _store_failure("read", exc, grant, login)
+        read = _store_failure("read", exc, grant, login, denied)
         if isinstance(exc, StoreMisconfiguredError) and exc.problem != ACCESS_DENIED:
             return [read, skipped("write", "not checked: the read showed the store is wrong")]
     else:
@@ -477,25 +594,31 @@ def _read_and_write(
         else:
             found = "no record (closed)" if record is None else record.state.value
             read = passed("read", f"read breaker {subject!r}: {found}")
-    return [read, _write_check(store, name, now_ms, remove, grant, login)]
+    return [read, _write_check(store, name, now_ms, remove, grant, login, denied)]
 
 
 def _write_check(
-    store: AdminStore, name: str | None, now_ms: int, remove: Remover, grant: str, login: str
+    store: AdminStore,
+    name: str | None,
+    now_ms: int,
+    remove: Remover,
+    grant: str,
+    login: str,
+    denied: str,
 ) -> Check:
     sentinel = sentinel_name()
     try:
         outcome = store.force_state(sentinel, _SENTINEL_POLICY, now_ms, State.CLOSED)
     except StoreError as exc:
-        denied = isinstance(exc, StoreMisconfiguredError) and exc.problem == ACCESS_DENIED
-        if denied and name is not None and _may_update(store, name):
+        refused = isinstance(exc, StoreMisconfiguredError) and exc.problem == ACCESS_DENIED
+        if refused and name is not None and _may_update(store, name):
             return passed(
                 "write",
                 f"a fenced UpdateItem on breaker {name!r} is allowed (sent to change "
                 f"nothing); one on the sentinel {sentinel!r} was denied: the policy is scoped "
                 "to breaker names",
             )
-        return _store_failure("write", exc, grant, login)
+        return _store_failure("write", exc, grant, login, denied)
     if outcome.record is None:
         return failed(
             "write",
@@ -506,18 +629,22 @@ def _write_check(
     return passed("write", f"fenced write on the sentinel {sentinel!r} applied; {remove(sentinel)}")
 
 
-def _store_failure(check: str, exc: StoreError, grant: str, login: str) -> Check:
+def _store_failure(
+    check: str, exc: StoreError, grant: str, login: str, denied: str = POLICY
+) -> Check:
     """A read, write or scripts check failed with the store's error ``exc``: ``grant`` says
-    what to allow when it was denied, ``login`` what to change when the login was refused."""
+    what to allow when it was denied (``denied``: the setting that grants it), ``login`` what
+    to change when the login was refused."""
     if not isinstance(exc, StoreMisconfiguredError):
         return failed(
             check,
             f"no answer: {exc}",
             "run doctor again; if it persists, check the network and the store's health",
             None,
+            unanswered=True,
         )
     if exc.problem == ACCESS_DENIED:
-        return failed(check, str(exc), grant, POLICY)
+        return failed(check, str(exc), grant, denied)
     if exc.problem == AUTHENTICATION_REFUSED:
         return failed(check, str(exc), "use credentials the store accepts", login)
     return failed(check, str(exc), "name a breaker table", TABLE)
@@ -536,4 +663,5 @@ def _unreachable(error: Exception, where: str) -> Check:
         f"no answer from {where}: {error}",
         "check the region and the endpoint (and the network)",
         ENDPOINT,
+        unanswered=True,
     )

@@ -33,6 +33,8 @@ class MemoryStore:
     # Its records live in this process: processes that share a directory (Lambda Managed
     # Instances) must not share their views of them (fleetbreaker.shared_refresh).
     process_local = True
+    # No data beyond this process to name: it shares no copy (shared_refresh.copy_key).
+    sharing_identity: str | None = None
 
     def __init__(self) -> None:
         self._records: dict[str, Record] = {}

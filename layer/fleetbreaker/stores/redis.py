@@ -30,7 +30,7 @@ from fleetbreaker.errors import (
 from fleetbreaker.frozen import replace
 from fleetbreaker.policy import Policy, check_weight
 from fleetbreaker.record import Decision, Lease, Outcome, ProbeReport, Record, Report, State
-from fleetbreaker.redaction import redact, redact_url, url_secrets
+from fleetbreaker.redaction import redact, redact_url, split_login, url_secrets
 from fleetbreaker.stores.base import Listing, StoreStats
 from fleetbreaker.stores.redis_scripts import load_scripts, policy_json
 from fleetbreaker.stores.variables import URL_ENV, default_redis_url
@@ -230,6 +230,15 @@ class RedisStore:
 
     def __repr__(self) -> str:
         return f"RedisStore(key_prefix={self.key_prefix!r})"
+
+    @property
+    def sharing_identity(self) -> str | None:
+        """The server, database and key prefix this store reaches (see
+        :mod:`fleetbreaker.stores.identity`); None for a client it cannot see into."""
+        # At use, not import: only Managed Instances ask (a cold start elsewhere never does).
+        from fleetbreaker.stores.identity import redis_identity
+
+        return redis_identity(self.client, self.key_prefix)
 
     def drop_connections(self) -> None:
         """Disconnect every pooled connection, and forget the IAM token (after a restored
@@ -549,7 +558,7 @@ def require_redis_py(configured_by: str | None = None) -> None:
             f"{chosen}RedisStore needs redis-py, which the slim fleetbreaker layer does not "
             "carry: attach the full layer (/<stack>/fleetbreaker/<runtime>/layer-arn) instead "
             "of the slim one, or bundle redis with your function "
-            "(pip install 'fleetbreaker[redis]')"
+            "(from a clone of fleetbreaker: pip install '.[redis]')"
         ) from exc
 
 
@@ -573,10 +582,24 @@ def _make_client(
     from redis.retry import Retry
 
     # Every message below quotes the URL without its password (it lands in init logs).
-    shown = redact_url(url)
-    scheme, sep, rest = url.partition("://")
+    given, shown = url, redact_url(url)
+    # The login comes out before anything parses the URL: redis-py's parser cuts a password
+    # typed raw at its first '/', '?' or '#' and quotes the rest in its errors (as a port,
+    # say), or connects to a host made of it. Given to the client as options instead, the
+    # password is never part of what it parses or quotes.
+    address, url_user, url_password = split_login(url)
+    if url_user is not None or url_password is not None:
+        if credential_provider is not None:
+            raise ConfigError(
+                f"RedisStore takes a credential_provider or a login in the url, not both: {shown!r}"
+            )
+        # Credentials written in the URL take precedence, as redis-py gives them.
+        username = url_user if url_user is not None else username
+        password = url_password if url_password is not None else password
+    scheme, sep, rest = address.partition("://")
     if not sep or scheme not in ("redis", "rediss"):
         raise ConfigError(f"Redis url must start with redis:// or rediss://, got {shown!r}")
+    url = address
     if ssl is True and scheme == "redis":
         url = f"rediss://{rest}"
     elif ssl is False and scheme == "rediss":
@@ -605,7 +628,7 @@ def _make_client(
         client: RedisClient = redis.Redis.from_url(url, **options)
     except (ValueError, TypeError) as exc:
         # redis-py's own message may quote any part of the URL, the password included.
-        secrets = (*url_secrets(url), *(() if password is None else (password,)))
+        secrets = (*url_secrets(given), *(() if password is None else (password,)))
         raise ConfigError(
             f"invalid Redis url or options for {shown!r}: {redact(str(exc), secrets)}"
         ) from None

@@ -294,8 +294,10 @@ local function open_duration(policy, reopens, jitter)
 end
 
 -- rules.trip: the open record that replaces a closed one whose counts reached the threshold.
-local function trip(rec, policy, now)
+-- It keeps the failures that tripped it, for operators to see (no rule reads them).
+local function trip(rec, policy, now, failures)
   local opened = blank('open', rec.gen + 1, rec)
+  opened.failures = failures
   opened.opened_at = now
   opened.open_until = now + open_duration(policy, 0, 1.0)
   return opened
@@ -304,6 +306,7 @@ end
 -- rules.reopen: the open record that replaces a half-open one whose probe failed.
 local function reopen(rec, policy, now, jitter)
   local reopened = blank('open', rec.gen + 1, rec)
+  reopened.failures = rec.failures
   reopened.reopens = rec.reopens + 1
   reopened.opened_at = now
   reopened.open_until = now + open_duration(policy, reopened.reopens, jitter)

@@ -20,4 +20,4 @@ end
 if counted.failures < policy.failure_threshold then
   return reply(save(key, counted, policy, now, old), now, true)
 end
-return reply(save(key, trip(current, policy, now), policy, now, old), now, true, 'closed', 'open')
+return reply(save(key, trip(current, policy, now, counted.failures), policy, now, old), now, true, 'closed', 'open')

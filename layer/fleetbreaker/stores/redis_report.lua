@@ -133,6 +133,6 @@ elseif slowing and (min_containers <= 1 or live(counted.slowing) >= min_containe
 end
 
 if trips then
-  return reply(save(key, trip(current, policy, now), policy, now, old), now, true, 'closed', 'open')
+  return reply(save(key, trip(current, policy, now, total.failures), policy, now, old), now, true, 'closed', 'open')
 end
 return reply(save(key, counted, policy, now, old), now, true)

@@ -2,9 +2,10 @@
 
 ``CIRCUIT_BREAKER_TABLE`` names a breaker's DynamoDB table, ``CIRCUIT_BREAKER_REDIS_URL`` its
 Redis, ``CIRCUIT_BREAKER_REDIS_IAM_USER`` and ``_IAM_CACHE`` the ElastiCache IAM login. A
-leaf module: the stores take their defaults from here (``DynamoDBStore(table_name=None)``,
-``RedisStore(url=None)``), and :func:`fleetbreaker.stores.from_env` builds a store from
-them, without either importing the other.
+leaf module (it imports only the list of names): the stores take their defaults from here
+(``DynamoDBStore(table_name=None)``, ``RedisStore(url=None)``), and
+:func:`fleetbreaker.stores.from_env` builds a store from them, without either importing the
+other.
 """
 
 from __future__ import annotations
@@ -12,11 +13,25 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-TABLE_ENV = "CIRCUIT_BREAKER_TABLE"
-URL_ENV = "CIRCUIT_BREAKER_REDIS_URL"
-IAM_USER_ENV = "CIRCUIT_BREAKER_REDIS_IAM_USER"
-IAM_CACHE_ENV = "CIRCUIT_BREAKER_REDIS_IAM_CACHE"
-STORE_VARIABLES = (TABLE_ENV, URL_ENV, IAM_USER_ENV, IAM_CACHE_ENV)
+# Named with every other known variable (fleetbreaker.environment); read here alone.
+from fleetbreaker.environment import (
+    IAM_CACHE_ENV,
+    IAM_USER_ENV,
+    STORE_VARIABLES,
+    TABLE_ENV,
+    URL_ENV,
+)
+
+__all__ = [
+    "IAM_CACHE_ENV",
+    "IAM_USER_ENV",
+    "STORE_VARIABLES",
+    "TABLE_ENV",
+    "URL_ENV",
+    "default_redis_url",
+    "default_table_name",
+    "read",
+]
 
 
 def read(environ: Mapping[str, str] | None, variable: str) -> str:

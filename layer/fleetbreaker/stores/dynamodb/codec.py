@@ -275,6 +275,13 @@ class Write:
         alive = f"{self.name(TTL_ATTRIBUTE)} > {self.value(self.now_ms // 1000)}"
         return f"{self.name(schema.STATE)} IN ({states}) AND {typed} AND {alive}"
 
+    def absent_or_expired(self) -> str:
+        """No item, or one past its TTL: what a census write may start afresh. A corrupt
+        item that is alive is neither (a census write never replaces one, whatever it is)."""
+        ttl = self.name(TTL_ATTRIBUTE)
+        now_s = self.value(self.now_ms // 1000)
+        return f"attribute_not_exists({self.name(KEY_ATTRIBUTE)}) OR {ttl} <= {now_s}"
+
     def replaceable(self, corrupt: dict[str, Any] | None) -> str:
         """The condition of a write that replaces an absent, expired or corrupt item.
 

@@ -16,6 +16,7 @@ from fleetbreaker import rules
 from fleetbreaker.errors import ConfigError, CorruptRecordError, StoreError
 from fleetbreaker.policy import Policy
 from fleetbreaker.record import (
+    MAX_CENSUS_COUNT,
     MAX_PROBE_SLOTS,
     WINDOW_BUCKETS,
     Bucket,
@@ -57,6 +58,20 @@ if TYPE_CHECKING:
 # A report that also rewrites the quorum map tries that many times; later attempts send its
 # counts alone (see DynamoDBStore.report).
 _MAP_ATTEMPTS = 3
+
+
+def _unreadable(name: str, item: dict[str, Any], now_ms: int) -> CorruptRecordError:
+    """The CorruptRecordError an operation that may not replace ``item`` raises: why the item
+    cannot be read, and that it was left as it is."""
+    try:
+        parse_item(item, now_ms)
+        reason = "not a record"  # parse_or_corrupt refused it: parse_item says why
+    except CorruptRecordError as exc:
+        reason = str(exc)
+    return CorruptRecordError(
+        f"breaker {name!r}: {reason} (a census write left it as it is: the next counted "
+        "write or an operator's reset replaces it)"
+    )
 
 
 def _alive(observed: Record | None, now_ms: int) -> Record | None:
@@ -141,6 +156,10 @@ class DynamoDBStore:
         Whether ``load`` (the cache's refresh read) is strongly consistent. Default False:
         half a read unit, staleness bounded by ``cache_ttl`` (every write is fenced and
         returns the fresh record). Reads that decide a write are always strongly consistent.
+    region_name:
+        The table's region. Default: ``boto_config``'s, else ``AWS_REGION``, else
+        ``AWS_DEFAULT_REGION`` (which alone the pinned boto3 reads), else boto3's own
+        resolution (a profile's region).
 
     Example
     -------
@@ -157,6 +176,7 @@ class DynamoDBStore:
         boto_config: Config | None = None,
         endpoint_url: str | None = None,
         consistent_read: bool = False,
+        region_name: str | None = None,
     ) -> None:
         table = table_name if table_name is not None else default_table_name()
         if not isinstance(table, str) or not table.strip():
@@ -174,12 +194,22 @@ class DynamoDBStore:
             client=boto3_client,
             boto_config=boto_config,
             endpoint_url=endpoint_url,
+            region_name=region_name,
         )
         self._wire.configured_by = TABLE_ENV if table_name is None else "table_name"
 
     @property
     def client(self) -> DynamoDBClient:
         return self._wire.client
+
+    @property
+    def sharing_identity(self) -> str:
+        """The region, endpoint and table this store reaches (see
+        :mod:`fleetbreaker.stores.identity`). Builds the client (no request)."""
+        # At use, not import: only Managed Instances ask (a cold start elsewhere never does).
+        from fleetbreaker.stores.identity import dynamodb_identity
+
+        return dynamodb_identity(self.client, self.table_name)
 
     @property
     def configured_by(self) -> str:
@@ -273,7 +303,7 @@ class DynamoDBStore:
             def counted(record: Record | None) -> Outcome:
                 if record is None or record.failures < policy.failure_threshold:
                     return Outcome(record, changed=True)
-                return self._trip(name, policy, now_ms, record)
+                return self._trip(name, policy, now_ms, record, record.failures)
 
             return _Step(write, counted)
 
@@ -282,12 +312,14 @@ class DynamoDBStore:
             name, now_ms, seen, plan, attempts=4, gave_up=_keep_latest, counts=True
         )
 
-    def _trip(self, name: str, policy: Policy, now_ms: int, counted: Record) -> Outcome:
+    def _trip(
+        self, name: str, policy: Policy, now_ms: int, counted: Record, failures: int
+    ) -> Outcome:
         # Many callers can see the count reach the threshold; the generation fence lets
         # exactly one of them open the breaker. The others lose the race once and keep the
         # record that stopped them (their count did land: changed).
         def plan(seen: Record | None, _: dict[str, Any] | None, __: int) -> _Step:
-            opened = rules.trip(counted, policy, now_ms)
+            opened = rules.trip(counted, policy, now_ms, failures)
             write = write_record(Write(now_ms, policy), opened).add(schema.GEN, 1)
             write.remove_leases(range(MAX_PROBE_SLOTS))
             write.require(write.usable()).require(write.is_(schema.STATE, State.CLOSED.value))
@@ -437,7 +469,7 @@ class DynamoDBStore:
             counts = rules.sliding_window(policy).counts(record, now_ms)
             if record is None or not rules.sliding_window(policy).trips(counts):
                 return Outcome(record, changed=True)
-            return self._trip(name, policy, now_ms, record)
+            return self._trip(name, policy, now_ms, record, counts.failures)
 
         return self._fenced_write(
             name, now_ms, seen, plan, attempts=6, gave_up=_keep_latest, counts=True
@@ -447,29 +479,47 @@ class DynamoDBStore:
         # One ADD to the current slice of the census ring, fenced on the slice and on the
         # state (the TTL written depends on it): census writes commute with each other and
         # change nothing a transition is fenced on, so they never make a breaker's own writes
-        # retry. Starting a slice, or replacing an absent or corrupt item, re-plans.
+        # retry. Starting a slice, or an absent or expired item, re-plans. A census write
+        # never replaces an item it cannot read, nor leaves one: that item may hold an open
+        # breaker, which only a counted write or an operator may replace.
         idx, slot = rules.census_slot(policy, now_ms)
 
         def plan(seen: Record | None, corrupt: dict[str, Any] | None, _: int) -> _Step:
+            if seen is None and corrupt is not None:
+                raise _unreadable(name, corrupt, now_ms)
             planned = rules.apply_census(seen, policy, now_ms)
             after = planned.record
             assert after is not None
             if seen is None:
-                return _Step(write_fresh(Write(now_ms, policy), after, corrupt), _changed(None))
+                fresh = write_fresh(Write(now_ms, policy), after, None)
+                return _Step(fresh.require(fresh.absent_or_expired()), counted)
             write = Write(now_ms, policy, seen.state)
             write.require(write.usable()).require(write.is_(schema.STATE, seen.state.value))
             index = schema.census_field(slot, schema.CENSUS_INDEX)
+            count = schema.census_field(slot, schema.CENSUS_COUNT)
             held = seen.census.get(slot)
             if held is not None and held.idx == idx:
                 write.require(write.is_(index, idx))
-                write.add(schema.census_field(slot, schema.CENSUS_COUNT), 1)
+                if held.count < MAX_CENSUS_COUNT:
+                    # One past the bound would make the item corrupt: a full slice stays full.
+                    write.require(f"{write.name(count)} < {write.value(MAX_CENSUS_COUNT)}")
+                    write.add(count, 1)
+                else:
+                    write.require(write.is_(count, MAX_CENSUS_COUNT))
             else:
                 if held is None:
                     write.require(f"NOT attribute_type({write.name(index)}, {write.value('N')})")
                 else:
                     write.require(write.is_(index, held.idx))
                 write_census(write, slot, after.census[slot])
-            return _Step(write, _changed(None))
+            return _Step(write, counted)
+
+        def counted(record: Record | None) -> Outcome:
+            if record is None:  # applied, so the item exists: one it cannot read
+                raise CorruptRecordError(
+                    f"breaker {name!r}: the item a census write left cannot be read"
+                )
+            return Outcome(record, changed=True)
 
         seen = _alive(observed, now_ms)
         return self._fenced_write(

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 import secrets
 import threading
@@ -212,6 +213,7 @@ class Wire:
         client: DynamoDBClient | None = None,
         boto_config: Config | None = None,
         endpoint_url: str | None = None,
+        region_name: str | None = None,
     ) -> None:
         self.table_name = table_name
         # What named the table, for the errors a misconfiguration raises (see translate).
@@ -224,6 +226,7 @@ class Wire:
         self._client: DynamoDBClient | None = client
         self._boto_config = boto_config
         self._endpoint_url = endpoint_url
+        self._region_name = region_name
 
     @property
     def client(self) -> DynamoDBClient:
@@ -260,8 +263,13 @@ class Wire:
         config = Config(**DEFAULT_TIMEOUTS, retries=DEFAULT_RETRIES)  # type: ignore[arg-type]
         if self._boto_config is not None:
             config = config.merge(self._boto_config)
+        region = self._region_name
+        if region is None and getattr(config, "region_name", None) is None:
+            # Lambda sets AWS_REGION and AWS_DEFAULT_REGION; elsewhere AWS_REGION may be the
+            # only one exported, and the pinned boto3 reads AWS_DEFAULT_REGION alone.
+            region = os.environ.get("AWS_REGION", "").strip() or None
         client = boto3.session.Session().client(
-            "dynamodb", config=config, endpoint_url=self._endpoint_url
+            "dynamodb", config=config, endpoint_url=self._endpoint_url, region_name=region
         )
         _watch(client)
         return client
