@@ -96,7 +96,9 @@ def test_the_exit_code_is_0_exactly_when_every_guarantee_held(
     checks: list[tuple[bool | None, str]], code: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # GIVEN a run whose guarantees held (a finding, None, is none) or one where one did not
-    result = DemoResult([], Path("chart.png"), Path("summary.md"), checks, 1.0)
+    result = DemoResult(
+        [], Path("chart.png"), Path("summary.md"), checks, 1.0, Path("fleet-demo.json")
+    )
     monkeypatch.setattr(demo_main, "run_demo", lambda options: result)
     handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
