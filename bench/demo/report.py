@@ -330,7 +330,8 @@ def guarantees(options: Options, runs: list[Run]) -> list[tuple[bool | None, str
 
 
 def chart(runs: list[Run], path: Path) -> Path:
-    """Calls reaching the API, calls turned away and the breaker's state, per run (PNG)."""
+    """The chart (PNG): per run, calls reaching the API and turned away, a lane per container
+    with its probes, and the SQS drain in defer mode (:func:`figure`)."""
     import matplotlib.pyplot as plt
 
     fig = figure(runs)
@@ -654,7 +655,8 @@ def markdown(options: Options, runs: list[Run], chart_name: str) -> str:
         "",
         *(f"- {mark(held)} {sentence}" for held, sentence in guarantees(options, runs)),
         "",
-        f"![calls reaching the API, calls turned away and breaker states over time]({chart_name})",
+        "![calls reaching the API and turned away per second, each container's view of the "
+        f"breaker with its probes marked, and the SQS drain in defer mode]({chart_name})",
         "",
         *(_rate_text(options) if options.policy == "rate" else []),
         *([COUNT_TEXT, ""] if options.policy == "count" else []),
