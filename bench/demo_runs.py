@@ -152,7 +152,7 @@ def fold(docs: Sequence[Run], names: Sequence[str] | None = None) -> dict[str, A
     return {
         "benchmark": "demo_runs",
         "note": (
-            f"{len(ordered)} runs of `make demo` ("
+            f"{_runs(len(ordered))} of `make demo` ("
             + ("its defaults" if defaults else "not its defaults")
             + f": {options.describe()}), {when} UTC. Each run wrote its comparison to "
             "fleet-demo.json; bench/demo_runs.py folded them into min and max per row."
@@ -178,6 +178,10 @@ def fold(docs: Sequence[Run], names: Sequence[str] | None = None) -> dict[str, A
         ],
         "rows": rows,
     }
+
+
+def _runs(count: int) -> str:
+    return "1 run" if count == 1 else f"{count} runs"
 
 
 def _fold_row(key: str, tables: Sequence[dict[str, Any]]) -> dict[str, Any]:

@@ -440,7 +440,8 @@ def demo_runs_conditions(doc: Results) -> str:
     seconds = span((run["seconds"] for run in runs), 0, " s")
     passed = sum(run["exit_code"] == 0 for run in runs)
     return (
-        f"{len(runs)} runs of `make demo`"
+        ("1 run" if len(runs) == 1 else f"{len(runs)} runs")
+        + " of `make demo`"
         + (" with its defaults" if doc["defaults"] else "")
         + f", {when}, {doc['cpu_count']} cores at load {load_span(loads)} (1-minute average "
         f"at each run's start and end, beside other jobs), {seconds.replace('–', ' to ')} each; "

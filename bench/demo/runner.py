@@ -376,6 +376,9 @@ def run_demo(options: Options, out: TextIO = sys.stdout) -> DemoResult:
     options = options.validate()
     output = options.output
     output.mkdir(parents=True, exist_ok=True)
+    # An earlier demo's results must not pass for this one's if this one fails or is stopped:
+    # bench/demo_runs.py would fold them as a run that happened.
+    (output / results.RESULTS).unlink(missing_ok=True)
     log_path = output / "containers.log"
     log_path.write_text("")
     say(out, f"fleetbreaker demo: {options.describe()}")
