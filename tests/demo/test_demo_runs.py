@@ -155,6 +155,10 @@ def test_each_run_is_recorded_with_its_conditions_oldest_first(three_runs: list[
     assert runs[0]["loadavg_at_start"] == [2.0, 2.0, 3.0]
     assert runs[0]["seconds"] == 141.0
     assert runs[0]["values"]["failing_calls"] == {"shared": 17, "per_container": 96}
+    assert runs[0]["values"]["probes_per_window"] == {
+        "shared": {"windows": 1, "probes_each": [1, 1]},
+        "per_container": {"windows": 32, "probes_each": [1, 1]},
+    }
     # AND the note says how many runs, with which options, and when
     assert doc["note"].startswith("3 runs of `make demo` (its defaults: 16 containers")
     assert "2026-12-07 UTC" in doc["note"]
@@ -285,3 +289,27 @@ def test_a_refused_fold_writes_nothing_and_exits_2(
     assert demo_runs.main([str(three_runs[0]), str(broken), "--output", str(output)]) == 2
     assert "broken.json: not JSON" in capsys.readouterr().err
     assert output.read_text() == "{}"
+
+
+def test_the_committed_ranges_are_those_of_the_runs_it_records() -> None:
+    # GIVEN bench/results/demo_runs.json as committed (the docs' table renders its rows)
+    doc = json.loads(demo_runs.OUTPUT.read_text())
+    runs = doc["runs"]
+
+    # THEN it was folded from recorded runs, not typed: each row is the range of the values
+    # its runs hold, and the note counts them
+    assert doc["note"].startswith(f"{len(runs)} runs of `make demo`")
+    assert len(runs) >= 3
+    for row in doc["rows"]:
+        for side in ("shared", "per_container"):
+            values = [run["values"][row["key"]][side] for run in runs]
+            if row["key"] == "probes_per_window":
+                each = [v["probes_each"] for v in values if v["probes_each"] is not None]
+                assert row["probes_each"][side] == [
+                    min(low for low, _ in each),
+                    max(high for _, high in each),
+                ]
+                values = [v["windows"] for v in values]
+            measured_values = [v for v in values if v is not None]
+            expected = [min(measured_values), max(measured_values)] if measured_values else None
+            assert row[side] == expected, (row["key"], side)
