@@ -19,10 +19,10 @@ import pytest
 
 from bench.demo import __main__ as demo_main
 from bench.demo import runner
-from bench.demo.__main__ import BAD_OPTIONS, FAILED, INTERRUPTED, main, options_from
+from bench.demo.__main__ import BAD_OPTIONS, INTERRUPTED, main, options_from
 from bench.demo.fleet import FleetError
 from bench.demo.results import RESULTS
-from bench.demo.runner import DemoResult
+from bench.demo.runner import FAILED, DemoResult
 from bench.demo.scenario import DEFAULT, SHORT
 from devtools.servers import REPO_ROOT, untraced_env
 
