@@ -444,7 +444,7 @@ def demo_runs_conditions(doc: Results) -> str:
         + " of `make demo`"
         + (" with its defaults" if doc["defaults"] else "")
         + f", {when}, {doc['cpu_count']} cores at load {load_span(loads)} (1-minute average "
-        f"at each run's start and end, beside other jobs), {seconds.replace('–', ' to ')} each; "
+        f"at each run's start and end), {seconds.replace('–', ' to ')} each; "
         f"{passed} of {len(runs)} exited 0"
     )
 

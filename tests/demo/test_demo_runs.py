@@ -185,7 +185,7 @@ def test_the_docs_render_the_folded_runs(three_runs: list[Path], tmp_path: Path)
     # AND the conditions: how many runs, when, the load, the seconds and the exit codes
     assert figures.demo_runs_conditions(doc) == (
         "3 runs of `make demo` with its defaults, 2026-12-07, 2 cores at load 2.0 to 7.0 "
-        "(1-minute average at each run's start and end, beside other jobs), 141 to 143 s "
+        "(1-minute average at each run's start and end), 141 to 143 s "
         "each; 2 of 3 exited 0"
     )
 
