@@ -436,26 +436,33 @@ def redis_pybreaker(doc: Results) -> str:
 
 # --------------------------------------------------------------------------- the demo
 
-DEMO = "demo_runs.json"
+DEMO = "demo_runs.json"  # bench/demo_runs.py folds the runs' fleet-demo.json into it
 
 
-def _range(low: float, high: float) -> str:
+def _range(span: list[float] | None, sep: str = " – ") -> str:
+    if span is None:
+        return "none"
+    low, high = span
     # Seconds keep their tenths (6.0, not 6); counts stay whole.
     one = (lambda x: f"{x:.1f}") if isinstance(low, float) or isinstance(high, float) else str
-    return one(low) if low == high else f"{one(low)} – {one(high)}"
+    return one(low) if one(low) == one(high) else f"{one(low)}{sep}{one(high)}"
 
 
 @figure("demo.runs.conditions", DEMO)
 def demo_runs_conditions(doc: Results) -> str:
-    low, high = doc["busy_seconds"]
-    load_low, load_high = doc["busy_loadavg_1min"]
-    busy = doc["runs"] - doc["idle_runs"]
-    passed = sum(code == 0 for code in doc["exit_codes"])
+    runs = doc["runs"]
+    first, last = (date(stamp) for stamp in doc["date_utc"])
+    when = first if first == last else f"{first} to {last}"
+    loads = [load for run in runs for load in (run["loadavg_at_start"], run["loadavg_at_end"])]
+    seconds = span((run["seconds"] for run in runs), 0, " s")
+    passed = sum(run["exit_code"] == 0 for run in runs)
     return (
-        f"{doc['runs']} runs, {date(doc['date_utc'])}, {doc['cpu_count']} cores: "
-        f"{doc['idle_runs']} idle ({doc['idle_seconds']} s), {busy} beside other jobs "
-        f"({low} to {high} s, load {load_low:g} to {load_high:g}; {doc['busy_loop_runs']} beside "
-        f"a busy loop); {passed} of {doc['runs']} exited 0"
+        ("1 run" if len(runs) == 1 else f"{len(runs)} runs")
+        + " of `make demo`"
+        + (" with its defaults" if doc["defaults"] else "")
+        + f", {when}, {doc['cpu_count']} cores at load {load_span(loads)} (1-minute average "
+        f"at each run's start and end), {seconds.replace('–', ' to ')} each; "
+        f"{passed} of {len(runs)} exited 0"
     )
 
 
@@ -465,13 +472,18 @@ def demo_runs_table(doc: Results) -> str:
         "| | shared breaker (DynamoDB) | per-container breakers |",
         "|---|--:|--:|",
     ]
+    sides = ("shared", "per_container")
     for row in doc["rows"]:
-        shared, local = _range(*row["shared"]), _range(*row["per_container"])
-        if "probes_each" in row:
-            shared, local = (f"{s} × {row['probes_each']}" for s in (shared, local))
-        if "per_container_note" in row:
-            local = f"{local} ({row['per_container_note']})"
-        lines.append(f"| {row['figure']} | {shared} | {local} |")
+        cells = {side: _range(row[side]) for side in sides}
+        for side in sides:
+            if f"{side}_note" in row:
+                cells[side] = f"0 ({row[f'{side}_note']})"
+            if "probes_each" in row:
+                cells[side] += f" × {_range(row['probes_each'][side], ' to ')}"
+            missed = row.get("not_closed", {}).get(side, 0)
+            if missed:
+                cells[side] += f" (not closed in {missed} of {len(doc['runs'])} runs)"
+        lines.append(f"| {row['figure']} | {cells['shared']} | {cells['per_container']} |")
     return "\n".join(lines)
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from types import FrameType
 
 from bench.demo.fleet import FleetError
-from bench.demo.runner import run_demo
+from bench.demo.runner import FAILED, run_demo
 from bench.demo.scenario import (
     DEFAULT,
     FALLBACKS,
@@ -31,9 +31,9 @@ from bench.demo.scenario import (
     OptionsError,
 )
 
-# Exit statuses besides 0: a guarantee did not hold or the demo failed (1), bad options (2),
-# interrupted (130, as a shell reports Ctrl-C).
-FAILED, BAD_OPTIONS, INTERRUPTED = 1, 2, 130
+# Exit statuses besides 0: a guarantee did not hold or the demo failed (FAILED, 1), bad
+# options (2), interrupted (130, as a shell reports Ctrl-C).
+BAD_OPTIONS, INTERRUPTED = 2, 130
 
 
 def parser() -> argparse.ArgumentParser:
@@ -173,7 +173,8 @@ def parser() -> argparse.ArgumentParser:
         "--output",
         type=Path,
         metavar="DIR",
-        help="directory for the chart and summary (default demo-output/)",
+        help="directory for the chart, the summary and fleet-demo.json, the comparison as JSON "
+        "(default demo-output/)",
     )
     add(
         "--short",
@@ -216,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     except FleetError as exc:
         print(f"demo failed: {exc}", file=sys.stderr)
         return FAILED
-    return 0 if result.guarantees_held else FAILED
+    return result.exit_code
 
 
 if __name__ == "__main__":

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -46,8 +47,7 @@ class Run:
 # --------------------------------------------------------------------------- the table
 
 
-def _windows(summary: RunSummary) -> str:
-    counts = summary.probes_per_window
+def _windows(counts: tuple[int, ...]) -> str:
     if not counts:
         return "none"
     low, high = min(counts), max(counts)
@@ -68,53 +68,124 @@ def mark(held: bool | None) -> str:
     return "·" if held is None else "✓" if held else "✗"
 
 
-def table(runs: list[Run]) -> str:
-    """The comparison as a markdown table, padded so that it also reads as plain text."""
-    rows: list[tuple[str, ...]] = [
-        ("", *(run.record.title for run in runs)),
-        (
+@dataclass(frozen=True)
+class Row:
+    """One row of the comparison: what each run measured, and how the table prints it."""
+
+    figure: str  # the table's first column
+    key: str  # the row's name in the demo's JSON (``fleet-demo.json``)
+    values: tuple[object, ...]  # per run, machine-readable: numbers, lists, None, dicts
+    cells: tuple[str, ...]  # per run, as printed
+
+
+def _row(figure: str, key: str, runs: list[Run], value: Callable[[Run], object]) -> Row:
+    values = tuple(value(run) for run in runs)
+    return Row(figure, key, values, tuple(_cell(key, v) for v in values))
+
+
+def _cell(key: str, value: object) -> str:
+    """A value as the table prints it."""
+    if key == "probes_per_window":
+        assert isinstance(value, list)
+        return _windows(tuple(value))
+    if key == "seconds_to_reject":
+        return _seconds(_number(value), "never")
+    if key == "recovery_to_closed":
+        return _seconds(_number(value))
+    if key == "store_requests" and value is None:
+        return "0 (in-process)"
+    if key == "calls":
+        assert isinstance(value, dict)
+        return f"{value['calls']} in {value['seconds']:.1f} s"
+    if key == "rates":
+        assert isinstance(value, dict)
+        return f"{value['charged']:.1f} / {value['failed']:.1f} / {value['turned_away']:.1f}"
+    return str(value)
+
+
+def _number(value: object) -> float | None:
+    assert value is None or isinstance(value, (int, float))
+    return value
+
+
+def rows(runs: list[Run]) -> list[Row]:
+    """The comparison's rows, in the table's order. A per-container run's store requests are
+    None: its breakers keep their state in process and make no store request."""
+    found = [
+        _row(
             "spurious trips before the outage (opened on noise)",
-            *(str(run.summary.spurious_trips) for run in runs),
+            "spurious_trips",
+            runs,
+            lambda run: run.summary.spurious_trips,
         ),
-        (
+        _row(
             "failing calls sent to the API during the outage",
-            *(str(run.summary.failing_calls) for run in runs),
+            "failing_calls",
+            runs,
+            lambda run: run.summary.failing_calls,
         ),
-        ("… of them failed probes", *(str(run.summary.failed_probes) for run in runs)),
-        (
+        _row(
+            "… of them failed probes", "failed_probes", runs, lambda run: run.summary.failed_probes
+        ),
+        _row(
             "seconds from outage start to every container turning payments away",
-            *(_seconds(run.summary.seconds_to_reject, "never") for run in runs),
+            "seconds_to_reject",
+            runs,
+            lambda run: run.summary.seconds_to_reject,
         ),
-        ("probes at recovery", *(str(run.summary.probes_at_recovery) for run in runs)),
-        ("half-open windows × probes admitted in each", *(_windows(run.summary) for run in runs)),
-        (
+        _row(
+            "probes at recovery",
+            "probes_at_recovery",
+            runs,
+            lambda run: run.summary.probes_at_recovery,
+        ),
+        _row(
+            "half-open windows × probes admitted in each",
+            "probes_per_window",
+            runs,
+            lambda run: list(run.summary.probes_per_window),
+        ),
+        _row(
             "seconds from provider recovery to the fleet closing",
-            *(_seconds(run.summary.recovery_to_closed) for run in runs),
+            "recovery_to_closed",
+            runs,
+            lambda run: run.summary.recovery_to_closed,
         ),
-        (
+        _row(
             "store requests made",
-            *(
-                str(run.summary.store_requests) if run.record.shared else "0 (in-process)"
-                for run in runs
-            ),
+            "store_requests",
+            runs,
+            lambda run: run.summary.store_requests if run.record.shared else None,
         ),
-        (
+        _row(
             "calls made (a run lasts until its fleet closed, then --linger)",
-            *(f"{run.summary.calls} in {run.record.duration:.1f} s" for run in runs),
+            "calls",
+            runs,
+            lambda run: {"calls": run.summary.calls, "seconds": run.record.duration},
         ),
     ]
     common = common_seconds(run.record for run in runs)
     if common > 0:
         # The runs differ in length and in calls made: compare them over the same seconds.
-        each = [rates(run.record, common) for run in runs]
-        rows.append(
-            (
+        found.append(
+            _row(
                 f"payments per second over the first {common:.1f} s (every run): "
                 "charged / failed / turned away",
-                *(f"{r.charged:.1f} / {r.failed:.1f} / {r.turned_away:.1f}" for r in each),
+                "rates",
+                runs,
+                lambda run: asdict(rates(run.record, common)),
             )
         )
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return found
+
+
+def table(runs: list[Run]) -> str:
+    """The comparison as a markdown table, padded so that it also reads as plain text."""
+    lines: list[tuple[str, ...]] = [
+        ("", *(run.record.title for run in runs)),
+        *((row.figure, *row.cells) for row in rows(runs)),
+    ]
+    widths = [max(len(line[i]) for line in lines) for i in range(len(lines[0]))]
 
     def line(cells: tuple[str, ...]) -> str:
         first = cells[0].ljust(widths[0])
@@ -126,7 +197,7 @@ def table(runs: list[Run]) -> str:
         + "|".join(["-" * (widths[0] + 2)] + ["-" * (width + 1) + ":" for width in widths[1:]])
         + "|"
     )
-    return "\n".join([line(rows[0]), rule, *(line(row) for row in rows[1:])])
+    return "\n".join([line(lines[0]), rule, *(line(cells) for cells in lines[1:])])
 
 
 def rate_bound(options: Options) -> int:
@@ -259,7 +330,8 @@ def guarantees(options: Options, runs: list[Run]) -> list[tuple[bool | None, str
 
 
 def chart(runs: list[Run], path: Path) -> Path:
-    """Calls reaching the API, calls turned away and the breaker's state, per run (PNG)."""
+    """The chart (PNG): per run, calls reaching the API and turned away, a lane per container
+    with its probes, and the SQS drain in defer mode (:func:`figure`)."""
     import matplotlib.pyplot as plt
 
     fig = figure(runs)
@@ -583,7 +655,8 @@ def markdown(options: Options, runs: list[Run], chart_name: str) -> str:
         "",
         *(f"- {mark(held)} {sentence}" for held, sentence in guarantees(options, runs)),
         "",
-        f"![calls reaching the API, calls turned away and breaker states over time]({chart_name})",
+        "![calls reaching the API and turned away per second, each container's view of the "
+        f"breaker with its probes marked, and the SQS drain in defer mode]({chart_name})",
         "",
         *(_rate_text(options) if options.policy == "rate" else []),
         *([COUNT_TEXT, ""] if options.policy == "count" else []),

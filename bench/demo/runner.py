@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from bench.demo import report
+from bench.demo import report, results
 from bench.demo.container import RunSpec, exit_with_parent
 from bench.demo.drain import DrainProcess
 from bench.demo.drain import figures as drain_figures
@@ -77,6 +77,15 @@ def plans(options: Options) -> list[Plan]:
 NOWHERE = "http://127.0.0.1:9"
 
 
+# The demo's exit status when a guarantee did not hold (`python -m bench.demo`).
+FAILED = 1
+
+
+def exit_code(checks: list[tuple[bool | None, str]]) -> int:
+    """0 when every guarantee held (a finding, None, is none), else FAILED."""
+    return 0 if all(held is not False for held, _ in checks) else FAILED
+
+
 @dataclass(frozen=True)
 class DemoResult:
     """What a finished demo produced."""
@@ -86,10 +95,15 @@ class DemoResult:
     markdown: Path
     checks: list[tuple[bool | None, str]]  # None: a finding stated, not a guarantee
     seconds: float
+    results: Path  # fleet-demo.json: the comparison, machine-readable
 
     @property
     def guarantees_held(self) -> bool:
-        return all(held is not False for held, _ in self.checks)
+        return self.exit_code == 0
+
+    @property
+    def exit_code(self) -> int:
+        return exit_code(self.checks)
 
 
 class DeferredQueues:
@@ -358,9 +372,13 @@ def _end_of_run(options: Options, record: RunRecord, now: float) -> float | None
 def run_demo(options: Options, out: TextIO = sys.stdout) -> DemoResult:
     """The whole demo: both runs, the table, the report. Raises KeyboardInterrupt on Ctrl-C."""
     began = time.monotonic()
+    conditions = results.Conditions.now()
     options = options.validate()
     output = options.output
     output.mkdir(parents=True, exist_ok=True)
+    # An earlier demo's results must not pass for this one's if this one fails or is stopped:
+    # bench/demo_runs.py would fold them as a run that happened.
+    (output / results.RESULTS).unlink(missing_ok=True)
     log_path = output / "containers.log"
     log_path.write_text("")
     say(out, f"fleetbreaker demo: {options.describe()}")
@@ -380,11 +398,20 @@ def run_demo(options: Options, out: TextIO = sys.stdout) -> DemoResult:
         say(out, f"{report.mark(held)} {sentence}")
     chart, markdown = report.write(options, runs, output)
     seconds = time.monotonic() - began
+    conditions = conditions.ended(seconds)
+    code = exit_code(checks)
+    written = results.write(results.document(options, runs, checks, conditions, code), output)
     say(out, "")
     say(out, f"finished in {seconds:.0f} s; every server and container has stopped")
     say(out, f"chart:   {_shown(chart)}")
     say(out, f"summary: {_shown(markdown)}")
-    return DemoResult(runs, chart, markdown, checks, seconds)
+    say(out, f"results: {_shown(written)} (load average {_load(conditions)}; exit {code})")
+    return DemoResult(runs, chart, markdown, checks, seconds, written)
+
+
+def _load(conditions: results.Conditions) -> str:
+    start, end = conditions.loadavg_at_start[0], conditions.loadavg_at_end[0]
+    return f"{start:g} at the start, {end:g} at the end"
 
 
 def _shown(path: Path) -> str:

@@ -135,8 +135,13 @@ def test_progress_is_printed_second_by_second(short_demo: ShortDemo) -> None:
             if match := re.match(r"\s+(\d+)s  ", line):
                 seconds.append(int(match.group(1)))
         assert seconds == list(range(1, round(run.record.duration) + 1))
-    # AND the paths of the report come last
-    assert lines[-2:] == [
+    # AND the paths of the report come last, the results with the load and the exit code
+    assert lines[-3:-1] == [
         f"chart:   {short_demo.result.chart}",
         f"summary: {short_demo.result.markdown}",
     ]
+    assert re.fullmatch(
+        rf"results: {re.escape(str(short_demo.result.results))} \(load average [\d.]+ at the "
+        r"start, [\d.]+ at the end; exit 0\)",
+        lines[-1],
+    )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -9,6 +10,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -16,8 +18,11 @@ from typing import Any
 import pytest
 
 from bench.demo import __main__ as demo_main
-from bench.demo.__main__ import BAD_OPTIONS, FAILED, INTERRUPTED, main, options_from
-from bench.demo.runner import DemoResult
+from bench.demo import runner
+from bench.demo.__main__ import BAD_OPTIONS, INTERRUPTED, main, options_from
+from bench.demo.fleet import FleetError
+from bench.demo.results import RESULTS
+from bench.demo.runner import FAILED, DemoResult
 from bench.demo.scenario import DEFAULT, SHORT
 from devtools.servers import REPO_ROOT, untraced_env
 
@@ -96,7 +101,9 @@ def test_the_exit_code_is_0_exactly_when_every_guarantee_held(
     checks: list[tuple[bool | None, str]], code: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # GIVEN a run whose guarantees held (a finding, None, is none) or one where one did not
-    result = DemoResult([], Path("chart.png"), Path("summary.md"), checks, 1.0)
+    result = DemoResult(
+        [], Path("chart.png"), Path("summary.md"), checks, 1.0, Path("fleet-demo.json")
+    )
     monkeypatch.setattr(demo_main, "run_demo", lambda options: result)
     handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
@@ -106,6 +113,34 @@ def test_the_exit_code_is_0_exactly_when_every_guarantee_held(
     finally:
         for sig, handler in handlers.items():
             signal.signal(sig, handler)
+
+
+def test_a_demo_that_fails_leaves_no_earlier_results_behind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN an earlier demo's fleet-demo.json in the output directory, and a demo whose
+    # local servers fail to start
+    stale = tmp_path / RESULTS
+    stale.write_text('{"benchmark": "demo"}')
+
+    @contextlib.contextmanager
+    def no_servers(options: Any, out: Any) -> Iterator[Any]:
+        raise FleetError("moto did not start")
+        yield
+
+    monkeypatch.setattr(runner, "backends", no_servers)
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        # WHEN it runs into that directory
+        code = main(["--short", "--store", "memory", "--output", str(tmp_path)])
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+
+    # THEN it fails, and the earlier results are gone: none can be folded as this run's
+    assert code == FAILED
+    assert "demo failed: moto did not start" in capsys.readouterr().err
+    assert not stale.exists()
 
 
 def test_the_rate_policy_reaches_the_functions_environment() -> None:
