@@ -292,3 +292,88 @@ def test_a_subpackage_is_one_step(tmp_path: Path) -> None:
     )
     chain = longest_chain(imports(found), {m: room(m) for m in found})
     assert chain == ["pkg.top", "pkg.sub", "pkg.leaf"]
+
+
+# -- wired once: the breaker and its call path assign into no other object ----------------------
+
+# The modules that wire a breaker and run its calls: after construction they swap their own
+# references (one Mode), never an attribute of a part (issue 43: "wired once").
+WIRING_MODULES = ("breaker.py", "core.py", "sync_driver.py", "async_driver.py")
+
+
+def foreign_assignments(source: str) -> list[str]:
+    """Each assignment into an attribute of an object other than ``self``/``cls`` or a
+    function the same scope has just defined (a decorator marking its own wrapper), and
+    each ``setattr`` call: ``line: target``."""
+    found: list[str] = []
+
+    def visit(scope: ast.AST, defined: frozenset[str]) -> None:
+        local = defined | {
+            child.name
+            for child in ast.iter_child_nodes(scope)
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef))
+        }
+        for node in ast.iter_child_nodes(scope):
+            targets: list[ast.expr] = []
+            if isinstance(node, ast.Assign):
+                targets = node.targets
+            elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+                targets = [node.target]
+            for target in targets:
+                for sub in ast.walk(target):
+                    if not isinstance(sub, ast.Attribute):
+                        continue
+                    owner = sub.value
+                    if isinstance(owner, ast.Name) and owner.id in {"self", "cls", *local}:
+                        continue
+                    found.append(f"{node.lineno}: {ast.unparse(target)}")
+                    break  # one line per target, however deep its chain
+            for call in ast.walk(node) if not hasattr(node, "body") else ():
+                if (
+                    isinstance(call, ast.Call)
+                    and isinstance(call.func, ast.Name)
+                    and call.func.id == "setattr"
+                ):
+                    found.append(f"{call.lineno}: {ast.unparse(call)}")
+            if hasattr(node, "body"):
+                visit(node, local)
+
+    visit(ast.parse(source), frozenset())
+    return found
+
+
+@pytest.mark.parametrize("module", WIRING_MODULES)
+def test_the_call_path_assigns_into_no_other_object(module: str) -> None:
+    source = (LAYER / PACKAGE / module).read_text()
+
+    assert foreign_assignments(source) == []
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "class B:\n    def tune(self):\n        self._pipeline.policy = 1\n",
+        "def adopt(view, refresh):\n    view.refresh = refresh\n",
+        "class B:\n    def tune(self):\n        self._view.cache.ttl_ms += 1\n",
+        "class B:\n    def tune(self):\n        setattr(self._pipeline, 'shadow', None)\n",
+        "class B:\n    def go(self):\n        if True:\n            self._ctx.key = 'k'\n",
+    ],
+)
+def test_the_assignment_check_finds_each_reach_in(source: str) -> None:
+    assert foreign_assignments(source) != []
+
+
+def test_the_assignment_check_lets_a_decorator_mark_its_own_wrapper() -> None:
+    source = textwrap.dedent(
+        """
+        class B:
+            def decorate(self, fn):
+                def protected():
+                    return fn()
+                protected.breaker = self
+                self._mode = object()
+                return protected
+        """
+    )
+
+    assert foreign_assignments(source) == []
