@@ -81,7 +81,8 @@ CORE = [
 # that perform its answers, and their shared types. Their own unit tests and the breaker's,
 # sync and async, and the tests that take a call through a mode the core swaps or a stage it
 # wires: shadow mode, the ramp, a restore, the strategy switch, live tuning, the hooks and
-# events, the pipeline, a skewed clock, the shared strategy and the rate policy's reports.
+# events, the pipeline, a skewed clock, the shared strategy, the rate policy's reports and
+# the census.
 # Not the stores' own tests (test_fallback_store: threads on a hung store, seconds a run).
 # About 15 s of plain pytest on the idle machine.
 CALL_PATH = [
@@ -102,6 +103,9 @@ CALL_PATH = [
     "tests/unit/test_counting.py",
     "tests/unit/test_rate_reporting.py",
     "tests/unit/test_shared_refresh.py",
+    # How long a store answer stays fresh (the census' stretch for a large fleet), which the
+    # core asks the strategy for on each answer.
+    "tests/unit/test_census.py",
 ]
 
 # The CLI's commands, parser and views: cli.main(argv) in-process on a MemoryStore (the
