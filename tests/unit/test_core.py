@@ -411,3 +411,22 @@ def test_a_probe_whose_result_the_config_calls_a_failure_reopens(clock: FakeCloc
     request()
     # THEN the probe failed: the breaker is open again
     assert breaker.snapshot().state is State.OPEN
+
+
+def test_a_rate_breaker_counts_into_the_generation_a_refresh_brings(clock: FakeClock) -> None:
+    # GIVEN a rate-policy breaker that read its record, then an operator's reset elsewhere
+    # that starts a new generation of the record
+    store, dep = MemoryStore(), Dependency()
+    breaker = breaker_on(store, clock, RATE, listeners=[])
+    breaker.call(dep)
+    breaker.flush()
+    operator = breaker_on(store, clock, RATE, listeners=[])
+    operator.force_open()
+    operator.reset()
+    clock.advance(1.0)  # past cache_ttl: the next call's refresh brings the new generation
+    # WHEN it makes 3 calls and reports them
+    for _ in range(3):
+        breaker.call(dep)
+    breaker.flush()
+    # THEN the store counted them in the new generation's window
+    assert calls_in_window(store, clock) == 3
