@@ -628,14 +628,14 @@ def test_a_callable_without_a_qualname_is_refused_by_its_repr(clock: FakeClock) 
 
 
 def test_an_awaited_result_the_config_calls_a_failure_counts_as_one(clock: FakeClock) -> None:
-    # GIVEN a breaker that opens on one failure and calls a None result a failure
-    cb = breaker(clock, failure_threshold=1, failure_result=lambda result: result is None)
+    # GIVEN a breaker that opens on one failure and calls an "error" result a failure
+    cb = breaker(clock, failure_threshold=1, failure_result=lambda result: result == "error")
 
-    async def lookup() -> None:
-        return None
+    async def lookup() -> str:
+        return "error"
 
-    # WHEN an awaited call returns None
-    assert asyncio.run(cb.call_async(lookup)) is None
+    # WHEN an awaited call returns "error"
+    assert asyncio.run(cb.call_async(lookup)) == "error"
     # THEN it counted as a failure: the breaker opened
     assert cb.state is State.OPEN
 
