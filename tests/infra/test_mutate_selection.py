@@ -68,6 +68,23 @@ def test_the_rules_strategies_and_pipeline_are_in_the_default_run(mutate: Module
     assert {"rules", "window", "count", "rate", "census", "admission"} <= set(mutate.DEFAULT)
 
 
+def test_the_core_and_both_drivers_are_in_the_default_run(mutate: ModuleType) -> None:
+    # GIVEN issue 43's 85 % target: the call path's core, both drivers and their types
+    # THEN `make mutate` without ARGS mutates each of them, against one selection (one run)
+    call_path = ("core", "sync_driver", "async_driver", "calls")
+    assert set(call_path) <= set(mutate.DEFAULT)
+    assert all(mutate.MODULES[module] is mutate.CALL_PATH for module in call_path)
+
+
+def test_the_call_path_runs_the_tests_named_after_each_of_its_modules(mutate: ModuleType) -> None:
+    # GIVEN the call path's modules, each with a unit test file named after it
+    # WHEN their selection's paths are read
+    paths = mutate.selection_paths(mutate.CALL_PATH)
+    # THEN each module's own tests are there, and the breaker's that drive both drivers
+    for module in ("core", "sync_driver", "async_driver", "calls", "breaker", "rate_breaker"):
+        assert f"tests/unit/test_{module}.py" in paths
+
+
 # Collects each selection given (a JSON list of pytest arguments each) in this one process,
 # with pytest.main as mutmut's stats pass runs it, and prints each one's exit code and test ids.
 COLLECT_EACH = """
@@ -122,24 +139,28 @@ def test_each_test_path_of_each_selection_keeps_tests_under_its_filter(
 
 
 # Unit tests that read the package's source or measure its imports: they scan files that
-# mutmut rewrites (test_record_schema fails mutmut's stats pass), or kill nothing.
+# mutmut rewrites (test_record_schema fails mutmut's stats pass; test_environment parses every
+# module for the variable names it reads, and mutmut's mutants rename them), or kill nothing.
 NOT_BEHAVIOUR = {
     "test_import_cost.py",
     "test_module_seams.py",
     "test_record_schema.py",
     "test_one_config_path.py",
+    "test_environment.py",
 }
 # Hypothesis state machines: minutes a run, once per mutant (scripts/mutate.py's CORE).
 TOO_SLOW = {"test_stateful.py", "test_stateful_rate.py"}
 
 
 def test_each_unit_test_file_of_a_mutated_module_is_in_its_selection(mutate: ModuleType) -> None:
-    # GIVEN the unit test files that import one of the modules the core selection or the
-    # config's mutates (the stores, the record and the policy are every test's tools:
+    # GIVEN the unit test files that import one of the modules the core selection, the call
+    # path's or the config's mutates (the stores, the record and the policy are every test's tools:
     # importing them says nothing of what a file tests)
     left_out = []
     for module, tests in mutate.MODULES.items():
-        if module not in mutate.DEFAULT or (tests is not mutate.CORE and module != "config"):
+        if module not in mutate.DEFAULT or (
+            tests is not mutate.CORE and tests is not mutate.CALL_PATH and module != "config"
+        ):
             continue
         dotted = "fleetbreaker." + module.replace("/", ".")
         paths = mutate.selection_paths(tests)

@@ -7,6 +7,8 @@ The same behaviours on DynamoDB (moto) and Redis: tests/contract/test_async_on_s
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import functools
 import inspect
 import json
 import subprocess
@@ -17,7 +19,8 @@ from typing import Any
 import pytest
 
 from fleetbreaker import BreakerConfig, CircuitBreaker, CircuitOpenError, MemoryStore, State
-from tests.support import FakeClock, breaker_on
+from fleetbreaker.record import Decision
+from tests.support import FakeClock, FlakyStore, RecordingListener, breaker_on
 
 
 class AsyncDependency:
@@ -553,3 +556,196 @@ def test_nested_blocks_end_in_the_order_they_began(clock: FakeClock) -> None:
     asyncio.run(main())
     # AND only the inner block's failure was counted
     assert cb.snapshot().failures == 1
+
+
+# -- what the drivers' mutation run found unasserted (issue 43) ---------------------------------
+
+
+def test_a_decision_listener_hears_every_awaited_call(clock: FakeClock) -> None:
+    # GIVEN a listener of decisions (no silent fast path for it)
+    heard = RecordingListener()
+    cb = breaker_on(MemoryStore(), clock, listeners=[heard])
+
+    # WHEN three calls are awaited, the last two on the fast path of a fresh cache
+    async def main() -> None:
+        for _ in range(3):
+            await cb.call_async(AsyncDependency())
+
+    asyncio.run(main())
+    # THEN each was told to the listener
+    assert heard.values("on_decision", "decision") == [Decision.ALLOW] * 3
+
+
+def test_keyword_arguments_reach_the_awaited_function(clock: FakeClock) -> None:
+    cb = breaker(clock)
+
+    async def fetch(order: str, *, region: str) -> str:
+        return f"{order} in {region}"
+
+    answer = asyncio.run(cb.call_async(fetch, "o-1", region="eu"))
+    assert answer == "o-1 in eu"
+
+
+def test_keyword_arguments_reach_the_fallback_of_an_awaited_call(clock: FakeClock) -> None:
+    # GIVEN an open breaker whose decorated async function has a fallback
+    cb = breaker(clock)
+    cb.force_open()
+
+    async def later(circuit: Any, order: str, *, region: str) -> str:
+        return f"later {order} in {region}"
+
+    @cb(fallback=later)
+    async def fetch(order: str, *, region: str) -> str:
+        return "now"
+
+    # WHEN it is awaited with keyword arguments, THEN the fallback got them
+    assert asyncio.run(fetch("o-1", region="eu")) == "later o-1 in eu"
+
+
+def test_a_function_that_is_not_async_is_refused_by_name_with_the_remedy(
+    clock: FakeClock,
+) -> None:
+    cb = breaker(clock)
+
+    def total() -> int:
+        return 42
+
+    with pytest.raises(TypeError) as refused:
+        asyncio.run(cb.call_async(total))
+    assert str(refused.value) == (
+        f"{total.__qualname__} returned int, not an awaitable: call_async and @breaker on an "
+        "async def count what an await did; use breaker.call(fn, ...) for a sync function"
+    )
+
+
+def test_a_callable_without_a_qualname_is_refused_by_its_repr(clock: FakeClock) -> None:
+    # GIVEN a partial (no __qualname__) of a sync function
+    cb = breaker(clock)
+    total = functools.partial(max, 1, 2)
+    # WHEN it is awaited through the breaker, THEN the error names it by its repr
+    with pytest.raises(TypeError, match=r"^functools\.partial\(<built-in function max>, 1, 2\) "):
+        asyncio.run(cb.call_async(total))
+
+
+def test_an_awaited_result_the_config_calls_a_failure_counts_as_one(clock: FakeClock) -> None:
+    # GIVEN a breaker that opens on one failure and calls an "error" result a failure
+    cb = breaker(clock, failure_threshold=1, failure_result=lambda result: result == "error")
+
+    async def lookup() -> str:
+        return "error"
+
+    # WHEN an awaited call returns "error"
+    assert asyncio.run(cb.call_async(lookup)) == "error"
+    # THEN it counted as a failure: the breaker opened
+    assert cb.state is State.OPEN
+
+
+def test_a_slow_call_on_the_fast_path_is_timed_from_its_start(clock: FakeClock) -> None:
+    # GIVEN a rate-policy breaker timing 1 s slow calls, its cache fresh from a first call
+    store = MemoryStore()
+    timed = BreakerConfig(failure_rate_threshold=0.5, slow_call_duration=1.0)
+    cb = breaker_on(store, clock, timed, listeners=[])
+
+    async def fast() -> str:
+        return "ok"
+
+    async def slow() -> str:
+        clock.advance(2.0)
+        return "ok"
+
+    async def main() -> None:
+        await cb.call_async(fast)
+        # WHEN a call on the fast path takes 2 s
+        await cb.call_async(slow)
+
+    asyncio.run(main())
+    cb.flush()
+    # THEN it counted as one slow call of two
+    snapshot = breaker_on(store, clock, timed, listeners=[]).snapshot()
+    assert (snapshot.calls, snapshot.slow_calls) == (2, 1)
+
+
+def test_an_awaited_call_at_the_end_of_the_caches_freshness_asks_the_store(
+    clock: FakeClock,
+) -> None:
+    # GIVEN a breaker whose first awaited call read the record
+    store = FlakyStore()
+    cb = breaker_on(store, clock, listeners=[])
+    dep = AsyncDependency()
+
+    async def main() -> None:
+        await cb.call_async(dep)
+        asked = store.calls
+        # WHEN the next is awaited exactly cache_ttl later (the small fleet's freshness)
+        clock.advance(cb.config.cache_ttl)
+        await cb.call_async(dep)
+        # THEN it asked the store: the cached record is stale from that instant
+        assert store.calls > asked
+
+    asyncio.run(main())
+
+
+class CountingExecutor(concurrent.futures.ThreadPoolExecutor):
+    """The event loop's default executor, counting what is sent to its threads."""
+
+    def __init__(self) -> None:
+        super().__init__(max_workers=1)
+        self.submitted = 0
+
+    def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
+        self.submitted += 1
+        return super().submit(fn, *args, **kwargs)
+
+
+def test_a_rejection_from_a_fresh_cache_is_decided_on_the_event_loop(clock: FakeClock) -> None:
+    # GIVEN an open breaker whose fresh cache holds the open record
+    cb = breaker(clock, failure_threshold=1)
+    cb.record(False)
+    assert cb.state is State.OPEN
+    executor = CountingExecutor()
+
+    # WHEN an awaited call is made within cache_ttl
+    async def main() -> None:
+        asyncio.get_running_loop().set_default_executor(executor)
+        with pytest.raises(CircuitOpenError):
+            await cb.call_async(AsyncDependency())
+
+    asyncio.run(main())
+    # THEN it was rejected without a worker thread: no store request was needed
+    assert executor.submitted == 0
+
+
+def test_an_awaited_block_sends_a_report_that_is_due_before_it_runs(clock: FakeClock) -> None:
+    # GIVEN a rate-policy breaker with a tallied call whose report is due
+    store = MemoryStore()
+    rate = BreakerConfig(failure_rate_threshold=0.5, recovery_jitter=0.0)
+    cb = breaker_on(store, clock, rate, listeners=[])
+    cb.call(lambda: "ok")
+    clock.advance(5)
+
+    # WHEN a block is entered with async with
+    async def main() -> None:
+        async with cb:
+            # THEN the due report went before it ran
+            assert breaker_on(store, clock, rate, listeners=[]).snapshot().calls == 1
+
+    asyncio.run(main())
+
+
+def test_an_awaited_call_sends_a_report_that_is_due_before_it_runs(clock: FakeClock) -> None:
+    # GIVEN a rate-policy breaker with a tallied call whose report is due
+    store = MemoryStore()
+    rate = BreakerConfig(failure_rate_threshold=0.5, recovery_jitter=0.0)
+    cb = breaker_on(store, clock, rate, listeners=[])
+    cb.call(lambda: "ok")
+    clock.advance(5)
+    reported: list[int] = []
+
+    async def fetch() -> str:
+        reported.append(breaker_on(store, clock, rate, listeners=[]).snapshot().calls)
+        return "ok"
+
+    # WHEN a call is awaited
+    asyncio.run(cb.call_async(fetch))
+    # THEN the due report went before it ran
+    assert reported == [1]

@@ -3,18 +3,20 @@ that live tuning swaps whole (count <-> rate, shadow <-> enforce) without losing
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 from typing import Any
 
 import pytest
 
-from fleetbreaker import BreakerConfig, CircuitBreaker, MemoryStore, State
+from fleetbreaker import BreakerConfig, CircuitBreaker, CircuitOpenError, MemoryStore, State
 from fleetbreaker.calls import COUNTED, PROBING, UNCOUNTED
 from fleetbreaker.core import CallCore, Mode, build_mode
 from fleetbreaker.policy import Policy
 from fleetbreaker.record import Decision
 from fleetbreaker.results import Admission
 from fleetbreaker.tuning import encode_tuned
-from tests.support import Dependency, FakeClock, breaker_on
+from tests.support import Dependency, FakeClock, RecordingListener, breaker_on
 
 CONFIG = BreakerConfig(failure_threshold=2, recovery_timeout=10, recovery_jitter=0.0)
 RATE = BreakerConfig(failure_rate_threshold=0.5, recovery_jitter=0.0)
@@ -254,3 +256,177 @@ def test_a_timed_call_ends_cleanly_after_slow_calls_were_tuned_off(clock: FakeCl
     breaker.flush()
     snapshot = breaker_on(store, clock, RATE, listeners=[]).snapshot()
     assert (snapshot.calls, snapshot.slow_calls) == (1, 0)
+
+
+# -- what the mutation run found unasserted (issue 43) ------------------------------------------
+
+
+def opened(clock: FakeClock, **settings: Any) -> CircuitBreaker:
+    """A breaker opened by CONFIG's two failures, at ``clock``'s time (probe due in 10 s)."""
+    breaker = breaker_on(MemoryStore(), clock, CONFIG, **settings)
+    breaker.record(False)
+    breaker.record(False)
+    return breaker
+
+
+def test_a_retune_that_stays_in_shadow_mode_keeps_its_shadow_stage(clock: FakeClock) -> None:
+    # GIVEN a breaker in shadow mode
+    core = core_of(breaker_on(MemoryStore(), clock, CONFIG, listeners=[], mode="shadow"))
+    stage = core.mode.shadow
+    assert stage is not None
+    # WHEN it is tuned to other numbers, still in shadow mode
+    core.adopt(dataclasses.replace(CONFIG, failure_threshold=7, mode="shadow"))
+    # THEN the new mode holds the same shadow stage
+    assert core.mode.policy.failure_threshold == 7
+    assert core.mode.shadow is stage
+
+
+def test_an_admission_without_a_time_is_decided_at_the_clocks(clock: FakeClock) -> None:
+    # GIVEN an open breaker whose recovery timeout has just passed on the clock
+    breaker = opened(clock, listeners=[])
+    clock.advance(10)
+    # WHEN the core decides a call without being given a time
+    admission = core_of(breaker).admit()
+    # THEN it was decided at the clock's time: the probe is due
+    assert admission.decision is Decision.PROBE
+
+
+def test_an_admissions_probe_lease_lasts_what_it_was_given(clock: FakeClock) -> None:
+    # GIVEN an open breaker due to probe, and a call that says it takes at most 2 s
+    breaker = opened(clock, listeners=[])
+    clock.advance(10)
+    claimed = core_of(breaker).admit(clock(), lease_ms=2_000)
+    assert claimed.decision is Decision.PROBE
+    clock.advance(1)
+    assert breaker.check().decision is Decision.REJECT  # the slot is held meanwhile
+    # WHEN the 2 s pass with no verdict (the whole lease is probe_lease_seconds, 10 s)
+    clock.advance(1.5)
+    # THEN the lease has ended: the next check probes
+    assert breaker.check().decision is Decision.PROBE
+
+
+def test_a_quiet_admission_is_told_to_the_decision_hooks_once_announced(
+    clock: FakeClock,
+) -> None:
+    # GIVEN a breaker whose listener hears decisions
+    listener = RecordingListener()
+    core = core_of(breaker_on(MemoryStore(), clock, CONFIG, listeners=[listener]))
+    # WHEN a call is decided quietly (on a worker thread), THEN no hook heard it
+    admission = core.admit_quietly()
+    assert listener.count("on_decision") == 0
+    # WHEN it is announced, THEN the hooks hear it once
+    core.announce(admission)
+    assert listener.values("on_decision", "decision") == [Decision.ALLOW]
+
+
+def test_a_retune_within_the_rate_policy_sends_no_report_early(clock: FakeClock) -> None:
+    # GIVEN a rate-policy breaker with 5 calls tallied and not reported
+    store, dep = MemoryStore(), Dependency()
+    breaker = breaker_on(store, clock, RATE, listeners=[])
+    for _ in range(5):
+        breaker.call(dep)
+    # WHEN it is tuned to another rate (the strategy is handed over, not replaced)
+    core_of(breaker).adopt(dataclasses.replace(RATE, failure_rate_threshold=0.7))
+    # THEN nothing was reported: the tally waits for its interval, and goes then
+    assert calls_in_window(store, clock) == 0
+    breaker.flush()
+    assert calls_in_window(store, clock) == 5
+
+
+def test_a_store_with_no_record_is_followed_as_untuned_without_a_warning(
+    clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    # GIVEN a breaker on a store that holds no record of it
+    breaker = breaker_on(MemoryStore(), clock, CONFIG, listeners=[])
+    # WHEN it reads the store (nothing there)
+    with caplog.at_level(logging.WARNING, logger="fleetbreaker"):
+        assert breaker.state is State.CLOSED
+    # THEN it follows the deployed settings, and logs nothing about a tuning
+    assert core_of(breaker).mode.config == CONFIG
+    assert [r.getMessage() for r in caplog.records] == []
+
+
+def test_a_timed_call_that_raised_no_longer_runs(clock: FakeClock) -> None:
+    # GIVEN a rate-policy breaker timing calls for slowness (1 s)
+    breaker = breaker_on(MemoryStore(), clock, RATE, listeners=[], slow_call_duration=1.0)
+    core = core_of(breaker)
+    # WHEN a timed call raises, and 2 s pass
+    core.raised(core.closed(clock()), ConnectionError("down"))
+    clock.advance(2)
+    # THEN the watcher finds no hung call: the call ended
+    assert breaker.report_hung_calls() == 0
+
+
+def test_an_interrupted_timed_call_no_longer_runs(clock: FakeClock) -> None:
+    # GIVEN a rate-policy breaker timing calls for slowness (1 s)
+    breaker = breaker_on(MemoryStore(), clock, RATE, listeners=[], slow_call_duration=1.0)
+    core = core_of(breaker)
+    # WHEN a timed call is interrupted, and 2 s pass
+    assert core.interrupted(core.closed(clock())) is None
+    clock.advance(2)
+    # THEN the watcher finds no hung call: it counts nowhere, not even as slow
+    assert breaker.report_hung_calls() == 0
+
+
+def test_a_rejection_with_a_fallback_tells_the_listeners_who_why_and_when(
+    clock: FakeClock,
+) -> None:
+    # GIVEN an open breaker, 10 s from its probe, with a listener
+    listener = RecordingListener()
+    breaker = opened(clock, listeners=[listener])
+    core = core_of(breaker)
+    admission = core.admit(clock())
+    # WHEN its rejection is served by a fallback
+    core.reject(admission, fallback=lambda *_: "cached")
+    # THEN the listeners heard the rejection and the fallback, each with the breaker's name
+    # and state (and the rejection with when to come back)
+    assert listener.args("on_rejected") == [("payment-api", State.OPEN, 10.0)]
+    assert listener.args("on_fallback") == [("payment-api", State.OPEN)]
+
+
+def test_a_refusal_tells_the_listeners_who_why_and_when(clock: FakeClock) -> None:
+    # GIVEN an open breaker, 10 s from its probe, with a listener
+    listener = RecordingListener()
+    core = core_of(opened(clock, listeners=[listener]))
+    admission = core.admit(clock())
+    # WHEN a call is refused (no fallback)
+    with pytest.raises(CircuitOpenError):
+        core.refuse(admission)
+    # THEN the listeners heard the rejection with the breaker's name, state and retry time
+    assert listener.args("on_rejected") == [("payment-api", State.OPEN, 10.0)]
+    assert listener.count("on_fallback") == 0
+
+
+def test_a_probe_whose_result_the_config_calls_a_failure_reopens(clock: FakeClock) -> None:
+    # GIVEN an open breaker due to probe, whose config calls a None result a failure
+    breaker = opened(clock, listeners=[], failure_result=lambda result: result is None)
+    clock.advance(10)
+    core = core_of(breaker)
+    call = core.plan(core.admit(clock()), clock())
+    assert call is not None
+    assert call.kind is PROBING
+    # WHEN the probe returns None, and its settle is sent
+    request = core.returned(call, None)
+    assert request is not None
+    request()
+    # THEN the probe failed: the breaker is open again
+    assert breaker.snapshot().state is State.OPEN
+
+
+def test_a_rate_breaker_counts_into_the_generation_a_refresh_brings(clock: FakeClock) -> None:
+    # GIVEN a rate-policy breaker that read its record, then an operator's reset elsewhere
+    # that starts a new generation of the record
+    store, dep = MemoryStore(), Dependency()
+    breaker = breaker_on(store, clock, RATE, listeners=[])
+    breaker.call(dep)
+    breaker.flush()
+    operator = breaker_on(store, clock, RATE, listeners=[])
+    operator.force_open()
+    operator.reset()
+    clock.advance(1.0)  # past cache_ttl: the next call's refresh brings the new generation
+    # WHEN it makes 3 calls and reports them
+    for _ in range(3):
+        breaker.call(dep)
+    breaker.flush()
+    # THEN the store counted them in the new generation's window
+    assert calls_in_window(store, clock) == 3

@@ -156,3 +156,35 @@ def test_a_with_block_sends_a_report_that_is_due_first(clock: FakeClock) -> None
     with breaker:
         # THEN the due report went before it ran
         assert breaker_on(store, clock, rate, listeners=[]).snapshot().calls == 1
+
+
+# -- what the drivers' mutation run found unasserted (issue 43) ---------------------------------
+
+
+def test_keyword_arguments_reach_the_function(clock: FakeClock) -> None:
+    # GIVEN a closed breaker
+    breaker = breaker_on(MemoryStore(), clock, CONFIG, listeners=[])
+    # WHEN a call passes positional and keyword arguments
+    answer = breaker.call(lambda order, *, region: f"{order} in {region}", "o-1", region="eu")
+    # THEN the function got both
+    assert answer == "o-1 in eu"
+
+
+def test_a_coroutine_returned_to_a_sync_entry_is_refused_with_the_remedy(
+    clock: FakeClock,
+) -> None:
+    # GIVEN a sync function that returns a coroutine
+    breaker = breaker_on(MemoryStore(), clock, CONFIG, listeners=[])
+
+    async def fetch() -> str:
+        return "ok"
+
+    # WHEN the sync entry point runs it
+    with pytest.raises(TypeError) as refused:
+        breaker.call(lambda: fetch())
+    # THEN the error names the coroutine and both ways to await it
+    assert str(refused.value) == (
+        f"{fetch.__qualname__} returned a coroutine: a sync breaker entry point cannot count "
+        "what it does; use `await breaker.call_async(fn, ...)`, or put @breaker on the "
+        "`async def`"
+    )
