@@ -35,7 +35,7 @@ SHARED_FIXTURES = {
     "tests.rehearsal.conftest.defer_rehearsal": "rehearsal-{}",
     "tests.rehearsal.conftest.core_rehearsal": "rehearsal-core",
     "tests.rehearsal.test_as_deployed.count_rehearsal": "rehearsal-{}",
-    "tests.rehearsal.test_bites.default_set": "rehearsal-default",
+    "tests.rehearsal.conftest.default_set": "rehearsal-default",
     "tests.sam.test_rehearsal.deployment": "sam-deploy-{}",
     "tests.sam.test_rehearsal.example_deployment": "sam-deploy-{}",
     "tests.sam.test_build.build_dir": "sam-build",
