@@ -4,7 +4,8 @@ bench/scale.py's partial outage runs 2,000 containers at 5 calls a second each; 
 call a second per container opened 17.4 s into a 60 % outage, past the bound of 1.5 windows
 (15 s): the first containers to report kept the base interval while the rest stretched to
 twice their share (now each settled container reports at its share, rate.RateStrategy), and
-a container's "recent" calls were one or two (now they widen to tally.MIN_RECENT_CALLS). Here every container is a real CircuitBreaker on one MemoryStore and one virtual clock
+a container's "recent" calls were one or two (now they widen to tally.MIN_RECENT_CALLS).
+Here every container is a real CircuitBreaker on one MemoryStore and one virtual clock
 (tests/fleet/harness.py), calling once a second from a random phase: 30 s of 2 % noise, then
 60 % of calls failing. The rate policy is bench/scale.py's (threshold 50 %, minimum 20 calls,
 10 s window, 1 s cache).
