@@ -136,7 +136,7 @@ IMPORT_REFERENCE ?= a405ffb^
 HAVE_REFERENCE = $(shell git rev-parse --verify --quiet '$(IMPORT_REFERENCE)^{commit}' 2>/dev/null)
 
 bench: venv ## import cost next to boto3, then fleetbreaker vs Powertools' circuit breaker on moto (bench/README.md)
-	$(PY) bench/import_time.py $(if $(HAVE_REFERENCE),--reference '$(IMPORT_REFERENCE)')
+	$(PY) bench/import_time.py $(if $(HAVE_REFERENCE),--reference '$(IMPORT_REFERENCE)') $(if $(shell command -v valgrind),--instructions)
 	$(PY) bench/fleet_vs_powertools.py $(ARGS)
 
 scale: venv ## simulated fleet of 100-5,000 containers, count vs rate policy (bench/README.md)

@@ -307,22 +307,42 @@ def import_ratio(doc: Results) -> str:
     return f"{whole['ratio']:.3f} × (middle half {low:.3f} to {high:.3f})"
 
 
+def import_counted_ratio(doc: Results) -> float:
+    """The ratio the target is judged on: instructions where valgrind counted them (the load
+    does not move them), else the wall-clock median."""
+    counted = doc.get("instructions")
+    return float(counted["ratio"] if counted else doc["whole_process"]["ratio"])
+
+
 @figure("import.summary", IMPORT)
 def import_summary(doc: Results) -> str:
     env, whole = doc["environment"], doc["whole_process"]
     low, high = whole["extra_ms_middle_half"]
+    wall = (
+        f"+{whole['extra_ms']:.1f} ms (middle half {low:.1f} to "
+        f"{high:.1f}) beside a {whole['boto3_ms']:.0f} ms `import boto3`"
+    )
+    run = (
+        f"median of {doc['runs']} pairs, {date(env['date_utc'])}, {env['cpu_count']} cores at "
+        f"load {load_span(env['loadavg'])}, Python {env['python']}"
+    )
+    counted = doc.get("instructions")
+    if not counted:
+        return (
+            f"{import_ratio(doc)} in wall clock: {wall}, {doc['ms_at_150ms_boto3']:.1f} ms "
+            f"where it takes 150 ms; {run}"
+        )
     return (
-        f"{import_ratio(doc)}: +{whole['extra_ms']:.1f} ms (middle half {low:.1f} to "
-        f"{high:.1f}) beside a {whole['boto3_ms']:.0f} ms `import boto3`, "
-        f"{doc['ms_at_150ms_boto3']:.1f} ms where it takes 150 ms; median of {doc['runs']} "
-        f"pairs, {date(env['date_utc'])}, {env['cpu_count']} cores at load "
-        f"{load_span(env['loadavg'])}, Python {env['python']}"
+        f"{counted['ratio']:.3f} × in instructions (valgrind: {counted['a'] / 1e6:,.1f} M "
+        f"against {counted['b'] / 1e6:,.1f} M for `import boto3` alone, "
+        f"{counted['ms_at_150ms_boto3']:.1f} ms where it takes 150 ms); in wall clock "
+        f"{import_ratio(doc)}, {wall}; {run}"
     )
 
 
 @figure("import.met", IMPORT)
 def import_met(doc: Results) -> str:
-    return "yes" if doc["whole_process"]["ratio"] <= doc["target"]["ratio"] else "**no**"
+    return "yes" if import_counted_ratio(doc) <= doc["target"]["ratio"] else "**no**"
 
 
 @figure("import.saved", IMPORT)

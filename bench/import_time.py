@@ -34,7 +34,8 @@ the end is printed with the figures; quote them together.
 Usage: python bench/import_time.py [--runs 15] [--check] [--instructions] [--reference REV]
 (--check exits 1 if the ratio is over 1.04 or aws_xray_sdk is imported; --instructions also
 counts A's and B's instructions under valgrind (and each reference's A), which the load does
-not move, and converts the difference to ms at the run's own median `import boto3`.)
+not move, and converts the difference to ms at the run's own median `import boto3`. With
+--instructions the target is judged on the instruction counts' ratio, else on wall clock.)
 """
 
 from __future__ import annotations
@@ -160,21 +161,34 @@ def instructions(statement: str, env: dict[str, str] | None = None) -> int:
     raise SystemExit(f"valgrind printed no count for {statement!r}")
 
 
-def instruction_figures(base_wall_ms: float, references: dict[str, dict[str, str]]) -> None:
-    """Print A and B in instructions, and what A - B is at this run's `import boto3` speed."""
+def instruction_figures(
+    base_wall_ms: float, references: dict[str, dict[str, str]]
+) -> dict[str, Any]:
+    """A and B in instructions (the target's measure), and A - B at this run's `import boto3`."""
     run_whole(WHOLE_A)  # bytecode caches
     a, b = instructions(WHOLE_A), instructions(WHOLE_B)
+    speed_ms = TARGET_EXTRA_MS / (TARGET_RATIO - 1)
     print(
         f"\ninstructions (valgrind callgrind, one run each): A {a / 1e6:.1f} M, B {b / 1e6:.1f} M"
     )
     print(
         f"  A - B {(a - b) / 1e6:+.1f} M, A / B {a / b:.3f}: about "
         f"{(a - b) / b * base_wall_ms:.1f} ms at this run's median `import boto3` "
-        f"({base_wall_ms:.0f} ms)"
+        f"({base_wall_ms:.0f} ms), {(a - b) / b * speed_ms:.1f} ms where it takes "
+        f"{speed_ms:.0f} ms"
     )
+    theirs: dict[str, int] = {}
     for rev, env in references.items():
-        theirs = instructions(WHOLE_A, env)
-        print(f"  reference {rev}: A {theirs / 1e6:.1f} M, over B {(theirs - b) / 1e6:+.1f} M")
+        count = theirs[rev] = instructions(WHOLE_A, env)
+        print(f"  reference {rev}: A {count / 1e6:.1f} M, over B {(count - b) / 1e6:+.1f} M")
+    return {
+        "a": a,
+        "b": b,
+        "ratio": round(a / b, 4),
+        "extra_ms": round((a - b) / b * base_wall_ms, 1),
+        "ms_at_150ms_boto3": round((a - b) / b * speed_ms, 1),
+        "references": theirs,
+    }
 
 
 def quartiles(values: list[float], unit: str = "", digits: int = 1) -> str:
@@ -385,20 +399,22 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as scratch:
         references = {rev: reference_layer(rev, Path(scratch)) for rev in args.reference}
         whole = whole_process(args.runs, references)
-        if args.instructions:
-            instruction_figures(whole["boto3_ms"], references)
+        counted = instruction_figures(whole["boto3_ms"], references) if args.instructions else None
     clean = breakdown(args.runs)
     layer = read_only_layer(args.runs)
     ratio, extra_ms, base_ms = whole["ratio"], whole["extra_ms"], whole["boto3_ms"]
     load_end = [round(x, 2) for x in os.getloadavg()]
-    ratio_met = ratio <= TARGET_RATIO
+    # The target is counted in instructions where valgrind counted them: the load moves a
+    # wall-clock median by several per cent, not the count.
+    verdict = "instructions" if counted is not None else "wall clock"
+    ratio_met = (counted["ratio"] if counted is not None else ratio) <= TARGET_RATIO
     # The 6 ms is the ratio's allowance where `import boto3` takes 150 ms; on a slower
     # machine every import takes longer and the ratio is the figure that carries over.
     speed_ms = TARGET_EXTRA_MS / (TARGET_RATIO - 1)
     print(
         f"\nimport cost: {extra_ms:.1f} ms, {ratio:.3f} × `import boto3` (whole process, "
         f"median of {args.runs} rounds; load {load_start} → {load_end})\n"
-        f"target <= {TARGET_RATIO:.2f} ×: {'met' if ratio_met else 'MISSED'}; "
+        f"target <= {TARGET_RATIO:.2f} × in {verdict}: {'met' if ratio_met else 'MISSED'}; "
         f"<= {TARGET_EXTRA_MS:.0f} ms here: {'met' if extra_ms <= TARGET_EXTRA_MS else 'missed'} "
         f"(`import boto3` took {base_ms:.0f} ms; {TARGET_EXTRA_MS:.0f} ms is "
         f"{TARGET_RATIO:.2f} × a {speed_ms:.0f} ms one, where this ratio is "
@@ -419,6 +435,8 @@ def main() -> int:
             "target": {"ratio": TARGET_RATIO, "extra_ms_at_150ms": TARGET_EXTRA_MS},
             "whole_process": whole,
             "ms_at_150ms_boto3": round((ratio - 1) * speed_ms, 1),
+            "instructions": counted,
+            "verdict": verdict,
             "read_only_layer": layer,
             "aws_xray_sdk_imported": not clean,
         }

@@ -440,6 +440,13 @@ class RateStrategy:
             joined = fleet_interval_ms(counts, policy, batch.calls, now_ms - self._started_ms)
             if joined is not None:
                 interval = max(interval, min(joined, max_interval_ms(policy)))
+        elif not urgent and now_ms - self._started_ms >= policy.window_ms:
+            # Settled: the fleet's fair share. The write-rate control above keeps whatever
+            # interval a container happened to hold when the record got busy (the first to
+            # report stay at the base interval and take half the target, the rest stretch
+            # to twice their share), and a report of a long interval hides an outage from
+            # the short window for longer.
+            interval = self._fair_interval_ms(interval, counts, now_ms)
         if interval != self._interval_ms:
             self._interval_ms = interval
             tally.reschedule(key, now_ms, interval)
@@ -448,6 +455,20 @@ class RateStrategy:
                 "on_window", ctx.name, counts.calls, counts.failure_rate, counts.slow_call_rate
             )
         return after
+
+    def _fair_interval_ms(self, interval_ms: int, counts: WindowCounts, now_ms: int) -> int:
+        """The interval that gives this container its share of TARGET_REPORTS_PER_S: the
+        fleet's size (:func:`fleet_size`, from the window this report's answer shows) over
+        the target, between the base and the longest interval. ``interval_ms`` when the
+        window shows nothing to go on."""
+        tally = self.tally
+        policy = self.policy
+        own = tally.taken + tally.pending_calls()
+        fleet = fleet_size(counts, policy, own, now_ms - self._started_ms)
+        if fleet is None:
+            return interval_ms
+        fair = round(fleet * 1000 / TARGET_REPORTS_PER_S)
+        return max(self._base_interval_ms, min(fair, max_interval_ms(policy)))
 
     def _join_fleet(self, tally: CallTally, now_ms: int) -> bool:
         """A newcomer whose first report is due: join the interval a hot fleet already uses.

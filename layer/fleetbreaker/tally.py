@@ -16,6 +16,15 @@ from fleetbreaker.window import WindowCounts
 if TYPE_CHECKING:
     from fleetbreaker.policy import Policy
 
+# The recent calls (see CallTally.rotate) cover one to two spans, and more when calls are
+# sparse: the older mark moves on only once the calls after it would number at least
+# MIN_RECENT_CALLS, or it is MAX_RECENT_SPANS span ends old. At one call a second a span (a
+# tenth of a 10 s window) holds one call: a container whose one recent call succeeded in a
+# 60 % outage (40 % of them) sent its whole stretched interval, mostly calls from before the
+# outage, and held the fleet's short window under the threshold for seconds.
+MIN_RECENT_CALLS = 4
+MAX_RECENT_SPANS = 4
+
 
 class CallTally:
     """A container's calls since its last report, and the calls still running.
@@ -49,6 +58,7 @@ class CallTally:
         # two spans of them), which a report may send alone (see take_recent).
         self._older = (0, 0, 0)
         self._mid = (0, 0, 0)
+        self._older_spans = 0  # span ends since ``_older`` was marked
         self.urgent_after_ms = 0  # an out-of-turn report is considered again from then
         self.running: dict[int, int] = {}  # call number -> start, epoch ms
         self.numbers = itertools.count()
@@ -109,6 +119,7 @@ class CallTally:
             self.taken += report.calls
             self.calls = self.failures = self.slow = 0
             self._older = self._mid = (0, 0, 0)
+            self._older_spans = 0
             self._schedule(container, now_ms, interval_ms)
             return report
 
@@ -117,16 +128,25 @@ class CallTally:
         return self.calls + self._goods(), self.failures, self.slow
 
     def rotate(self, now_ms: int) -> None:
-        """A span ended: the calls before the previous span's end stop being recent."""
+        """A span ended: the calls before the previous span's end stop being recent, unless
+        too few would be left recent (MIN_RECENT_CALLS; for up to MAX_RECENT_SPANS spans)."""
         with self._lock:
             if now_ms < self.span_end_ms:
                 return
-            self._older, self._mid = self._mid, self._totals()
+            totals = self._totals()
+            self._older_spans += 1
+            if (
+                totals[0] - self._mid[0] >= MIN_RECENT_CALLS
+                or self._older_spans >= MAX_RECENT_SPANS
+            ):
+                self._older, self._older_spans = self._mid, 1
+            self._mid = totals
             self.span_end_ms = now_ms + self.span_ms
             self.due_ms = min(self.report_due_ms, self.span_end_ms)
 
     def recent(self) -> tuple[int, int, int]:
-        """(calls, failures, slow) pending from the last one to two spans."""
+        """(calls, failures, slow) pending from the last one to two spans (more when calls
+        are sparse: see MIN_RECENT_CALLS)."""
         with self._lock:
             calls, failures, slow = self._totals()
             old_calls, old_failures, old_slow = self._older
@@ -176,6 +196,7 @@ class CallTally:
                 self._good_base, self._peeks = mark + 1, 0
                 self.calls = self.failures = self.slow = 0
                 self._older = self._mid = (0, 0, 0)
+                self._older_spans = 0
             self.gen = gen
 
     def carry(self, report: Report) -> None:

@@ -81,3 +81,30 @@ def test_make_bench_times_the_reference_the_docs_quote() -> None:
     without = _run("make", "-n", "bench", "IMPORT_REFERENCE=no-such-rev")
     assert without.returncode == 0, without.stderr
     assert "--reference" not in without.stdout
+
+
+def test_instruction_figures_give_the_ratio_the_target_is_judged_on(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN valgrind counting 1,030 M instructions for A, 1,000 M for B, 1,010 M for a
+    # reference's A (no process started: the counts are given)
+    counts = {import_time.WHOLE_A: 1_030_000_000, import_time.WHOLE_B: 1_000_000_000}
+    reference = {"PYTHONPATH": "ref"}
+
+    def counted(statement: str, env: dict[str, str] | None = None) -> int:
+        return 1_010_000_000 if env is reference else counts[statement]
+
+    monkeypatch.setattr(import_time, "instructions", counted)
+    monkeypatch.setattr(import_time, "run_whole", lambda *_a, **_k: (0.0, 0.0))
+    # WHEN the figures are taken beside a 200 ms `import boto3`
+    figures = import_time.instruction_figures(200.0, {"old": reference})
+    # THEN A / B is the ratio, its ms at this run's speed and at 150 ms, each reference's A
+    assert figures == {
+        "a": 1_030_000_000,
+        "b": 1_000_000_000,
+        "ratio": 1.03,
+        "extra_ms": 6.0,
+        "ms_at_150ms_boto3": 4.5,
+        "references": {"old": 1_010_000_000},
+    }
+    assert "A / B 1.030" in capsys.readouterr().out

@@ -11,6 +11,7 @@ import re
 import shutil
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 
@@ -215,3 +216,40 @@ def test_no_page_types_a_latency_or_a_ratio_outside_a_figure() -> None:
         # THEN no µs figure or ratio to Powertools or to `import boto3` is left in it by hand
         typed = UNMARKED.findall(_outside_figures(path))
         assert not typed, f"{path.relative_to(REPO_ROOT)}: {typed}: render it from bench/results"
+
+
+def _import_doc(wall_ratio: float, counted_ratio: float | None) -> dict[str, Any]:
+    doc: dict[str, Any] = json.loads((RESULTS / "import_time.json").read_text())
+    doc["whole_process"] = {**doc["whole_process"], "ratio": wall_ratio}
+    if counted_ratio is None:
+        doc["instructions"] = None
+    else:
+        doc["instructions"] = {
+            "a": 1_030_000_000,
+            "b": 1_000_000_000,
+            "ratio": counted_ratio,
+            "extra_ms": 6.6,
+            "ms_at_150ms_boto3": 4.5,
+            "references": {},
+        }
+    return doc
+
+
+def test_the_import_verdict_is_the_instruction_counts_where_valgrind_counted() -> None:
+    # GIVEN a run whose wall clock (moved by the load) is over the target, counted under it
+    doc = _import_doc(wall_ratio=1.06, counted_ratio=1.03)
+    # THEN the summary leads with the instructions, and the verdict is theirs
+    summary = figures.FIGURES["import.summary"].render(doc)
+    assert summary.startswith("1.030 × in instructions (valgrind: 1,030.0 M against 1,000.0 M")
+    assert "in wall clock 1.060 ×" in summary
+    assert figures.FIGURES["import.met"].render(doc) == "yes"
+    # AND counted over the target, it is missed whatever the wall clock says
+    assert figures.FIGURES["import.met"].render(_import_doc(1.01, 1.05)) == "**no**"
+
+
+def test_an_import_run_without_instruction_counts_says_wall_clock() -> None:
+    doc = _import_doc(wall_ratio=1.06, counted_ratio=None)
+    summary = figures.FIGURES["import.summary"].render(doc)
+    assert "in wall clock" in summary
+    assert "instructions" not in summary
+    assert figures.FIGURES["import.met"].render(doc) == "**no**"

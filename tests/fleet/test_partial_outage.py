@@ -2,7 +2,10 @@
 
 bench/scale.py's partial outage runs 2,000 containers at 5 calls a second each; a fleet at one
 call a second per container opened 17.4 s into a 60 % outage, past the bound of 1.5 windows
-(15 s). Here every container is a real CircuitBreaker on one MemoryStore and one virtual clock
+(15 s): the first containers to report kept the base interval while the rest stretched to
+twice their share (now each settled container reports at its share, rate.RateStrategy), and
+a container's "recent" calls were one or two (now they widen to tally.MIN_RECENT_CALLS).
+Here every container is a real CircuitBreaker on one MemoryStore and one virtual clock
 (tests/fleet/harness.py), calling once a second from a random phase: 30 s of 2 % noise, then
 60 % of calls failing. The rate policy is bench/scale.py's (threshold 50 %, minimum 20 calls,
 10 s window, 1 s cache).
@@ -69,21 +72,8 @@ def trials() -> dict[int, list[Trial]]:
     return runs
 
 
-# At 2,000 containers the fleet's report intervals settle unevenly: about 6 % of the containers
-# reported before the record got busy and stay at the base interval (1 s), taking half of
-# TARGET_REPORTS_PER_S, and the rest report every 15 to 20 s (a fair share would be 8 s).
-# A report of such an interval lands in the newest bucket with up to 20 s of calls, mostly
-# from before the outage: the short window reads 20 to 45 % for 15 s. The fix belongs in
-# RateStrategy.report, where the interval is chosen after each report (no module-level
-# decision function sees the container's own call rate, which the fair share needs). Strict:
-# once it opens in time, this marker must go.
-LATE_AT_SCALE = pytest.mark.xfail(
-    strict=True, reason="opens 16 to 22 s into the outage: report intervals settle unevenly"
-)
-
-
 @pytest.mark.slow
-@pytest.mark.parametrize("containers", [200, pytest.param(2_000, marks=LATE_AT_SCALE)])
+@pytest.mark.parametrize("containers", SIZES)
 def test_a_sixty_percent_outage_opens_within_one_and_a_half_windows(
     trials: dict[int, list[Trial]], containers: int
 ) -> None:

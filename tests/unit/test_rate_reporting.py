@@ -22,7 +22,7 @@ from fleetbreaker.rate import (
 from fleetbreaker.record import WINDOW_BUCKETS, Bucket, Record
 from fleetbreaker.rules import sliding_window
 from fleetbreaker.stores.memory import MemoryStore
-from fleetbreaker.tally import CallTally
+from fleetbreaker.tally import MAX_RECENT_SPANS, CallTally
 from fleetbreaker.view import MAX_REFRESH_STRETCH, TARGET_REFRESHES_PER_S, refresh_ms
 from fleetbreaker.window import WindowCounts
 from tests.support import Dependency, FakeClock
@@ -220,23 +220,25 @@ def test_recent_calls_running_slow_more_often_are_held_apart() -> None:
 
 
 def test_a_report_holds_healthy_older_calls_back_once_recent_ones_fail() -> None:
-    # GIVEN a container that made 40 healthy calls, then (two spans later) 2 of 5 failed: a
-    # 60 % outage's unlucky draw, under the policy's 50 %
+    # GIVEN a container that made 40 healthy calls, then (MAX_RECENT_SPANS quiet spans later:
+    # they are no longer recent) 2 of 5 failed: a 60 % outage's unlucky draw, under the
+    # policy's 50 %
     tally = CallTally(RATE, 1000)
     tally.start(0)
     for _ in range(40):
         next(tally.good)
-    tally.rotate(RATE.bucket_ms)
-    tally.rotate(2 * RATE.bucket_ms)
+    now = MAX_RECENT_SPANS * RATE.bucket_ms
+    for span in range(1, MAX_RECENT_SPANS + 1):
+        tally.rotate(span * RATE.bucket_ms)
     for failed in (True, False, True, False, False):
         if failed:
-            tally.bad(None, 2 * RATE.bucket_ms, True)
+            tally.bad(None, now, True)
         else:
             next(tally.good)
     # THEN its recent calls fail more often than its older ones: a report carries them
     # alone, and the 40 healthy calls stay pending
     assert recent_worse(tally.recent(), tally.older(), RATE)
-    report = tally.take_recent("c", 2 * RATE.bucket_ms, 1000)
+    report = tally.take_recent("c", now, 1000)
     assert (report.calls, report.failures) == (5, 2)
     assert tally.pending_calls() == 40
 

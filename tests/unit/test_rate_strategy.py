@@ -463,6 +463,41 @@ def steady(now_ms: int, reports_per_s: int, calls_per_report: int) -> Record:
     return Record(buckets=buckets, expires_at=now_ms // 1000 + 3600)
 
 
+def settled_report(seconds: int) -> RateStrategy:
+    """A container that called 10 times a second for ``seconds`` on a quiet record (reporting
+    every second, the base interval), whose next report meets a record taking 250 reports
+    a second of 50 calls each over nine of its buckets: 1,125 containers like it."""
+    clock, store = FakeClock(), MemoryStore()
+    breaker = make(store, clock)
+    for _ in range(10 * seconds):
+        breaker.call(Dependency())
+        clock.advance(0.1)
+    strategy = strategy_of(breaker)
+    assert strategy.interval_ms == 1000
+    store.seed("payment-api", steady(clock(), 250, 50))
+    breaker.call(Dependency())  # its report, due now
+    return strategy
+
+
+def test_a_container_that_has_run_a_window_reports_at_its_fair_share() -> None:
+    # GIVEN a container that has reported every second for a window while the record was
+    # quiet (the write rate, about TARGET_REPORTS_PER_S, alone would leave the interval at
+    # about 1 s)
+    # WHEN its report shows 1,125 containers calling as often as it does
+    strategy = settled_report(seconds=10)
+    # THEN it reports at its share of TARGET_REPORTS_PER_S: 1,125 / 250 a second = 4.5 s
+    assert strategy.interval_ms == pytest.approx(4500, abs=10)
+
+
+def test_a_container_younger_than_a_window_keeps_the_write_rates_interval() -> None:
+    # GIVEN the same container two seconds old (its own call rate still a guess, and a crowd
+    # arriving together would all take an interval from one busy second)
+    # WHEN its report shows the same fleet
+    strategy = settled_report(seconds=2)
+    # THEN the write rate alone sets its interval (about the target: about the base one)
+    assert strategy.interval_ms == pytest.approx(1000, abs=10)
+
+
 def test_a_report_tells_on_window_the_fleets_calls_and_rates() -> None:
     # GIVEN a rate-policy breaker timing calls (1 s), with a listener, that made 4 calls:
     # one failed, one ran slow
@@ -788,14 +823,16 @@ def test_a_failure_from_a_container_the_quorum_already_counts_adds_no_container(
 
 
 def test_a_report_sends_recent_failures_alone_when_older_calls_were_healthy() -> None:
-    # GIVEN a container reporting every 5 s (5 s cache), with 11 good calls in its first
-    # two seconds, then 3 failures (under the 50 % threshold: no out-of-turn report)
+    # GIVEN a container reporting every 5 s (5 s cache), with 10 good calls in its first
+    # second and 5 in its second, then 3 failures (under the 50 % threshold: no out-of-turn
+    # report)
     clock, store = FakeClock(), MemoryStore()
     breaker = make(store, clock, replace(RATE, report_interval=5.0, cache_ttl=5.0))
     for _ in range(10):
         breaker.call(Dependency())
     clock.advance(1.0)
-    breaker.call(Dependency())
+    for _ in range(5):
+        breaker.call(Dependency())
     clock.advance(1.0)
     for _ in range(3):
         with pytest.raises(ConnectionError):
@@ -804,10 +841,12 @@ def test_a_report_sends_recent_failures_alone_when_older_calls_were_healthy() ->
     # WHEN its report falls due
     clock.advance(3.0)
     breaker.call(Dependency())
-    # THEN the fleet sees the 3 recent failures alone; the 11 good calls go with the next
+    # THEN the fleet sees the recent calls alone (the failures and the second's 5 calls
+    # before them: fewer than MIN_RECENT_CALLS came after those); the first second's 10
+    # good calls go with the next report
     snap = breaker.snapshot()
-    assert (snap.calls, snap.failures) == (3, 3)
+    assert (snap.calls, snap.failures) == (8, 3)
     clock.advance(5.0)
     breaker.call(Dependency())
     snap = breaker.snapshot()
-    assert (snap.calls, snap.failures) == (15, 3)
+    assert (snap.calls, snap.failures) == (19, 3)

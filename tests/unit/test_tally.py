@@ -5,7 +5,7 @@ time in."""
 from __future__ import annotations
 
 from fleetbreaker.record import Report
-from fleetbreaker.tally import CallTally
+from fleetbreaker.tally import MAX_RECENT_SPANS, CallTally
 from fleetbreaker.window import WindowCounts
 from tests.support import make_policy
 
@@ -170,16 +170,20 @@ def test_a_rescheduled_report_is_due_an_interval_from_now() -> None:
 # -- spans: recent and older calls --------------------------------------------------------------
 
 
+# The span end after which 10 calls, then none, stop being recent (MAX_RECENT_SPANS).
+OLD_AT_MS = MAX_RECENT_SPANS * RATE.bucket_ms
+
+
 def _ten_goods_then_three_failures() -> CallTally:
-    """A tally with 10 good calls, then two span ends, then 3 failures."""
+    """A tally with 10 good calls, then span ends until they are older, then 3 failures."""
     tally = CallTally(RATE, 1000)
     tally.start(0)
     for _ in range(10):
         next(tally.good)
-    tally.rotate(RATE.bucket_ms)
-    tally.rotate(2 * RATE.bucket_ms)
+    for span in range(1, MAX_RECENT_SPANS + 1):
+        tally.rotate(span * RATE.bucket_ms)
     for _ in range(3):
-        tally.bad(None, 2 * RATE.bucket_ms, True)
+        tally.bad(None, OLD_AT_MS, True)
     return tally
 
 
@@ -208,9 +212,36 @@ def test_calls_within_the_last_span_are_recent() -> None:
 
 
 def test_recent_counts_cover_the_last_one_to_two_spans() -> None:
-    # GIVEN 10 good calls, then a span ends, then another, then 3 failures
+    # GIVEN busy spans: 5 calls in each of four (MIN_RECENT_CALLS or more), span ends between
+    tally = CallTally(RATE, 1000)
+    tally.start(0)
+    for span in range(1, 4):
+        good(tally, 5)
+        tally.rotate(span * RATE.bucket_ms)
+    good(tally, 5)
+    # THEN the calls of the current span and the one before it are recent, the rest older
+    assert tally.recent() == (10, 0, 0)
+    assert tally.older() == (10, 0, 0)
+
+
+def test_sparse_calls_stay_recent_until_enough_follow() -> None:
+    # GIVEN one call a span: a failure, then goods, span ends between them
+    tally = CallTally(RATE, 1000)
+    tally.start(0)
+    tally.bad(None, 0, True)
+    for span in range(1, MAX_RECENT_SPANS):
+        tally.rotate(span * RATE.bucket_ms)
+        good(tally, 1)
+    # THEN fewer than MIN_RECENT_CALLS followed it: every call is still recent, the failure
+    # too, though it is more than two span ends old
+    assert tally.recent() == (MAX_RECENT_SPANS, 1, 0)
+    assert tally.older() == (0, 0, 0)
+
+
+def test_sparse_calls_stop_being_recent_after_the_longest_recent_span() -> None:
+    # GIVEN 10 good calls, then no call for MAX_RECENT_SPANS span ends, then 3 failures
     tally = _ten_goods_then_three_failures()
-    # THEN only the 3 failures are recent: the goods are two span ends old
+    # THEN only the 3 failures are recent: the goods are that many span ends old
     assert tally.recent() == (3, 3, 0)
     assert tally.older() == (10, 0, 0)
     assert tally.pending_calls() == 13
@@ -220,11 +251,11 @@ def test_a_report_of_the_recent_calls_keeps_the_older_ones_pending() -> None:
     # GIVEN 10 older good calls and 3 recent failures
     tally = _ten_goods_then_three_failures()
     # WHEN it reports the recent calls alone
-    report = tally.take_recent("c", 2 * RATE.bucket_ms, 1000)
+    report = tally.take_recent("c", OLD_AT_MS, 1000)
     # THEN they go out, and the 10 older calls go with the next full report: none lost
     assert (report.calls, report.failures) == (3, 3)
     assert tally.recent() == (0, 0, 0)
-    later = tally.take("c", 3 * RATE.bucket_ms, 1000)
+    later = tally.take("c", OLD_AT_MS + RATE.bucket_ms, 1000)
     assert (later.calls, later.failures) == (10, 0)
     assert tally.taken == 13
 
