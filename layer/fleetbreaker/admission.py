@@ -15,7 +15,9 @@ these stages, in this order, each a no-op unless it applies:
    what an enforcing breaker would have done; its probe is settled after it (never a lease
    held for the call's duration).
 5. :class:`ProbeClaim` (a probe verdict): one conditional write claims a lease; losing it is
-   a rejection.
+   a rejection. A lost claim that finds the breaker closed (another container's probe
+   closed it meanwhile) has its verdict passed through the same stages again, by the same
+   call (:meth:`AdmissionPipeline.admit`): the recovery ramp is applied in one place.
 
 The result is an :class:`~fleetbreaker.results.Admission`. A healthy call (closed record,
 no ramp) takes the first branch of :meth:`AdmissionPipeline.admit` and allocates nothing.
@@ -301,33 +303,35 @@ class ProbeClaim:
     A granted claim is a probe admission with its token. A refused one is a rejection: for
     as long as the store said (and the barrier keeps that answer), or LOST_CLAIM_RETRY_MS
     when every slot went to others. A claim that finds the breaker closed (someone else's
-    probe closed it meanwhile) leaves the call to the recovery ramp.
+    probe closed it meanwhile) returns that allow verdict with the record it found: the
+    pipeline passes it through its stages again (the recovery ramp among them), so the ramp
+    is applied in one place.
+
+    Returns (the answer, the record the claim found).
     """
 
     def __init__(
         self,
         probes: ProbeLeases,
         barrier: ClaimBarrier,
-        ramp: RecoveryRamp | None,
         degraded: Callable[[], bool],
     ) -> None:
         self._probes = probes
         self._barrier = barrier
-        self._ramp = ramp
         self._degraded = degraded
 
     def __call__(
         self, verdict: Verdict, record: Record | None, now_ms: int, mode: Mode, lease_ms: int | None
-    ) -> Verdict | Admission:
+    ) -> tuple[Verdict | Admission, Record | None]:
         if verdict.decision is not _PROBE:
-            return verdict
+            return verdict, record
         policy = mode.policy
         if lease_ms is not None and lease_ms < policy.lease_ms:
             policy = replace(policy, lease_ms=lease_ms)
         outcome = self._probes.claim(policy, now_ms, record)
         found = outcome.record
         if outcome.token is not None:
-            return Admission(
+            granted = Admission(
                 self._probes.name,
                 _PROBE,
                 State.HALF_OPEN,
@@ -335,19 +339,16 @@ class ProbeClaim:
                 outcome.token,
                 self._degraded(),
             )
+            return granted, found
         verdict = verdict_of(found, policy, now_ms)
-        if verdict.decision is _ALLOW:
-            if self._ramp is not None:
-                return self._ramp(verdict, found, now_ms, mode, lease_ms)
-            return verdict
         if verdict.decision is not _PROBE:
-            return verdict
+            return verdict, found  # closed meanwhile (the stages judge it), or open again
         wait = outcome.retry_after_ms
         if wait and found is not None:
             self._barrier.bar(found.gen, now_ms + wait)
-            return Verdict(_REJECT, verdict.state, wait)
+            return Verdict(_REJECT, verdict.state, wait), found
         # Lost every race for a slot: wait for the next lease to end.
-        return Verdict(_REJECT, verdict.state, LOST_CLAIM_RETRY_MS)
+        return Verdict(_REJECT, verdict.state, LOST_CLAIM_RETRY_MS), found
 
 
 class AdmissionPipeline:
@@ -377,7 +378,7 @@ class AdmissionPipeline:
         self.barrier = ClaimBarrier()
         self.thinning = ClaimThinning(rng)
         self.ramp = RecoveryRamp(ramp_seconds, rng) if ramp_seconds else None
-        self.claim = ProbeClaim(probes, self.barrier, self.ramp, degraded)
+        self.claim = ProbeClaim(probes, self.barrier, degraded)
         stages: list[Stage] = [self.barrier, self.thinning]
         if self.ramp is not None:
             stages.append(self.ramp)
@@ -422,19 +423,36 @@ class AdmissionPipeline:
             verdict = _ALLOW_CLOSED
         else:
             verdict = verdict_of(record, mode.policy, now_ms)
-        for stage in self._stages:
-            answer = stage(verdict, record, now_ms, mode, lease_ms)
-            if isinstance(answer, Admission):
-                return answer  # shadow mode's: it told the decision hooks itself
-            verdict = answer
+        staged = self._staged(verdict, record, now_ms, mode, lease_ms)
+        if isinstance(staged, Admission):
+            return staged  # shadow mode's: it told the decision hooks itself
+        verdict = staged
         if verdict.decision is _PROBE:
             if cached_only:
                 return None
-            claimed = self.claim(verdict, record, now_ms, mode, lease_ms)
+            claimed, found = self.claim(verdict, record, now_ms, mode, lease_ms)
             if isinstance(claimed, Admission):
                 return self._decided(claimed, announce)
+            if claimed.decision is _ALLOW:
+                # Closed meanwhile by another container's probe: the same stages judge the
+                # record the claim found (the recovery ramp, in its one place).
+                restaged = self._staged(claimed, found, now_ms, mode, lease_ms)
+                if isinstance(restaged, Admission):
+                    return restaged
+                claimed = restaged
             verdict = claimed
         return self._decided(self._admission(verdict), announce)
+
+    def _staged(
+        self, verdict: Verdict, record: Record | None, now_ms: int, mode: Mode, lease_ms: int | None
+    ) -> Verdict | Admission:
+        """The verdict through every stage, in order: the next verdict, or an answer."""
+        for stage in self._stages:
+            answer = stage(verdict, record, now_ms, mode, lease_ms)
+            if isinstance(answer, Admission):
+                return answer
+            verdict = answer
+        return verdict
 
     def _admission(self, verdict: Verdict) -> Admission | None:
         """The Admission for a verdict (None: the hot path's allow, picked in _decided)."""

@@ -13,8 +13,9 @@ One call through the breaker, file by file (docs/architecture.md, "One call"):
    :mod:`fleetbreaker.count` or :mod:`fleetbreaker.rate`, a probe's settle through
    :mod:`fleetbreaker.probes`), which the driver sends;
 4. every store operation goes through :class:`~fleetbreaker.stores.fallback.FallbackStore`
-   (the deadline, degraded mode), whose answers reach the core's cache, strategy and live
-   tuning.
+   (the deadline, degraded mode), which returns its answer as a value to whoever asked; the
+   asker hands it to the core's one place for answers (:meth:`CallCore.answered`: the cache,
+   the strategy, live tuning). The wrapper holds no way back into the breaker.
 
 The breaker builds the parts once, owns the operator overrides (``force_open``,
 ``disable``, ``reset``), ``from_env``, the refusals of async code at a sync entry point, and
@@ -65,7 +66,7 @@ if TYPE_CHECKING:
     from fleetbreaker.calls import Call
     from fleetbreaker.counting import Counting
     from fleetbreaker.policy import Policy
-    from fleetbreaker.record import Record
+    from fleetbreaker.record import Outcome, Record
     from fleetbreaker.shared_refresh import SharedReads
     from fleetbreaker.snapshot import Snapshot
     from fleetbreaker.stores.base import Store
@@ -198,7 +199,6 @@ class CircuitBreaker:
             backoff_seconds=config.store_backoff_seconds,
             deadline_seconds=config.store_deadline_seconds,
             emit=hooks.emit,
-            on_answer=self._answered,
         )
         self.stats: StoreErrorStats = self._store.fallback_stats
         tuning = LiveTuning(config, self.name)
@@ -209,6 +209,7 @@ class CircuitBreaker:
             self._store,
             RecordCache(cache_ms, ramp_ms),
             self._refresh,
+            answered=self._answered,
             wait_s=config.store_deadline_seconds + 1.0,
         )
         self._shared_reads = None if off else self._share_reads(store, shared_refresh_dir)
@@ -221,6 +222,7 @@ class CircuitBreaker:
             container_key=container_key(self.container_id),
             emit=hooks.emit,
             judge=OutcomeJudge(config, self.name),
+            answered=self._answered,
             read=self._shared_reads.read if self._shared_reads is not None else None,
         )
         probes = ProbeLeases(
@@ -229,6 +231,7 @@ class CircuitBreaker:
             rng=self.rng,
             recovery_jitter=config.recovery_jitter,
             emit=hooks.emit,
+            answered=self._answered,
             observe=self._observe,
         )
         pipeline = AdmissionPipeline(
@@ -286,7 +289,8 @@ class CircuitBreaker:
         elif config.verify_store:
             # One read at init: a misconfigured store fails the init (ConfigError); an
             # unreachable one (weather) lets it start, degraded.
-            self._store.verify(self.name, self.clock())
+            now = self.clock()
+            self._core.answered(self._store.verify(self.name, now), now)
         # Known to the snapshot hooks (Lambda SnapStart), which the first breaker registers;
         # loaded here, not by `import fleetbreaker`, and never on a call's path.
         from fleetbreaker.restore import track
@@ -592,12 +596,13 @@ class CircuitBreaker:
                 )
             action = operator_action(target.value, reason, by, now)
             outcome = self._store.force_state(self.name, policy, now, target, action=action)
+        self._core.answered(outcome, now)
         return _state_of(outcome.record)
 
     # -- the store's answers, live tuning, the strategy ------------------------------------
 
-    def _answered(self, record: Record | None, now: int) -> None:
-        self._core.answered(record, now)
+    def _answered(self, answer: Outcome, now: int) -> None:
+        self._core.answered(answer, now)
 
     def _observe(self, record: Record | None) -> None:
         self._core.observe(record)

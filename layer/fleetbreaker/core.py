@@ -16,8 +16,9 @@ is judged by lives here, once:
    :meth:`CallCore.interrupted` count how the call ended and return the store request that
    counting needs (a failure's write, a report, a probe's settle), or None.
 
-The core also holds the breaker's :class:`~fleetbreaker.mode.Mode` and follows live tuning
-by swapping it whole (:meth:`CallCore.answered`).
+The core also holds the breaker's :class:`~fleetbreaker.mode.Mode`, takes every store
+answer as a value in one place (:meth:`CallCore.answered`: the cache, the strategy, live
+tuning) and follows live tuning by swapping the mode whole.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ if TYPE_CHECKING:
     from fleetbreaker.counting import Counting
     from fleetbreaker.events import Hooks
     from fleetbreaker.probes import ProbeLeases
-    from fleetbreaker.record import Record
+    from fleetbreaker.record import Outcome, Record
     from fleetbreaker.results import Admission, RecordResult
     from fleetbreaker.rules import Verdict
     from fleetbreaker.view import RecordView
@@ -199,9 +200,16 @@ class CallCore:
 
     # -- the mode and the store's answers --------------------------------------------------
 
-    def answered(self, record: Record | None, now_ms: int) -> None:
-        """Every shared-store answer: into the cache (fresh for as long as the strategy
-        says), to the strategy, and to live tuning, which travels with the record."""
+    def answered(self, answer: Outcome, now_ms: int) -> None:
+        """The one place every store answer goes, handed here by whoever asked (a strategy's
+        request, a probe's claim or settle, a view's read, an operator's write): a shared
+        answer into the cache (fresh for as long as the strategy says; the current item a
+        lost conditional write returned too), to the strategy, and to live tuning, which
+        travels with the record. The local twin's answer (``answer.local``) is this
+        container's alone, never cached as the fleet's record."""
+        if answer.local:
+            return
+        record = answer.record
         counting = self.mode.counting
         self.view.cache.put(record, now_ms, counting.fresh_ms(record, now_ms))
         counting.observe(record)

@@ -60,7 +60,9 @@ class CountStrategy:
         self._refreshed_ms = now_ms
         store = ctx.store
         if self._censuses and not store.degraded and ctx.rng.random() < census_chance(gap):
-            return store.census(ctx.name, self.policy, now_ms, ctx.view.last_seen).record
+            answer = store.census(ctx.name, self.policy, now_ms, ctx.view.last_seen)
+            ctx.answered(answer, now_ms)
+            return answer.record
         return ctx.read(now_ms)
 
     def fresh_ms(self, record: Record | None, now_ms: int) -> int:
@@ -117,6 +119,8 @@ class CountStrategy:
             outcome = store.record_failure(ctx.name, self.policy, now_ms, observed, weight)
         else:
             outcome = store.record_failure(ctx.name, self.policy, now_ms, observed)
+        # Lost or won, the answer is the fleet's record now: the cache learns it at once.
+        ctx.answered(outcome, now_ms)
         state = _state_of(outcome.record)
         if outcome.changed:
             ctx.emit("on_failure_recorded", ctx.name, state)

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from fleetbreaker.config import BreakerConfig
     from fleetbreaker.policy import Policy
     from fleetbreaker.protocols import GuardedStore, View
-    from fleetbreaker.record import Record
+    from fleetbreaker.record import Outcome, Record
     from fleetbreaker.results import RecordResult
 
 
@@ -110,6 +110,7 @@ class CountingContext:
         container_key: str,
         emit: Callable[..., None],
         judge: OutcomeJudge,
+        answered: Callable[[Outcome, int], None],
         read: Callable[[int], Record | None] | None = None,
     ) -> None:
         self.name = name
@@ -120,6 +121,9 @@ class CountingContext:
         self.container_key = container_key
         self.emit = emit
         self.judge = judge
+        # The breaker's one place for store answers (the cache, the strategy, live tuning):
+        # each request a strategy makes hands its answer there as it comes back.
+        self.answered = answered
         self.read: Callable[[int], Record | None] = read or self.load
 
     def become(self, container_key: str) -> None:
@@ -127,5 +131,7 @@ class CountingContext:
         self.container_key = container_key
 
     def load(self, now_ms: int) -> Record | None:
-        """One store read of the record."""
-        return self.store.load(self.name, now_ms)
+        """One store read of the record (its answer handed to ``answered``)."""
+        answer = self.store.read(self.name, now_ms)
+        self.answered(answer, now_ms)
+        return answer.record

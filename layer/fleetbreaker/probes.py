@@ -27,8 +27,10 @@ if TYPE_CHECKING:
 class ProbeLeases:
     """One breaker's probe claims and settles on its store.
 
-    ``observe(record)`` hears every record a claim or settle returns, the local twin's too
-    (the store's answer hook hears only the shared store's).
+    Each claim's and settle's answer goes, as it comes back, to ``answered(outcome, now_ms)``
+    (the breaker's one place for store answers, which caches only the shared store's) and
+    its record to ``observe(record)``, the local twin's too: the strategy hears every
+    generation a probe saw.
     """
 
     def __init__(
@@ -39,6 +41,7 @@ class ProbeLeases:
         rng: random.Random,
         recovery_jitter: float,
         emit: Callable[..., None],
+        answered: Callable[[Outcome, int], None],
         observe: Callable[[Record | None], None],
     ) -> None:
         self.name = name
@@ -46,12 +49,17 @@ class ProbeLeases:
         self._store = store
         self._jitter = recovery_jitter
         self._emit = emit
+        self._answered = answered
         self._observe = observe
+
+    def _heard(self, outcome: Outcome, now_ms: int) -> None:
+        self._answered(outcome, now_ms)
+        self._observe(outcome.record)
 
     def claim(self, policy: Policy, now_ms: int, observed: Record | None) -> Outcome:
         """Try to take a probe lease (open -> half_open when the open window has ended)."""
         outcome = self._store.claim_probe(self.name, policy, now_ms, secrets.token_hex(8), observed)
-        self._observe(outcome.record)
+        self._heard(outcome, now_ms)
         return outcome
 
     def settle(
@@ -63,7 +71,7 @@ class ProbeLeases:
         jitter = 1.0 - self.rng.random() * self._jitter
         report = ProbeReport(token, success, jitter)
         outcome = self._store.settle_probe(self.name, policy, now_ms, report, observed)
-        self._observe(outcome.record)
+        self._heard(outcome, now_ms)
         record = outcome.record
         state = record.state if record is not None else State.CLOSED
         self._emit("on_probe", self.name, success, outcome.changed)
@@ -78,7 +86,7 @@ class ProbeLeases:
         the next claim at once, instead of when the lease runs out. Nothing is counted."""
         report = ProbeReport(token, False, released=True)
         outcome = self._store.settle_probe(self.name, policy, now_ms, report, observed)
-        self._observe(outcome.record)
+        self._heard(outcome, now_ms)
         record = outcome.record
         state = record.state if record is not None else State.CLOSED
         if outcome.changed:

@@ -43,7 +43,11 @@ class LocalStore(Protocol):
 
 class GuardedStore(Protocol):
     """A breaker's store as its parts use it: the contract's operations under a deadline,
-    answered by a local twin while the shared store is out of reach."""
+    answered by a local twin while the shared store is out of reach.
+
+    Every operation's answer comes back to its caller as a value (an Outcome whose ``local``
+    says the twin gave it); the caller hands it to the breaker's one place for answers
+    (:meth:`fleetbreaker.core.CallCore.answered`). The store calls nothing back."""
 
     @property
     def degraded(self) -> bool:
@@ -65,6 +69,10 @@ class GuardedStore(Protocol):
         ...
 
     def load(self, name: str, now_ms: int) -> Record | None: ...
+
+    def read(self, name: str, now_ms: int) -> Outcome:
+        """A load whose answer says whether the local twin gave it (``Outcome.local``)."""
+        ...
 
     def record_failure(
         self, name: str, policy: Policy, now_ms: int, observed: Record | None, weight: int = 1

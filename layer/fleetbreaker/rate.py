@@ -420,6 +420,7 @@ class RateStrategy:
                 return ctx.read(now_ms)
             return ctx.view.last_seen
         outcome = ctx.store.report(ctx.name, policy, now_ms, batch, ctx.view.last_seen)
+        ctx.answered(outcome, now_ms)
         self._reported = True
         after = outcome.record
         if (
@@ -482,7 +483,7 @@ class RateStrategy:
         True when it joined (the counts then wait, spread by the interval's jitter).
         """
         ctx = self._ctx
-        record = ctx.store.load(ctx.name, now_ms)
+        record = ctx.load(now_ms)
         policy = self.policy
         counts = sliding_window(policy).counts(record, now_ms)
         if self._started_cold is None:

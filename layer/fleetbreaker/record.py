@@ -217,6 +217,9 @@ class Outcome:
     ``token`` the lease token of a granted probe claim. ``retry_after_ms``: a store that
     decides on its own clock (Redis' TIME) and refused a claim says how long, on that clock,
     until one can succeed; the caller then stops asking until then, whatever its own clock says.
+    ``local``: answered by a breaker's local twin while the shared store is out of reach
+    (:class:`~fleetbreaker.stores.fallback.FallbackStore`): this container's alone, not the
+    fleet's record, so it is never cached as the fleet's.
     """
 
     record: Record | None
@@ -224,6 +227,7 @@ class Outcome:
     transition: tuple[State, State] | None = None
     token: str | None = None
     retry_after_ms: int | None = None
+    local: bool = False
 
 
 @frozen

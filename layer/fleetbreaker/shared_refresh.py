@@ -58,7 +58,7 @@ from typing import TYPE_CHECKING, Any
 
 from fleetbreaker import record as schema
 from fleetbreaker.frozen import frozen
-from fleetbreaker.record import Bucket, CensusBucket, Lease, Record, State
+from fleetbreaker.record import Bucket, CensusBucket, Lease, Outcome, Record, State
 from fleetbreaker.view import MAX_REFRESH_STRETCH
 
 if TYPE_CHECKING:
@@ -337,10 +337,10 @@ def _read_all(fd: int) -> bytes:
 class SharedReads:
     """A breaker's reads of its record through the environment's copy (see the module doc).
 
-    ``answered(record, at_ms)`` is the breaker's answer hook (the cache, the strategy's
-    generation, live tuning): a copy taken from the file reaches it as a store answer given
-    at the copy's read time. ``cache`` is the breaker's view cache, whose entry the copy
-    takes and gives its freshness.
+    ``answered(outcome, at_ms)`` is the breaker's one place for store answers (the cache, the
+    strategy's generation, live tuning): each read's answer goes there as it comes back, and
+    a copy taken from the file as a store answer given at the copy's read time. ``cache`` is
+    the breaker's view cache, whose entry the copy takes and gives its freshness.
     """
 
     def __init__(
@@ -349,7 +349,7 @@ class SharedReads:
         store: GuardedStore,
         copy: SharedCopy,
         cache: RecordCache,
-        answered: Callable[[Record | None, int], None],
+        answered: Callable[[Outcome, int], None],
     ) -> None:
         self.name = name
         self.copy = copy
@@ -361,9 +361,9 @@ class SharedReads:
         """The record at ``now_ms``: the environment's fresh copy, or one store read."""
         store = self._store
         if store.degraded:
-            return store.load(self.name, now_ms)  # the local twin's: nothing to share
+            return self._load(now_ms)  # the local twin's: nothing to share
         if not self.copy.enabled or self._cache.ttl_ms <= 0:
-            return store.load(self.name, now_ms)  # no copy to share, or no view kept
+            return self._load(now_ms)  # no copy to share, or no view kept
         entry = self._cache.entry
         shared = self._fresh_copy(now_ms, entry)
         if shared is not None:
@@ -371,7 +371,7 @@ class SharedReads:
         try:
             locked = self.copy.try_lock()
         except OSError:
-            return store.load(self.name, now_ms)
+            return self._load(now_ms)
         if not locked:
             if entry is not None and now_ms < entry[1] + self._longest_ms():
                 # Another process of the environment is reading the store now. Not kept as
@@ -379,20 +379,26 @@ class SharedReads:
                 # older than this process would keep it: a holder that never lets go (stuck,
                 # stopped) must not hold this process on an old view.
                 return entry[0]
-            return store.load(self.name, now_ms)
+            return self._load(now_ms)
         try:
             # Look again: the process that held the lock a moment ago may have written a
             # copy since this one's first look (one read for the environment, not two).
             shared = self._fresh_copy(now_ms, self._cache.entry)
             if shared is not None:
                 return self._take(shared)
-            record = store.load(self.name, now_ms)
+            record = self._load(now_ms)
             entry = self._cache.entry
             if not store.degraded and entry is not None and entry[0] is record:
                 self.copy.put(Shared(record, entry[1], entry[2]))
             return record
         finally:
             self.copy.unlock()
+
+    def _load(self, now_ms: int) -> Record | None:
+        """One store read, its answer handed to the breaker's one place for answers."""
+        answer = self._store.read(self.name, now_ms)
+        self._answered(answer, now_ms)
+        return answer.record
 
     def _fresh_copy(
         self, now_ms: int, entry: tuple[Record | None, int, int] | None
@@ -416,7 +422,7 @@ class SharedReads:
 
     def _take(self, shared: Shared) -> Record | None:
         """The copy as this process's store answer, given at the copy's read time."""
-        self._answered(shared.record, shared.read_at)
+        self._answered(Outcome(shared.record), shared.read_at)
         # Fresh for exactly as long as its reader kept it: the same staleness bound.
         self._cache.put(shared.record, shared.read_at, shared.fresh_until - shared.read_at)
         return shared.record

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     import random
 
     from fleetbreaker.protocols import GuardedStore
-    from fleetbreaker.record import Record
+    from fleetbreaker.record import Outcome, Record
 
 # Cache refreshes the fleet aims to send to one record per second: 1,500 read units of
 # eventually consistent reads (half a unit each), under 80 % of one partition's 3,000.
@@ -142,8 +142,9 @@ class RecordView:
     """The record as this container sees it: from the cache while fresh, else refreshed.
 
     ``refresh(now_ms)`` is the breaker's: the refresh of the counting strategy in force
-    (``Counting.refresh``). Its answer reaches the cache through the store's answer hook, as
-    every store answer does.
+    (``Counting.refresh``), which hands its store answer to the breaker's one place for
+    answers. A read the view makes itself (another thread held the refresh too long) hands
+    its answer to ``answered(outcome, now_ms)``, the same place: the store calls nothing back.
     """
 
     def __init__(
@@ -153,11 +154,13 @@ class RecordView:
         cache: RecordCache,
         refresh: Callable[[int], Record | None],
         *,
+        answered: Callable[[Outcome, int], None],
         wait_s: float,
     ) -> None:
         self.name = name
         self.cache = cache
         self.refresh = refresh
+        self._answered = answered
         self._store = store
         # Waiting for another thread's refresh: longer than a store read can take.
         self._wait_s = wait_s
@@ -174,7 +177,9 @@ class RecordView:
         # of sending the same request, or acting on a view older than cache_ttl: that view
         # may still say closed after the fleet tripped.
         if not self.cache.begin_refresh(wait_s=self._wait_s):
-            return store.load(self.name, now_ms)
+            answer = store.read(self.name, now_ms)
+            self._answered(answer, now_ms)
+            return answer.record
         try:
             hit, record = self.cache.get(now_ms)
             if hit:
@@ -194,7 +199,7 @@ class RecordView:
 
     def keep(self, record: Record | None, now_ms: int, fresh_ms: int) -> None:
         """Cache ``record`` as seen at ``now_ms``, fresh for ``fresh_ms`` (a strategy that
-        knows better than the answer hook how long it holds)."""
+        knows better than the core's one place for answers how long it holds)."""
         self.cache.put(record, now_ms, fresh_ms)
 
     def forget(self) -> None:

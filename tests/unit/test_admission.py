@@ -150,10 +150,10 @@ class Contended:
 def test_a_container_that_loses_every_race_for_a_probe_is_told_to_come_back_soon() -> None:
     # GIVEN an open record whose window has ended, each claim of it lost to another container
     found = Record(state=State.OPEN, opened_at=1, open_until=1000)
-    claim = ProbeClaim(Contended(found), ClaimBarrier(), None, lambda: False)  # type: ignore[arg-type]
+    claim = ProbeClaim(Contended(found), ClaimBarrier(), lambda: False)  # type: ignore[arg-type]
     mode: Any = SimpleNamespace(policy=POLICY)
     # WHEN this container claims
-    verdict = claim(PROBE, found, 2000, mode, None)
+    verdict, _ = claim(PROBE, found, 2000, mode, None)
     # THEN it is rejected (still open), to retry after the lost-race pause, not a window
     assert verdict == Verdict(Decision.REJECT, State.OPEN, LOST_CLAIM_RETRY_MS)
 
@@ -368,3 +368,24 @@ def test_a_shadow_outcome_that_finds_the_probe_slot_taken_counts_nowhere() -> No
     # THEN it settles nothing, says why, and counts as a call an enforcing breaker rejects
     assert result == RecordResult(False, State.HALF_OPEN, "shadow: probe slot taken; not counted")
     assert shadow.stats.would_rejects == 2
+
+
+def test_a_lost_claim_that_finds_the_breaker_closed_returns_the_allow_and_the_record() -> None:
+    # GIVEN a claim lost because another container's probe closed the breaker a moment ago
+    found = Record(gen=3, state=State.CLOSED, closed_at=1990)
+    claim = ProbeClaim(Contended(found), ClaimBarrier(), lambda: False)  # type: ignore[arg-type]
+    mode: Any = SimpleNamespace(policy=POLICY)
+    # WHEN this container claims
+    answer, seen = claim(PROBE, Record(gen=2, state=State.OPEN, open_until=1000), 2000, mode, None)
+    # THEN the claim judges nothing past the rules: an allow, as closed, with the record it
+    # found, for the pipeline's stages (the recovery ramp's one place) to judge
+    assert answer == Verdict(Decision.ALLOW, State.CLOSED)
+    assert seen is found
+
+
+def test_the_recovery_ramp_has_one_place_the_pipelines_stages() -> None:
+    # GIVEN the probe claim's constructor
+    import inspect
+
+    # THEN it takes no ramp: a lost claim's allow goes back through the pipeline's stages
+    assert "ramp" not in inspect.signature(ProbeClaim).parameters

@@ -13,7 +13,7 @@ from fleetbreaker import BreakerConfig, CircuitBreaker, CircuitOpenError, Memory
 from fleetbreaker.calls import COUNTED, PROBING, UNCOUNTED
 from fleetbreaker.core import CallCore, Mode, build_mode
 from fleetbreaker.policy import Policy
-from fleetbreaker.record import Decision
+from fleetbreaker.record import Decision, Outcome, Record
 from fleetbreaker.results import Admission
 from fleetbreaker.tuning import encode_tuned
 from tests.support import Dependency, FakeClock, RecordingListener, breaker_on
@@ -430,3 +430,27 @@ def test_a_rate_breaker_counts_into_the_generation_a_refresh_brings(clock: FakeC
     breaker.flush()
     # THEN the store counted them in the new generation's window
     assert calls_in_window(store, clock) == 3
+
+
+# -- the store's answers: one place ----------------------------------------------------------
+
+
+def test_a_shared_answer_handed_to_the_core_is_cached(clock: FakeClock) -> None:
+    # GIVEN a breaker whose view holds nothing yet
+    core = core_of(breaker_on(MemoryStore(), clock, CONFIG, listeners=[]))
+    opened = Record(gen=3, state=State.OPEN, opened_at=clock(), open_until=clock() + 10_000)
+    # WHEN a shared store's answer is handed to the core
+    core.answered(Outcome(opened), clock())
+    # THEN the view serves it from the cache
+    assert core.view.cached(clock()) == (True, opened)
+
+
+def test_a_local_twins_answer_is_never_cached_as_the_fleets(clock: FakeClock) -> None:
+    # GIVEN a breaker that has cached the fleet's closed record
+    core = core_of(breaker_on(MemoryStore(), clock, CONFIG, listeners=[]))
+    core.answered(Outcome(None), clock())
+    opened = Record(gen=3, state=State.OPEN, opened_at=clock(), open_until=clock() + 10_000)
+    # WHEN the local twin's answer (degraded) is handed to the core
+    core.answered(Outcome(opened, local=True), clock())
+    # THEN the cache still holds the fleet's record
+    assert core.view.cached(clock()) == (True, None)

@@ -162,23 +162,78 @@ def test_a_corrupt_record_reads_as_closed_without_degrading(
     assert ("on_corrupt_record", (NAME, "gen is not a number")) in events.seen
 
 
-def test_shared_answers_reach_the_answer_hook_and_local_ones_do_not(
-    shared: FlakyStore, clock: FakeClock
+def test_a_shared_answer_comes_back_as_a_value_not_marked_local(
+    store: FallbackStore, clock: FakeClock
 ) -> None:
-    answers: list[Any] = []
-    store = FallbackStore(shared, clock=clock, on_answer=lambda record, now: answers.append(record))
+    # GIVEN a healthy shared store
+    # WHEN a failure is written and the record read back
+    written = store.record_failure(NAME, POLICY, clock(), None)
+    read = store.read(NAME, clock())
+    # THEN both answers are the shared store's, returned to the caller as values
+    assert (written.local, read.local) == (False, False)
+    assert read.record == written.record
+
+
+def test_the_local_twins_answers_say_they_are_local(
+    shared: FlakyStore, store: FallbackStore, clock: FakeClock
+) -> None:
+    # GIVEN a breaker tripped on the shared store, which then goes away
     trip_store(store, NAME, POLICY, clock())
     shared.down = True
     clock.advance(1)
+    # WHEN it is read and written while degraded
+    read = store.read(NAME, clock())
+    written = store.record_failure(NAME, POLICY, clock(), read.record)
+    # THEN the local twin answers (seeded with the open record), and each answer says so:
+    # the caller must not cache it as the fleet's record
+    assert store.degraded
+    assert (read.local, written.local) == (True, True)
+    assert read.record is not None
+    assert read.record.state is State.OPEN
 
-    store.load(NAME, clock())
 
-    assert [record.state if record else None for record in answers] == [
-        None,
-        State.CLOSED,
-        State.CLOSED,
-        State.OPEN,
-    ]
+def test_the_wrapper_takes_no_answer_hook(shared: FlakyStore, clock: FakeClock) -> None:
+    # GIVEN a hook that would call back into a breaker
+    # WHEN a wrapper is built with it
+    # THEN it is refused: answers go back to whoever asked, as values
+    with pytest.raises(TypeError, match="on_answer"):
+        FallbackStore(shared, clock=clock, on_answer=lambda record, now: None)  # type: ignore[call-arg]
+
+
+def test_the_wrapper_of_a_breaker_holds_no_way_back_into_it() -> None:
+    # GIVEN a breaker, with its listeners and shared reads, and the store wrapper it built
+    from fleetbreaker import CircuitBreaker, MemoryStore
+    from fleetbreaker.core import CallCore
+
+    breaker = CircuitBreaker(NAME, store=MemoryStore(), shared_refresh_dir=None)
+    wrappers = [v for v in vars(breaker).values() if isinstance(v, FallbackStore)]
+    assert len(wrappers) == 1
+    # WHEN every object the wrapper holds is followed (modules and classes are shared by
+    # everything, so the walk stops there)
+    reached = objects_reachable_from(wrappers[0])
+    # THEN neither the breaker nor its core is among them: no cycle through a callback
+    assert not any(obj is breaker or isinstance(obj, (CircuitBreaker, CallCore)) for obj in reached)
+
+
+def objects_reachable_from(start: object) -> list[object]:
+    import gc
+    import sys
+    import types
+
+    module_dicts = {id(vars(module)) for module in list(sys.modules.values()) if module}
+    seen: set[int] = {id(start)}
+    found: list[object] = []
+    todo = [start]
+    while todo:
+        for ref in gc.get_referents(todo.pop()):
+            if id(ref) in seen or id(ref) in module_dicts:
+                continue
+            if isinstance(ref, (types.ModuleType, type)):
+                continue
+            seen.add(id(ref))
+            found.append(ref)
+            todo.append(ref)
+    return found
 
 
 @pytest.mark.parametrize(

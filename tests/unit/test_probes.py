@@ -5,6 +5,7 @@ from __future__ import annotations
 from fleetbreaker import BreakerConfig, MemoryStore, State
 from fleetbreaker.policy import Policy
 from fleetbreaker.probes import ProbeLeases
+from fleetbreaker.record import Outcome
 from fleetbreaker.stores.fallback import FallbackStore
 from tests.support import T0
 
@@ -16,12 +17,16 @@ class Heard:
     def __init__(self) -> None:
         self.events: list[tuple[str, tuple[object, ...]]] = []
         self.observed: list[object] = []
+        self.answers: list[Outcome] = []
 
     def emit(self, hook: str, *args: object) -> None:
         self.events.append((hook, args))
 
     def observe(self, record: object) -> None:
         self.observed.append(record)
+
+    def answered(self, answer: Outcome, now_ms: int) -> None:
+        self.answers.append(answer)
 
 
 def leases() -> tuple[ProbeLeases, FallbackStore, Heard]:
@@ -36,6 +41,7 @@ def leases() -> tuple[ProbeLeases, FallbackStore, Heard]:
         rng=random.Random(1),
         recovery_jitter=0.0,
         emit=heard.emit,
+        answered=heard.answered,
         observe=heard.observe,
     )
     return probes, store, heard
@@ -46,6 +52,7 @@ def test_a_claim_after_the_open_window_gets_a_token_and_is_observed() -> None:
     outcome = probes.claim(POLICY, T0 + 10_000, None)
     assert outcome.token is not None
     assert heard.observed == [outcome.record]
+    assert heard.answers == [outcome]
 
 
 def test_a_settled_success_closes_and_is_heard() -> None:

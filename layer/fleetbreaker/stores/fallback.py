@@ -7,6 +7,12 @@ shared store returned (a breaker last seen open keeps rejecting until its open w
 and the shared store is left alone for a back-off measured from when the failure was seen.
 The first successful shared answer after that drops the local state again.
 
+Every answer comes back as a value to whoever asked: a write's
+:class:`~fleetbreaker.record.Outcome` says by ``local`` whether the local twin gave it, and
+:meth:`FallbackStore.read` is a load answered the same way. The wrapper calls nothing back:
+the breaker puts each answer into its cache, its strategy and live tuning, in one place
+(:meth:`fleetbreaker.core.CallCore.answered`).
+
 :class:`~fleetbreaker.CircuitBreaker` wraps its store in one of these; it can also be used on
 its own, since it implements the same store contract.
 """
@@ -33,8 +39,9 @@ from fleetbreaker.events import (
     STORE_INTERRUPTED,
     StateChange,
 )
+from fleetbreaker.frozen import replace
 from fleetbreaker.policy import alone, check_weight
-from fleetbreaker.record import Record, State, TransitionReason
+from fleetbreaker.record import Outcome, Record, State, TransitionReason
 from fleetbreaker.results import StoreErrorStats
 from fleetbreaker.rules import sliding_window, transition_reason
 from fleetbreaker.stores import deadline
@@ -42,14 +49,13 @@ from fleetbreaker.stores.base import StoreStats
 
 if TYPE_CHECKING:
     from fleetbreaker.policy import Policy
-    from fleetbreaker.record import Action, Outcome, ProbeReport, Report
+    from fleetbreaker.record import Action, ProbeReport, Report
     from fleetbreaker.stores.base import Store
     from fleetbreaker.stores.memory import MemoryStore
 
 T = TypeVar("T")
 Clock = Callable[[], int]
 Emit = Callable[..., None]
-AnswerHook = Callable[["Record | None", int], None]
 Reason = Callable[["Outcome"], TransitionReason]
 
 
@@ -80,9 +86,6 @@ class FallbackStore:
         ``on_store_result``, ``on_store_call``, ``on_store_error``, ``on_degraded``,
         ``on_store_misconfigured``, ``on_recovered``, ``on_corrupt_record``,
         ``on_state_change``).
-    on_answer:
-        ``on_answer(record, now_ms)`` receives every record the shared store returned
-        (the breaker's cache).
 
     Example
     -------
@@ -104,7 +107,6 @@ class FallbackStore:
         backoff_seconds: float = 5.0,
         deadline_seconds: float | None = 1.0,
         emit: Emit | None = None,
-        on_answer: AnswerHook | None = None,
     ) -> None:
         if isinstance(backoff_seconds, bool) or not isinstance(backoff_seconds, (int, float)):
             raise ConfigError(f"backoff_seconds must be a number, got {backoff_seconds!r}")
@@ -141,7 +143,6 @@ class FallbackStore:
         self.stats = StoreStats()
         self.fallback_stats = StoreErrorStats()
         self._emit: Emit = emit or _ignore
-        self._on_answer: AnswerHook = on_answer or _ignore
         self._slots = deadline.CallSlots()
         self._lock = threading.Lock()
         self._degraded = False
@@ -182,23 +183,29 @@ class FallbackStore:
     # -- the contract ----------------------------------------------------------------------
 
     def load(self, name: str, now_ms: int) -> Record | None:
+        return self._load(name, now_ms, strict=False).record
+
+    def read(self, name: str, now_ms: int) -> Outcome:
+        """A load, answered as a value: the record in an Outcome whose ``local`` says
+        whether the local twin answered it (degraded) rather than the shared store."""
         return self._load(name, now_ms, strict=False)
 
-    def verify(self, name: str, now_ms: int) -> Record | None:
+    def verify(self, name: str, now_ms: int) -> Outcome:
         """One read of breaker ``name`` that raises :class:`ConfigError` when the store is
         misconfigured (:class:`~fleetbreaker.errors.StoreMisconfiguredError`: no such table,
         access denied, login refused), with the store's own message.
 
         Weather is let through: a store that is unreachable, slow or throttling leaves this
-        wrapper degraded, as the first call would, and a store that answers fills the cache.
-        ``CircuitBreaker`` calls it at construction when ``verify_store`` is set.
+        wrapper degraded, as the first call would. The answer is returned as :meth:`read`
+        returns it (``CircuitBreaker`` calls this at construction when ``verify_store`` is
+        set, and caches a shared answer).
         """
         return self._load(name, now_ms, strict=True)
 
-    def _load(self, name: str, now_ms: int, *, strict: bool) -> Record | None:
+    def _load(self, name: str, now_ms: int, *, strict: bool) -> Outcome:
         self.stats.count_read()
         if self.paused(now_ms):
-            return self.local.load(name, now_ms)
+            return _local_answer(self.local.load(name, now_ms))
         started = time.perf_counter()
         try:
             # Inside the try: an interrupt during a listener's start hook still ends the
@@ -217,14 +224,14 @@ class FallbackStore:
             if strict and isinstance(exc, StoreMisconfiguredError):
                 raise ConfigError(f"the breaker's store is misconfigured: {exc}") from exc
             self._degrade(name, "load", exc)
-            return self.local.load(name, now_ms)
+            return _local_answer(self.local.load(name, now_ms))
         except BaseException as exc:
             self._call_done(name, "load", started, exc)
             raise
         else:
             self._call_done(name, "load", started, None)
-        self._answered(name, record, now_ms)
-        return record
+        self._seen(name, record)
+        return Outcome(record)
 
     def record_failure(
         self, name: str, policy: Policy, now_ms: int, observed: Record | None, weight: int = 1
@@ -308,8 +315,8 @@ class FallbackStore:
             )
             return forced
 
-        outcome = self._call("force_state", name, force)
-        self._answered(name, outcome.record, now_ms)
+        outcome = _shared(self._call("force_state", name, force))
+        self._seen(name, outcome.record)
         self._changed(name, outcome, TransitionReason.OPERATOR)
         return outcome
 
@@ -363,22 +370,22 @@ class FallbackStore:
     ) -> Outcome:
         self.stats.count_write()
         if self.paused(now_ms):
-            return op(self.local)
+            return _local(op(self.local))
         started = time.perf_counter()
         try:
             self._emit("on_store_call_start", name, operation)
-            outcome = self._call(operation, name, lambda: op(self.shared))
+            outcome = _shared(self._call(operation, name, lambda: op(self.shared)))
         except Exception as exc:
             self._call_done(name, operation, started, exc)
             self._degrade(name, operation, exc)
-            return op(self.local)
+            return _local(op(self.local))
         except BaseException as exc:
             # KeyboardInterrupt, SystemExit: not the store's failure (no degradation), but
             # the listeners close what they opened (a span, its context) before it goes on.
             self._call_done(name, operation, started, exc)
             raise
         self._call_done(name, operation, started, None)
-        self._answered(name, outcome.record, now_ms)
+        self._seen(name, outcome.record)
         if outcome.transition is not None:
             self._changed(name, outcome, reason(outcome))
         return outcome
@@ -391,9 +398,10 @@ class FallbackStore:
         gen = outcome.record.gen if outcome.record is not None else 0
         self._emit("on_state_change", name, StateChange(*outcome.transition, gen, reason))
 
-    def _answered(self, name: str, record: Record | None, now_ms: int) -> None:
+    def _seen(self, name: str, record: Record | None) -> None:
+        # What a degradation seeds the local twin from; the answer itself goes back to the
+        # caller, which caches it (no hook from here into the breaker).
         self._last_seen = (name, record)
-        self._on_answer(record, now_ms)
 
     def _call_done(
         self, name: str, operation: str, started: float, error: BaseException | None
@@ -459,6 +467,22 @@ def store_kind(store: object) -> str:
         return kind
     name = type(store).__name__
     return (name[: -len("Store")] if name.endswith("Store") and name != "Store" else name).lower()
+
+
+def _local(outcome: Outcome) -> Outcome:
+    """The local twin's answer, marked as this container's alone (never the fleet's record:
+    a breaker does not cache it as one)."""
+    return replace(outcome, local=True)
+
+
+def _shared(outcome: Outcome) -> Outcome:
+    """The shared store's answer, which is the fleet's record to this wrapper, whatever the
+    store behind it is (a FallbackStore of the user's own answers from its twin)."""
+    return replace(outcome, local=False) if outcome.local else outcome
+
+
+def _local_answer(record: Record | None) -> Outcome:
+    return Outcome(record, local=True)
 
 
 def _reason_by_states(policy: Policy) -> Reason:
