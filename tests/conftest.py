@@ -117,6 +117,16 @@ def _serve(server: S) -> Iterator[S]:
         server.stop()
 
 
+@pytest.fixture(autouse=True)
+def fresh_container_log(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test starts as a fresh container: LoggingListener says each kind of store
+    misconfiguration once per process, so a test that asserts its one ERROR line must not
+    find it said already by whichever test of its worker met that kind first."""
+    import fleetbreaker.events as events
+
+    monkeypatch.setattr(events, "reported_misconfigurations", set())
+
+
 @pytest.fixture(scope="session")
 def moto_server() -> Iterator[str]:
     """Endpoint URL of moto's standalone server (real HTTP, own process, MOTO_PORT set)."""

@@ -13,7 +13,6 @@ from typing import Any
 import pytest
 
 from fleetbreaker import CircuitBreaker, CircuitOpenError, MemoryStore, State
-from fleetbreaker import events as events_module
 from fleetbreaker.errors import TABLE_NOT_FOUND, StoreError, StoreMisconfiguredError
 from fleetbreaker.events import (
     WOULD_REJECT_LOG_INTERVAL_MS,
@@ -66,13 +65,6 @@ class Raising(BreakerListener):
 
     def on_rejected(self, *args: Any) -> None:
         raise RuntimeError("listener bug in on_rejected")
-
-
-@pytest.fixture(autouse=True)
-def fresh_process_log(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each test starts as a fresh container: LoggingListener says each kind of
-    misconfiguration once per process, whichever test met it first."""
-    monkeypatch.setattr(events_module, "reported_misconfigurations", set())
 
 
 def misconfigured(variable: str = "CIRCUIT_BREAKER_TABLE") -> StoreMisconfiguredError:
