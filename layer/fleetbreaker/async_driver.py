@@ -37,11 +37,21 @@ class AsyncDriver:
     """One breaker's awaited calls (``call_async``, the decorator on ``async def``,
     ``async with``)."""
 
-    def __init__(self, core: CallPath, cache: RecordCache, *, watched: bool) -> None:
+    def __init__(
+        self,
+        core: CallPath,
+        cache: RecordCache,
+        *,
+        watched: bool,
+        handoff: Callable[[Callable[[], Any]], Callable[[], Any]] | None = None,
+    ) -> None:
         self.core = core
         self._clock = core.clock
         self._cache = cache
         self._watched = watched
+        # Wraps work sent to a worker thread so it runs in the caller's thread-bound trace
+        # context (listeners' thread_handoff); None: no listener carries one.
+        self._handoff = handoff
 
     async def run(
         self,
@@ -70,7 +80,7 @@ class AsyncDriver:
                 return result
             call = planned
         if call.before is not None:
-            await asyncio.to_thread(call.before)
+            await self._off_loop(call.before)
         try:
             awaitable = fn(*args, **kwargs)
             if not inspect.isawaitable(awaitable):
@@ -82,7 +92,7 @@ class AsyncDriver:
         except Exception as exc:
             request = core.raised(call, exc)
             if request is not None:
-                await asyncio.to_thread(request)
+                await self._off_loop(request)
             raise
         except BaseException:
             # Cancelled (or SystemExit, KeyboardInterrupt): no verdict on the dependency.
@@ -90,7 +100,7 @@ class AsyncDriver:
             raise
         request = core.returned(call, result)
         if request is not None:
-            await asyncio.to_thread(request)
+            await self._off_loop(request)
         return result
 
     async def enter(self) -> Call:
@@ -102,7 +112,7 @@ class AsyncDriver:
         if call is None:
             core.refuse(admission)
         if call.before is not None:
-            await asyncio.to_thread(call.before)
+            await self._off_loop(call.before)
         return call
 
     async def exit(self, call: Call, exc: BaseException | None) -> None:
@@ -116,7 +126,7 @@ class AsyncDriver:
             await self._abandon(call)
             return
         if request is not None:
-            await asyncio.to_thread(request)
+            await self._off_loop(request)
 
     async def _admit(self, now_ms: int) -> Admission:
         core = self.core
@@ -124,7 +134,7 @@ class AsyncDriver:
         if admission is None:
             # A store request: decided on a worker thread, at that thread's time; the
             # decision hooks run here, on the caller's thread (a tracer's current segment).
-            admission = await asyncio.to_thread(core.admit_quietly)
+            admission = await self._off_loop(core.admit_quietly)
             core.announce(admission)
         return admission
 
@@ -134,7 +144,15 @@ class AsyncDriver:
             # A cancelled probe's lease goes back before the cancellation goes on, so the
             # next caller can probe at once; shielded, so a second cancellation cannot stop
             # the write half-way (the thread finishes it anyway).
-            await asyncio.shield(asyncio.to_thread(request))
+            await asyncio.shield(self._off_loop(request))
+
+    def _off_loop(self, job: Callable[[], R]) -> Awaitable[R]:
+        """``job`` on a worker thread (contextvars copied), in the caller's trace context."""
+        handoff = self._handoff
+        if handoff is not None:
+            # Here, on the awaiting task's thread: what is current now is the caller's.
+            job = handoff(job)
+        return asyncio.to_thread(job)
 
 
 class _NotAwaitable(Exception):
