@@ -128,28 +128,32 @@ class InAsyncioService(Traced):
         self.loop.run_until_complete(request())
 
 
-@pytest.fixture(params=["lambda", "asyncio"])
-def traced(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[Traced]:
-    """The function's X-Ray setup: on Lambda (LambdaContext, the trace header set), or an
-    asyncio service (AsyncContext)."""
+@pytest.fixture
+def in_lambda(monkeypatch: pytest.MonkeyPatch) -> Iterator[InLambda]:
+    """Lambda's X-Ray setup: the trace header set, the SDK's LambdaContext."""
+    from aws_xray_sdk.core.lambda_launcher import LambdaContext
     from aws_xray_sdk.core.recorder import AWSXRayRecorder
 
-    if request.param == "lambda":
-        from aws_xray_sdk.core.lambda_launcher import LambdaContext
+    monkeypatch.setenv("LAMBDA_TASK_ROOT", "/var/task")
+    monkeypatch.setenv("_X_AMZN_TRACE_ID", TRACE_HEADER)
+    recorder, emitter = AWSXRayRecorder(), CapturingEmitter()
+    # As the SDK configures itself in Lambda: every closed subsegment is streamed.
+    recorder.configure(
+        sampling=False, emitter=emitter, context=LambdaContext(), streaming_threshold=0
+    )
+    yield InLambda(recorder, emitter, "## lambda_handler")
+    recorder.clear_trace_entities()
 
-        monkeypatch.setenv("LAMBDA_TASK_ROOT", "/var/task")
-        monkeypatch.setenv("_X_AMZN_TRACE_ID", TRACE_HEADER)
-        recorder, emitter = AWSXRayRecorder(), CapturingEmitter()
-        # As the SDK configures itself in Lambda: every closed subsegment is streamed.
-        recorder.configure(
-            sampling=False, emitter=emitter, context=LambdaContext(), streaming_threshold=0
-        )
-        yield InLambda(recorder, emitter, "## lambda_handler")
-        recorder.clear_trace_entities()
-    else:
-        service = InAsyncioService()
-        yield service
-        service.loop.close()
+
+@pytest.fixture(params=["lambda", "asyncio"])
+def traced(request: pytest.FixtureRequest) -> Iterator[Traced]:
+    """The function's X-Ray setup: on Lambda, or an asyncio service on AsyncContext."""
+    if request.param == "lambda":
+        yield request.getfixturevalue("in_lambda")
+        return
+    service = InAsyncioService()
+    yield service
+    service.loop.close()
 
 
 @pytest.fixture(params=["memory", "moto", "redis"])
@@ -229,6 +233,57 @@ def test_a_failed_store_call_of_an_awaited_call_is_a_fault_under_the_handler(
     assert parent == traced.named(traced.handler)["id"]
     assert load["fault"] is True
     assert not load.get("in_progress")
+
+
+class ClientTracedStore(FlakyStore):
+    """A store whose client opens its own subsegment per request, as the AWS SDK's does
+    when botocore is patched (Powertools Tracer patches it by default)."""
+
+    def __init__(self, recorder: Any) -> None:
+        super().__init__()
+        self.recorder = recorder
+
+    def load(self, name: str, now_ms: int) -> Any:
+        with self.recorder.in_subsegment("DynamoDB"):
+            return super().load(name, now_ms)
+
+
+def test_on_lambda_the_store_clients_subsegment_nests_inside_the_store_subsegment(
+    in_lambda: InLambda, make_breaker: BreakerFactory
+) -> None:
+    # GIVEN a traced breaker whose store client traces its own requests, on the store's
+    # worker thread
+    store = ClientTracedStore(in_lambda.recorder)
+    breaker = make_breaker(listeners=listening(in_lambda), store=store)
+    # WHEN the handler awaits a call (a store read)
+    in_lambda.run(lambda: breaker.call_async(succeed_async))
+    # THEN the client's subsegment is a child of fleetbreaker.load, itself under the handler
+    parents = {entity["name"]: parent for entity, parent in in_lambda.entities()}
+    assert parents["DynamoDB"] == in_lambda.named("fleetbreaker.load")["id"]
+    assert parents["fleetbreaker.load"] == in_lambda.named("## lambda_handler")["id"]
+
+
+@pytest.mark.parametrize(
+    ("context_missing", "degraded"), [("LOG_ERROR", False), ("RUNTIME_ERROR", True)]
+)
+def test_under_asynccontext_the_store_clients_subsegment_finds_no_parent_on_the_worker(
+    make_breaker: BreakerFactory, context_missing: str, degraded: bool
+) -> None:
+    # GIVEN an asyncio service on AsyncContext (which follows no work onto threads) and a
+    # store client that traces its own requests on the store's worker thread
+    service = InAsyncioService()
+    service.recorder.context.context_missing = context_missing
+    breaker = make_breaker(listeners=listening(service), store=ClientTracedStore(service.recorder))
+    # WHEN the handler awaits a call (a store read)
+    try:
+        service.run(lambda: breaker.call_async(succeed_async))
+    finally:
+        service.loop.close()
+    # THEN the store subsegment nests under the handler, the client's is not recorded, and
+    # under RUNTIME_ERROR the client's request raised: the store counts as unreachable
+    names = [entity["name"] for entity, _ in service.entities()]
+    assert names == ["service", "## handler", "fleetbreaker.load"]
+    assert breaker.degraded is degraded
 
 
 class MeetingStore(FlakyStore):
