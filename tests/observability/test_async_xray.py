@@ -31,9 +31,11 @@ from tests.contract.conftest import (  # noqa: F401  (fixtures make_store asks f
 from .support import Boom, BreakerFactory, CapturingEmitter, FakeClock, FlakyStore
 
 TRACE_HEADER = "Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=1"
-LAMBDA_SEGMENT_ID = "53995c3f42cd8ad8"  # the Parent of the header: Lambda's own segment
 
 Main = Callable[[], Awaitable[None]]
+
+# A store deadline no loaded test machine reaches: a store call past it would be a fault.
+PATIENT = 30.0
 
 
 async def succeed_async() -> str:
@@ -187,7 +189,9 @@ def test_an_awaited_calls_refresh_and_failure_write_nest_under_the_handler(
     traced: Traced, async_store: Any, make_breaker: BreakerFactory, unique_name: str
 ) -> None:
     # GIVEN a traced breaker on the store, its cache empty
-    breaker = make_breaker(unique_name, listening(traced), store=async_store)
+    breaker = make_breaker(
+        unique_name, listening(traced), store=async_store, store_deadline_seconds=PATIENT
+    )
     # WHEN the handler awaits a call that fails: a store read, then the failure's write,
     # both sent from worker threads
     traced.run(lambda: breaker.call_async(fail_async))
@@ -205,7 +209,13 @@ def test_an_awaited_probes_claim_and_settle_nest_under_the_handler(
     clock: FakeClock,
 ) -> None:
     # GIVEN a traced breaker that opened and whose open window has ended
-    breaker = make_breaker(unique_name, listening(traced), store=async_store, failure_threshold=1)
+    breaker = make_breaker(
+        unique_name,
+        listening(traced),
+        store=async_store,
+        failure_threshold=1,
+        store_deadline_seconds=PATIENT,
+    )
     breaker.record(False)
     clock.advance(10)
     # WHEN the handler awaits the probe (its cached record is stale by now)
@@ -237,13 +247,23 @@ def test_a_failed_store_call_of_an_awaited_call_is_a_fault_under_the_handler(
 
 class ClientTracedStore(FlakyStore):
     """A store whose client opens its own subsegment per request, as the AWS SDK's does
-    when botocore is patched (Powertools Tracer patches it by default)."""
+    when botocore is patched (Powertools Tracer patches it by default).
 
-    def __init__(self, recorder: Any) -> None:
+    Given the event loop, each request first waits for the loop to run a callback it
+    queues: by then the awaiting task has yielded, so the loop runs no task while the
+    client's subsegment begins (the SDK's AsyncContext reads whichever task runs then).
+    """
+
+    def __init__(self, recorder: Any, loop: asyncio.AbstractEventLoop | None = None) -> None:
         super().__init__()
         self.recorder = recorder
+        self.loop = loop
 
     def load(self, name: str, now_ms: int) -> Any:
+        if self.loop is not None:
+            yielded = threading.Event()
+            self.loop.call_soon_threadsafe(yielded.set)
+            assert yielded.wait(timeout=PATIENT)
         with self.recorder.in_subsegment("DynamoDB"):
             return super().load(name, now_ms)
 
@@ -254,7 +274,9 @@ def test_on_lambda_the_store_clients_subsegment_nests_inside_the_store_subsegmen
     # GIVEN a traced breaker whose store client traces its own requests, on the store's
     # worker thread
     store = ClientTracedStore(in_lambda.recorder)
-    breaker = make_breaker(listeners=listening(in_lambda), store=store)
+    breaker = make_breaker(
+        listeners=listening(in_lambda), store=store, store_deadline_seconds=PATIENT
+    )
     # WHEN the handler awaits a call (a store read)
     in_lambda.run(lambda: breaker.call_async(succeed_async))
     # THEN the client's subsegment is a child of fleetbreaker.load, itself under the handler
@@ -270,10 +292,15 @@ def test_under_asynccontext_the_store_clients_subsegment_finds_no_parent_on_the_
     make_breaker: BreakerFactory, context_missing: str, degraded: bool
 ) -> None:
     # GIVEN an asyncio service on AsyncContext (which follows no work onto threads) and a
-    # store client that traces its own requests on the store's worker thread
+    # store client that traces its own requests on the store's worker thread, while the
+    # loop runs no task
     service = InAsyncioService()
     service.recorder.context.context_missing = context_missing
-    breaker = make_breaker(listeners=listening(service), store=ClientTracedStore(service.recorder))
+    breaker = make_breaker(
+        listeners=listening(service),
+        store=ClientTracedStore(service.recorder, service.loop),
+        store_deadline_seconds=PATIENT,
+    )
     # WHEN the handler awaits a call (a store read)
     try:
         service.run(lambda: breaker.call_async(succeed_async))
@@ -305,7 +332,7 @@ def test_concurrent_awaited_calls_nest_under_their_own_tasks_subsegment(
     # to be in flight before either answers
     traced = InAsyncioService()
     store = MeetingStore(parties=2)
-    breaker = make_breaker(listeners=listening(traced), store=store, store_deadline_seconds=30)
+    breaker = make_breaker(listeners=listening(traced), store=store, store_deadline_seconds=PATIENT)
     recorder = traced.recorder
 
     async def task(number: int) -> None:
@@ -371,34 +398,33 @@ def test_the_worker_thread_holds_no_entity_after_an_awaited_calls_store_request(
     make_breaker: BreakerFactory,
 ) -> None:
     # GIVEN an asyncio service on the SDK's per-thread context, with one worker thread
-    from aws_xray_sdk.core.context import Context
     from aws_xray_sdk.core.exceptions.exceptions import SegmentNotFoundException
 
-    recorder, emitter = _recorder()
-    recorder.configure(context=Context(context_missing="RUNTIME_ERROR"))
-    breaker = make_breaker(listeners=[TracingListener(enabled=True, recorder=recorder)])
+    service = InAsyncioService(per_task=False)
+    service.loop.set_default_executor(ThreadPoolExecutor(max_workers=1))
+    breaker = make_breaker(listeners=listening(service))
+    seen_after: list[Any] = []
 
     def entity_on_this_thread() -> Any:
         try:
-            return recorder.get_trace_entity()
+            return service.recorder.get_trace_entity()
         except SegmentNotFoundException:
             return None
 
-    async def main() -> tuple[Any, Any]:
-        asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(max_workers=1))
-        recorder.begin_segment("handler")
-        try:
-            # WHEN an awaited call reads the store on that thread
-            await breaker.call_async(succeed_async)
-            seen_after = await asyncio.to_thread(entity_on_this_thread)
-        finally:
-            recorder.end_segment()
-        return emitter.sent[-1], seen_after
+    async def main() -> None:
+        # WHEN an awaited call reads the store on that thread
+        await breaker.call_async(succeed_async)
+        seen_after.append(await asyncio.to_thread(entity_on_this_thread))
 
-    segment, seen_after = asyncio.run(main())
-    # THEN the read nested under the segment, and the thread kept no entity of it
-    assert [e["name"] for e in segment.get("subsegments", [])] == ["fleetbreaker.load"]
-    assert seen_after is None
+    try:
+        service.run(main)
+    finally:
+        service.loop.close()
+    # THEN the read nested under the handler, and the thread kept no entity of it
+    ((load, parent),) = service.store_calls()
+    assert load["name"] == "fleetbreaker.load"
+    assert parent == service.named("## handler")["id"]
+    assert seen_after == [None]
 
 
 def test_an_xray_context_that_fails_on_the_worker_never_fails_the_awaited_call(
@@ -416,7 +442,9 @@ def test_an_xray_context_that_fails_on_the_worker_never_fails_the_awaited_call(
     recorder.configure(context=Refusing(context_missing="LOG_ERROR"))
     store = FlakyStore()
     breaker = make_breaker(
-        listeners=[TracingListener(enabled=True, recorder=recorder)], store=store
+        listeners=[TracingListener(enabled=True, recorder=recorder)],
+        store=store,
+        store_deadline_seconds=PATIENT,
     )
 
     async def main() -> str:
@@ -440,7 +468,9 @@ def test_a_sync_call_in_a_coroutine_leaves_the_tasks_xray_context_alone(
     # GIVEN an asyncio service on AsyncContext, and a store read through the store's worker
     # thread while the task waits for it (a sync call on the loop)
     traced = InAsyncioService()
-    breaker = make_breaker(listeners=listening(traced), store=FlakyStore())
+    breaker = make_breaker(
+        listeners=listening(traced), store=FlakyStore(), store_deadline_seconds=PATIENT
+    )
     still_current: list[Any] = []
 
     async def main() -> None:
