@@ -28,7 +28,15 @@ from tests.contract.conftest import (  # noqa: F401  (fixtures make_store asks f
     redis_contract_store,
 )
 
-from .support import Boom, BreakerFactory, CapturingEmitter, FakeClock, FlakyStore
+from .support import (
+    Boom,
+    BreakerFactory,
+    CapturingEmitter,
+    FakeClock,
+    FlakyStore,
+    fail_async,
+    succeed_async,
+)
 
 TRACE_HEADER = "Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=1"
 
@@ -36,16 +44,6 @@ Main = Callable[[], Awaitable[None]]
 
 # A store deadline no loaded test machine reaches: a store call past it would be a fault.
 PATIENT = 30.0
-
-
-async def succeed_async() -> str:
-    await asyncio.sleep(0)
-    return "ok"
-
-
-async def fail_async() -> None:
-    await asyncio.sleep(0)
-    raise Boom("dependency down")
 
 
 class Traced:
