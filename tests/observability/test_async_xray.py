@@ -425,19 +425,30 @@ def test_the_worker_thread_holds_no_entity_after_an_awaited_calls_store_request(
     assert seen_after == [None]
 
 
+@pytest.mark.parametrize(
+    ("failing", "logged"),
+    [
+        ("set_trace_entity", "X-Ray context refused"),
+        ("clear_trace_entities", "X-Ray context not cleared"),
+    ],
+)
 def test_an_xray_context_that_fails_on_the_worker_never_fails_the_awaited_call(
-    make_breaker: BreakerFactory, caplog: pytest.LogCaptureFixture
+    make_breaker: BreakerFactory, caplog: pytest.LogCaptureFixture, failing: str, logged: str
 ) -> None:
-    # GIVEN a context that refuses any entity set on a thread (the caller's own segment is
-    # put, not set) and a store read through the store's worker thread
+    # GIVEN a context that fails to set (or to clear) the entity of any thread but the
+    # caller's, and a store read through the store's worker thread
     from aws_xray_sdk.core.context import Context
 
-    class Refusing(Context):  # type: ignore[misc]
-        def set_trace_entity(self, trace_entity: Any) -> None:
-            raise RuntimeError("context refuses (test)")
+    caller = threading.get_ident()
+
+    class Failing(Context):  # type: ignore[misc]
+        def __getattribute__(self, name: str) -> Any:
+            if name == failing and threading.get_ident() != caller:
+                raise RuntimeError("context fails off the caller's thread (test)")
+            return super().__getattribute__(name)
 
     recorder, _ = _recorder()
-    recorder.configure(context=Refusing(context_missing="LOG_ERROR"))
+    recorder.configure(context=Failing(context_missing="LOG_ERROR"))
     store = FlakyStore()
     breaker = make_breaker(
         listeners=[TracingListener(enabled=True, recorder=recorder)],
@@ -453,11 +464,74 @@ def test_an_xray_context_that_fails_on_the_worker_never_fails_the_awaited_call(
             recorder.end_segment()
 
     # WHEN an awaited call reads the store
-    # THEN the call returns, the store answered, and the refusal was logged
+    # THEN the call returns, the store answered, and the failure was logged
     assert asyncio.run(main()) == "ok"
     assert store.calls == 1
     assert not breaker.degraded
-    assert "X-Ray context refused" in caplog.text
+    assert logged in caplog.text
+
+
+def test_an_unsampled_request_gets_no_store_subsegments_and_no_listener_failure(
+    make_breaker: BreakerFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    # GIVEN an asyncio service on AsyncContext whose request is not sampled
+    service = InAsyncioService()
+    recorder = service.recorder
+    breaker = make_breaker(listeners=listening(service))
+
+    async def request() -> str:
+        recorder.begin_segment("service", sampling=0)
+        try:
+            return await breaker.call_async(fail_async)
+        except Boom:
+            return "failed"
+        finally:
+            recorder.end_segment()
+
+    # WHEN it awaits a failing call (a read and a write on worker threads)
+    try:
+        assert service.loop.run_until_complete(request()) == "failed"
+    finally:
+        service.loop.close()
+    # THEN nothing was sent, the failure was counted, and no listener failed
+    assert service.emitter.sent == []
+    assert breaker.snapshot().failures == 1
+    assert "failed in" not in caplog.text
+
+
+def test_a_store_request_handed_off_after_its_callers_subsegment_ended_opens_nothing(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # GIVEN an AsyncContext handoff taken while the caller's subsegment was open, which
+    # then ended (a shielded probe release outliving a twice-cancelled caller)
+    service = InAsyncioService()
+    recorder = service.recorder
+    listener = TracingListener(enabled=True, recorder=recorder)
+
+    async def handoff() -> tuple[Any, Any]:
+        recorder.begin_segment("service")
+        handler = recorder.begin_subsegment("## handler")
+        taken = listener.thread_handoff()
+        recorder.end_subsegment()
+        return taken, handler
+
+    try:
+        taken, handler = service.loop.run_until_complete(handoff())
+    finally:
+        service.loop.close()
+    assert taken is not None
+
+    def store_request() -> None:
+        listener.on_store_call_start("payment-api", "settle_probe")
+        listener.on_store_call("payment-api", "settle_probe", 1.0, True)
+
+    # WHEN the worker sends the store request
+    worker = threading.Thread(target=taken, args=(store_request,))
+    worker.start()
+    worker.join()
+    # THEN the ended subsegment got no child, and nothing failed
+    assert handler.subsegments == []
+    assert "Traceback" not in caplog.text
 
 
 def test_a_sync_call_in_a_coroutine_leaves_the_tasks_xray_context_alone(
