@@ -44,6 +44,7 @@ SHARED_FIXTURES = {
     "tests.demo.conftest.noisy_demo": "demo-noisy",
     "tests.bench.test_scale.rate": "scale-rate",
     "tests.bench.test_scale.count": "scale-count",
+    "tests.fleet.test_partial_outage.trials": "partial-outage",
     "tests.redis.conftest.cluster_redis": "redis-cluster",
     "tests.conftest.iam_moto": "iam-moto",
     "tests.cli.test_doctor.stack_cache": "doctor-cache",

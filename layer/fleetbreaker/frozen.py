@@ -107,9 +107,23 @@ def _build(cls: type[T], public: bool, mutable: bool = False) -> type[T]:
     compared = tuple(name for name in names if name not in uncompared)
     shown = tuple(name for name in names if name not in hidden)
     post_init = getattr(cls, "__post_init__", None)
+    # The common call, on hot paths (a store's answer is an Outcome): fields given by
+    # position, every one after them a plain default. Its values are the arguments followed
+    # by the defaults' tail; anything else takes the general path below.
+    first_default = count - len(defaults)
+    tail = tuple(defaults.get(name) for name in params[first_default:])
+    positional_only = (
+        not factories
+        and not initvars
+        and post_init is None
+        and all(name in defaults for name in params[first_default:])
+    )
 
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         given = len(args)
+        if positional_only and not kwargs and first_default <= given <= count:
+            self.__dict__.update(zip(params, args + tail[given - first_default :], strict=True))
+            return
         if given > count:
             raise TypeError(
                 f"{qualname}.__init__() takes {count + 1} positional arguments but "

@@ -143,3 +143,39 @@ def test_a_required_field_after_a_default_is_refused_at_definition() -> None:
 def test_frozen_classes_are_not_dataclasses() -> None:
     # What the module says: dataclasses' own helpers do not know them (use replace above).
     assert not dataclasses.is_dataclass(Record())
+
+
+@frozen
+class Answer:
+    value: int
+    changed: bool = False
+    token: str | None = None
+
+
+@dataclass(frozen=True)
+class DataAnswer:
+    value: int
+    changed: bool = False
+    token: str | None = None
+
+
+@pytest.mark.parametrize(
+    "args",
+    [(), (1,), (1, True), (1, True, "t"), (1, True, "t", "extra")],
+    ids=["none", "first", "two", "all", "too-many"],
+)
+def test_positional_arguments_with_plain_defaults_build_what_a_dataclass_builds(
+    args: tuple[Any, ...],
+) -> None:
+    # GIVEN a class whose fields after the first have plain defaults (the positional path)
+    # WHEN it is built from positional arguments alone
+    # THEN it holds what the dataclass holds, or refuses as the dataclass does
+    try:
+        expected: Any = DataAnswer(*args)
+    except TypeError:
+        with pytest.raises(TypeError):
+            Answer(*args)
+        return
+    built = Answer(*args)
+    assert dataclasses.astuple(expected) == (built.value, built.changed, built.token)
+    assert repr(built) == repr(expected).replace("DataAnswer", "Answer")
