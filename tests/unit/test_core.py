@@ -3,6 +3,7 @@ that live tuning swaps whole (count <-> rate, shadow <-> enforce) without losing
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 from typing import Any
@@ -80,10 +81,11 @@ def test_a_failure_is_a_request_that_counts_only_once_sent(clock: FakeClock) -> 
     core = core_of(breaker)
     # WHEN a call's failure is judged
     request = core.raised(core.closed(clock()), ConnectionError("down"))
-    # THEN nothing was written yet; the request writes it, and the breaker opens
+    # THEN nothing was written yet; the request, handed back to the core, writes it, and
+    # the breaker opens (the write's answer, returned to the core, is cached at once)
     assert request is not None
     assert breaker.snapshot().state is State.CLOSED
-    request()
+    core.send(request)
     assert breaker.snapshot().state is State.OPEN
 
 
@@ -106,7 +108,7 @@ def test_an_interrupted_probe_is_a_request_that_releases_its_lease(clock: FakeCl
     # WHEN the call is interrupted, and its request sent
     request = core.interrupted(call)
     assert request is not None
-    result = request()
+    result = core.send(request)
     # THEN the lease was given back, nothing counted, and the next check probes
     assert result.applied is True
     assert breaker.check().decision is Decision.PROBE
@@ -408,7 +410,7 @@ def test_a_probe_whose_result_the_config_calls_a_failure_reopens(clock: FakeCloc
     # WHEN the probe returns None, and its settle is sent
     request = core.returned(call, None)
     assert request is not None
-    request()
+    core.send(request)
     # THEN the probe failed: the breaker is open again
     assert breaker.snapshot().state is State.OPEN
 
@@ -454,3 +456,84 @@ def test_a_local_twins_answer_is_never_cached_as_the_fleets(clock: FakeClock) ->
     core.answered(Outcome(opened, local=True), clock())
     # THEN the cache still holds the fleet's record
     assert core.view.cached(clock()) == (True, None)
+
+
+# -- no way back from the parts to the core ---------------------------------------------------
+
+
+class _SharedMemoryStore(MemoryStore):
+    """A MemoryStore standing for a store every process reaches: its reads are shared."""
+
+    process_local = False
+    sharing_identity = "one table every process reaches"
+
+
+def _reachable_from(start: object, limit: int = 200_000) -> list[object]:
+    """Every object ``start`` holds, followed through gc referents (bounded). Modules,
+    classes and module dicts (a function's globals) are shared by everything: the walk
+    stops there. Weak references hold nothing."""
+    import gc
+    import sys
+    import types
+
+    module_dicts = {id(vars(module)) for module in list(sys.modules.values()) if module}
+    seen: set[int] = {id(start)}
+    found: list[object] = []
+    todo = [start]
+    while todo and len(found) < limit:
+        for ref in gc.get_referents(todo.pop()):
+            if id(ref) in seen or id(ref) in module_dicts:
+                continue
+            if isinstance(ref, (types.ModuleType, type)):
+                continue
+            seen.add(id(ref))
+            found.append(ref)
+            todo.append(ref)
+    return found
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        CONFIG,
+        dataclasses.replace(RATE, slow_call_duration=5.0, minimum_calls=2),
+        dataclasses.replace(CONFIG, mode="shadow"),
+    ],
+    ids=["count", "rate-slow-calls", "shadow"],
+)
+def test_no_part_below_the_core_holds_a_way_back_to_it(
+    config: BreakerConfig, clock: FakeClock, tmp_path: Any
+) -> None:
+    # GIVEN a breaker with shared reads, a fallback and a listener, which has run good,
+    # failing and probing calls (so every part, the slow-call watcher's entry too, is built)
+    breaker = CircuitBreaker(
+        "payment-api",
+        store=_SharedMemoryStore(),
+        config=config,
+        fallback=lambda admission, *args: "fallback",
+        listeners=[RecordingListener()],
+        clock=clock,
+        shared_refresh_dir=tmp_path,
+    )
+    dep = Dependency()
+    breaker.call(dep)
+    dep.failing = True
+    for _ in range(3):
+        with contextlib.suppress(ConnectionError):  # the third may meet the fallback
+            breaker.call(dep)
+    clock.advance(31)
+    dep.failing = False
+    breaker.call(dep)
+    breaker.flush()
+    core = core_of(breaker)
+    # WHEN every object each part of the core holds is followed (the view, the pipeline,
+    # the probes, the mode with its strategy and context, the shared reads, the watcher)
+    parts = {name: part for name, part in vars(core).items() if not isinstance(part, str)}
+    assert {"view", "pipeline", "mode", "_probes"} <= parts.keys()
+    # THEN none reaches the core or the breaker: every store answer comes back up as a value
+    leading_back = [
+        name
+        for name, part in parts.items()
+        if any(obj is core or obj is breaker for obj in _reachable_from(part))
+    ]
+    assert leading_back == []
