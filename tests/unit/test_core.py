@@ -16,7 +16,9 @@ from fleetbreaker.core import CallCore, Mode, build_mode
 from fleetbreaker.policy import Policy
 from fleetbreaker.record import Decision, Outcome, Record
 from fleetbreaker.results import Admission
+from fleetbreaker.rules import sliding_window
 from fleetbreaker.tuning import encode_tuned
+from fleetbreaker.window import WindowCounts
 from tests.support import Dependency, FakeClock, RecordingListener, breaker_on
 
 CONFIG = BreakerConfig(failure_threshold=2, recovery_timeout=10, recovery_jitter=0.0)
@@ -456,6 +458,83 @@ def test_a_local_twins_answer_is_never_cached_as_the_fleets(clock: FakeClock) ->
     core.answered(Outcome(opened, local=True), clock())
     # THEN the cache still holds the fleet's record
     assert core.view.cached(clock()) == (True, None)
+
+
+def test_a_flushed_reports_answer_reaches_the_cache(clock: FakeClock) -> None:
+    # GIVEN a rate-policy breaker holding 3 calls not reported yet
+    breaker = breaker_on(MemoryStore(), clock, RATE, listeners=[])
+    core = core_of(breaker)
+    dep = Dependency()
+    breaker.call(dep)  # its first refresh: a read
+    for _ in range(3):
+        breaker.call(dep)
+    # WHEN they are flushed (before a snapshot)
+    breaker.flush()
+    # THEN the report's answer came back to the core: the cache holds the window with them
+    hit, record = core.view.cached(clock())
+    assert hit
+    assert record is not None
+    assert window_of(record, RATE, clock).calls == 4
+
+
+def test_a_tune_from_rate_to_count_caches_the_old_strategys_last_report(
+    clock: FakeClock,
+) -> None:
+    # GIVEN a rate-policy breaker holding calls not reported yet
+    breaker = breaker_on(MemoryStore(), clock, RATE, listeners=[])
+    core = core_of(breaker)
+    dep = Dependency()
+    for _ in range(3):
+        breaker.call(dep)
+    # WHEN the core adopts the count policy (the rate strategy flushes before it goes)
+    core.adopt(CONFIG)
+    # THEN the flush's answer reached the cache: nothing it said was lost
+    assert core.mode.counting.kind == "count"
+    hit, record = core.view.cached(clock())
+    assert hit
+    assert record is not None
+    assert window_of(record, RATE, clock).calls == 3
+
+
+def test_the_slow_call_watchers_sweep_hands_its_report_to_the_core(clock: FakeClock) -> None:
+    # GIVEN a rate-policy breaker timing slow calls, one call running past the duration
+    slow = dataclasses.replace(RATE, slow_call_duration=1.0)
+    breaker = breaker_on(MemoryStore(), clock, slow, listeners=[])
+    core = core_of(breaker)
+    breaker.call(Dependency())
+    call = core.closed(clock())
+    clock.advance(2)
+    # WHEN the process's watcher sweeps this breaker (its entry, as its thread would)
+    watcher = core.mode.counting._watcher  # type: ignore[attr-defined]
+    assert watcher.sweep() is True
+    # THEN the report of the hung call came back to the core: the cache holds it
+    hit, record = core.view.cached(clock())
+    assert hit
+    assert record is not None
+    assert window_of(record, slow, clock).slow == 1
+    core.interrupted(call)
+
+
+def test_the_slow_call_watcher_keeps_no_breaker_alive(clock: FakeClock) -> None:
+    # GIVEN a rate-policy breaker timing slow calls, whose watcher entry is running
+    import gc
+    import weakref
+
+    slow = dataclasses.replace(RATE, slow_call_duration=1.0)
+    breaker = breaker_on(MemoryStore(), clock, slow, listeners=[])
+    breaker.call(Dependency())
+    watcher = core_of(breaker).mode.counting._watcher  # type: ignore[attr-defined]
+    gone = weakref.ref(breaker)
+    # WHEN the breaker is dropped
+    del breaker
+    gc.collect()
+    # THEN nothing the watcher holds kept it (or its strategy) alive: its sweep says so
+    assert gone() is None
+    assert watcher.sweep() is False
+
+
+def window_of(record: Record, config: BreakerConfig, clock: FakeClock) -> WindowCounts:
+    return sliding_window(Policy.from_config(config)).counts(record, clock())
 
 
 # -- no way back from the parts to the core ---------------------------------------------------
