@@ -487,7 +487,11 @@ class CallCore:
                 self.hear(answers)
             if shadowed is not None:
                 return shadowed
-        counted, answers = mode.counting.count(success, now_ms, self.read)
+        counting = mode.counting
+        due = counting.due(now_ms)
+        if due is not None:  # a report due before it, as before a call
+            self.send(due)
+        counted, answers = counting.count(success, now_ms, self.read)
         if answers:
             self.hear(answers)
         return counted

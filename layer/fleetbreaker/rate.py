@@ -252,9 +252,15 @@ class RateStrategy:
         snapshot would otherwise take them to every restored environment, and
         ``restart`` drops them there). Every report's answer, for the core."""
         answers: Answers = NO_ANSWERS
+        seen: Record | None = None
         pending = self.tally.pending_calls()
         while pending:
-            answers += self.report(now_ms, urgent=True)[1]
+            record, got = self.report(now_ms, urgent=True, observed=seen)
+            answers += got
+            if got and not got[-1].outcome.local:
+                # The next report is fenced on this one's answer (not cached yet: the core
+                # takes them all when the flush returns).
+                seen = record
             left = self.tally.pending_calls()
             if left >= pending:
                 # Nothing went: carried back after a lost race, again. The next flush or
@@ -314,12 +320,10 @@ class RateStrategy:
     def count(
         self, success: bool, now_ms: int, read: Callable[[int], Record | None]
     ) -> Replied[RecordResult]:
-        """Tally the outcome of a call that ran elsewhere (``record()``). ``read`` is not
-        needed: the result says the state this container last saw."""
+        """Tally the outcome of a call that ran elsewhere (``record()``; the core sent the
+        report due before it, as before a call). ``read`` is not needed: the result says the
+        state this container last saw."""
         answers: Answers = NO_ANSWERS
-        due = self.due(now_ms)
-        if due is not None:
-            answers += due()[1]
         tally = self.tally
         if success:
             next(tally.good)
@@ -419,11 +423,16 @@ class RateStrategy:
     # -- the report ------------------------------------------------------------------------
 
     def report(
-        self, now_ms: int, load_if_empty: bool = False, urgent: bool = False
+        self,
+        now_ms: int,
+        load_if_empty: bool = False,
+        urgent: bool = False,
+        observed: Record | None = None,
     ) -> Replied[Record | None]:
         """Report the tally in one write: the record it answered (or the one this container
         last saw, when nothing was written), and the answers, which refresh the cache once
-        the core takes them."""
+        the core takes them. ``observed``: the record to fence on, when the caller holds one
+        newer than the cache (a flush's previous report)."""
         ctx = self._ctx
         tally = self.tally
         tally.rotate(now_ms)
@@ -433,6 +442,8 @@ class RateStrategy:
         if read:
             loaded, answers = ctx.load(now_ms)
             seen = _newest(loaded, answers, ctx.view.last_seen)
+            if not answers[0].outcome.local:
+                self.observe(loaded)  # its generation, before the tally is judged or taken
             if self._join_fleet(tally, loaded, now_ms):
                 # The first report waits for the fleet's interval: no write now. (It has
                 # just read the record: that read is this refresh.)
@@ -447,7 +458,7 @@ class RateStrategy:
         else:
             batch = tally.take(key, now_ms, self._interval_ms)
         if not read:
-            seen = ctx.view.last_seen
+            seen = observed if observed is not None else ctx.view.last_seen
         if not batch:
             if load_if_empty and not read:
                 return ctx.read(now_ms, self.fresh_ms)
