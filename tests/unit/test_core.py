@@ -610,9 +610,12 @@ def test_no_part_below_the_core_holds_a_way_back_to_it(
     parts = {name: part for name, part in vars(core).items() if not isinstance(part, str)}
     assert {"view", "pipeline", "mode", "_probes"} <= parts.keys()
     # THEN none reaches the core or the breaker: every store answer comes back up as a value
+    reached = {name: _reachable_from(part) for name, part in parts.items()}
     leading_back = [
-        name
-        for name, part in parts.items()
-        if any(obj is core or obj is breaker for obj in _reachable_from(part))
+        name for name, objects in reached.items() if any(o is core or o is breaker for o in objects)
     ]
     assert leading_back == []
+    # (the walk went everywhere: the shared reads and, timing slow calls, the watcher entry)
+    kinds = {type(obj).__name__ for objects in reached.values() for obj in objects}
+    assert "SharedReads" in kinds
+    assert ("SlowCallWatcher" in kinds) == (config.slow_call_duration is not None)
