@@ -24,12 +24,13 @@ with the first async entry point a breaker builds: ``import fleetbreaker`` impor
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
-    from fleetbreaker.calls import Call, CallPath
+    from fleetbreaker.calls import Call, CallPath, Request
     from fleetbreaker.results import Admission
     from fleetbreaker.view import RecordCache
 
@@ -40,11 +41,21 @@ class AsyncDriver:
     """One breaker's awaited calls (``call_async``, the decorator on ``async def``,
     ``async with``)."""
 
-    def __init__(self, core: CallPath, cache: RecordCache, *, watched: bool) -> None:
+    def __init__(
+        self,
+        core: CallPath,
+        cache: RecordCache,
+        *,
+        watched: bool,
+        handoff: Callable[[Callable[[], Any]], Callable[[], Any]] | None = None,
+    ) -> None:
         self.core = core
         self._clock = core.clock
         self._cache = cache
         self._watched = watched
+        # Wraps work sent to a worker thread so it runs in the caller's thread-bound trace
+        # context (listeners' thread_handoff); None: no listener carries one.
+        self._handoff = handoff
 
     async def run(
         self,
@@ -73,7 +84,7 @@ class AsyncDriver:
                 return result
             call = planned
         if call.before is not None:
-            await asyncio.to_thread(core.send, call.before)
+            await self._sent(call.before)
         try:
             awaitable = fn(*args, **kwargs)
             if not inspect.isawaitable(awaitable):
@@ -85,7 +96,7 @@ class AsyncDriver:
         except Exception as exc:
             request = core.raised(call, exc)
             if request is not None:
-                await asyncio.to_thread(core.send, request)
+                await self._sent(request)
             raise
         except BaseException:
             # Cancelled (or SystemExit, KeyboardInterrupt): no verdict on the dependency.
@@ -93,7 +104,7 @@ class AsyncDriver:
             raise
         request = core.returned(call, result)
         if request is not None:
-            await asyncio.to_thread(core.send, request)
+            await self._sent(request)
         return result
 
     async def enter(self) -> Call:
@@ -105,7 +116,7 @@ class AsyncDriver:
         if call is None:
             core.refuse(admission)
         if call.before is not None:
-            await asyncio.to_thread(core.send, call.before)
+            await self._sent(call.before)
         return call
 
     async def exit(self, call: Call, exc: BaseException | None) -> None:
@@ -119,7 +130,7 @@ class AsyncDriver:
             await self._abandon(call)
             return
         if request is not None:
-            await asyncio.to_thread(core.send, request)
+            await self._sent(request)
 
     async def _admit(self, now_ms: int) -> Admission:
         core = self.core
@@ -127,7 +138,7 @@ class AsyncDriver:
         if admission is None:
             # A store request: decided on a worker thread, at that thread's time; the
             # decision hooks run here, on the caller's thread (a tracer's current segment).
-            admission = await asyncio.to_thread(core.admit_quietly)
+            admission = await self._off_loop(core.admit_quietly)
             core.announce(admission)
         return admission
 
@@ -138,7 +149,20 @@ class AsyncDriver:
             # A cancelled probe's lease goes back before the cancellation goes on, so the
             # next caller can probe at once; shielded, so a second cancellation cannot stop
             # the write half-way (the thread finishes it anyway).
-            await asyncio.shield(asyncio.to_thread(core.send, request))
+            await asyncio.shield(self._sent(request))
+
+    def _sent(self, request: Request) -> Awaitable[Any]:
+        """``request`` handed back to the core on a worker thread (``core.send``: the request
+        sent, and what the store answered taken, off the event loop)."""
+        return self._off_loop(functools.partial(self.core.send, request))
+
+    def _off_loop(self, job: Callable[[], R]) -> Awaitable[R]:
+        """``job`` on a worker thread (contextvars copied), in the caller's trace context."""
+        handoff = self._handoff
+        if handoff is not None:
+            # Here, on the awaiting task's thread: what is current now is the caller's.
+            job = handoff(job)
+        return asyncio.to_thread(job)
 
 
 class _NotAwaitable(Exception):

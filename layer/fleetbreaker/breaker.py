@@ -559,7 +559,13 @@ class CircuitBreaker:
             # Loaded with the first async entry point: `import fleetbreaker` stays asyncio-free.
             from fleetbreaker.async_driver import AsyncDriver
 
-            driver = self._async = AsyncDriver(self._core, self._view.cache, watched=self._watched)
+            hooks = self._hooks
+            driver = self._async = AsyncDriver(
+                self._core,
+                self._view.cache,
+                watched=self._watched,
+                handoff=hooks.handed_off if hooks.handoffs else None,
+            )
         return driver
 
     # -- operator overrides ----------------------------------------------------------------

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from fleetbreaker.errors import StoreMisconfiguredError
 from fleetbreaker.frozen import frozen
@@ -15,6 +16,8 @@ if TYPE_CHECKING:
     from fleetbreaker.record import Decision, State, TransitionReason
 
 logger = logging.getLogger("fleetbreaker")
+
+T = TypeVar("T")
 
 # A shadow breaker logs the calls it would have rejected at most once per this many ms.
 WOULD_REJECT_LOG_INTERVAL_MS = 1_000
@@ -137,6 +140,17 @@ class BreakerListener:
 
     def on_corrupt_record(self, name: str, detail: str) -> None:
         """The store held a record this package cannot read; it was treated as closed."""
+
+    def thread_handoff(self) -> Callable[[Callable[[], Any]], Any] | None:
+        """Called on an awaiting task's thread just before the asyncio driver sends work
+        (a store request) to a worker thread: a function that runs that work there inside
+        this listener's trace context, or None (the default) when it has nothing to carry.
+
+        contextvars (OpenTelemetry's context) travel to the worker by themselves; a context
+        held per thread or per asyncio task (the X-Ray SDK's) does not. Not an event: it
+        returns a value, and it runs only for the asyncio driver.
+        """
+        return None
 
 
 class LoggerLike(Protocol):
@@ -337,6 +351,25 @@ class Hooks:
             if hook.startswith("on_")
         }
         self.decision = self.by_hook["on_decision"]
+        self.handoffs: tuple[Callable[[], Callable[[Callable[[], Any]], Any] | None], ...] = tuple(
+            listener.thread_handoff
+            for listener in listeners
+            if type(listener).thread_handoff is not BreakerListener.thread_handoff
+        )
+
+    def handed_off(self, job: Callable[[], T]) -> Callable[[], T]:
+        """``job``, to run on a worker thread inside the trace contexts of this thread
+        (:meth:`BreakerListener.thread_handoff`); a listener that fails is logged and
+        carries nothing."""
+        for capture in self.handoffs:
+            try:
+                wrapper = capture()
+            except Exception:
+                self.failed(capture, "thread_handoff")
+                continue
+            if wrapper is not None:
+                job = functools.partial(wrapper, job)
+        return job
 
     def emit(self, hook: str, *args: Any) -> None:
         for method in self.by_hook[hook]:
@@ -345,5 +378,5 @@ class Hooks:
             except Exception:
                 self.failed(method, hook)
 
-    def failed(self, method: Callable[..., None], hook: str) -> None:
+    def failed(self, method: Callable[..., object], hook: str) -> None:
         logger.exception("circuit %s: listener %r failed in %s", self.name, method, hook)

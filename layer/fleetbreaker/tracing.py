@@ -23,6 +23,15 @@ Each store round trip gets a subsegment ``fleetbreaker.<operation>`` (``load``,
 and flagged as a fault when the call failed. The AWS SDK's own subsegment (when botocore is
 patched) nests inside it.
 
+An awaited call (the asyncio driver) sends its store requests from worker threads, where the
+SDK's context holds nothing of the caller's. :meth:`TracingListener.thread_handoff` carries
+the caller's current entity there, so the store subsegments nest under it as on the sync
+path: a context kept per thread (the SDK's default; Lambda's ``LambdaContext``) is given that
+entity for the request and left empty after it (the executor reuses its threads); under
+``AsyncContext``, which keeps entities per asyncio task and answers on a worker thread with
+whatever task the loop runs, the subsegment is attached to the entity directly and the
+context is never touched off the loop's thread.
+
 :class:`OpenTelemetryListener` does the same for OpenTelemetry (the ADOT Lambda layer, or any
 OpenTelemetry SDK): events on the caller's current span and a child span per store round trip.
 It needs only ``opentelemetry-api`` (from a clone of fleetbreaker, ``pip install '.[otel]'``),
@@ -179,17 +188,47 @@ class TracingListener(BreakerListener):
             return
         _annotate(entity, annotations)
 
+    def thread_handoff(self) -> Callable[[Callable[[], Any]], Any] | None:
+        # On the awaiting task's thread: what is current here is the caller's entity (the
+        # handler's subsegment), which the store subsegments on the worker must nest under.
+        recorder = self._activate()
+        if recorder is None or _lambda_initializing():
+            return None
+        entity = _current_entity(recorder)
+        if entity is None:
+            return None
+        if _task_bound(recorder):
+            return functools.partial(self._under, entity)
+        return functools.partial(_within, recorder, entity)
+
+    def _under(self, parent: Any, job: Callable[[], Any]) -> Any:
+        """Run ``job`` on this worker thread, its store subsegments begun under ``parent``.
+
+        For a context kept per asyncio task (the SDK's ``AsyncContext``): a worker thread has
+        no task, and whatever it set in that context would land on the task the event loop
+        happens to run, so the subsegments are attached to ``parent`` directly.
+        """
+        self._local.parent = parent
+        try:
+            return job()
+        finally:
+            self._local.parent = None
+
     def on_store_call_start(self, name: str, operation: str) -> None:
         recorder = self._activate()
         if recorder is None:
             return
         stack = self._open_subsegments()
-        if _lambda_initializing() or _current_entity(recorder) is None:
-            stack.append((None, None))
-            return
-        subsegment = recorder.begin_subsegment(f"{SUBSEGMENT_PREFIX}.{operation}")
+        parent = getattr(self._local, "parent", None)
+        owned = parent is not None
+        if owned:
+            subsegment = _begin_under(parent, f"{SUBSEGMENT_PREFIX}.{operation}")
+        elif _lambda_initializing() or not _open(_current_entity(recorder)):
+            subsegment = None
+        else:
+            subsegment = recorder.begin_subsegment(f"{SUBSEGMENT_PREFIX}.{operation}")
         if subsegment is None:
-            stack.append((None, None))
+            stack.append((None, None, False))
             return
         token = None
         try:
@@ -197,15 +236,14 @@ class TracingListener(BreakerListener):
             # The round trip runs on a store worker thread: the SDK's own subsegment
             # (botocore's, redis') must find this one as its parent there.
             token = store_call_wrapper.set(functools.partial(_within, recorder, subsegment))
-            stack.append((subsegment, token))
+            stack.append((subsegment, token, owned))
         except BaseException:
             # Interrupted before on_store_call could close it: close it now.
             if stack and stack[-1][0] is subsegment:
                 stack.pop()
             if token is not None:
                 store_call_wrapper.reset(token)
-            if _current_entity(recorder) is subsegment:
-                recorder.end_subsegment()
+            _end(recorder, subsegment, owned)
             raise
 
     def on_store_call(self, name: str, operation: str, elapsed_ms: float, ok: bool) -> None:
@@ -213,17 +251,14 @@ class TracingListener(BreakerListener):
         stack = self._open_subsegments()
         if recorder is None or not stack:
             return
-        subsegment, token = stack.pop()
+        subsegment, token, owned = stack.pop()
         if token is not None:
             store_call_wrapper.reset(token)
         if subsegment is None:
             return
         if not ok:
             subsegment.add_fault_flag()
-        # Only close what is still ours: a store call cut short by a BaseException left no
-        # on_store_call, and its subsegment must not close whatever is current now.
-        if _current_entity(recorder) is subsegment:
-            recorder.end_subsegment()
+        _end(recorder, subsegment, owned)
 
     # -- internals -------------------------------------------------------------------------
 
@@ -261,20 +296,89 @@ def _lambda_initializing() -> bool:
 
 
 def _within(recorder: Any, entity: Any, job: Callable[[], Any]) -> Any:
-    """Run ``job`` on this (worker) thread with ``entity`` as the X-Ray context."""
-    recorder.context.set_trace_entity(entity)
+    """Run ``job`` on this (worker) thread with ``entity`` as the X-Ray context, and no
+    entity left behind after it (the thread is reused for other callers' work)."""
+    if _task_bound(recorder):
+        # A context per asyncio task: this thread has none, and setting one here would
+        # land on whichever task the event loop is running (the caller's, or another's).
+        return job()
+    try:
+        recorder.set_trace_entity(entity)
+    except Exception:  # a context that cannot take it: the store call goes on untraced
+        log.warning("fleetbreaker: X-Ray context refused a worker thread's entity", exc_info=True)
+        return job()
     try:
         return job()
     finally:
-        recorder.context.clear_trace_entities()
+        try:
+            recorder.clear_trace_entities()
+        except Exception:
+            log.warning("fleetbreaker: X-Ray context not cleared on a worker thread", exc_info=True)
+
+
+def _task_bound(recorder: Any) -> bool:
+    """Whether the recorder keeps its entities per asyncio task (the SDK's AsyncContext).
+
+    Looked up, never imported: that module imports asyncio, and a process that has not
+    loaded it cannot hold one.
+    """
+    module = sys.modules.get("aws_xray_sdk.core.async_context")
+    return module is not None and isinstance(recorder.context, module.AsyncContext)
+
+
+def _off_the_loop() -> bool:
+    """Whether this thread runs no asyncio event loop (asyncio is loaded: _task_bound)."""
+    try:
+        sys.modules["asyncio"].get_running_loop()
+    except RuntimeError:
+        return True
+    return False
 
 
 def _current_entity(recorder: Any) -> Any:
-    """The current segment or subsegment, or None (never raises, whatever context_missing)."""
+    """The current segment or subsegment, or None (never raises, whatever context_missing).
+
+    None on a thread that runs no event loop when the context is kept per asyncio task:
+    there it would answer with whatever task the loop is running.
+    """
+    if _task_bound(recorder) and _off_the_loop():
+        return None
     try:
         return recorder.get_trace_entity()
     except Exception:  # SegmentNotFoundException under AWS_XRAY_CONTEXT_MISSING=RUNTIME_ERROR
         return None
+
+
+def _open(entity: Any) -> bool:
+    """Whether ``entity`` can take a subsegment: it exists and has not ended (an awaited
+    call's shielded probe release may outlive the caller's subsegment, cancelled twice)."""
+    return entity is not None and getattr(entity, "in_progress", True) is not False
+
+
+def _begin_under(parent: Any, name: str) -> Any:
+    """A subsegment ``name`` begun under ``parent`` without the recorder's context, or None
+    when the SDK is off or ``parent`` is not sampled (the recorder would make a dummy)."""
+    from aws_xray_sdk import global_sdk_config
+    from aws_xray_sdk.core.models.subsegment import Subsegment
+
+    if not global_sdk_config.sdk_enabled() or not parent.sampled or not _open(parent):
+        return None
+    segment = parent.parent_segment if isinstance(parent, Subsegment) else parent
+    subsegment = Subsegment(name, "local", segment)
+    parent.add_subsegment(subsegment)
+    return subsegment
+
+
+def _end(recorder: Any, subsegment: Any, owned: bool) -> None:
+    """Close a store subsegment: one begun under a carried parent by itself (the segment's
+    own end sends it), one of the recorder's context through the recorder, and only while
+    it is still the current one: a store call cut short by a BaseException left no
+    on_store_call, and its subsegment must not close whatever is current now."""
+    if owned:
+        if subsegment.in_progress:
+            subsegment.close()
+    elif _current_entity(recorder) is subsegment:
+        recorder.end_subsegment()
 
 
 def _annotate(entity: Any, annotations: Mapping[str, str | bool]) -> None:

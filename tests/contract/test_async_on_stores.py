@@ -23,7 +23,12 @@ from tests.support import FakeClock, breaker_on
 ASYNC_BACKENDS = ["memory", "moto", "redis"]
 RACE_BACKENDS = ["memory", "moto_server", "redis"]
 
-CONFIG = BreakerConfig(failure_threshold=3, recovery_timeout=10, recovery_jitter=0.0)
+CONFIG = BreakerConfig(
+    failure_threshold=3,
+    recovery_timeout=10,
+    recovery_jitter=0.0,
+    store_deadline_seconds=30,  # a loaded machine's emulator; the deadline has its own tests
+)
 
 
 @pytest.fixture(params=ASYNC_BACKENDS)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import Any
 
@@ -15,7 +16,9 @@ __all__ = [
     "FakeClock",
     "FlakyStore",
     "fail",
+    "fail_async",
     "succeed",
+    "succeed_async",
 ]
 
 
@@ -28,6 +31,17 @@ def fail() -> None:
 
 
 def succeed() -> str:
+    return "ok"
+
+
+async def fail_async() -> None:
+    """The awaited dependency fails after a suspension (the await is what is judged)."""
+    await asyncio.sleep(0)
+    raise Boom("dependency down")
+
+
+async def succeed_async() -> str:
+    await asyncio.sleep(0)
     return "ok"
 
 

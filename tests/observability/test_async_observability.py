@@ -19,17 +19,7 @@ from fleetbreaker.record import Decision
 from fleetbreaker.tracing import OpenTelemetryListener, TracingListener
 
 from .capture import Traces
-from .support import Boom, BreakerFactory
-
-
-async def succeed_async() -> str:
-    await asyncio.sleep(0)
-    return "ok"
-
-
-async def fail_async() -> None:
-    await asyncio.sleep(0)
-    raise Boom("dependency down")
+from .support import Boom, BreakerFactory, fail_async, succeed_async
 
 
 def in_handler_span(traces: Traces, coroutine: Any) -> ReadableSpan:

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from fleetbreaker import BreakerConfig, CircuitBreaker, CircuitOpenError, MemoryStore, State
+from fleetbreaker.events import BreakerListener
 from fleetbreaker.record import Decision
 from tests.support import FakeClock, FlakyStore, RecordingListener, breaker_on
 
@@ -749,3 +750,76 @@ def test_an_awaited_call_sends_a_report_that_is_due_before_it_runs(clock: FakeCl
     asyncio.run(cb.call_async(fetch))
     # THEN the due report went before it ran
     assert reported == [1]
+
+
+# -- a trace context held per thread, carried to the worker --------------------------------
+
+
+class Carrier(BreakerListener):
+    """A tracer whose context is held per thread: each handoff carries a numbered marker
+    from the awaiting task's thread to the worker that sends the store request."""
+
+    def __init__(self) -> None:
+        self.captured_on: list[int] = []
+        self.started: list[tuple[str, int | None, int]] = []
+        self._here = threading.local()
+
+    def thread_handoff(self) -> Any:
+        self.captured_on.append(threading.get_ident())
+        marker = len(self.captured_on)
+
+        def run(job: Any) -> Any:
+            self._here.marker = marker
+            try:
+                return job()
+            finally:
+                self._here.marker = None
+
+        return run
+
+    def on_store_call_start(self, name: str, operation: str) -> None:
+        marker = getattr(self._here, "marker", None)
+        self.started.append((operation, marker, threading.get_ident()))
+
+
+def test_each_store_request_of_an_awaited_call_runs_in_a_handoff_taken_on_the_callers_thread(
+    clock: FakeClock,
+) -> None:
+    # GIVEN a breaker with a listener that carries a thread-bound context
+    carrier = Carrier()
+    cb = breaker_on(MemoryStore(), clock, listeners=[carrier])
+    dep = AsyncDependency()
+    dep.failing = True
+
+    # WHEN an awaited call fails: a store read to admit it, a write to count it
+    async def main() -> int:
+        with pytest.raises(ConnectionError):
+            await cb.call_async(dep)
+        return threading.get_ident()
+
+    loop_thread = asyncio.run(main())
+    # THEN each was taken on the loop's thread and ran, inside its own, on a worker
+    assert carrier.captured_on == [loop_thread, loop_thread]
+    assert [(op, marker) for op, marker, _ in carrier.started] == [
+        ("load", 1),
+        ("record_failure", 2),
+    ]
+    assert all(thread != loop_thread for _, _, thread in carrier.started)
+
+
+def test_a_handoff_that_raises_is_logged_and_the_awaited_call_goes_on(
+    clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    # GIVEN a breaker with a listener whose handoff raises, and one that records
+    class Broken(BreakerListener):
+        def thread_handoff(self) -> Any:
+            raise RuntimeError("tracer broke (test)")
+
+    heard = RecordingListener()
+    cb = breaker_on(MemoryStore(), clock, listeners=[Broken(), heard])
+    # WHEN an awaited call needs the store
+    result = asyncio.run(cb.call_async(AsyncDependency()))
+    # THEN it ran, its store read was made, and the failure was logged naming the hook
+    assert result == "ok"
+    assert [h.hook for h in heard.of("on_store_call_start")] == ["on_store_call_start"]
+    assert "thread_handoff" in caplog.text
