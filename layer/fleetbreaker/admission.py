@@ -19,8 +19,10 @@ these stages, in this order, each a no-op unless it applies:
    closed it meanwhile) has its verdict passed through the same stages again, by the same
    call (:meth:`AdmissionPipeline.admit`): the recovery ramp is applied in one place.
 
-The result is an :class:`~fleetbreaker.results.Admission`. A healthy call (closed record,
-no ramp) takes the first branch of :meth:`AdmissionPipeline.admit` and allocates nothing.
+The result is an :class:`~fleetbreaker.results.Admission`, returned with what the store
+answered on the way (a probe claim's answer) for the core to take: the pipeline is handed
+the record the core read, and calls nothing back. A healthy call (closed record, no ramp)
+takes the first branch of :meth:`AdmissionPipeline.admit` and allocates nothing.
 """
 
 from __future__ import annotations
@@ -28,7 +30,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
+from fleetbreaker.calls import NO_ANSWERS
 from fleetbreaker.frozen import replace
+from fleetbreaker.probes import probe_answer
 from fleetbreaker.record import Decision, State
 from fleetbreaker.results import Admission, RecordResult
 from fleetbreaker.rules import Verdict
@@ -37,12 +41,12 @@ from fleetbreaker.rules import verdict as verdict_of
 if TYPE_CHECKING:
     import random
 
+    from fleetbreaker.calls import Answers, Replied
     from fleetbreaker.events import Hooks
     from fleetbreaker.policy import Policy
     from fleetbreaker.probes import ProbeLeases
     from fleetbreaker.record import Outcome, Record
     from fleetbreaker.results import StoreErrorStats
-    from fleetbreaker.view import RecordView
 
 
 # Enum members read through their class cost a descriptor call on Python 3.11 (about ten
@@ -224,7 +228,7 @@ class Shadow:
         stats: StoreErrorStats,
         hooks: Hooks,
         claim: Callable[[Policy, int, Record | None], Outcome],
-        settle: Callable[[Policy, str, bool, int, Record | None], RecordResult],
+        settle: Callable[[Policy, str, bool, int, Record | None], Replied[RecordResult]],
         lease_ms: int,
         degraded: Callable[[], bool],
     ) -> None:
@@ -252,26 +256,29 @@ class Shadow:
 
     def probe(
         self, policy: Policy, success: bool, now_ms: int, observed: Record | None
-    ) -> RecordResult:
-        """Settle a probe with the outcome of a call that already ran.
+    ) -> Replied[RecordResult]:
+        """Settle a probe with the outcome of a call that already ran: the result, with the
+        claim's and the settle's answers.
 
         Losing the claim means an enforcing breaker would have rejected the call: it counts
         as a would-be rejection.
         """
         short = replace(policy, lease_ms=min(policy.lease_ms, self._lease_ms))
         claim = self._claim(short, now_ms, observed)
+        claimed = (probe_answer(claim, now_ms),)
         if claim.token is None:
             record = claim.record
             state = record.state if record is not None else _CLOSED
             decided = verdict_of(record, policy, now_ms)
             if decided.decision is not _ALLOW:
                 self._would_reject(decided)
-            return RecordResult(False, state, "shadow: probe slot taken; not counted")
-        return self._settle(policy, claim.token, success, now_ms, claim.record)
+            return RecordResult(False, state, "shadow: probe slot taken; not counted"), claimed
+        result, settled = self._settle(policy, claim.token, success, now_ms, claim.record)
+        return result, claimed + settled
 
     def outcome(
         self, policy: Policy, record: Record | None, success: bool, now_ms: int
-    ) -> RecordResult | None:
+    ) -> Replied[RecordResult | None]:
         """An outcome recorded without a token: None when it counts as usual.
 
         While the breaker would reject, the outcome counts nowhere; when a probe is due, it
@@ -282,8 +289,10 @@ class Shadow:
             return self.probe(policy, success, now_ms, record)
         if decided.decision is _REJECT:
             state = record.state if record is not None else _CLOSED
-            return RecordResult(False, state, f"shadow: breaker is {state.value}; not counted")
-        return None
+            return RecordResult(False, state, f"shadow: breaker is {state.value}; not counted"), (
+                NO_ANSWERS
+            )
+        return None, NO_ANSWERS
 
 
 def shadowed(
@@ -307,7 +316,8 @@ class ProbeClaim:
     pipeline passes it through its stages again (the recovery ramp among them), so the ramp
     is applied in one place.
 
-    Returns (the answer, the record the claim found).
+    Returns (the answer, the record the claim found, the claim's store answer for the
+    core).
     """
 
     def __init__(
@@ -322,13 +332,14 @@ class ProbeClaim:
 
     def __call__(
         self, verdict: Verdict, record: Record | None, now_ms: int, mode: Mode, lease_ms: int | None
-    ) -> tuple[Verdict | Admission, Record | None]:
+    ) -> tuple[Verdict | Admission, Record | None, Answers]:
         if verdict.decision is not _PROBE:
-            return verdict, record
+            return verdict, record, NO_ANSWERS
         policy = mode.policy
         if lease_ms is not None and lease_ms < policy.lease_ms:
             policy = replace(policy, lease_ms=lease_ms)
         outcome = self._probes.claim(policy, now_ms, record)
+        answers = (probe_answer(outcome, now_ms),)
         found = outcome.record
         if outcome.token is not None:
             granted = Admission(
@@ -339,16 +350,17 @@ class ProbeClaim:
                 outcome.token,
                 self._degraded(),
             )
-            return granted, found
+            return granted, found, answers
         verdict = verdict_of(found, policy, now_ms)
         if verdict.decision is not _PROBE:
-            return verdict, found  # closed meanwhile (the stages judge it), or open again
+            # Closed meanwhile (the stages judge it), or open again.
+            return verdict, found, answers
         wait = outcome.retry_after_ms
         if wait and found is not None:
             self._barrier.bar(found.gen, now_ms + wait)
-            return Verdict(_REJECT, verdict.state, wait), found
+            return Verdict(_REJECT, verdict.state, wait), found, answers
         # Lost every race for a slot: wait for the next lease to end.
-        return Verdict(_REJECT, verdict.state, LOST_CLAIM_RETRY_MS), found
+        return Verdict(_REJECT, verdict.state, LOST_CLAIM_RETRY_MS), found, answers
 
 
 class AdmissionPipeline:
@@ -363,7 +375,6 @@ class AdmissionPipeline:
     def __init__(
         self,
         name: str,
-        view: RecordView,
         probes: ProbeLeases,
         hooks: Hooks,
         *,
@@ -372,7 +383,6 @@ class AdmissionPipeline:
         rng: random.Random,
     ) -> None:
         self.name = name
-        self._view = view
         self._hooks = hooks
         self._degraded = degraded
         self.barrier = ClaimBarrier()
@@ -392,56 +402,53 @@ class AdmissionPipeline:
     def admit(
         self,
         now_ms: int,
-        modes: Callable[[], Mode],
+        record: Record | None,
+        mode: Mode,
         lease_ms: int | None = None,
         *,
         cached_only: bool = False,
         announce: bool = True,
-    ) -> Admission | None:
-        """Decide one call at ``now_ms``: allow, probe (with a token) or reject.
+    ) -> Replied[Admission | None]:
+        """Decide one call at ``now_ms`` on ``record`` (the core read it): allow, probe (with
+        a token) or reject; with what the store answered on the way (a probe claim's
+        answer), for the core to take.
 
-        ``lease_ms``: should the call win a probe, its lease is this long at most (a caller
-        that knows its call's deadline: the others then wait for that, not a whole lease).
-        ``cached_only``: decide from the cached record alone, or say None when that takes a
-        store request (a stale cache, a probe to claim): an event loop's first look.
-        ``modes()`` is the breaker's mode, read after the record: a refresh may bring live
-        tuning, and the call is decided by the mode it brought. ``announce=False`` leaves the
-        decision hooks to the caller (:meth:`announce`): an event loop decides on a worker
-        thread, and the hooks (a tracer's annotation of the current segment) belong on the
-        loop's thread.
+        ``mode`` is the breaker's, read after the record: a refresh may bring live tuning,
+        and the call is decided by the mode it brought. ``lease_ms``: should the call win a
+        probe, its lease is this long at most (a caller that knows its call's deadline: the
+        others then wait for that, not a whole lease). ``cached_only``: the record is the
+        cached one; say None when deciding takes a store request (a probe to claim): an event
+        loop's first look. ``announce=False`` leaves the decision hooks to the caller
+        (:meth:`announce`): an event loop decides on a worker thread, and the hooks (a
+        tracer's annotation of the current segment) belong on the loop's thread.
         """
-        if cached_only:
-            hit, record = self._view.cached(now_ms)
-            if not hit:
-                return None
-        else:
-            record = self._view.read(now_ms)
-        mode = modes()
         if record is None or record.state is _CLOSED:
             if self.ramp is None:
-                return self._decided(self.allow_closed if not self._degraded() else None, announce)
+                allowed = self.allow_closed if not self._degraded() else None
+                return self._decided(allowed, announce), NO_ANSWERS
             verdict = _ALLOW_CLOSED
         else:
             verdict = verdict_of(record, mode.policy, now_ms)
         staged = self._staged(verdict, record, now_ms, mode, lease_ms)
         if isinstance(staged, Admission):
-            return staged  # shadow mode's: it told the decision hooks itself
+            return staged, NO_ANSWERS  # shadow mode's: it told the decision hooks itself
         verdict = staged
+        answers = NO_ANSWERS
         if verdict.decision is _PROBE:
             if cached_only:
-                return None
-            claimed, found = self.claim(verdict, record, now_ms, mode, lease_ms)
+                return None, NO_ANSWERS
+            claimed, found, answers = self.claim(verdict, record, now_ms, mode, lease_ms)
             if isinstance(claimed, Admission):
-                return self._decided(claimed, announce)
+                return self._decided(claimed, announce), answers
             if claimed.decision is _ALLOW:
                 # Closed meanwhile by another container's probe: the same stages judge the
                 # record the claim found (the recovery ramp, in its one place).
                 restaged = self._staged(claimed, found, now_ms, mode, lease_ms)
                 if isinstance(restaged, Admission):
-                    return restaged
+                    return restaged, answers
                 claimed = restaged
             verdict = claimed
-        return self._decided(self._admission(verdict), announce)
+        return self._decided(self._admission(verdict), announce), answers
 
     def _staged(
         self, verdict: Verdict, record: Record | None, now_ms: int, mode: Mode, lease_ms: int | None

@@ -8,7 +8,10 @@ What differs is who performs the core's answers:
   cache, a probe to claim) it is decided on a worker thread (``asyncio.to_thread``), so a
   store that takes 300 ms stalls the call that needs it, never the loop;
 - the call is awaited, so it is judged and timed (slow calls) by what its await did;
-- every store request the accounting returns is sent from a worker thread and awaited;
+- every store request the accounting returns is handed back to the core on a worker thread
+  (``core.send``) and awaited: the request is sent there, and the core takes what the store
+  answered there too (the cache's writes are locked, and a tune that swaps the strategy may
+  send the old one's pending report: neither may block the event loop);
 - ``asyncio.CancelledError`` is no verdict on the dependency: the call counts nowhere, and a
   cancelled probe gives its lease back at once (one store write, shielded from a second
   cancellation, bounded by the store's deadline) before the cancellation goes on.
@@ -21,12 +24,13 @@ with the first async entry point a breaker builds: ``import fleetbreaker`` impor
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
-    from fleetbreaker.calls import Call, CallPath
+    from fleetbreaker.calls import Call, CallPath, Request
     from fleetbreaker.results import Admission
     from fleetbreaker.view import RecordCache
 
@@ -80,7 +84,7 @@ class AsyncDriver:
                 return result
             call = planned
         if call.before is not None:
-            await self._off_loop(call.before)
+            await self._sent(call.before)
         try:
             awaitable = fn(*args, **kwargs)
             if not inspect.isawaitable(awaitable):
@@ -92,7 +96,7 @@ class AsyncDriver:
         except Exception as exc:
             request = core.raised(call, exc)
             if request is not None:
-                await self._off_loop(request)
+                await self._sent(request)
             raise
         except BaseException:
             # Cancelled (or SystemExit, KeyboardInterrupt): no verdict on the dependency.
@@ -100,7 +104,7 @@ class AsyncDriver:
             raise
         request = core.returned(call, result)
         if request is not None:
-            await self._off_loop(request)
+            await self._sent(request)
         return result
 
     async def enter(self) -> Call:
@@ -112,7 +116,7 @@ class AsyncDriver:
         if call is None:
             core.refuse(admission)
         if call.before is not None:
-            await self._off_loop(call.before)
+            await self._sent(call.before)
         return call
 
     async def exit(self, call: Call, exc: BaseException | None) -> None:
@@ -126,7 +130,7 @@ class AsyncDriver:
             await self._abandon(call)
             return
         if request is not None:
-            await self._off_loop(request)
+            await self._sent(request)
 
     async def _admit(self, now_ms: int) -> Admission:
         core = self.core
@@ -139,12 +143,18 @@ class AsyncDriver:
         return admission
 
     async def _abandon(self, call: Call) -> None:
-        request = self.core.interrupted(call)
+        core = self.core
+        request = core.interrupted(call)
         if request is not None:
             # A cancelled probe's lease goes back before the cancellation goes on, so the
             # next caller can probe at once; shielded, so a second cancellation cannot stop
             # the write half-way (the thread finishes it anyway).
-            await asyncio.shield(self._off_loop(request))
+            await asyncio.shield(self._sent(request))
+
+    def _sent(self, request: Request) -> Awaitable[Any]:
+        """``request`` handed back to the core on a worker thread (``core.send``: the request
+        sent, and what the store answered taken, off the event loop)."""
+        return self._off_loop(functools.partial(self.core.send, request))
 
     def _off_loop(self, job: Callable[[], R]) -> Awaitable[R]:
         """``job`` on a worker thread (contextvars copied), in the caller's trace context."""

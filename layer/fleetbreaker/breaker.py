@@ -11,11 +11,12 @@ One call through the breaker, file by file (docs/architecture.md, "One call"):
    or awaits the call, and gives the core its ending;
 3. the core judges it and returns the store request its counting needs (the strategy of
    :mod:`fleetbreaker.count` or :mod:`fleetbreaker.rate`, a probe's settle through
-   :mod:`fleetbreaker.probes`), which the driver sends;
+   :mod:`fleetbreaker.probes`), which the driver hands back to the core to send;
 4. every store operation goes through :class:`~fleetbreaker.stores.fallback.FallbackStore`
    (the deadline, degraded mode), which returns its answer as a value to whoever asked; the
-   asker hands it to the core's one place for answers (:meth:`CallCore.answered`: the cache,
-   the strategy, live tuning). The wrapper holds no way back into the breaker.
+   asker returns it up, with its result, to the core, which takes every answer in one place
+   (:meth:`CallCore.answered`: the cache, the strategy, live tuning). No part below the
+   core holds a way back into it or the breaker.
 
 The breaker builds the parts once, owns the operator overrides (``force_open``,
 ``disable``, ``reset``), ``from_env``, the refusals of async code at a sync entry point, and
@@ -64,9 +65,10 @@ if TYPE_CHECKING:
 
     from fleetbreaker.async_driver import AsyncDriver
     from fleetbreaker.calls import Call
+    from fleetbreaker.core import Heard
     from fleetbreaker.counting import Counting
     from fleetbreaker.policy import Policy
-    from fleetbreaker.record import Outcome, Record
+    from fleetbreaker.record import Record
     from fleetbreaker.shared_refresh import SharedReads
     from fleetbreaker.snapshot import Snapshot
     from fleetbreaker.stores.base import Store
@@ -193,7 +195,7 @@ class CircuitBreaker:
                 "calls and min_containers need one (every store of this package has it)"
             )
         self._hooks = hooks = Hooks(self.listeners, self.name)
-        self._store = FallbackStore(
+        self._store = guarded = FallbackStore(
             store,
             clock=self.clock,
             backoff_seconds=config.store_backoff_seconds,
@@ -204,63 +206,65 @@ class CircuitBreaker:
         tuning = LiveTuning(config, self.name)
         cache_ms = round(config.cache_ttl * 1000)
         ramp_ms = round(config.recovery_ramp_seconds * 1000)
+        # The parts are built from locals, never from self: no part holds a way back into
+        # the breaker (or its core); their store answers come back up as values.
+        name = self.name
+        stats = self.stats
         self._view = view = RecordView(
-            self.name,
-            self._store,
+            name,
+            guarded,
             RecordCache(cache_ms, ramp_ms),
-            self._refresh,
-            answered=self._answered,
             wait_s=config.store_deadline_seconds + 1.0,
         )
         self._shared_reads = None if off else self._share_reads(store, shared_refresh_dir)
         self._context = context = CountingContext(
-            self.name,
-            self._store,
+            name,
+            guarded,
             view,
             clock=self.clock,
             rng=self.rng,
             container_key=container_key(self.container_id),
             emit=hooks.emit,
-            judge=OutcomeJudge(config, self.name),
-            answered=self._answered,
-            read=self._shared_reads.read if self._shared_reads is not None else None,
+            judge=OutcomeJudge(config, name),
+            shared=self._shared_reads,
         )
         probes = ProbeLeases(
-            self.name,
-            self._store,
+            name,
+            guarded,
             rng=self.rng,
             recovery_jitter=config.recovery_jitter,
             emit=hooks.emit,
-            answered=self._answered,
-            observe=self._observe,
         )
+
+        def degraded() -> bool:
+            return guarded.degraded
+
         pipeline = AdmissionPipeline(
-            self.name,
-            view,
+            name,
             probes,
             hooks,
-            degraded=lambda: self._store.degraded,
+            degraded=degraded,
             ramp_seconds=config.recovery_ramp_seconds,
             rng=self.rng,
         )
 
         def make_shadow(tuned: BreakerConfig) -> Shadow:
             return Shadow(
-                self.name,
-                stats=self.stats,
+                name,
+                stats=stats,
                 hooks=hooks,
                 claim=probes.claim,
                 settle=probes.settle,
                 lease_ms=max(1, round(tuned.store_deadline_seconds * 2000)),
-                degraded=lambda: self._store.degraded,
+                degraded=degraded,
             )
 
-        def make_counting(tuned: BreakerConfig, policy: Policy) -> Counting:
+        def make_counting(tuned: BreakerConfig, policy: Policy, heard: Heard) -> Counting:
             if tuned.reporting:
                 # The rate policy's modules load when a breaker's settings first report.
                 from fleetbreaker.rate import RateStrategy
 
-                return RateStrategy(context, tuned, policy, cache_ms)
+                return RateStrategy(context, tuned, policy, cache_ms, heard)
             return CountStrategy(context, policy, cache_ms)
 
         self._core = CallCore(
@@ -336,7 +340,7 @@ class CircuitBreaker:
         """The breaker's state as this container sees it (cached for ``cache_ttl``)."""
         if self._off:
             return _DISABLED
-        return _state_of(self._view.read(self.clock()))
+        return _state_of(self._core.read(self.clock()))
 
     @property
     def degraded(self) -> bool:
@@ -363,7 +367,7 @@ class CircuitBreaker:
         from fleetbreaker.snapshot import snapshot_of
 
         now = self.clock()
-        record = None if self._off else self._view.read(now)
+        record = None if self._off else self._core.read(now)
         mode = self._core.mode
         snapshot = snapshot_of(self.name, record, mode.policy, now, mode.name)
         if self._off:
@@ -379,8 +383,7 @@ class CircuitBreaker:
         or a test with an injected clock calls it after moving the clock. Returns how many
         calls it reported.
         """
-        hung = getattr(self._core.mode.counting, "report_hung_calls", None)
-        return hung() if hung is not None else 0
+        return self._core.report_hung_calls()
 
     # -- calls -----------------------------------------------------------------------------
 
@@ -605,16 +608,7 @@ class CircuitBreaker:
         self._core.answered(outcome, now)
         return _state_of(outcome.record)
 
-    # -- the store's answers, live tuning, the strategy ------------------------------------
-
-    def _answered(self, answer: Outcome, now: int) -> None:
-        self._core.answered(answer, now)
-
-    def _observe(self, record: Record | None) -> None:
-        self._core.observe(record)
-
-    def _refresh(self, now: int) -> Record | None:
-        return self._core.refresh(now)
+    # -- shared reads ----------------------------------------------------------------------
 
     def _share_reads(self, store: Store, directory: Any) -> SharedReads | None:
         """The environment's shared reads, when its processes share a directory."""
@@ -633,7 +627,7 @@ class CircuitBreaker:
         if directory is None:
             return None
         copy = SharedCopy(directory, copy_key(store, self.name))
-        return SharedReads(self.name, self._store, copy, self._view.cache, self._answered)
+        return SharedReads(self.name, self._store, copy, self._view.cache)
 
     # -- snapshots of the process ----------------------------------------------------------
 
@@ -647,7 +641,7 @@ class CircuitBreaker:
         """
         if self._off:
             return
-        self._core.mode.counting.flush(self.clock() if now is None else now)
+        self._core.flush(self.clock() if now is None else now)
 
     def restart(self, now: int | None = None) -> None:
         """Become a new container: a new id and random source, no cached view, every

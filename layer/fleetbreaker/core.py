@@ -7,23 +7,34 @@ request from a worker thread, so the event loop never waits on the store. Everyt
 is judged by lives here, once:
 
 1. admission: :meth:`CallCore.admit` (may make a store request: a refresh, a probe claim)
-   or :meth:`CallCore.admit_cached` (never does; None when a request is needed);
+   or :meth:`CallCore.admit_cached` (never does; None when a request is needed), on the
+   record the core reads (:meth:`CallCore.read`: the cache, or the strategy's refresh);
 2. the plan: :meth:`CallCore.plan` turns an admission into a :class:`Call` to run (counted
    by the strategy, a probe to settle, a shadow probe, or counted nowhere) or None, a
    rejection (:meth:`CallCore.reject` tells the listeners and raises CircuitOpenError when
    there is no fallback);
 3. the judgement: :meth:`CallCore.returned`, :meth:`CallCore.raised` and
    :meth:`CallCore.interrupted` count how the call ended and return the store request that
-   counting needs (a failure's write, a report, a probe's settle), or None.
+   counting needs (a failure's write, a report, a probe's settle), or None;
+   the driver hands it back (:meth:`CallCore.send`), which sends it and takes what it
+   answered.
 
-The core also holds the breaker's :class:`~fleetbreaker.mode.Mode`, takes every store
-answer as a value in one place (:meth:`CallCore.answered`: the cache, the strategy, live
-tuning) and follows live tuning by swapping the mode whole.
+The core also holds the breaker's :class:`~fleetbreaker.mode.Mode` and follows live tuning
+by swapping it whole. Every store answer comes back up to it as a value: a part below the
+core (the view, the pipeline, the probes, the strategy and its context, the shared reads)
+returns its result with the :class:`~fleetbreaker.calls.Answer` s it got, and holds no way
+back into the core or the breaker. The core takes them in one place
+(:meth:`CallCore.answered`: the cache, the strategy, live tuning), on the thread that made
+the request: the caller's, or under asyncio the worker thread's (the cache's writes are
+locked; a tune that swaps the strategy may send the old one's pending report, which must
+not block the event loop). The slow-call watcher, whose sweeps no call starts, hands its
+answers to :meth:`CallCore.hear` through a weak reference.
 """
 
 from __future__ import annotations
 
 import functools
+import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 
@@ -34,7 +45,7 @@ from fleetbreaker.policy import Policy
 from fleetbreaker.record import Decision, State
 
 if TYPE_CHECKING:
-    from fleetbreaker.calls import Request
+    from fleetbreaker.calls import Answers, Replied, Request
     from fleetbreaker.classify import OutcomeJudge
     from fleetbreaker.config import BreakerConfig
     from fleetbreaker.counting import Counting
@@ -50,6 +61,11 @@ _DISABLED = State.DISABLED
 
 _UNCOUNTED = Call(UNCOUNTED)
 
+if TYPE_CHECKING:
+    # The core's one place for answers, as a strategy holds it: weakly (its slow-call
+    # watcher's sweeps hand their answers there).
+    Heard = weakref.WeakMethod[Callable[[Answers], None]]
+
 
 class Shadow(Protocol):
     """Shadow mode's stage (:class:`fleetbreaker.admission.Shadow`), as a mode holds it."""
@@ -60,13 +76,13 @@ class Shadow(Protocol):
 
     def probe(
         self, policy: Policy, success: bool, now_ms: int, observed: Record | None
-    ) -> RecordResult:
-        """Settle a probe with the outcome of a call that already ran."""
+    ) -> Replied[RecordResult]:
+        """Settle a probe with the outcome of a call that already ran (with the answers)."""
         ...
 
     def outcome(
         self, policy: Policy, record: Record | None, success: bool, now_ms: int
-    ) -> RecordResult | None:
+    ) -> Replied[RecordResult | None]:
         """An outcome recorded without a token (None: it counts as usual)."""
         ...
 
@@ -144,13 +160,15 @@ class Pipeline(Protocol):
     def admit(
         self,
         now_ms: int,
-        modes: Callable[[], Mode],
+        record: Record | None,
+        mode: Mode,
         lease_ms: int | None = None,
         *,
         cached_only: bool = False,
         announce: bool = True,
-    ) -> Admission | None:
-        """Decide one call (None: ``cached_only`` and the store is needed)."""
+    ) -> Replied[Admission | None]:
+        """Decide one call on ``record`` (None: ``cached_only`` and the store is needed),
+        with the answers of the store requests it made (a probe claim)."""
         ...
 
     def announce(self, admission: Admission) -> None:
@@ -171,7 +189,7 @@ class CallCore:
         hooks: Hooks,
         judge: OutcomeJudge,
         tuning: Tuning,
-        make_counting: Callable[[BreakerConfig, Policy], Counting],
+        make_counting: Callable[[BreakerConfig, Policy, Heard], Counting],
         make_shadow: Callable[[BreakerConfig], Shadow],
         clock: Callable[[], int],
     ) -> None:
@@ -185,33 +203,58 @@ class CallCore:
         self._tuning = tuning
         self._make_counting = make_counting
         self._make_shadow = make_shadow
+        # A weak reference: the slow-call watcher (a process-wide thread) hands its sweeps'
+        # answers here, and must not keep a discarded breaker alive.
+        self._heard: Heard = weakref.WeakMethod(self.hear)
         self.allow_closed = pipeline.allow_closed
         self.mode: Mode = self._build(tuning.config, None)
-        self._current = self._mode_now  # bound once: admission reads the mode through it
 
     def _build(self, config: BreakerConfig, previous: Mode | None) -> Mode:
         return build_mode(
             config,
             Policy.from_config(config),
-            make_counting=self._make_counting,
+            make_counting=self._counting_for,
             make_shadow=self._make_shadow,
             previous=previous,
         )
 
+    def _counting_for(self, config: BreakerConfig, policy: Policy) -> Counting:
+        return self._make_counting(config, policy, self._heard)
+
     # -- the mode and the store's answers --------------------------------------------------
 
-    def answered(self, answer: Outcome, now_ms: int) -> None:
-        """The one place every store answer goes, handed here by whoever asked (a strategy's
-        request, a probe's claim or settle, a view's read, an operator's write): a shared
-        answer into the cache (fresh for as long as the strategy says; the current item a
-        lost conditional write returned too), to the strategy, and to live tuning, which
-        travels with the record. The local twin's answer (``answer.local``) is this
-        container's alone, never cached as the fleet's record."""
+    def send(self, request: Request) -> Any:
+        """Send a store request (a driver's, or the core's own): take the answers it brings
+        back (:meth:`hear`) and return its result."""
+        result, answers = request()
+        if answers:
+            self.hear(answers)
+        return result
+
+    def hear(self, answers: Answers) -> None:
+        """Take answers that came back up as values, in the order they came: each into
+        :meth:`answered`; a probe's record is heard by the strategy even from the local twin
+        (every generation a probe saw)."""
+        for answer in answers:
+            outcome = answer.outcome
+            self.answered(outcome, answer.at_ms, answer.fresh_ms)
+            if answer.from_probe:
+                self.mode.counting.observe(outcome.record)
+
+    def answered(self, answer: Outcome, now_ms: int, fresh_ms: int | None = None) -> None:
+        """The one place every store answer goes, returned up to the core by whoever asked
+        (a strategy's request, a probe's claim or settle, a read, an operator's write): a
+        shared answer into the cache (fresh for ``fresh_ms`` when the asker knows, else as
+        long as the strategy says; the current item a lost conditional write returned too),
+        to the strategy, and to live tuning, which travels with the record. The local twin's
+        answer (``answer.local``) is this container's alone, never cached as the fleet's
+        record."""
         if answer.local:
             return
         record = answer.record
         counting = self.mode.counting
-        self.view.cache.put(record, now_ms, counting.fresh_ms(record, now_ms))
+        fresh = counting.fresh_ms(record, now_ms) if fresh_ms is None else fresh_ms
+        self.view.cache.put(record, now_ms, fresh)
         counting.observe(record)
         seen = self.view.last_seen
         text = seen.tuned if seen is not None else ""
@@ -228,7 +271,8 @@ class CallCore:
         from rate to count and back loses no call."""
         previous = self.mode
         if previous.counting.kind != ("rate" if config.reporting else "count"):
-            previous.counting.flush(self.clock())
+            # Its answers are taken first, as the old strategy's (nothing is lost).
+            self.hear(previous.counting.flush(self.clock()))
         self.mode = self._build(config, previous)
 
     def restart(self, now_ms: int) -> None:
@@ -239,30 +283,70 @@ class CallCore:
         mode.counting.restart(now_ms)  # its schedules start at the restore's time
         self.mode = mode
 
-    def _mode_now(self) -> Mode:
-        return self.mode
+    def flush(self, now_ms: int) -> None:
+        """Send what the strategy in force holds pending, and take its answers."""
+        self.hear(self.mode.counting.flush(now_ms))
 
-    def observe(self, record: Record | None) -> None:
-        """A record a probe's claim or settle returned (the local twin's too)."""
-        self.mode.counting.observe(record)
+    def report_hung_calls(self) -> int:
+        """Report the strategy's calls running past ``slow_call_duration`` (rate policy with
+        slow calls), taking the answers; how many."""
+        sweep = getattr(self.mode.counting, "report_hung_calls", None)
+        if sweep is None:
+            return 0
+        hung: int = self.send(sweep)
+        return hung
 
-    def refresh(self, now_ms: int) -> Record | None:
-        """The view's refresh: the counting strategy in force decides what it is."""
-        return self.mode.counting.refresh(now_ms)
+    # -- the record ------------------------------------------------------------------------
+
+    def read(self, now_ms: int) -> Record | None:
+        """The record at ``now_ms``: cached while fresh, else refreshed by one thread of the
+        container (the strategy in force decides what the refresh is), whose answers are
+        taken before the refresh is let go, so the threads that waited for it find them
+        cached (:class:`~fleetbreaker.view.RecordView`)."""
+        view = self.view
+        hit, record = view.cached(now_ms)
+        if hit:
+            return record
+        if view.paused(now_ms):
+            return view.local(now_ms)
+        if not view.begin_refresh():
+            # Another thread kept the refresh too long: a read of this thread's own.
+            return self._take(view.fetch(now_ms))
+        try:
+            hit, record = view.cached(now_ms)
+            if hit:
+                return record
+            return self._take(self.mode.counting.refresh(now_ms))
+        finally:
+            view.end_refresh()
+
+    def _take(self, replied: Replied[Record | None]) -> Record | None:
+        record, answers = replied
+        if answers:
+            self.hear(answers)
+        return record
 
     # -- admission -------------------------------------------------------------------------
 
     def admit(self, now_ms: int | None = None, lease_ms: int | None = None) -> Admission:
         """Decide one call (may make a store request: a refresh, a probe claim)."""
         at = self.clock() if now_ms is None else now_ms
-        admission = self.pipeline.admit(at, self._current, lease_ms)
+        record = self.read(at)
+        # The mode is read after the record: a refresh may bring live tuning.
+        admission, answers = self.pipeline.admit(at, record, self.mode, lease_ms)
+        if answers:
+            self.hear(answers)
         assert admission is not None  # only a cached_only admission can be undecided
         return admission
 
     def admit_quietly(self) -> Admission:
         """Decide one call now, leaving the decision hooks to :meth:`announce` (an event
         loop's admission, decided on a worker thread)."""
-        admission = self.pipeline.admit(self.clock(), self._current, announce=False)
+        at = self.clock()
+        record = self.read(at)
+        admission, answers = self.pipeline.admit(at, record, self.mode, announce=False)
+        if answers:
+            self.hear(answers)
         assert admission is not None
         return admission
 
@@ -275,7 +359,12 @@ class CallCore:
 
     def admit_cached(self, now_ms: int) -> Admission | None:
         """Decide one call from the cached record, or None when that needs the store."""
-        return self.pipeline.admit(now_ms, self._current, cached_only=True)
+        hit, record = self.view.cached(now_ms)
+        if not hit:
+            return None
+        # Never a store request (a probe to claim says None): no answers to take.
+        admission, _ = self.pipeline.admit(now_ms, record, self.mode, cached_only=True)
+        return admission
 
     def closed(self, now_ms: int) -> Call:
         """The call of a closed, healthy breaker (the drivers' fast path)."""
@@ -343,13 +432,13 @@ class CallCore:
             call.counting.abandon(call.ticket)  # type: ignore[union-attr]
         elif call.kind is PROBING:
             assert call.token is not None
-            return functools.partial(self.release, call.token)
+            return functools.partial(self._release, call.token)
         return None
 
     def _finish(self, call: Call, failed: bool) -> Request | None:
         if call.kind is PROBING:
             assert call.token is not None
-            return functools.partial(self.settle, call.token, not failed)
+            return functools.partial(self._settle, call.token, not failed)
         if call.kind is SHADOW_PROBING:
             return functools.partial(self._shadow_probe, not failed)
         return None
@@ -358,18 +447,31 @@ class CallCore:
 
     def settle(self, token: str, success: bool, now_ms: int | None = None) -> RecordResult:
         """Settle a probe with its outcome (a token whose lease has ended changes nothing)."""
-        at = self.clock() if now_ms is None else now_ms
-        return self._probes.settle(self.mode.policy, token, success, at, self.view.last_seen)
+        result: RecordResult = self.send(functools.partial(self._settle, token, success, now_ms))
+        return result
 
     def release(self, token: str) -> RecordResult:
         """Give a probe's lease back without a verdict (its call was cancelled)."""
+        result: RecordResult = self.send(functools.partial(self._release, token))
+        return result
+
+    # The requests a probe's ending needs (sent through send(), which takes their answers):
+    # the policy, the time and the fence are read when they are sent.
+
+    def _settle(
+        self, token: str, success: bool, now_ms: int | None = None
+    ) -> Replied[RecordResult]:
+        at = self.clock() if now_ms is None else now_ms
+        return self._probes.settle(self.mode.policy, token, success, at, self.view.last_seen)
+
+    def _release(self, token: str) -> Replied[RecordResult]:
         policy = self.mode.policy
         return self._probes.release(policy, token, self.clock(), self.view.last_seen)
 
-    def _shadow_probe(self, success: bool) -> RecordResult | None:
+    def _shadow_probe(self, success: bool) -> Replied[RecordResult | None]:
         shadow = self.mode.shadow
         if shadow is None:  # tuned to enforce while the call ran: nothing to settle
-            return None
+            return None, ()
         return shadow.probe(self.mode.policy, success, self.clock(), self.view.last_seen)
 
     # -- outcomes recorded by hand (check / record) ----------------------------------------
@@ -379,8 +481,17 @@ class CallCore:
         mode = self.mode
         shadow = mode.shadow
         if shadow is not None:
-            record = self.view.read(now_ms)
-            shadowed = shadow.outcome(mode.policy, record, success, now_ms)
+            record = self.read(now_ms)
+            shadowed, answers = shadow.outcome(mode.policy, record, success, now_ms)
+            if answers:
+                self.hear(answers)
             if shadowed is not None:
                 return shadowed
-        return mode.counting.count(success, now_ms)
+        counting = mode.counting
+        due = counting.due(now_ms)
+        if due is not None:  # a report due before it, as before a call
+            self.send(due)
+        counted, answers = counting.count(success, now_ms, self.read)
+        if answers:
+            self.hear(answers)
+        return counted

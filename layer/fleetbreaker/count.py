@@ -17,6 +17,7 @@ import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from fleetbreaker.calls import NO_ANSWERS, Answer
 from fleetbreaker.census import (
     MIN_CENSUS_GAP_MS,
     census_chance,
@@ -28,7 +29,7 @@ from fleetbreaker.results import RecordResult
 from fleetbreaker.view import MAX_REFRESH_STRETCH, refresh_ms
 
 if TYPE_CHECKING:
-    from fleetbreaker.calls import Request
+    from fleetbreaker.calls import Answers, Replied, Request
     from fleetbreaker.config import BreakerConfig
     from fleetbreaker.counting import CountingContext
     from fleetbreaker.policy import Policy
@@ -53,7 +54,7 @@ class CountStrategy:
 
     # -- the record ------------------------------------------------------------------------
 
-    def refresh(self, now_ms: int) -> Record | None:
+    def refresh(self, now_ms: int) -> Replied[Record | None]:
         """A read, or now and then a census write instead (its answer is the record too)."""
         ctx = self._ctx
         gap = min(max(0, now_ms - self._refreshed_ms), self._max_gap_ms)
@@ -61,9 +62,8 @@ class CountStrategy:
         store = ctx.store
         if self._censuses and not store.degraded and ctx.rng.random() < census_chance(gap):
             answer = store.census(ctx.name, self.policy, now_ms, ctx.view.last_seen)
-            ctx.answered(answer, now_ms)
-            return answer.record
-        return ctx.read(now_ms)
+            return answer.record, (Answer(answer, now_ms),)
+        return ctx.read(now_ms, self.fresh_ms)
 
     def fresh_ms(self, record: Record | None, now_ms: int) -> int:
         containers = census_containers(record, self.policy, now_ms)
@@ -91,17 +91,15 @@ class CountStrategy:
     def abandon(self, ticket: None) -> None:
         """An interrupted call counts nowhere."""
 
-    def count(self, success: bool, now_ms: int) -> RecordResult:
+    def count(
+        self, success: bool, now_ms: int, read: Callable[[int], Record | None]
+    ) -> Replied[RecordResult]:
         if success:
-            state = _state_of(self._ctx.view.read(now_ms))
-            return RecordResult(True, state, "success: nothing to write")
-        return self.failed(now_ms)
-
-    def failed(self, now_ms: int) -> RecordResult:
-        """Count one failure: a write (or, in a large fleet, 1 in ``weight`` of them)."""
+            state = _state_of(read(now_ms))
+            return RecordResult(True, state, "success: nothing to write"), NO_ANSWERS
         return self.failure(now_ms)()
 
-    def failure(self, now_ms: int) -> Callable[[], RecordResult]:
+    def failure(self, now_ms: int) -> Callable[[], Replied[RecordResult]]:
         """The store request that counts one failure at ``now_ms``. The thinning draw is made
         now; the write waits for whoever performs the request (a driver's thread)."""
         ctx = self._ctx
@@ -109,23 +107,24 @@ class CountStrategy:
         if weight > 1 and ctx.rng.random() * weight >= 1:
             state = _state_of(ctx.view.last_seen)
             skipped = RecordResult(False, state, f"failure not written: 1 in {weight} is")
-            return lambda: skipped
+            return lambda: (skipped, NO_ANSWERS)
         return functools.partial(self._write_failure, now_ms, weight)
 
-    def _write_failure(self, now_ms: int, weight: int) -> RecordResult:
+    def _write_failure(self, now_ms: int, weight: int) -> Replied[RecordResult]:
         ctx = self._ctx
         store, observed = ctx.store, ctx.view.last_seen
         if weight > 1:
             outcome = store.record_failure(ctx.name, self.policy, now_ms, observed, weight)
         else:
             outcome = store.record_failure(ctx.name, self.policy, now_ms, observed)
-        # Lost or won, the answer is the fleet's record now: the cache learns it at once.
-        ctx.answered(outcome, now_ms)
+        # Lost or won, the answer is the fleet's record now: it goes up with the result, and
+        # the core caches it as soon as the request returns.
+        answers = (Answer(outcome, now_ms),)
         state = _state_of(outcome.record)
         if outcome.changed:
             ctx.emit("on_failure_recorded", ctx.name, state)
-            return RecordResult(True, state, "failure counted")
-        return RecordResult(False, state, f"breaker is {state.value}: failure not counted")
+            return RecordResult(True, state, "failure counted"), answers
+        return RecordResult(False, state, f"breaker is {state.value}: failure not counted"), answers
 
     def weight(self, now_ms: int) -> int:
         """What one written failure counts for: 1 unless the census shows a large fleet
@@ -143,8 +142,9 @@ class CountStrategy:
     def adopt(self, config: BreakerConfig, policy: Policy) -> None:
         self.policy = policy
 
-    def flush(self, now_ms: int) -> None:
+    def flush(self, now_ms: int) -> Answers:
         """Nothing is ever pending: every failure was written when it happened."""
+        return NO_ANSWERS
 
     def restart(self, now_ms: int) -> None:
         # The census clock starts again: the snapshot's refresh gap is not this container's.

@@ -10,7 +10,10 @@ when live tuning changes them:
 
 Each strategy owns what differs between them: the refresh of the cached record (a read, a
 census write or a report), how long a store answer stays fresh, what a finished call
-writes, and the weight of a probe claim. Neither reads what the other left in the record:
+writes, and the weight of a probe claim. A strategy holds no way back into the breaker:
+what it asks the store comes back up to the core as a value (its result with the
+:class:`~fleetbreaker.calls.Answer` s it got), and the core takes the answers in one place.
+Neither reads what the other left in the record:
 the count policy's failures (``failures``, ``window_start``), the rate policy's window
 (``buckets``) and the census ring are separate fields, so a tune from one to the other
 never judges the leftovers of the first by the rule of the second.
@@ -21,15 +24,17 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
+from fleetbreaker.calls import Answer
+
 if TYPE_CHECKING:
     import random
 
-    from fleetbreaker.calls import Request
+    from fleetbreaker.calls import Answers, Replied, Request
     from fleetbreaker.classify import OutcomeJudge
     from fleetbreaker.config import BreakerConfig
     from fleetbreaker.policy import Policy
     from fleetbreaker.protocols import GuardedStore, View
-    from fleetbreaker.record import Outcome, Record
+    from fleetbreaker.record import Record
     from fleetbreaker.results import RecordResult
 
 
@@ -38,8 +43,9 @@ class Counting(Protocol):
 
     kind: str  # "count" or "rate"
 
-    def refresh(self, now_ms: int) -> Record | None:
-        """The cache's refresh: one store request whose answer is the fleet's record."""
+    def refresh(self, now_ms: int) -> Replied[Record | None]:
+        """The cache's refresh: one store request whose answer is the fleet's record (the
+        record, with the answers for the core)."""
         ...
 
     def fresh_ms(self, record: Record | None, now_ms: int) -> int:
@@ -68,8 +74,11 @@ class Counting(Protocol):
         """The call of ``ticket`` was interrupted (cancelled, SystemExit): it counts nowhere."""
         ...
 
-    def count(self, success: bool, now_ms: int) -> RecordResult:
-        """Count the outcome of a call admitted while closed that ran elsewhere."""
+    def count(
+        self, success: bool, now_ms: int, read: Callable[[int], Record | None]
+    ) -> Replied[RecordResult]:
+        """Count the outcome of a call admitted while closed that ran elsewhere. ``read`` is
+        the core's read-through of the record, for this call only."""
         ...
 
     def claim_weight(self, now_ms: int) -> int:
@@ -80,8 +89,9 @@ class Counting(Protocol):
         """Follow tuned numbers of the same strategy (thresholds, durations)."""
         ...
 
-    def flush(self, now_ms: int) -> None:
-        """Send what is pending now (before a snapshot is taken, or the process ends)."""
+    def flush(self, now_ms: int) -> Answers:
+        """Send what is pending now (before a snapshot is taken, or the process ends); the
+        answers, for the core."""
         ...
 
     def restart(self, now_ms: int) -> None:
@@ -90,14 +100,27 @@ class Counting(Protocol):
         ...
 
 
+class SharedReading(Protocol):
+    """The execution environment's shared reads (:class:`fleetbreaker.shared_refresh.
+    SharedReads`), as a refresh reads through them."""
+
+    def read(
+        self, now_ms: int, fresh_ms: Callable[[Record | None, int], int]
+    ) -> Replied[Record | None]:
+        """The record at ``now_ms`` (the environment's fresh copy, or one store read), with
+        its answer."""
+        ...
+
+
 class CountingContext:
     """What both strategies work with: the breaker's name, store, view, clock, random
     source, container key, event hook and failure judge (the breaker builds one). The random
     source and the container key change when a snapshot is restored: read them at use.
 
-    ``read(now_ms)`` is a refresh's read of the record: one store read, or on Lambda Managed
-    Instances the execution environment's shared one
-    (:class:`fleetbreaker.shared_refresh.SharedReads`)."""
+    :meth:`read` is a refresh's read of the record: one store read, or on Lambda Managed
+    Instances the execution environment's shared one (``shared``,
+    :class:`fleetbreaker.shared_refresh.SharedReads`). Neither calls anything back: each
+    returns the record with its answer, which the strategy returns up to the core."""
 
     def __init__(
         self,
@@ -110,8 +133,7 @@ class CountingContext:
         container_key: str,
         emit: Callable[..., None],
         judge: OutcomeJudge,
-        answered: Callable[[Outcome, int], None],
-        read: Callable[[int], Record | None] | None = None,
+        shared: SharedReading | None = None,
     ) -> None:
         self.name = name
         self.store = store
@@ -121,17 +143,24 @@ class CountingContext:
         self.container_key = container_key
         self.emit = emit
         self.judge = judge
-        # The breaker's one place for store answers (the cache, the strategy, live tuning):
-        # each request a strategy makes hands its answer there as it comes back.
-        self.answered = answered
-        self.read: Callable[[int], Record | None] = read or self.load
+        self.shared = shared
 
     def become(self, container_key: str) -> None:
         """Count as another container from now on (a restored snapshot's new id)."""
         self.container_key = container_key
 
-    def load(self, now_ms: int) -> Record | None:
-        """One store read of the record (its answer handed to ``answered``)."""
+    def load(self, now_ms: int) -> Replied[Record | None]:
+        """One store read of the record: the record, and its answer for the core."""
         answer = self.store.read(self.name, now_ms)
-        self.answered(answer, now_ms)
-        return answer.record
+        return answer.record, (Answer(answer, now_ms),)
+
+    def read(
+        self, now_ms: int, fresh_ms: Callable[[Record | None, int], int]
+    ) -> Replied[Record | None]:
+        """A refresh's read: the environment's shared one when there is one, else
+        :meth:`load`. ``fresh_ms`` is the strategy's (how long the answer stays fresh: a
+        shared read writes it into the environment's copy)."""
+        shared = self.shared
+        if shared is not None:
+            return shared.read(now_ms, fresh_ms)
+        return self.load(now_ms)

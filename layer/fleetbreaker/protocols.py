@@ -26,14 +26,6 @@ class View(Protocol):
         """The newest record a store answered, fresh or not."""
         ...
 
-    def read(self, now_ms: int) -> Record | None:
-        """The record at ``now_ms``: cached, or refreshed."""
-        ...
-
-    def keep(self, record: Record | None, now_ms: int, fresh_ms: int) -> None:
-        """Cache ``record`` as seen at ``now_ms``, fresh for ``fresh_ms``."""
-        ...
-
 
 class LocalStore(Protocol):
     """The local twin's side a breaker reads while degraded."""
@@ -46,8 +38,9 @@ class GuardedStore(Protocol):
     answered by a local twin while the shared store is out of reach.
 
     Every operation's answer comes back to its caller as a value (an Outcome whose ``local``
-    says the twin gave it); the caller hands it to the breaker's one place for answers
-    (:meth:`fleetbreaker.core.CallCore.answered`). The store calls nothing back."""
+    says the twin gave it); the caller returns it up to the breaker's core, which takes every
+    answer in one place (:meth:`fleetbreaker.core.CallCore.answered`). The store calls
+    nothing back."""
 
     @property
     def degraded(self) -> bool:

@@ -22,6 +22,7 @@ import math
 import random
 from typing import TYPE_CHECKING
 
+from fleetbreaker.calls import NO_ANSWERS, Answer
 from fleetbreaker.policy import alone
 from fleetbreaker.record import State
 from fleetbreaker.results import RecordResult
@@ -31,7 +32,10 @@ from fleetbreaker.view import MAX_REFRESH_STRETCH, TARGET_REFRESHES_PER_S, refre
 from fleetbreaker.watcher import SLOW_WATCH_MAX_PERIOD_S, SlowCallWatcher
 
 if TYPE_CHECKING:
-    from fleetbreaker.calls import Request
+    import weakref
+    from collections.abc import Callable
+
+    from fleetbreaker.calls import Answers, Replied, Request
     from fleetbreaker.config import BreakerConfig
     from fleetbreaker.counting import CountingContext
     from fleetbreaker.policy import Policy
@@ -186,16 +190,24 @@ class RateStrategy:
 
     It keeps the tally, the report interval (stretched with the record's write rate, adopted
     from the fleet by a newcomer), the slow-call watcher's entry, and the write that sends
-    the tally (:meth:`report`), whose answer refreshes the breaker's cache like any store
-    answer.
+    the tally (:meth:`report`), whose answer goes up to the core with its result and
+    refreshes the breaker's cache like any store answer. ``heard`` is a weak reference to the
+    core's one place for answers: the watcher's sweeps, which no call of the core starts,
+    hand theirs there (weak: the process's watcher must not keep a breaker alive).
     """
 
     kind = "rate"
 
     def __init__(
-        self, context: CountingContext, config: BreakerConfig, policy: Policy, cache_ms: int
+        self,
+        context: CountingContext,
+        config: BreakerConfig,
+        policy: Policy,
+        cache_ms: int,
+        heard: weakref.WeakMethod[Callable[[Answers], None]],
     ) -> None:
         self._ctx = context
+        self._heard = heard
         self._cache_ms = cache_ms
         self._base_interval_ms = max(1, round(config.effective_report_interval * 1000))
         self.policy = policy
@@ -227,27 +239,35 @@ class RateStrategy:
             # A quarter of the duration: a hung call is reported within 1.25 times it.
             period = min(max(0.005, config.slow_call_duration / 4), SLOW_WATCH_MAX_PERIOD_S)
             if self._watcher is None:
-                self._watcher = SlowCallWatcher(self.report_hung_calls, period)
+                self._watcher = SlowCallWatcher(self.report_hung_calls, self._heard, period)
             self._watcher.period_s = period
 
     def restart(self, now_ms: int) -> None:
         # Counts and schedules were the snapshot's: its reports went before it was taken.
         self._start(now_ms)
 
-    def flush(self, now_ms: int) -> None:
+    def flush(self, now_ms: int) -> Answers:
         """Send every pending call, in as many reports as it takes: a report may carry the
         recent calls alone (:func:`recent_worse`), and the older ones must go too (a
         snapshot would otherwise take them to every restored environment, and
-        ``restart`` drops them there)."""
+        ``restart`` drops them there). Every report's answer, for the core."""
+        answers: Answers = NO_ANSWERS
+        seen: Record | None = None
         pending = self.tally.pending_calls()
         while pending:
-            self.report(now_ms, urgent=True)
+            record, got = self.report(now_ms, urgent=True, observed=seen)
+            answers += got
+            if got and not got[-1].outcome.local:
+                # The next report is fenced on this one's answer (not cached yet: the core
+                # takes them all when the flush returns).
+                seen = record
             left = self.tally.pending_calls()
             if left >= pending:
                 # Nothing went: carried back after a lost race, again. The next flush or
                 # report tries again; looping here would not.
-                return
+                break
             pending = left
+        return answers
 
     def claim_weight(self, now_ms: int) -> int:
         return 1
@@ -259,12 +279,12 @@ class RateStrategy:
 
     # -- the record ------------------------------------------------------------------------
 
-    def refresh(self, now_ms: int) -> Record | None:
+    def refresh(self, now_ms: int) -> Replied[Record | None]:
         """The report's answer is the fleet's record: it replaces the refresh read, unless
         the interval is stretched (the record then takes too many writes)."""
         if not self.tally.stretched:
             return self.report(now_ms, load_if_empty=True)
-        return self._ctx.read(now_ms)
+        return self._ctx.read(now_ms, self.fresh_ms)
 
     def observe(self, record: Record | None) -> None:
         """Tell the tally the generation the store holds (its older counts are stale)."""
@@ -287,29 +307,36 @@ class RateStrategy:
 
     # -- calls -----------------------------------------------------------------------------
 
-    def report_hung_calls(self) -> int:
-        """Report the calls running past ``slow_call_duration`` as slow calls now; how many."""
+    def report_hung_calls(self) -> Replied[int]:
+        """Report the calls running past ``slow_call_duration`` as slow calls now: how many,
+        and the report's answers (for the core)."""
         now = self._ctx.clock()
         hung = self.tally.sweep(now)
         if hung:
             # Out of turn: the Lambda timeout may kill this container before the call ends.
-            self.report(now, urgent=True)
-        return hung
+            return hung, self.report(now, urgent=True)[1]
+        return hung, NO_ANSWERS
 
-    def count(self, success: bool, now_ms: int) -> RecordResult:
-        """Tally the outcome of a call that ran elsewhere (``record()``)."""
-        due = self.due(now_ms)
-        if due is not None:
-            due()
+    def count(
+        self, success: bool, now_ms: int, read: Callable[[int], Record | None]
+    ) -> Replied[RecordResult]:
+        """Tally the outcome of a call that ran elsewhere (``record()``; the core sent the
+        report due before it, as before a call). ``read`` is not needed: the result says the
+        state this container last saw."""
+        answers: Answers = NO_ANSWERS
         tally = self.tally
         if success:
             next(tally.good)
         else:
             urgent = self._bad(tally, None, True, now_ms)
             if urgent is not None:
-                urgent()
+                answers += urgent()[1]
         seen = self._ctx.view.last_seen
-        return RecordResult(True, seen.state if seen is not None else State.CLOSED, "call tallied")
+        for answer in answers:  # not cached yet: the core takes them when this returns
+            if not answer.outcome.local:
+                seen = answer.outcome.record
+        state = seen.state if seen is not None else State.CLOSED
+        return RecordResult(True, state, "call tallied"), answers
 
     # The rate policy's hot path, kept flat on purpose (it is measured against Powertools in
     # bench/): a good call costs one atomic counter step, plus a dict entry and a second
@@ -374,7 +401,7 @@ class RateStrategy:
             self._watcher.ensure_running()
         self._watching = True
 
-    def _maybe_report_urgently(self, tally: CallTally, now_ms: int) -> None:
+    def _maybe_report_urgently(self, tally: CallTally, now_ms: int) -> Replied[None]:
         ctx = self._ctx
         record = ctx.view.last_seen
         degraded = ctx.store.degraded
@@ -385,27 +412,42 @@ class RateStrategy:
         if now_ms < tally.urgent_after_ms or not wants_urgent_report(
             record, tally, policy, ctx.container_key, now_ms
         ):
-            return
+            return None, NO_ANSWERS
         # One out-of-turn decision per cache_ttl per container, thinned across a large fleet.
         tally.urgent_after_ms = now_ms + self._cache_ms
         counts = sliding_window(self.policy).counts(record, now_ms)
         if urgent_allowed(counts, self.policy, self._interval_ms, self._cache_ms, ctx.rng):
-            self.report(now_ms, urgent=True)
+            return None, self.report(now_ms, urgent=True)[1]
+        return None, NO_ANSWERS
 
     # -- the report ------------------------------------------------------------------------
 
     def report(
-        self, now_ms: int, load_if_empty: bool = False, urgent: bool = False
-    ) -> Record | None:
-        """Report the tally in one write; the answer refreshes the cache."""
+        self,
+        now_ms: int,
+        load_if_empty: bool = False,
+        urgent: bool = False,
+        observed: Record | None = None,
+    ) -> Replied[Record | None]:
+        """Report the tally in one write: the record it answered (or the one this container
+        last saw, when nothing was written), and the answers, which refresh the cache once
+        the core takes them. ``observed``: the record to fence on, when the caller holds one
+        newer than the cache (a flush's previous report)."""
         ctx = self._ctx
         tally = self.tally
         tally.rotate(now_ms)
         read = not self._has_reported and not urgent
-        if read and self._join_fleet(tally, now_ms):
-            # The first report waits for the fleet's interval: no write now. (It has just
-            # read the record: that read is this refresh.)
-            return ctx.view.last_seen
+        seen = None
+        answers: Answers = NO_ANSWERS
+        if read:
+            loaded, answers = ctx.load(now_ms)
+            seen = _newest(loaded, answers, ctx.view.last_seen)
+            if not answers[0].outcome.local:
+                self.observe(loaded)  # its generation, before the tally is judged or taken
+            if self._join_fleet(tally, loaded, now_ms):
+                # The first report waits for the fleet's interval: no write now. (It has
+                # just read the record: that read is this refresh.)
+                return seen, answers
         policy = self.policy
         key = ctx.container_key
         if recent_worse(tally.recent(), tally.older(), policy):
@@ -415,12 +457,14 @@ class RateStrategy:
             batch = tally.take_recent(key, now_ms, self._interval_ms)
         else:
             batch = tally.take(key, now_ms, self._interval_ms)
+        if not read:
+            seen = observed if observed is not None else ctx.view.last_seen
         if not batch:
             if load_if_empty and not read:
-                return ctx.read(now_ms)
-            return ctx.view.last_seen
-        outcome = ctx.store.report(ctx.name, policy, now_ms, batch, ctx.view.last_seen)
-        ctx.answered(outcome, now_ms)
+                return ctx.read(now_ms, self.fresh_ms)
+            return seen, answers
+        outcome = ctx.store.report(ctx.name, policy, now_ms, batch, seen)
+        answers += (Answer(outcome, now_ms),)
         self._reported = True
         after = outcome.record
         if (
@@ -455,7 +499,7 @@ class RateStrategy:
             ctx.emit(
                 "on_window", ctx.name, counts.calls, counts.failure_rate, counts.slow_call_rate
             )
-        return after
+        return after, answers
 
     def _fair_interval_ms(self, interval_ms: int, counts: WindowCounts, now_ms: int) -> int:
         """The interval that gives this container its share of TARGET_REPORTS_PER_S: the
@@ -471,7 +515,7 @@ class RateStrategy:
         fair = round(fleet * 1000 / TARGET_REPORTS_PER_S)
         return max(self._base_interval_ms, min(fair, max_interval_ms(policy)))
 
-    def _join_fleet(self, tally: CallTally, now_ms: int) -> bool:
+    def _join_fleet(self, tally: CallTally, record: Record | None, now_ms: int) -> bool:
         """A newcomer whose first report is due: join the interval a hot fleet already uses.
 
         It reads the record first (one read in its life, and this refresh): the record tells
@@ -480,10 +524,11 @@ class RateStrategy:
         how fast reports arrive, which is all a fleet that started at once has to go on.
         Joining before the first write, not after it, keeps a thousand containers starting
         in the same second from adding a thousand writes a second.
-        True when it joined (the counts then wait, spread by the interval's jitter).
+        True when it joined (the counts then wait, spread by the interval's jitter). The
+        record is the one just read; the core caches it when the report returns, fresh for
+        as long as the interval joined here says (:meth:`fresh_ms`).
         """
         ctx = self._ctx
-        record = ctx.load(now_ms)
         policy = self.policy
         counts = sliding_window(policy).counts(record, now_ms)
         if self._started_cold is None:
@@ -505,7 +550,6 @@ class RateStrategy:
             self._interval_ms = longest
             base = self._base_interval_ms
             tally.defer(now_ms, longest, base + round(ctx.rng.random() * (longest - base)))
-            self._refreshed(record, now_ms)
             return True
         joined = fleet_interval_ms(counts, policy, pending, now_ms - self._started_ms)
         by_rate = round(self._interval_ms * rate / TARGET_REPORTS_PER_S)
@@ -522,10 +566,15 @@ class RateStrategy:
         base = self._base_interval_ms
         spread = min(2 * interval, longest) - base
         tally.defer(now_ms, interval, base + round(ctx.rng.random() * spread))
-        self._refreshed(record, now_ms)
         return True
 
-    def _refreshed(self, record: Record | None, now_ms: int) -> None:
-        """Keep the record just read as fresh as the interval just joined says (the read's
-        answer was cached under the base interval's estimate of the fleet)."""
-        self._ctx.view.keep(record, now_ms, self.fresh_ms(record, now_ms))
+
+def _newest(loaded: Record | None, answers: Answers, seen: Record | None) -> Record | None:
+    """The record a report is fenced on after the read that preceded it: the read (not
+    cached yet: the core takes its answer when the report returns), unless the view holds a
+    later generation, or the read was the local twin's (never the fleet's record)."""
+    if answers[0].outcome.local:
+        return seen
+    if seen is not None and loaded is not None and loaded.gen < seen.gen:
+        return seen
+    return loaded

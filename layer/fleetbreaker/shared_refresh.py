@@ -57,11 +57,13 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from fleetbreaker import record as schema
+from fleetbreaker.calls import NO_ANSWERS, Answer
 from fleetbreaker.frozen import frozen
 from fleetbreaker.record import Bucket, CensusBucket, Lease, Outcome, Record, State
 from fleetbreaker.view import MAX_REFRESH_STRETCH
 
 if TYPE_CHECKING:
+    from fleetbreaker.calls import Replied
     from fleetbreaker.protocols import GuardedStore
     from fleetbreaker.view import RecordCache
 
@@ -337,10 +339,12 @@ def _read_all(fd: int) -> bytes:
 class SharedReads:
     """A breaker's reads of its record through the environment's copy (see the module doc).
 
-    ``answered(outcome, at_ms)`` is the breaker's one place for store answers (the cache, the
-    strategy's generation, live tuning): each read's answer goes there as it comes back, and
-    a copy taken from the file as a store answer given at the copy's read time. ``cache`` is
-    the breaker's view cache, whose entry the copy takes and gives its freshness.
+    Each read returns what it read with its answer, as a value, for the breaker's core (the
+    cache, the strategy's generation, live tuning): a store read's answer at the time it was
+    read, a copy taken from the file as a store answer given at the copy's read time and
+    fresh for as long as its reader kept it. ``cache`` is the breaker's view cache: its entry
+    tells whether a copy is older than this process's own view, and gives a copy this
+    process writes its freshness.
     """
 
     def __init__(
@@ -349,16 +353,18 @@ class SharedReads:
         store: GuardedStore,
         copy: SharedCopy,
         cache: RecordCache,
-        answered: Callable[[Outcome, int], None],
     ) -> None:
         self.name = name
         self.copy = copy
         self._store = store
         self._cache = cache
-        self._answered = answered
 
-    def read(self, now_ms: int) -> Record | None:
-        """The record at ``now_ms``: the environment's fresh copy, or one store read."""
+    def read(
+        self, now_ms: int, fresh_ms: Callable[[Record | None, int], int]
+    ) -> Replied[Record | None]:
+        """The record at ``now_ms``: the environment's fresh copy, or one store read; with
+        its answer. ``fresh_ms(record, now_ms)`` is the counting strategy's: how long a
+        store read this process makes stays fresh, here and in the copy it writes."""
         store = self._store
         if store.degraded:
             return self._load(now_ms)  # the local twin's: nothing to share
@@ -378,7 +384,7 @@ class SharedReads:
                 # fresh: the next call looks at the copy again. Only while the view is no
                 # older than this process would keep it: a holder that never lets go (stuck,
                 # stopped) must not hold this process on an old view.
-                return entry[0]
+                return entry[0], NO_ANSWERS
             return self._load(now_ms)
         try:
             # Look again: the process that held the lock a moment ago may have written a
@@ -386,19 +392,33 @@ class SharedReads:
             shared = self._fresh_copy(now_ms, self._cache.entry)
             if shared is not None:
                 return self._take(shared)
-            record = self._load(now_ms)
-            entry = self._cache.entry
-            if not store.degraded and entry is not None and entry[0] is record:
-                self.copy.put(Shared(record, entry[1], entry[2]))
-            return record
+            return self._share(now_ms, fresh_ms)
         finally:
             self.copy.unlock()
 
-    def _load(self, now_ms: int) -> Record | None:
-        """One store read, its answer handed to the breaker's one place for answers."""
+    def _load(self, now_ms: int) -> Replied[Record | None]:
+        """One store read: the record, and its answer for the breaker's core."""
         answer = self._store.read(self.name, now_ms)
-        self._answered(answer, now_ms)
-        return answer.record
+        return answer.record, (Answer(answer, now_ms),)
+
+    def _share(
+        self, now_ms: int, fresh_ms: Callable[[Record | None, int], int]
+    ) -> Replied[Record | None]:
+        """One store read, written into the environment's copy (the lock is held), fresh
+        for as long as this process keeps it: the same freshness its answer carries up to
+        the core. Cached here first (the core's taking it again changes nothing), so the
+        copy is written only when this process's view takes the read (not older than what
+        it already holds)."""
+        answer = self._store.read(self.name, now_ms)
+        record = answer.record
+        if answer.local or self._store.degraded:
+            return record, (Answer(answer, now_ms),)
+        fresh = fresh_ms(record, now_ms)
+        self._cache.put(record, now_ms, fresh)
+        entry = self._cache.entry
+        if entry is not None and entry[0] is record:
+            self.copy.put(Shared(record, entry[1], entry[2]))
+        return record, (Answer(answer, now_ms, fresh_ms=fresh),)
 
     def _fresh_copy(
         self, now_ms: int, entry: tuple[Record | None, int, int] | None
@@ -420,12 +440,11 @@ class SharedReads:
         """The longest this process keeps a view of its own: MAX_REFRESH_STRETCH x cache_ttl."""
         return round(MAX_REFRESH_STRETCH * self._cache.ttl_ms)
 
-    def _take(self, shared: Shared) -> Record | None:
-        """The copy as this process's store answer, given at the copy's read time."""
-        self._answered(Outcome(shared.record), shared.read_at)
-        # Fresh for exactly as long as its reader kept it: the same staleness bound.
-        self._cache.put(shared.record, shared.read_at, shared.fresh_until - shared.read_at)
-        return shared.record
+    def _take(self, shared: Shared) -> Replied[Record | None]:
+        """The copy as this process's store answer, given at the copy's read time and fresh
+        for exactly as long as its reader kept it: the same staleness bound."""
+        fresh = shared.fresh_until - shared.read_at
+        return shared.record, (Answer(Outcome(shared.record), shared.read_at, fresh_ms=fresh),)
 
 
 def _older(shared: Shared, entry: tuple[Record | None, int, int] | None) -> bool:

@@ -1,6 +1,7 @@
 """The sync driver: runs a call through the core on the caller's thread.
 
-Each store request the core returns is sent inline, as it always was. The fast path: while
+Each store request the core returns is handed back to it inline (``core.send``), which sends
+it on the caller's thread and takes what the store answered. The fast path: while
 the cached record says closed, fresh and past the recovery ramp
 (:attr:`fleetbreaker.view.RecordCache.healthy`), a call is admitted by one clock read and one
 comparison (and told to the listeners that watch decisions), and counted by the strategy in
@@ -54,25 +55,25 @@ class SyncDriver:
                 return answer
             call = planned
         if call.before is not None:
-            call.before()
+            core.send(call.before)
         try:
             result = fn(*args, **kwargs)
         except Exception as exc:
             request = core.raised(call, exc)
             if request is not None:
-                request()
+                core.send(request)
             raise
         except BaseException:
             # SystemExit, KeyboardInterrupt: no verdict on the dependency.
             request = core.interrupted(call)
             if request is not None:
-                request()
+                core.send(request)
             raise
         if type(result) is CoroutineType:
             self._refuse(call, result)
         request = core.returned(call, result)
         if request is not None:
-            request()
+            core.send(request)
         return result
 
     def enter(self) -> Call:
@@ -84,7 +85,7 @@ class SyncDriver:
         if call is None:
             core.refuse(admission)
         if call.before is not None:
-            call.before()
+            core.send(call.before)
         return call
 
     def exit(self, call: Call, exc: BaseException | None) -> None:
@@ -97,15 +98,16 @@ class SyncDriver:
         else:
             request = core.interrupted(call)
         if request is not None:
-            request()
+            core.send(request)
 
     def _refuse(self, call: Call, coroutine: Any) -> None:
         # A function that returned a coroutine has not run yet: counting it would count its
         # creation. Close it (no "never awaited" warning) and refuse by name.
         coroutine.close()
-        request = self.core.interrupted(call)
+        core = self.core
+        request = core.interrupted(call)
         if request is not None:
-            request()
+            core.send(request)
         raise TypeError(
             f"{coroutine.__qualname__} returned a coroutine: a sync breaker entry point "
             "cannot count what it does; use `await breaker.call_async(fn, ...)`, or put "

@@ -3,22 +3,25 @@
 Healthy steady state: at most one store request per breaker per container per ``cache_ttl``
 (longer in a fleet of thousands), made by one thread while the others wait for its answer.
 What that request is belongs to the counting strategy: a read, a census write (count
-policy) or a report (rate policy), each answered with the fleet's record.
+policy) or a report (rate policy), each answered with the fleet's record. The breaker's core
+drives the read-through (:meth:`fleetbreaker.core.CallCore.read`) with what the view offers:
+its cache, the refresh lock, a read of its own; the view holds no way back into the core.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from fleetbreaker.calls import Answer
 from fleetbreaker.record import State
 
 if TYPE_CHECKING:
     import random
 
+    from fleetbreaker.calls import Replied
     from fleetbreaker.protocols import GuardedStore
-    from fleetbreaker.record import Outcome, Record
+    from fleetbreaker.record import Record
 
 # Cache refreshes the fleet aims to send to one record per second: 1,500 read units of
 # eventually consistent reads (half a unit each), under 80 % of one partition's 3,000.
@@ -141,10 +144,12 @@ class RecordCache:
 class RecordView:
     """The record as this container sees it: from the cache while fresh, else refreshed.
 
-    ``refresh(now_ms)`` is the breaker's: the refresh of the counting strategy in force
-    (``Counting.refresh``), which hands its store answer to the breaker's one place for
-    answers. A read the view makes itself (another thread held the refresh too long) hands
-    its answer to ``answered(outcome, now_ms)``, the same place: the store calls nothing back.
+    The core reads through it (:meth:`fleetbreaker.core.CallCore.read`): the cache while
+    fresh; a paused store's local answer; else the refresh of the counting strategy in force,
+    made by one thread of the container while the others wait (:meth:`begin_refresh`), whose
+    answers the core takes before the next thread looks; or, when another thread kept the
+    refresh too long, a read of this thread's own (:meth:`fetch`). Every answer goes back up
+    to the core as a value: the view calls nothing back.
     """
 
     def __init__(
@@ -152,55 +157,47 @@ class RecordView:
         name: str,
         store: GuardedStore,
         cache: RecordCache,
-        refresh: Callable[[int], Record | None],
         *,
-        answered: Callable[[Outcome, int], None],
         wait_s: float,
     ) -> None:
         self.name = name
         self.cache = cache
-        self.refresh = refresh
-        self._answered = answered
         self._store = store
         # Waiting for another thread's refresh: longer than a store read can take.
         self._wait_s = wait_s
-
-    def read(self, now_ms: int) -> Record | None:
-        """The record at ``now_ms``: cached, or refreshed by one thread of the container."""
-        hit, record = self.cache.get(now_ms)
-        if hit:
-            return record
-        store = self._store
-        if store.paused(now_ms):  # answered locally: no store call to share
-            return store.load(self.name, now_ms)
-        # One thread per container refreshes; the others wait for its answer (bounded) instead
-        # of sending the same request, or acting on a view older than cache_ttl: that view
-        # may still say closed after the fleet tripped.
-        if not self.cache.begin_refresh(wait_s=self._wait_s):
-            answer = store.read(self.name, now_ms)
-            self._answered(answer, now_ms)
-            return answer.record
-        try:
-            hit, record = self.cache.get(now_ms)
-            if hit:
-                return record
-            return self.refresh(now_ms)
-        finally:
-            self.cache.end_refresh()
 
     def cached(self, now_ms: int) -> tuple[bool, Record | None]:
         """(hit, record) from the cache alone: no store request (an event loop's look)."""
         return self.cache.get(now_ms)
 
+    def paused(self, now_ms: int) -> bool:
+        """Whether the store is left alone now (after a failure): :meth:`local` answers."""
+        return self._store.paused(now_ms)
+
+    def local(self, now_ms: int) -> Record | None:
+        """The record as the local twin holds it (answered locally: no store call to share,
+        nothing the fleet's cache may take)."""
+        return self._store.load(self.name, now_ms)
+
+    def begin_refresh(self) -> bool:
+        """Claim the container's refresh: False when another thread kept it longer than a
+        store read can take. One thread per container refreshes; the others wait for its
+        answer (bounded) instead of sending the same request, or acting on a view older than
+        cache_ttl: that view may still say closed after the fleet tripped."""
+        return self.cache.begin_refresh(wait_s=self._wait_s)
+
+    def end_refresh(self) -> None:
+        self.cache.end_refresh()
+
+    def fetch(self, now_ms: int) -> Replied[Record | None]:
+        """One store read of this thread's own: the record, and its answer for the core."""
+        answer = self._store.read(self.name, now_ms)
+        return answer.record, (Answer(answer, now_ms),)
+
     @property
     def last_seen(self) -> Record | None:
         """The newest record a store answered, fresh or not (a write's fence starts there)."""
         return self.cache.last_seen
-
-    def keep(self, record: Record | None, now_ms: int, fresh_ms: int) -> None:
-        """Cache ``record`` as seen at ``now_ms``, fresh for ``fresh_ms`` (a strategy that
-        knows better than the core's one place for answers how long it holds)."""
-        self.cache.put(record, now_ms, fresh_ms)
 
     def forget(self) -> None:
         """Drop the cached record: the next read refreshes (a restored snapshot's view is

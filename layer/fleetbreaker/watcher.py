@@ -1,7 +1,9 @@
 """The process's slow-call watcher: one thread that reports calls hung past their duration.
 
 A call still running past ``slow_call_duration`` is reported slow while it runs: the Lambda
-timeout may kill the container before the call ends, and the count with it.
+timeout may kill the container before the call ends, and the count with it. A sweep's report
+answers like any store request: its answers go to the breaker's core (the cache, the
+strategy, live tuning), through a weak reference, as values the sweep returned.
 """
 
 from __future__ import annotations
@@ -11,6 +13,10 @@ import threading
 import time
 import weakref
 from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from fleetbreaker.calls import Answers
 
 # The watcher's longest sleep (s), whatever slow_call_duration says: it waits one period
 # before it reads a new one, so a long tuned duration must not keep it asleep after an
@@ -28,11 +34,20 @@ class SlowCallWatcher:
     whatever the number of breakers: a thousand breakers built and dropped do not leave a
     thousand threads behind. A sweep that reports waits for its store (at most its deadline),
     and the other breakers' sweeps wait with it.
+
+    ``sweep`` (a strategy's) returns (how many it reported, the answers); ``heard`` is a weak
+    reference to the core's one place for answers, which takes them.
     """
 
-    def __init__(self, sweep: Callable[[], object], period_s: float) -> None:
-        # A weak reference: the watcher must not keep a discarded breaker alive.
+    def __init__(
+        self,
+        sweep: Callable[[], tuple[Any, Answers]],
+        heard: weakref.WeakMethod[Callable[[Answers], None]],
+        period_s: float,
+    ) -> None:
+        # Weak references: the watcher must not keep a discarded breaker alive.
         self._sweep = weakref.WeakMethod(sweep)
+        self._heard = heard
         self.period_s = period_s
         self.due = 0.0  # monotonic seconds of the next sweep
         self._started = False
@@ -48,7 +63,10 @@ class SlowCallWatcher:
         if sweep is None:
             return False
         try:
-            sweep()
+            _, answers = sweep()
+            heard = self._heard()
+            if heard is not None and answers:
+                heard(answers)
         except Exception:  # never let the watcher die: log and keep watching
             logging.getLogger("fleetbreaker").exception("slow-call watcher failed")
         return True

@@ -153,7 +153,7 @@ def test_a_container_that_loses_every_race_for_a_probe_is_told_to_come_back_soon
     claim = ProbeClaim(Contended(found), ClaimBarrier(), lambda: False)  # type: ignore[arg-type]
     mode: Any = SimpleNamespace(policy=POLICY)
     # WHEN this container claims
-    verdict, _ = claim(PROBE, found, 2000, mode, None)
+    verdict, _, _ = claim(PROBE, found, 2000, mode, None)
     # THEN it is rejected (still open), to retry after the lost-race pause, not a window
     assert verdict == Verdict(Decision.REJECT, State.OPEN, LOST_CLAIM_RETRY_MS)
 
@@ -376,11 +376,14 @@ def test_a_lost_claim_that_finds_the_breaker_closed_returns_the_allow_and_the_re
     claim = ProbeClaim(Contended(found), ClaimBarrier(), lambda: False)  # type: ignore[arg-type]
     mode: Any = SimpleNamespace(policy=POLICY)
     # WHEN this container claims
-    answer, seen = claim(PROBE, Record(gen=2, state=State.OPEN, open_until=1000), 2000, mode, None)
+    observed = Record(gen=2, state=State.OPEN, open_until=1000)
+    answer, seen, answers = claim(PROBE, observed, 2000, mode, None)
     # THEN the claim judges nothing past the rules: an allow, as closed, with the record it
-    # found, for the pipeline's stages (the recovery ramp's one place) to judge
+    # found, for the pipeline's stages (the recovery ramp's one place) to judge, and the
+    # claim's answer as a value for the core (a probe's: heard even from the local twin)
     assert answer == Verdict(Decision.ALLOW, State.CLOSED)
     assert seen is found
+    assert [(a.outcome.record, a.at_ms, a.from_probe) for a in answers] == [(found, 2000, True)]
 
 
 def test_the_recovery_ramp_has_one_place_the_pipelines_stages() -> None:

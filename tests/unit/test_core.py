@@ -3,6 +3,7 @@ that live tuning swaps whole (count <-> rate, shadow <-> enforce) without losing
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 from typing import Any
@@ -15,7 +16,9 @@ from fleetbreaker.core import CallCore, Mode, build_mode
 from fleetbreaker.policy import Policy
 from fleetbreaker.record import Decision, Outcome, Record
 from fleetbreaker.results import Admission
+from fleetbreaker.rules import sliding_window
 from fleetbreaker.tuning import encode_tuned
+from fleetbreaker.window import WindowCounts
 from tests.support import Dependency, FakeClock, RecordingListener, breaker_on
 
 CONFIG = BreakerConfig(failure_threshold=2, recovery_timeout=10, recovery_jitter=0.0)
@@ -80,10 +83,11 @@ def test_a_failure_is_a_request_that_counts_only_once_sent(clock: FakeClock) -> 
     core = core_of(breaker)
     # WHEN a call's failure is judged
     request = core.raised(core.closed(clock()), ConnectionError("down"))
-    # THEN nothing was written yet; the request writes it, and the breaker opens
+    # THEN nothing was written yet; the request, handed back to the core, writes it, and
+    # the breaker opens (the write's answer, returned to the core, is cached at once)
     assert request is not None
     assert breaker.snapshot().state is State.CLOSED
-    request()
+    core.send(request)
     assert breaker.snapshot().state is State.OPEN
 
 
@@ -106,7 +110,7 @@ def test_an_interrupted_probe_is_a_request_that_releases_its_lease(clock: FakeCl
     # WHEN the call is interrupted, and its request sent
     request = core.interrupted(call)
     assert request is not None
-    result = request()
+    result = core.send(request)
     # THEN the lease was given back, nothing counted, and the next check probes
     assert result.applied is True
     assert breaker.check().decision is Decision.PROBE
@@ -408,7 +412,7 @@ def test_a_probe_whose_result_the_config_calls_a_failure_reopens(clock: FakeCloc
     # WHEN the probe returns None, and its settle is sent
     request = core.returned(call, None)
     assert request is not None
-    request()
+    core.send(request)
     # THEN the probe failed: the breaker is open again
     assert breaker.snapshot().state is State.OPEN
 
@@ -454,3 +458,164 @@ def test_a_local_twins_answer_is_never_cached_as_the_fleets(clock: FakeClock) ->
     core.answered(Outcome(opened, local=True), clock())
     # THEN the cache still holds the fleet's record
     assert core.view.cached(clock()) == (True, None)
+
+
+def test_a_flushed_reports_answer_reaches_the_cache(clock: FakeClock) -> None:
+    # GIVEN a rate-policy breaker holding 3 calls not reported yet
+    breaker = breaker_on(MemoryStore(), clock, RATE, listeners=[])
+    core = core_of(breaker)
+    dep = Dependency()
+    breaker.call(dep)  # its first refresh: a read
+    for _ in range(3):
+        breaker.call(dep)
+    # WHEN they are flushed (before a snapshot)
+    breaker.flush()
+    # THEN the report's answer came back to the core: the cache holds the window with them
+    hit, record = core.view.cached(clock())
+    assert hit
+    assert record is not None
+    assert window_of(record, RATE, clock).calls == 4
+
+
+def test_a_tune_from_rate_to_count_caches_the_old_strategys_last_report(
+    clock: FakeClock,
+) -> None:
+    # GIVEN a rate-policy breaker holding calls not reported yet
+    breaker = breaker_on(MemoryStore(), clock, RATE, listeners=[])
+    core = core_of(breaker)
+    dep = Dependency()
+    for _ in range(3):
+        breaker.call(dep)
+    # WHEN the core adopts the count policy (the rate strategy flushes before it goes)
+    core.adopt(CONFIG)
+    # THEN the flush's answer reached the cache: nothing it said was lost
+    assert core.mode.counting.kind == "count"
+    hit, record = core.view.cached(clock())
+    assert hit
+    assert record is not None
+    assert window_of(record, RATE, clock).calls == 3
+
+
+def test_the_slow_call_watchers_sweep_hands_its_report_to_the_core(clock: FakeClock) -> None:
+    # GIVEN a rate-policy breaker timing slow calls, one call running past the duration
+    slow = dataclasses.replace(RATE, slow_call_duration=1.0)
+    breaker = breaker_on(MemoryStore(), clock, slow, listeners=[])
+    core = core_of(breaker)
+    breaker.call(Dependency())
+    call = core.closed(clock())
+    clock.advance(2)
+    # WHEN the process's watcher sweeps this breaker (its entry, as its thread would)
+    watcher = core.mode.counting._watcher  # type: ignore[attr-defined]
+    assert watcher.sweep() is True
+    # THEN the report of the hung call came back to the core: the cache holds it
+    hit, record = core.view.cached(clock())
+    assert hit
+    assert record is not None
+    assert window_of(record, slow, clock).slow == 1
+    core.interrupted(call)
+
+
+def test_the_slow_call_watcher_keeps_no_breaker_alive(clock: FakeClock) -> None:
+    # GIVEN a rate-policy breaker timing slow calls, whose watcher entry is running
+    import gc
+    import weakref
+
+    slow = dataclasses.replace(RATE, slow_call_duration=1.0)
+    breaker = breaker_on(MemoryStore(), clock, slow, listeners=[])
+    breaker.call(Dependency())
+    watcher = core_of(breaker).mode.counting._watcher  # type: ignore[attr-defined]
+    gone = weakref.ref(breaker)
+    # WHEN the breaker is dropped
+    del breaker
+    gc.collect()
+    # THEN nothing the watcher holds kept it (or its strategy) alive: its sweep says so
+    assert gone() is None
+    assert watcher.sweep() is False
+
+
+def window_of(record: Record, config: BreakerConfig, clock: FakeClock) -> WindowCounts:
+    return sliding_window(Policy.from_config(config)).counts(record, clock())
+
+
+# -- no way back from the parts to the core ---------------------------------------------------
+
+
+class _SharedMemoryStore(MemoryStore):
+    """A MemoryStore standing for a store every process reaches: its reads are shared."""
+
+    process_local = False
+    sharing_identity = "one table every process reaches"
+
+
+def _reachable_from(start: object, limit: int = 200_000) -> list[object]:
+    """Every object ``start`` holds, followed through gc referents (bounded). Modules,
+    classes and module dicts (a function's globals) are shared by everything: the walk
+    stops there. Weak references hold nothing."""
+    import gc
+    import sys
+    import types
+
+    module_dicts = {id(vars(module)) for module in list(sys.modules.values()) if module}
+    seen: set[int] = {id(start)}
+    found: list[object] = []
+    todo = [start]
+    while todo and len(found) < limit:
+        for ref in gc.get_referents(todo.pop()):
+            if id(ref) in seen or id(ref) in module_dicts:
+                continue
+            if isinstance(ref, (types.ModuleType, type)):
+                continue
+            seen.add(id(ref))
+            found.append(ref)
+            todo.append(ref)
+    return found
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        CONFIG,
+        dataclasses.replace(RATE, slow_call_duration=5.0, minimum_calls=2),
+        dataclasses.replace(CONFIG, mode="shadow"),
+    ],
+    ids=["count", "rate-slow-calls", "shadow"],
+)
+def test_no_part_below_the_core_holds_a_way_back_to_it(
+    config: BreakerConfig, clock: FakeClock, tmp_path: Any
+) -> None:
+    # GIVEN a breaker with shared reads, a fallback and a listener, which has run good,
+    # failing and probing calls (so every part, the slow-call watcher's entry too, is built)
+    breaker = CircuitBreaker(
+        "payment-api",
+        store=_SharedMemoryStore(),
+        config=config,
+        fallback=lambda admission, *args: "fallback",
+        listeners=[RecordingListener()],
+        clock=clock,
+        shared_refresh_dir=tmp_path,
+    )
+    dep = Dependency()
+    breaker.call(dep)
+    dep.failing = True
+    for _ in range(3):
+        with contextlib.suppress(ConnectionError):  # the third may meet the fallback
+            breaker.call(dep)
+    clock.advance(31)
+    dep.failing = False
+    breaker.call(dep)
+    breaker.flush()
+    core = core_of(breaker)
+    # WHEN every object each part of the core holds is followed (the view, the pipeline,
+    # the probes, the mode with its strategy and context, the shared reads, the watcher)
+    parts = {name: part for name, part in vars(core).items() if not isinstance(part, str)}
+    assert {"view", "pipeline", "mode", "_probes"} <= parts.keys()
+    # THEN none reaches the core or the breaker: every store answer comes back up as a value
+    reached = {name: _reachable_from(part) for name, part in parts.items()}
+    leading_back = [
+        name for name, objects in reached.items() if any(o is core or o is breaker for o in objects)
+    ]
+    assert leading_back == []
+    # (the walk went everywhere: the shared reads and, timing slow calls, the watcher entry)
+    kinds = {type(obj).__name__ for objects in reached.values() for obj in objects}
+    assert "SharedReads" in kinds
+    assert ("SlowCallWatcher" in kinds) == (config.slow_call_duration is not None)

@@ -28,11 +28,13 @@ def test_a_failure_is_written_only_when_its_request_is_sent(clock: FakeClock) ->
     before = store.calls
     # WHEN a failed call ends
     request = counting.end(None, failed=True)
-    # THEN nothing was sent; sending it writes one failure
+    # THEN nothing was sent; sending it writes one failure, and returns the write's answer
+    # with its result (for the breaker's core)
     assert request is not None
     assert store.calls == before
-    result = request()
+    result, answers = request()
     assert (store.calls, result.applied, result.state) == (before + 1, True, State.CLOSED)
+    assert [answer.outcome.record for answer in answers] == [store.load("payment-api", clock())]
 
 
 def test_nothing_is_due_before_a_call_and_nothing_pends(clock: FakeClock) -> None:
@@ -41,13 +43,18 @@ def test_nothing_is_due_before_a_call_and_nothing_pends(clock: FakeClock) -> Non
     before = store.calls
     assert counting.due(clock()) is None
     assert counting.start(clock()) is None
-    counting.flush(clock())
+    assert counting.flush(clock()) == ()
     assert store.calls == before
 
 
 def test_record_counts_a_failure_at_once(clock: FakeClock) -> None:
     store = MemoryStore()
     counting = strategy(store, clock)
-    counting.count(False, clock())
-    result = counting.count(False, clock())
+    read = unread
+    counting.count(False, clock(), read)
+    result, _ = counting.count(False, clock(), read)
     assert result.state is State.OPEN
+
+
+def unread(now_ms: int) -> None:
+    raise AssertionError("a failure is written, not read")

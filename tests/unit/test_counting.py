@@ -31,6 +31,7 @@ def test_a_context_reads_through_its_store(clock: FakeClock) -> None:
     store = MemoryStore()
     breaker = breaker_on(store, clock, BreakerConfig(failure_threshold=1), listeners=[])
     breaker.record(False)
-    record = breaker._context.load(clock())
+    record, answers = breaker._context.load(clock())
     assert record is not None
+    assert [answer.outcome.record for answer in answers] == [record]
     assert record.state.value == "open"

@@ -16,6 +16,7 @@ import pytest
 
 from fleetbreaker import BreakerConfig, CircuitBreaker, CircuitOpenError, MemoryStore, State
 from fleetbreaker.frozen import replace
+from fleetbreaker.policy import Policy
 from fleetbreaker.rate import (
     URGENT_REPORTS_PER_S,
     RateStrategy,
@@ -27,7 +28,7 @@ from fleetbreaker.rate import (
     wants_urgent_report,
     write_rate,
 )
-from fleetbreaker.record import WINDOW_BUCKETS, Bucket, Outcome, Record
+from fleetbreaker.record import WINDOW_BUCKETS, Bucket, Outcome, Record, Report
 from fleetbreaker.tally import CallTally
 from fleetbreaker.window import WindowCounts
 from tests.support import Dependency, FakeClock, RecordingListener, make_policy
@@ -671,6 +672,47 @@ def test_flush_writes_the_pending_counts_at_once_even_for_a_newcomer() -> None:
     assert after is not None
     assert sum(b.calls for b in after.buckets.values()) == 50_003
     assert strategy_of(breaker).tally.pending_calls() == 0
+
+
+class FencedStore(MemoryStore):
+    """A MemoryStore that keeps the record each report was fenced on, and what it answered."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fences: list[Record | None] = []
+        self.answers: list[Record | None] = []
+
+    def report(
+        self, name: str, policy: Policy, now_ms: int, report: Report, observed: Record | None
+    ) -> Outcome:
+        outcome = super().report(name, policy, now_ms, report, observed)
+        self.fences.append(observed)
+        self.answers.append(outcome.record)
+        return outcome
+
+
+def test_a_flush_in_two_reports_fences_the_second_on_the_first_ones_answer() -> None:
+    # GIVEN a breaker whose recent calls fail more often than its older ones (a flush then
+    # sends the recent ones alone first, the older ones in a second report)
+    clock, store = FakeClock(), FencedStore()
+    breaker = make(store, clock)
+    breaker.call(Dependency())
+    strategy = strategy_of(breaker)
+    for _ in range(3):
+        for _ in range(20):
+            strategy.end(None, False)
+        clock.advance(strategy.tally.span_ms / 1000)
+        strategy.tally.rotate(clock())
+    for call in range(20):
+        strategy.end(None, call % 2 == 0)
+    assert recent_worse(strategy.tally.recent(), strategy.tally.older(), POLICY)
+    # WHEN it is flushed
+    breaker.flush()
+    # THEN two reports went, the second fenced on the record the first was answered with
+    # (its answer is not cached until the flush returns to the core: the flush carries it)
+    assert len(store.fences) == 2
+    assert store.fences[1] is store.answers[0]
+    assert strategy.tally.pending_calls() == 0
 
 
 def test_flush_with_nothing_pending_neither_writes_nor_reads() -> None:

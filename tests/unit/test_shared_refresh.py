@@ -100,6 +100,26 @@ def test_a_process_takes_the_environments_fresh_copy_instead_of_reading(
     assert store.stats.reads == 1
 
 
+def test_a_taken_copy_comes_back_as_an_answer_read_when_its_reader_read_it(
+    store: SharedStore, clock: FakeClock, tmp_path: Path
+) -> None:
+    # GIVEN the first process of an environment read the record (its copy written)
+    first = process(store, clock, tmp_path, "p1")
+    second = process(store, clock, tmp_path, "p2")
+    read_at = clock()
+    first.state  # noqa: B018
+    clock.advance(0.3)
+    # WHEN the second reads through the environment's shared reads 300 ms later
+    shared = second._shared_reads
+    assert shared is not None
+    record, answers = shared.read(clock(), lambda record, now_ms: 10_000)
+    # THEN it returns the copy as a value: an answer read when the first read it (not now),
+    # fresh for as long as the first kept it, and caches nothing itself (the core does)
+    [answer] = answers
+    assert (answer.outcome.record, answer.at_ms, answer.fresh_ms) == (record, read_at, 1000)
+    assert second._view.cached(clock()) == (False, None)
+
+
 def test_processes_of_other_environments_read_for_themselves(
     store: SharedStore, clock: FakeClock, tmp_path: Path
 ) -> None:
