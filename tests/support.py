@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import gc
 import importlib.util
 import inspect
 import random
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -378,3 +380,23 @@ def wait_for(condition: Callable[[], bool], what: str) -> None:
         if time.monotonic() > give_up:
             raise AssertionError(f"gave up after {GIVE_UP_S:g} s: {what}")
         time.sleep(0.01)  # polls a condition; moves no clock
+
+
+def objects_reachable_from(start: object, limit: int | None = None) -> list[object]:
+    """Every object ``start`` holds, followed through gc referents (at most ``limit``).
+    Modules, classes and module dicts (a function's globals) are shared by everything: the
+    walk stops there. Weak references hold nothing."""
+    module_dicts = {id(vars(module)) for module in list(sys.modules.values()) if module}
+    seen: set[int] = {id(start)}
+    found: list[object] = []
+    todo = [start]
+    while todo and (limit is None or len(found) < limit):
+        for ref in gc.get_referents(todo.pop()):
+            if id(ref) in seen or id(ref) in module_dicts:
+                continue
+            if isinstance(ref, (ModuleType, type)):
+                continue
+            seen.add(id(ref))
+            found.append(ref)
+            todo.append(ref)
+    return found

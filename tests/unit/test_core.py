@@ -19,7 +19,13 @@ from fleetbreaker.results import Admission
 from fleetbreaker.rules import sliding_window
 from fleetbreaker.tuning import encode_tuned
 from fleetbreaker.window import WindowCounts
-from tests.support import Dependency, FakeClock, RecordingListener, breaker_on
+from tests.support import (
+    Dependency,
+    FakeClock,
+    RecordingListener,
+    breaker_on,
+    objects_reachable_from,
+)
 
 CONFIG = BreakerConfig(failure_threshold=2, recovery_timeout=10, recovery_jitter=0.0)
 RATE = BreakerConfig(failure_rate_threshold=0.5, recovery_jitter=0.0)
@@ -547,30 +553,6 @@ class _SharedMemoryStore(MemoryStore):
     sharing_identity = "one table every process reaches"
 
 
-def _reachable_from(start: object, limit: int = 200_000) -> list[object]:
-    """Every object ``start`` holds, followed through gc referents (bounded). Modules,
-    classes and module dicts (a function's globals) are shared by everything: the walk
-    stops there. Weak references hold nothing."""
-    import gc
-    import sys
-    import types
-
-    module_dicts = {id(vars(module)) for module in list(sys.modules.values()) if module}
-    seen: set[int] = {id(start)}
-    found: list[object] = []
-    todo = [start]
-    while todo and len(found) < limit:
-        for ref in gc.get_referents(todo.pop()):
-            if id(ref) in seen or id(ref) in module_dicts:
-                continue
-            if isinstance(ref, (types.ModuleType, type)):
-                continue
-            seen.add(id(ref))
-            found.append(ref)
-            todo.append(ref)
-    return found
-
-
 @pytest.mark.parametrize(
     "config",
     [
@@ -610,7 +592,7 @@ def test_no_part_below_the_core_holds_a_way_back_to_it(
     parts = {name: part for name, part in vars(core).items() if not isinstance(part, str)}
     assert {"view", "pipeline", "mode", "_probes"} <= parts.keys()
     # THEN none reaches the core or the breaker: every store answer comes back up as a value
-    reached = {name: _reachable_from(part) for name, part in parts.items()}
+    reached = {name: objects_reachable_from(part, limit=200_000) for name, part in parts.items()}
     leading_back = [
         name for name, objects in reached.items() if any(o is core or o is breaker for o in objects)
     ]

@@ -16,7 +16,7 @@ from fleetbreaker.errors import CorruptRecordError
 from fleetbreaker.record import State
 from fleetbreaker.stores import deadline
 from fleetbreaker.stores.fallback import FallbackStore
-from tests.support import FakeClock, FlakyStore, make_policy, trip_store
+from tests.support import FakeClock, FlakyStore, make_policy, objects_reachable_from, trip_store
 
 POLICY = make_policy(failure_threshold=2, recovery_timeout=10)
 NAME = "payment-api"
@@ -217,27 +217,6 @@ def test_the_wrapper_of_a_breaker_holds_no_way_back_into_it() -> None:
         obj is breaker or isinstance(obj, CircuitBreaker) or type(obj).__name__ == "CallCore"
         for obj in reached
     )
-
-
-def objects_reachable_from(start: object) -> list[object]:
-    import gc
-    import sys
-    import types
-
-    module_dicts = {id(vars(module)) for module in list(sys.modules.values()) if module}
-    seen: set[int] = {id(start)}
-    found: list[object] = []
-    todo = [start]
-    while todo:
-        for ref in gc.get_referents(todo.pop()):
-            if id(ref) in seen or id(ref) in module_dicts:
-                continue
-            if isinstance(ref, (types.ModuleType, type)):
-                continue
-            seen.add(id(ref))
-            found.append(ref)
-            todo.append(ref)
-    return found
 
 
 @pytest.mark.parametrize(
