@@ -71,11 +71,7 @@ class StoreSpec:
             # The store's defaults (0.2 s timeouts, the server's clock), as in Lambda.
             return RedisStore(url=self.address)
         if self.kind == "memory":
-            host, _, port = self.address.rpartition(":")
-            manager = SharedStoreManager(address=(host, int(port)), authkey=self.authkey)
-            manager.connect()
-            proxy: Store = manager.shared_store()  # type: ignore[attr-defined]
-            return proxy
+            return shared_store_proxy(self.address, self.authkey)
         raise ValueError(f"unknown store kind {self.kind!r}")
 
 
@@ -98,6 +94,32 @@ class SharedStoreManager(BaseManager):
 
 
 SharedStoreManager.register("shared_store", callable=_shared_store)
+
+# One proxy of the shared store per manager (address, authkey), kept for the process's life.
+# Every proxy of it carries the same id (the manager serves one object), and multiprocessing
+# keeps one set of the ids a process holds proxies of: when any proxy of the store is freed,
+# its finalizer drops that id, finds the set empty and closes the connection of the thread
+# it runs on. A container serves runs one after another, and a finished run's proxy sits in
+# reference cycles (its handler's, its breaker's) until the cyclic collector frees it, at
+# whatever allocation comes next: in the middle of the next run's store call, on the same
+# worker thread, that call then wrote to or read from a closed connection (TypeError from
+# os.write or os.read on None: "store load failed", and the container ran on local state).
+# With one proxy per process, no proxy of the store is ever freed while a container lives.
+_proxies: dict[tuple[str, bytes], Store] = {}
+_proxies_lock = threading.Lock()
+
+
+def shared_store_proxy(address: str, authkey: bytes) -> Store:
+    """This process's proxy of the shared MemoryStore served at ``address`` ("host:port")."""
+    with _proxies_lock:
+        proxy = _proxies.get((address, authkey))
+        if proxy is None:
+            host, _, port = address.rpartition(":")
+            manager = SharedStoreManager(address=(host, int(port)), authkey=authkey)
+            manager.connect()
+            proxy = manager.shared_store()  # type: ignore[attr-defined]
+            _proxies[(address, authkey)] = proxy
+        return proxy
 
 
 # --------------------------------------------------------------------------- watching
