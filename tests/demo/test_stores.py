@@ -8,11 +8,16 @@ import os
 from collections.abc import Iterator
 
 import pytest
+import redis.exceptions
+from botocore.exceptions import ConnectTimeoutError, ReadTimeoutError
 
 from bench.demo.container import exit_with_parent
 from bench.demo.fleet import CTX
-from bench.demo.stores import SharedStoreManager, StoreSpec
+from bench.demo.stores import SharedStoreManager, StoreSpec, WatchedStore
+from fleetbreaker import CircuitBreaker, MemoryStore
+from fleetbreaker.errors import StoreError
 from tests.coverage_scope import children_unmeasured
+from tests.support import FakeClock
 
 NAME = "payment-api-shared"
 T0 = 1_700_000_000_000
@@ -70,3 +75,83 @@ def test_the_last_runs_store_collected_as_garbage_never_breaks_a_call_of_the_nex
     finally:
         if enabled:
             gc.enable()
+
+
+class Raising(MemoryStore):
+    """A store whose loads raise ``error``."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__()
+        self.error = error
+
+    def load(self, name: str, now_ms: int) -> None:
+        raise self.error
+
+
+def wrapped(error: Exception, cause: Exception) -> Exception:
+    """``error`` raised from ``cause``, as a store raises its StoreError from its client's."""
+    try:
+        raise error from cause
+    except Exception as raised:
+        return raised
+
+
+ENDPOINT = "http://127.0.0.1:9"
+
+
+@pytest.mark.parametrize(
+    ("error", "name"),
+    [
+        (TimeoutError("timed out"), "TimeoutError"),
+        (ReadTimeoutError(endpoint_url=ENDPOINT), "ReadTimeoutError"),
+        (ConnectTimeoutError(endpoint_url=ENDPOINT), "ConnectTimeoutError"),
+        (
+            wrapped(StoreError("Redis load failed"), redis.exceptions.TimeoutError("Timeout")),
+            "StoreError from TimeoutError",
+        ),
+    ],
+)
+def test_a_timeout_the_store_raised_is_noted_as_load(error: Exception, name: str) -> None:
+    # GIVEN a store that timed out, behind a WatchedStore
+    store = WatchedStore(Raising(error))
+
+    # WHEN the breaker loads through it, THEN the breaker gets the error
+    with pytest.raises(type(error)):
+        store.load(NAME, T0)
+    # AND it is noted as a timeout, by name, and as no fault
+    assert (store.timeouts, store.faults) == ({name: 1}, {})
+
+
+@pytest.mark.parametrize(
+    ("error", "name"),
+    [
+        (TypeError("'NoneType' object cannot be interpreted as an integer"), "TypeError"),
+        (ConnectionRefusedError(111, "Connection refused"), "ConnectionRefusedError"),
+        (
+            wrapped(StoreError("Redis load failed"), redis.exceptions.ConnectionError("reset")),
+            "StoreError from ConnectionError",
+        ),
+    ],
+)
+def test_any_other_error_the_store_raised_is_noted_as_a_fault(error: Exception, name: str) -> None:
+    # GIVEN a store that raised an error that is no timeout, twice
+    store = WatchedStore(Raising(error))
+    for _ in range(2):
+        with pytest.raises(type(error)):
+            store.load(NAME, T0)
+
+    # THEN it is noted as a fault, by name, twice
+    assert (store.faults, store.timeouts) == ({name: 2}, {})
+
+
+def test_a_fault_that_put_the_breaker_on_local_state_is_noted() -> None:
+    # GIVEN a breaker on a WatchedStore whose store raises TypeError, as a container's is
+    store = WatchedStore(Raising(TypeError("'NoneType' object cannot be interpreted")))
+    # (census-less, as a container passes it: the breaker then writes no census)
+    breaker = CircuitBreaker(NAME, store=store, clock=FakeClock())  # type: ignore[arg-type]
+
+    # WHEN the breaker reads its record, THEN it runs on local state
+    assert breaker.state.value == "closed"
+    assert breaker.stats.degradations == 1
+    # AND the error that put it there is noted as a fault
+    assert store.faults == {"TypeError": 1}
