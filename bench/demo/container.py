@@ -19,7 +19,7 @@ import signal
 import sys
 import time
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 from typing import Any, NamedTuple
@@ -73,6 +73,10 @@ class ContainerReport:
     store_errors: int
     degradations: int
     would_rejects: int = 0  # shadow mode: calls the breaker let through but would have rejected
+    # What the store raised, by error name (bench.demo.stores.error_name): how many of each.
+    # A timeout is the machine's load; a fault is not, and no deadline would have avoided it.
+    store_faults: dict[str, int] = field(default_factory=dict)
+    store_timeouts: dict[str, int] = field(default_factory=dict)
 
 
 def payment_event(template: dict[str, Any], key: str, now: float) -> dict[str, Any]:
@@ -189,6 +193,8 @@ def serve(
         stats.store_errors,
         stats.degradations,
         stats.would_rejects,
+        store.faults,
+        store.timeouts,
     )
 
 

@@ -313,17 +313,37 @@ def guarantees(options: Options, runs: list[Run]) -> list[tuple[bool | None, str
         if run.record.label == "shadow"
     ]
     checks += [
-        (
-            False,
-            f"{sum(1 for r in run.record.reports if r.degradations)} containers lost the store "
-            f"and ran on local state ({run.summary.degradations} times, "
-            f"{run.summary.store_errors} store errors) in the {run.record.title} run, with a "
-            f"{options.deadline:g} s store deadline: the machine is too busy",
-        )
+        (False, lost_the_store(options, run))
         for run in runs
         if run.record.shared and run.summary.degradations
     ]
     return checks
+
+
+def lost_the_store(options: Options, run: Run) -> str:
+    """Why a shared run's containers went on local state, as the failed check says it: an
+    error the store raised that is no timeout is a fault, which no machine's load explains;
+    missed deadlines and timeouts are the machine being too busy."""
+    lost = (
+        f"{sum(1 for r in run.record.reports if r.degradations)} containers lost the store "
+        f"and ran on local state ({run.summary.degradations} times, "
+        f"{run.summary.store_errors} store errors) in the {run.record.title} run, with a "
+        f"{options.deadline:g} s store deadline"
+    )
+    if run.summary.store_faults:
+        return (
+            f"{lost}: the store raised {_errors(run.summary.store_faults)}: a fault, not the "
+            "machine's load; see containers.log"
+        )
+    timeouts = run.summary.store_timeouts
+    timed_out = f" (the store timed out: {_errors(timeouts)})" if timeouts else ""
+    return f"{lost}: the machine is too busy{timed_out}"
+
+
+def _errors(counts: dict[str, int]) -> str:
+    """``TypeError (once), OSError (2 times)``: the most frequent first."""
+    ranked = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+    return ", ".join(f"{name} ({_times(count)})" for name, count in ranked)
 
 
 # --------------------------------------------------------------------------- the chart

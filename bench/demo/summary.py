@@ -63,6 +63,10 @@ class RunSummary:
     store_errors: int
     degradations: int
     would_rejects: int = 0  # shadow mode: calls it let through that enforce would have rejected
+    # What the store raised in every container, by error name: how many of each. A timeout is
+    # the machine's load; a fault is not (bench.demo.stores.WatchedStore tells them apart).
+    store_faults: dict[str, int] = field(default_factory=dict)
+    store_timeouts: dict[str, int] = field(default_factory=dict)
 
     @property
     def windows(self) -> int:
@@ -108,7 +112,17 @@ def summarize(record: RunRecord) -> RunSummary:
         store_errors=sum(report.store_errors for report in record.reports),
         degradations=sum(report.degradations for report in record.reports),
         would_rejects=sum(report.would_rejects for report in record.reports),
+        store_faults=_totals(report.store_faults for report in record.reports),
+        store_timeouts=_totals(report.store_timeouts for report in record.reports),
     )
+
+
+def _totals(counts: Iterable[dict[str, int]]) -> dict[str, int]:
+    """Each name's count, summed over the containers."""
+    total: Counter[str] = Counter()
+    for each in counts:
+        total.update(each)
+    return dict(total)
 
 
 @dataclass(frozen=True)
