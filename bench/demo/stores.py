@@ -248,12 +248,20 @@ class WatchedStore:
         return record
 
     def record_failure(
-        self, name: str, policy: Policy, now_ms: int, observed: Record | None
+        self, name: str, policy: Policy, now_ms: int, observed: Record | None, weight: int = 1
     ) -> Outcome:
         self.stats.count_write()
+        if weight == 1:  # the store contract's call, as the breaker makes it
+            return self._after(
+                self._ask(lambda: self.inner.record_failure(name, policy, now_ms, observed))
+            )
         return self._after(
-            self._ask(lambda: self.inner.record_failure(name, policy, now_ms, observed))
+            self._ask(lambda: self.inner.record_failure(name, policy, now_ms, observed, weight))
         )
+
+    def census(self, name: str, policy: Policy, now_ms: int, observed: Record | None) -> Outcome:
+        self.stats.count_write()
+        return self._after(self._ask(lambda: self.inner.census(name, policy, now_ms, observed)))
 
     def claim_probe(
         self, name: str, policy: Policy, now_ms: int, nonce: str, observed: Record | None

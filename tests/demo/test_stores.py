@@ -3,9 +3,12 @@ to every container (``--store memory``), and the WatchedStore between a breaker 
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
+import random
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import redis.exceptions
@@ -14,8 +17,9 @@ from botocore.exceptions import ConnectTimeoutError, ReadTimeoutError
 from bench.demo.container import exit_with_parent
 from bench.demo.fleet import CTX
 from bench.demo.stores import SharedStoreManager, StoreSpec, WatchedStore
-from fleetbreaker import CircuitBreaker, MemoryStore
+from fleetbreaker import BreakerConfig, CircuitBreaker, MemoryStore
 from fleetbreaker.errors import StoreError
+from fleetbreaker.record import Record
 from tests.coverage_scope import children_unmeasured
 from tests.support import FakeClock
 
@@ -147,11 +151,60 @@ def test_any_other_error_the_store_raised_is_noted_as_a_fault(error: Exception, 
 def test_a_fault_that_put_the_breaker_on_local_state_is_noted() -> None:
     # GIVEN a breaker on a WatchedStore whose store raises TypeError, as a container's is
     store = WatchedStore(Raising(TypeError("'NoneType' object cannot be interpreted")))
-    # (census-less, as a container passes it: the breaker then writes no census)
-    breaker = CircuitBreaker(NAME, store=store, clock=FakeClock())  # type: ignore[arg-type]
+    breaker = CircuitBreaker(NAME, store=store, clock=FakeClock())
 
     # WHEN the breaker reads its record, THEN it runs on local state
     assert breaker.state.value == "closed"
     assert breaker.stats.degradations == 1
     # AND the error that put it there is noted as a fault
     assert store.faults == {"TypeError": 1}
+
+
+class Down(Exception):
+    """The dependency's failure."""
+
+
+def drive(breaker: CircuitBreaker, store: Any, clock: FakeClock) -> list[Record | None]:
+    """Twenty minutes of one call every 0.4 s, every fifth failing (refreshes, census writes and
+    failure writes, short of a trip): the record after each call."""
+
+    def call(fails: bool) -> None:
+        if fails:
+            raise Down()
+
+    seen = []
+    for step in range(3_000):
+        clock.advance(0.4)
+        with contextlib.suppress(Down):
+            breaker.call(call, step % 5 == 0)
+        seen.append(store.load(breaker.name, clock()))
+    return seen
+
+
+def test_a_breaker_on_a_watched_store_writes_what_it_writes_on_the_store_itself(
+    shared_memory: StoreSpec,
+) -> None:
+    # GIVEN two count-policy breakers alike (clock, random source, container id): one on a
+    # MemoryStore, one on a WatchedStore around the demo's shared store, as a container's is
+    config = BreakerConfig(failure_threshold=10_000, window_seconds=600)
+    name = f"{NAME}-fidelity-{os.getpid()}"
+    histories = []
+    for store in (MemoryStore(), WatchedStore(shared_memory.build())):
+        clock = FakeClock()
+        breaker = CircuitBreaker(
+            name,
+            store=store,
+            config=config,
+            clock=clock,
+            rng=random.Random(7),
+            container_id="container-1",
+            listeners=[],
+        )
+        # WHEN both see the same calls at the same times
+        histories.append(drive(breaker, store, clock))
+        assert breaker.stats.degradations == 0
+
+    # THEN the watched one wrote what the bare store's did, census writes included
+    bare, watched = histories
+    assert any(record is not None and record.census for record in bare)
+    assert watched == bare
