@@ -151,6 +151,10 @@ class Tuning(Protocol):
         """The settings ``text`` gives, or None when it is the text already followed."""
         ...
 
+    def policy_for(self, config: BreakerConfig) -> Policy:
+        """The policy of ``config`` (built once for the config followed now)."""
+        ...
+
 
 class Pipeline(Protocol):
     """The admission pipeline (:class:`fleetbreaker.admission.AdmissionPipeline`)."""
@@ -212,7 +216,7 @@ class CallCore:
     def _build(self, config: BreakerConfig, previous: Mode | None) -> Mode:
         return build_mode(
             config,
-            Policy.from_config(config),
+            self._tuning.policy_for(config),
             make_counting=self._counting_for,
             make_shadow=self._make_shadow,
             previous=previous,
