@@ -199,6 +199,8 @@ class CallCore:
     ) -> None:
         self.name = name
         self.view = view
+        # Every store answer goes into it (answered): one attribute read, not a chain.
+        self._cache = view.cache
         self.pipeline = pipeline
         self.hooks = hooks
         self.judge = judge
@@ -258,9 +260,10 @@ class CallCore:
         record = answer.record
         counting = self.mode.counting
         fresh = counting.fresh_ms(record, now_ms) if fresh_ms is None else fresh_ms
-        self.view.cache.put(record, now_ms, fresh)
+        # The newest record the cache holds now (the view's last_seen): this one, or a newer
+        # generation it kept.
+        seen = self._cache.put(record, now_ms, fresh)
         counting.observe(record)
-        seen = self.view.last_seen
         text = seen.tuned if seen is not None else ""
         if text != self._tuning.text:
             config = self._tuning.follow(text)
@@ -315,17 +318,18 @@ class CallCore:
             return view.local(now_ms)
         if not view.begin_refresh():
             # Another thread kept the refresh too long: a read of this thread's own.
-            return self._take(view.fetch(now_ms))
-        try:
-            hit, record = view.cached(now_ms)
-            if hit:
+            record, answers = view.fetch(now_ms)
+        else:
+            try:
+                hit, record = view.cached(now_ms)
+                if hit:
+                    return record
+                record, answers = self.mode.counting.refresh(now_ms)
+                if answers:
+                    self.hear(answers)
                 return record
-            return self._take(self.mode.counting.refresh(now_ms))
-        finally:
-            view.end_refresh()
-
-    def _take(self, replied: Replied[Record | None]) -> Record | None:
-        record, answers = replied
+            finally:
+                view.end_refresh()
         if answers:
             self.hear(answers)
         return record

@@ -183,35 +183,28 @@ class FallbackStore:
     # -- the contract ----------------------------------------------------------------------
 
     def load(self, name: str, now_ms: int) -> Record | None:
-        return self._load(name, now_ms, strict=False).record
+        return self.read(name, now_ms).record
 
-    def read(self, name: str, now_ms: int) -> Outcome:
+    def read(self, name: str, now_ms: int, *, strict: bool = False) -> Outcome:
         """A load, answered as a value: the record in an Outcome whose ``local`` says
-        whether the local twin answered it (degraded) rather than the shared store."""
-        return self._load(name, now_ms, strict=False)
+        whether the local twin answered it (degraded) rather than the shared store.
 
-    def verify(self, name: str, now_ms: int) -> Outcome:
-        """One read of breaker ``name`` that raises :class:`ConfigError` when the store is
-        misconfigured (:class:`~fleetbreaker.errors.StoreMisconfiguredError`: no such table,
-        access denied, login refused), with the store's own message.
-
-        Weather is let through: a store that is unreachable, slow or throttling leaves this
-        wrapper degraded, as the first call would. The answer is returned as :meth:`read`
-        returns it (``CircuitBreaker`` calls this at construction when ``verify_store`` is
-        set, and caches a shared answer).
+        ``strict``: a misconfigured store raises :class:`ConfigError` (:meth:`verify`).
         """
-        return self._load(name, now_ms, strict=True)
-
-    def _load(self, name: str, now_ms: int, *, strict: bool) -> Outcome:
+        # Every cache refresh of a breaker is one of these: the checks of paused() and
+        # _call() are written out, a frame each fewer.
         self.stats.count_read()
-        if self.paused(now_ms):
+        if self._degraded and now_ms < self._paused_until:
             return _local_answer(self.local.load(name, now_ms))
         started = time.perf_counter()
         try:
             # Inside the try: an interrupt during a listener's start hook still ends the
             # spans the listeners before it opened.
             self._emit("on_store_call_start", name, "load")
-            record = self._call("load", name, lambda: self.shared.load(name, now_ms))
+            if self._prepared and self.deadline_seconds is None:
+                record = self.shared.load(name, now_ms)  # in process: nothing to bound
+            else:
+                record = self._call("load", name, lambda: self.shared.load(name, now_ms))
         except CorruptRecordError as exc:
             # The store answered; its record is unusable and counts as closed until the next
             # write replaces it.
@@ -230,8 +223,21 @@ class FallbackStore:
             raise
         else:
             self._call_done(name, "load", started, None)
-        self._seen(name, record)
+        # What a degradation seeds the local twin from (_seen, written out).
+        self._last_seen = (name, record)
         return Outcome(record)
+
+    def verify(self, name: str, now_ms: int) -> Outcome:
+        """One read of breaker ``name`` that raises :class:`ConfigError` when the store is
+        misconfigured (:class:`~fleetbreaker.errors.StoreMisconfiguredError`: no such table,
+        access denied, login refused), with the store's own message.
+
+        Weather is let through: a store that is unreachable, slow or throttling leaves this
+        wrapper degraded, as the first call would. The answer is returned as :meth:`read`
+        returns it (``CircuitBreaker`` calls this at construction when ``verify_store`` is
+        set, and caches a shared answer).
+        """
+        return self.read(name, now_ms, strict=True)
 
     def record_failure(
         self, name: str, policy: Policy, now_ms: int, observed: Record | None, weight: int = 1
