@@ -378,6 +378,8 @@ class CallCore:
         """The call of a closed, healthy breaker (the drivers' fast path)."""
         mode = self.mode
         counting = mode.counting
+        if counting.failures_only:  # no ticket, nothing due: start() and due() say None
+            return mode.closed_call
         before = counting.due(now_ms)
         ticket = counting.start(now_ms)
         if ticket is None and before is None:
@@ -423,7 +425,11 @@ class CallCore:
         judge = self.judge
         failed = judge.failure_result is not None and judge.result_fails(result)
         if call.kind is COUNTED:
-            return call.counting.end(call.ticket, failed)  # type: ignore[union-attr]
+            counting = call.counting
+            assert counting is not None  # a counted call has its strategy
+            if not failed and counting.failures_only:
+                return None  # a success of a strategy that counts failures only: nothing
+            return counting.end(call.ticket, failed)
         return self._finish(call, failed)
 
     def raised(self, call: Call, exc: Exception) -> Request | None:

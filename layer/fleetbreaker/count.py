@@ -41,6 +41,9 @@ class CountStrategy:
     """The count policy's side of a breaker (a :class:`~fleetbreaker.counting.Counting`)."""
 
     kind = "count"
+    # A call admitted while closed needs no ticket and nothing is due before it; a success
+    # writes nothing (start, due and end say so): the core skips asking.
+    failures_only = True
 
     def __init__(self, context: CountingContext, policy: Policy, cache_ms: int) -> None:
         self._ctx = context
@@ -153,7 +156,7 @@ class CountStrategy:
     # -- settings and lifetime -------------------------------------------------------------
 
     def adopt(self, config: BreakerConfig, policy: Policy) -> None:
-        self.policy = policy
+        self._follow(policy)
 
     def flush(self, now_ms: int) -> Answers:
         """Nothing is ever pending: every failure was written when it happened."""

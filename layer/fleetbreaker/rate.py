@@ -197,6 +197,7 @@ class RateStrategy:
     """
 
     kind = "rate"
+    failures_only = False  # it tallies every call, times slow ones, reports on schedule
 
     def __init__(
         self,

@@ -82,6 +82,25 @@ def test_a_success_needs_no_store_request_under_the_count_policy(clock: FakeCloc
     assert core.returned(call, "ok") is None
 
 
+def test_a_closed_call_that_succeeds_asks_the_count_policy_nothing(clock: FakeClock) -> None:
+    # GIVEN a count-policy breaker whose strategy refuses to be asked for a ticket, a report
+    # due, or a call's end (it counts failures only: it has none of them to give)
+    breaker = breaker_on(MemoryStore(), clock, CONFIG, listeners=[])
+    counting = core_of(breaker).mode.counting
+    assert counting.failures_only
+
+    def not_asked(*_: Any) -> None:
+        raise AssertionError("the count policy was asked about a call that succeeded")
+
+    for step in ("due", "start", "end"):
+        setattr(counting, step, not_asked)
+    # WHEN calls succeed, closed and healthy (the drivers' fast path) and not
+    assert breaker.call(lambda: "ok") == "ok"
+    clock.advance(5)
+    assert breaker.call(lambda: "ok") == "ok"
+    # THEN none was asked: the core knows a success of the count policy counts nowhere
+
+
 def test_a_failure_is_a_request_that_counts_only_once_sent(clock: FakeClock) -> None:
     # GIVEN a closed breaker that opens on two failures, one already counted
     breaker = breaker_on(MemoryStore(), clock, CONFIG, listeners=[])
