@@ -201,6 +201,7 @@ class CircuitBreaker:
             backoff_seconds=config.store_backoff_seconds,
             deadline_seconds=config.store_deadline_seconds,
             emit=hooks.emit,
+            watch_calls=hooks.watching("on_store_call_start", "on_store_result", "on_store_call"),
         )
         self.stats: StoreErrorStats = self._store.fallback_stats
         tuning = LiveTuning(config, self.name)

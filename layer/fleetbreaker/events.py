@@ -365,6 +365,11 @@ class Hooks:
             if type(listener).thread_handoff is not BreakerListener.thread_handoff
         )
 
+    def watching(self, *hooks: str) -> bool:
+        """Whether any listener has one of ``hooks``."""
+        by_hook = self.by_hook
+        return any(by_hook[hook] for hook in hooks)
+
     def handed_off(self, job: Callable[[], T]) -> Callable[[], T]:
         """``job``, to run on a worker thread inside the trace contexts of this thread
         (:meth:`BreakerListener.thread_handoff`); a listener that fails is logged and

@@ -86,6 +86,11 @@ class FallbackStore:
         ``on_store_result``, ``on_store_call``, ``on_store_error``, ``on_degraded``,
         ``on_store_misconfigured``, ``on_recovered``, ``on_corrupt_record``,
         ``on_state_change``).
+    watch_calls:
+        Whether each operation is told to ``on_store_call_start``, ``on_store_result`` and
+        ``on_store_call`` (with how it ended and how long it took). ``CircuitBreaker``
+        passes False when none of its listeners has those hooks: every store call is then
+        spared them and its clock reads. The other events are emitted either way.
 
     Example
     -------
@@ -107,6 +112,7 @@ class FallbackStore:
         backoff_seconds: float = 5.0,
         deadline_seconds: float | None = 1.0,
         emit: Emit | None = None,
+        watch_calls: bool = True,
     ) -> None:
         if isinstance(backoff_seconds, bool) or not isinstance(backoff_seconds, (int, float)):
             raise ConfigError(f"backoff_seconds must be a number, got {backoff_seconds!r}")
@@ -143,6 +149,7 @@ class FallbackStore:
         self.stats = StoreStats()
         self.fallback_stats = StoreErrorStats()
         self._emit: Emit = emit or _ignore
+        self.watch_calls = watch_calls
         self._slots = deadline.CallSlots()
         self._lock = threading.Lock()
         self._degraded = False
@@ -196,11 +203,13 @@ class FallbackStore:
         self.stats.count_read()
         if self._degraded and now_ms < self._paused_until:
             return _local_answer(self.local.load(name, now_ms))
-        started = time.perf_counter()
+        watched = self.watch_calls
+        started = time.perf_counter() if watched else 0.0
         try:
             # Inside the try: an interrupt during a listener's start hook still ends the
             # spans the listeners before it opened.
-            self._emit("on_store_call_start", name, "load")
+            if watched:
+                self._emit("on_store_call_start", name, "load")
             if self._prepared and self.deadline_seconds is None:
                 record = self.shared.load(name, now_ms)  # in process: nothing to bound
             else:
@@ -222,7 +231,8 @@ class FallbackStore:
             self._call_done(name, "load", started, exc)
             raise
         else:
-            self._call_done(name, "load", started, None)
+            if watched or self._degraded:  # (what _call_done would do, else nothing)
+                self._call_done(name, "load", started, None)
         # What a degradation seeds the local twin from (_seen, written out).
         self._last_seen = (name, record)
         return Outcome(record)
@@ -377,9 +387,11 @@ class FallbackStore:
         self.stats.count_write()
         if self.paused(now_ms):
             return _local(op(self.local))
-        started = time.perf_counter()
+        watched = self.watch_calls
+        started = time.perf_counter() if watched else 0.0
         try:
-            self._emit("on_store_call_start", name, operation)
+            if watched:
+                self._emit("on_store_call_start", name, operation)
             outcome = _shared(self._call(operation, name, lambda: op(self.shared)))
         except Exception as exc:
             self._call_done(name, operation, started, exc)
@@ -390,7 +402,8 @@ class FallbackStore:
             # the listeners close what they opened (a span, its context) before it goes on.
             self._call_done(name, operation, started, exc)
             raise
-        self._call_done(name, operation, started, None)
+        if watched or self._degraded:  # (what _call_done would do, else nothing)
+            self._call_done(name, operation, started, None)
         self._seen(name, outcome.record)
         if outcome.transition is not None:
             self._changed(name, outcome, reason(outcome))
@@ -412,20 +425,21 @@ class FallbackStore:
     def _call_done(
         self, name: str, operation: str, started: float, error: BaseException | None
     ) -> None:
-        elapsed_ms = (time.perf_counter() - started) * 1000
         ok = error is None
-        if ok:
-            outcome = STORE_ANSWERED
-        elif isinstance(error, StoreDeadlineError):
-            outcome = STORE_DEADLINE
-        elif isinstance(error, Exception):
-            outcome = STORE_ERROR
-        else:
-            outcome = STORE_INTERRUPTED
-        try:
-            self._emit("on_store_result", name, operation, self.kind, outcome, error)
-        finally:
-            self._emit("on_store_call", name, operation, elapsed_ms, ok)
+        if self.watch_calls:
+            elapsed_ms = (time.perf_counter() - started) * 1000
+            if ok:
+                outcome = STORE_ANSWERED
+            elif isinstance(error, StoreDeadlineError):
+                outcome = STORE_DEADLINE
+            elif isinstance(error, Exception):
+                outcome = STORE_ERROR
+            else:
+                outcome = STORE_INTERRUPTED
+            try:
+                self._emit("on_store_result", name, operation, self.kind, outcome, error)
+            finally:
+                self._emit("on_store_call", name, operation, elapsed_ms, ok)
         if ok and self._degraded:
             with self._lock:
                 recovered, self._degraded = self._degraded, False
