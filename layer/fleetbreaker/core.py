@@ -204,6 +204,9 @@ class CallCore:
         self.pipeline = pipeline
         self.hooks = hooks
         self.judge = judge
+        # Whether a returned value is ever judged (a failure_result predicate): the judge is
+        # the deployed config's, not tunable, and every call that returns asks.
+        self._judges_results = judge.failure_result is not None
         self.clock = clock
         self._probes = probes
         self._tuning = tuning
@@ -422,14 +425,12 @@ class CallCore:
     def returned(self, call: Call, result: Any) -> Request | None:
         """The call returned ``result``: count it (a result the config calls a failure
         fails); the store request that needs, or None."""
-        judge = self.judge
-        failed = judge.failure_result is not None and judge.result_fails(result)
+        failed = self._judges_results and self.judge.result_fails(result)
         if call.kind is COUNTED:
             counting = call.counting
-            assert counting is not None  # a counted call has its strategy
-            if not failed and counting.failures_only:
-                return None  # a success of a strategy that counts failures only: nothing
-            return counting.end(call.ticket, failed)
+            if failed or not counting.failures_only:  # type: ignore[union-attr]
+                return counting.end(call.ticket, failed)  # type: ignore[union-attr]
+            return None  # a success, and the strategy counts failures only: nothing
         return self._finish(call, failed)
 
     def raised(self, call: Call, exc: Exception) -> Request | None:
