@@ -47,7 +47,7 @@ class CountStrategy:
         # A call admitted while closed needs no ticket and nothing is due before it; a
         # success writes nothing (start, due and end say so): the core skips asking. (An
         # attribute of the instance: read on every call, where a class attribute costs a
-        # lookup twice as long.)
+        # lookup a few times as long.)
         self.failures_only = True
         self._cache_ms = cache_ms
         self._follow(policy)

@@ -204,7 +204,8 @@ class FallbackStore:
         if self._degraded and now_ms < self._paused_until:
             return _local_answer(self.local.load(name, now_ms))
         watched = self.watch_calls
-        started = time.perf_counter() if watched else 0.0
+        # None: the store-call hooks are not told of this call (_call_done).
+        started = time.perf_counter() if watched else None
         try:
             # Inside the try: an interrupt during a listener's start hook still ends the
             # spans the listeners before it opened.
@@ -388,7 +389,8 @@ class FallbackStore:
         if self.paused(now_ms):
             return _local(op(self.local))
         watched = self.watch_calls
-        started = time.perf_counter() if watched else 0.0
+        # None: the store-call hooks are not told of this call (_call_done).
+        started = time.perf_counter() if watched else None
         try:
             if watched:
                 self._emit("on_store_call_start", name, operation)
@@ -423,10 +425,10 @@ class FallbackStore:
         self._last_seen = (name, record)
 
     def _call_done(
-        self, name: str, operation: str, started: float, error: BaseException | None
+        self, name: str, operation: str, started: float | None, error: BaseException | None
     ) -> None:
         ok = error is None
-        if self.watch_calls:
+        if started is not None:  # the call's start was told: its end is told too
             elapsed_ms = (time.perf_counter() - started) * 1000
             if ok:
                 outcome = STORE_ANSWERED
