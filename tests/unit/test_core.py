@@ -562,6 +562,26 @@ def window_of(record: Record, config: BreakerConfig, clock: FakeClock) -> Window
     return sliding_window(Policy.from_config(config)).counts(record, clock())
 
 
+def test_a_thread_kept_from_the_refresh_reads_the_store_itself_and_its_answer_is_taken(
+    clock: FakeClock,
+) -> None:
+    # GIVEN a breaker whose cached view went stale after another container forced the
+    # breaker open, and whose refresh another thread keeps past the wait (its claim fails)
+    store = MemoryStore()
+    breaker = breaker_on(store, clock, CONFIG, listeners=[])
+    assert breaker.state is State.CLOSED
+    breaker_on(store, clock, CONFIG, listeners=[]).force_open()
+    clock.advance(2)
+    core = core_of(breaker)
+    core.view.begin_refresh = lambda: False
+    # WHEN the core reads the record
+    record = core.read(clock())
+    # THEN it read the store on this thread, and took the answer: the fleet's record, cached
+    assert record is not None
+    assert record.state is State.FORCED_OPEN
+    assert core.view.cached(clock()) == (True, record)
+
+
 # -- no way back from the parts to the core ---------------------------------------------------
 
 
