@@ -389,10 +389,16 @@ class AdmissionPipeline:
         self.thinning = ClaimThinning(rng)
         self.ramp = RecoveryRamp(ramp_seconds, rng) if ramp_seconds else None
         self.claim = ProbeClaim(probes, self.barrier, degraded)
-        stages: list[Stage] = [self.barrier, self.thinning]
+        # Each stage with the verdict decisions it acts on: a verdict of another decision
+        # passes it unchanged, so it is not called (most admissions that are not a healthy
+        # call's are rejections, which only shadow mode turns into anything else).
+        stages: list[tuple[tuple[Decision, ...], Stage]] = [
+            ((_PROBE,), self.barrier),
+            ((_PROBE,), self.thinning),
+        ]
         if self.ramp is not None:
-            stages.append(self.ramp)
-        stages.append(shadowed)
+            stages.append(((_ALLOW,), self.ramp))
+        stages.append(((_REJECT, _PROBE), shadowed))
         self._stages = tuple(stages)
         # The hot path's answers, built once: a healthy call allocates nothing (the breaker
         # tells a healthy call by its admission's identity).
@@ -454,11 +460,12 @@ class AdmissionPipeline:
         self, verdict: Verdict, record: Record | None, now_ms: int, mode: Mode, lease_ms: int | None
     ) -> Verdict | Admission:
         """The verdict through every stage, in order: the next verdict, or an answer."""
-        for stage in self._stages:
-            answer = stage(verdict, record, now_ms, mode, lease_ms)
-            if isinstance(answer, Admission):
-                return answer
-            verdict = answer
+        for acts_on, stage in self._stages:
+            if verdict.decision in acts_on:
+                answer = stage(verdict, record, now_ms, mode, lease_ms)
+                if isinstance(answer, Admission):
+                    return answer
+                verdict = answer
         return verdict
 
     def _admission(self, verdict: Verdict) -> Admission | None:
@@ -478,7 +485,7 @@ class AdmissionPipeline:
     def _decided(self, admission: Admission | None, announce: bool = True) -> Admission:
         if admission is None:  # allowed while degraded: say so
             admission = Admission(self.name, _ALLOW, _CLOSED, 0.0, None, True)
-        if announce:
+        if announce and self._hooks.decision:  # (no frame when nobody watches decisions)
             self.announce(admission)
         return admission
 

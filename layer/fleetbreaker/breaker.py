@@ -201,6 +201,7 @@ class CircuitBreaker:
             backoff_seconds=config.store_backoff_seconds,
             deadline_seconds=config.store_deadline_seconds,
             emit=hooks.emit,
+            watch_calls=hooks.watching("on_store_call_start", "on_store_result", "on_store_call"),
         )
         self.stats: StoreErrorStats = self._store.fallback_stats
         tuning = LiveTuning(config, self.name)
@@ -236,8 +237,9 @@ class CircuitBreaker:
             emit=hooks.emit,
         )
 
-        def degraded() -> bool:
-            return guarded.degraded
+        # Whether the store wrapper answers from its local twin now: its property, read with
+        # no frame of ours in between (every admission but a healthy call's asks).
+        degraded: Callable[[], bool] = functools.partial(getattr, guarded, "degraded")
 
         pipeline = AdmissionPipeline(
             name,
@@ -395,7 +397,9 @@ class CircuitBreaker:
         coroutine function is refused with a TypeError: its call would count the creation
         of its coroutine, not what the await did (use :meth:`call_async`).
         """
-        if _is_async(fn):
+        # _is_async(fn), its common case (a function: its code's flags) written out.
+        code = getattr(fn, "__code__", None)
+        if code.co_flags & _COROUTINE_FLAGS if code is not None else _is_async(fn):
             raise TypeError(
                 f"breaker.call() got the coroutine function {_name_of(fn)}: use "
                 "`await breaker.call_async(fn, ...)`, which counts what the await did"

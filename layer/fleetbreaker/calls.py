@@ -63,6 +63,9 @@ COUNTED, PROBING, SHADOW_PROBING, UNCOUNTED = "counted", "probing", "shadow-prob
 class Accounting(Protocol):
     """A counting strategy as a call's ticket holds it (:class:`fleetbreaker.counting.Counting`)."""
 
+    # A success needs no end(): the strategy counts failures only.
+    failures_only: bool
+
     def end(self, ticket: Any, failed: bool) -> Request | None:
         """The call ended, failed or not: count it; a store request it needs, or None."""
         ...

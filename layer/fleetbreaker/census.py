@@ -97,12 +97,18 @@ def census_containers(record: Record | None, policy: Policy, now_ms: int) -> flo
     the RECENT_SLICES shortest spans: a fleet that grew shows in its newest slices, one
     that shrank in their silence.
     """
+    bucket_ms = policy.bucket_ms
+    return containers_shown(record, now_ms, bucket_ms, max_slice_count(bucket_ms))
+
+
+def containers_shown(record: Record | None, now_ms: int, bucket_ms: int, most: int) -> float:
+    """:func:`census_containers`, given the policy's slice length (``Policy.bucket_ms``) and
+    the most a slice of it may hold (:func:`max_slice_count`): a count-policy breaker reads
+    the census on every store answer, and works these two out once per policy."""
     if record is None or not record.census:
         return 0.0
-    bucket_ms = policy.bucket_ms
     current = now_ms // bucket_ms
     by_age = [0] * WINDOW_BUCKETS
-    most = max_slice_count(bucket_ms)
     for bucket in record.census.values():
         age = current - bucket.idx
         if 0 <= age < WINDOW_BUCKETS and bucket.count <= most:

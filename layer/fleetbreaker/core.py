@@ -151,6 +151,10 @@ class Tuning(Protocol):
         """The settings ``text`` gives, or None when it is the text already followed."""
         ...
 
+    def policy_for(self, config: BreakerConfig) -> Policy:
+        """The policy of ``config`` (built once for the config followed now)."""
+        ...
+
 
 class Pipeline(Protocol):
     """The admission pipeline (:class:`fleetbreaker.admission.AdmissionPipeline`)."""
@@ -195,9 +199,14 @@ class CallCore:
     ) -> None:
         self.name = name
         self.view = view
+        # Every store answer goes into it (answered): one attribute read, not a chain.
+        self._cache = view.cache
         self.pipeline = pipeline
         self.hooks = hooks
         self.judge = judge
+        # Whether a returned value is ever judged (a failure_result predicate): the judge is
+        # the deployed config's, not tunable, and every call that returns asks.
+        self._judges_results = judge.failure_result is not None
         self.clock = clock
         self._probes = probes
         self._tuning = tuning
@@ -212,7 +221,7 @@ class CallCore:
     def _build(self, config: BreakerConfig, previous: Mode | None) -> Mode:
         return build_mode(
             config,
-            Policy.from_config(config),
+            self._tuning.policy_for(config),
             make_counting=self._counting_for,
             make_shadow=self._make_shadow,
             previous=previous,
@@ -254,9 +263,10 @@ class CallCore:
         record = answer.record
         counting = self.mode.counting
         fresh = counting.fresh_ms(record, now_ms) if fresh_ms is None else fresh_ms
-        self.view.cache.put(record, now_ms, fresh)
+        # The newest record the cache holds now (the view's last_seen): this one, or a newer
+        # generation it kept.
+        seen = self._cache.put(record, now_ms, fresh)
         counting.observe(record)
-        seen = self.view.last_seen
         text = seen.tuned if seen is not None else ""
         if text != self._tuning.text:
             config = self._tuning.follow(text)
@@ -311,17 +321,18 @@ class CallCore:
             return view.local(now_ms)
         if not view.begin_refresh():
             # Another thread kept the refresh too long: a read of this thread's own.
-            return self._take(view.fetch(now_ms))
-        try:
-            hit, record = view.cached(now_ms)
-            if hit:
+            record, answers = view.fetch(now_ms)
+        else:
+            try:
+                hit, record = view.cached(now_ms)
+                if hit:
+                    return record
+                record, answers = self.mode.counting.refresh(now_ms)
+                if answers:
+                    self.hear(answers)
                 return record
-            return self._take(self.mode.counting.refresh(now_ms))
-        finally:
-            view.end_refresh()
-
-    def _take(self, replied: Replied[Record | None]) -> Record | None:
-        record, answers = replied
+            finally:
+                view.end_refresh()
         if answers:
             self.hear(answers)
         return record
@@ -370,6 +381,8 @@ class CallCore:
         """The call of a closed, healthy breaker (the drivers' fast path)."""
         mode = self.mode
         counting = mode.counting
+        if counting.failures_only:  # no ticket, nothing due: start() and due() say None
+            return mode.closed_call
         before = counting.due(now_ms)
         ticket = counting.start(now_ms)
         if ticket is None and before is None:
@@ -412,10 +425,12 @@ class CallCore:
     def returned(self, call: Call, result: Any) -> Request | None:
         """The call returned ``result``: count it (a result the config calls a failure
         fails); the store request that needs, or None."""
-        judge = self.judge
-        failed = judge.failure_result is not None and judge.result_fails(result)
+        failed = self._judges_results and self.judge.result_fails(result)
         if call.kind is COUNTED:
-            return call.counting.end(call.ticket, failed)  # type: ignore[union-attr]
+            counting = call.counting
+            if failed or not counting.failures_only:  # type: ignore[union-attr]
+                return counting.end(call.ticket, failed)  # type: ignore[union-attr]
+            return None  # a success, and the strategy counts failures only: nothing
         return self._finish(call, failed)
 
     def raised(self, call: Call, exc: Exception) -> Request | None:

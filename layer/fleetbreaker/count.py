@@ -21,8 +21,9 @@ from fleetbreaker.calls import NO_ANSWERS, Answer
 from fleetbreaker.census import (
     MIN_CENSUS_GAP_MS,
     census_chance,
-    census_containers,
+    containers_shown,
     failure_weight,
+    max_slice_count,
 )
 from fleetbreaker.record import State
 from fleetbreaker.results import RecordResult
@@ -43,8 +44,13 @@ class CountStrategy:
 
     def __init__(self, context: CountingContext, policy: Policy, cache_ms: int) -> None:
         self._ctx = context
-        self.policy = policy
+        # A call admitted while closed needs no ticket and nothing is due before it; a
+        # success writes nothing (start, due and end say so): the core skips asking. (An
+        # attribute of the instance: read on every call, where a class attribute costs a
+        # lookup a few times as long.)
+        self.failures_only = True
         self._cache_ms = cache_ms
+        self._follow(policy)
         # A store of the user's own without a census operation: no census, no thinning.
         self._censuses = callable(getattr(context.store.shared, "census", None))
         # The longest gap between refreshes that counts toward a census write: a container
@@ -65,8 +71,19 @@ class CountStrategy:
             return answer.record, (Answer(answer, now_ms),)
         return ctx.read(now_ms, self.fresh_ms)
 
+    def _follow(self, policy: Policy) -> None:
+        self.policy = policy
+        # What reading the census takes from the policy (census.census_containers), worked
+        # out once per policy: every store answer reads it (fresh_ms).
+        self._census_slice = (policy.bucket_ms, max_slice_count(policy.bucket_ms))
+
     def fresh_ms(self, record: Record | None, now_ms: int) -> int:
-        containers = census_containers(record, self.policy, now_ms)
+        if record is None or not record.census:
+            return self._cache_ms  # no census, no fleet to stretch for (every store answer)
+        bucket_ms, most = self._census_slice
+        containers = containers_shown(record, now_ms, bucket_ms, most)
+        if not containers:
+            return self._cache_ms  # refresh_ms's answer for a fleet the census cannot show
         return refresh_ms(containers, self._cache_ms, self._ctx.rng)
 
     def observe(self, record: Record | None) -> None:
@@ -132,7 +149,8 @@ class CountStrategy:
         if not self._censuses or self._ctx.store.degraded:
             # The local twin is this container alone: its failures count once each.
             return 1
-        return failure_weight(census_containers(self._ctx.view.last_seen, self.policy, now_ms))
+        bucket_ms, most = self._census_slice
+        return failure_weight(containers_shown(self._ctx.view.last_seen, now_ms, bucket_ms, most))
 
     def claim_weight(self, now_ms: int) -> int:
         return self.weight(now_ms)
@@ -140,7 +158,7 @@ class CountStrategy:
     # -- settings and lifetime -------------------------------------------------------------
 
     def adopt(self, config: BreakerConfig, policy: Policy) -> None:
-        self.policy = policy
+        self._follow(policy)
 
     def flush(self, now_ms: int) -> Answers:
         """Nothing is ever pending: every failure was written when it happened."""

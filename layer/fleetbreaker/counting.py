@@ -42,6 +42,10 @@ class Counting(Protocol):
     """What a counting strategy does for its breaker (see the module doc)."""
 
     kind: str  # "count" or "rate"
+    # True when the strategy counts failures only: start() and due() always return None and
+    # end() of a success does nothing, so the core asks none of them for a call that
+    # succeeds (every call of a closed breaker).
+    failures_only: bool
 
     def refresh(self, now_ms: int) -> Replied[Record | None]:
         """The cache's refresh: one store request whose answer is the fleet's record (the
@@ -163,4 +167,6 @@ class CountingContext:
         shared = self.shared
         if shared is not None:
             return shared.read(now_ms, fresh_ms)
-        return self.load(now_ms)
+        # load(), written out: every refresh of a breaker passes here.
+        answer = self.store.read(self.name, now_ms)
+        return answer.record, (Answer(answer, now_ms),)

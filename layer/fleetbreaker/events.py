@@ -330,6 +330,16 @@ def _monotonic_ms() -> int:
     return time.monotonic_ns() // 1_000_000
 
 
+# Every hook, with BreakerListener's no-op: a listener overrides a hook when its class's
+# attribute is another. Worked out once here, not by every breaker's construction.
+_HOOKS: tuple[tuple[str, object], ...] = tuple(
+    (hook, getattr(BreakerListener, hook))
+    for hook in vars(BreakerListener)
+    if hook.startswith("on_")
+)
+_HOOK_NAMES = tuple(hook for hook, _ in _HOOKS)
+
+
 class Hooks:
     """A breaker's listeners, sorted by hook.
 
@@ -341,21 +351,24 @@ class Hooks:
     def __init__(self, listeners: Iterable[BreakerListener], name: str) -> None:
         self.name = name
         listeners = list(listeners)
-        self.by_hook: dict[str, tuple[Callable[..., None], ...]] = {
-            hook: tuple(
-                getattr(listener, hook)
-                for listener in listeners
-                if getattr(type(listener), hook, None) is not getattr(BreakerListener, hook)
-            )
-            for hook in vars(BreakerListener)
-            if hook.startswith("on_")
-        }
+        by_hook: dict[str, tuple[Callable[..., None], ...]] = dict.fromkeys(_HOOK_NAMES, ())
+        for listener in listeners:
+            kind = type(listener)
+            for hook, default in _HOOKS:
+                if getattr(kind, hook, None) is not default:
+                    by_hook[hook] += (getattr(listener, hook),)
+        self.by_hook = by_hook
         self.decision = self.by_hook["on_decision"]
         self.handoffs: tuple[Callable[[], Callable[[Callable[[], Any]], Any] | None], ...] = tuple(
             listener.thread_handoff
             for listener in listeners
             if type(listener).thread_handoff is not BreakerListener.thread_handoff
         )
+
+    def watching(self, *hooks: str) -> bool:
+        """Whether any listener has one of ``hooks``."""
+        by_hook = self.by_hook
+        return any(by_hook[hook] for hook in hooks)
 
     def handed_off(self, job: Callable[[], T]) -> Callable[[], T]:
         """``job``, to run on a worker thread inside the trace contexts of this thread

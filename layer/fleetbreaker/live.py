@@ -25,6 +25,8 @@ class LiveTuning:
         self.deployed = deployed
         self.config = deployed
         self.policy = Policy.from_config(deployed)
+        # The two as one value, read at once (policy_for).
+        self._followed = (deployed, self.policy)
         self.text = ""
 
     def follow(self, text: str) -> BreakerConfig | None:
@@ -38,6 +40,13 @@ class LiveTuning:
         config = retuned(self.deployed, text, self.name)
         # Policy before text: a thread that sees the new text must also see its policy.
         self.config = config
-        self.policy = Policy.from_config(config)
+        self.policy = policy = Policy.from_config(config)
+        self._followed = (config, policy)
         self.text = text
         return config
+
+    def policy_for(self, config: BreakerConfig) -> Policy:
+        """The policy of ``config``: the one built when it was followed, when it is the
+        config followed now (a breaker's construction, a tune), else built for it."""
+        followed, policy = self._followed
+        return policy if followed is config else Policy.from_config(config)

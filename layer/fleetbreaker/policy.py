@@ -119,22 +119,26 @@ class Policy:
     @classmethod
     def from_config(cls, config: PolicySettings) -> Policy:
         slow = config.slow_call_duration
+        # By position, in the fields' order (frozen's fast path: a breaker builds one at
+        # construction): failure_threshold, window_ms, base_open_ms, backoff, max_open_ms,
+        # max_probes, successes_needed, lease_ms, ttl_s, failure_rate, minimum_calls,
+        # slow_ms, slow_rate, min_containers, reporting.
         return cls(
-            failure_threshold=config.failure_threshold,
-            window_ms=max(1, round(config.window_seconds * 1000)),
-            base_open_ms=max(1, round(config.recovery_timeout * 1000)),
-            backoff=float(config.recovery_backoff),
-            max_open_ms=max(1, round(config.max_recovery_timeout * 1000)),
-            max_probes=config.half_open_max_probes,
-            successes_needed=config.half_open_successes,
-            lease_ms=max(1, round(config.probe_lease_seconds * 1000)),
-            ttl_s=config.record_ttl_seconds,
-            failure_rate=config.failure_rate_threshold,
-            minimum_calls=config.minimum_calls,
-            slow_ms=None if slow is None else max(1, round(slow * 1000)),
-            slow_rate=config.slow_call_rate_threshold,
-            min_containers=config.min_containers,
-            reporting=config.reporting,
+            config.failure_threshold,
+            max(1, round(config.window_seconds * 1000)),
+            max(1, round(config.recovery_timeout * 1000)),
+            float(config.recovery_backoff),
+            max(1, round(config.max_recovery_timeout * 1000)),
+            config.half_open_max_probes,
+            config.half_open_successes,
+            max(1, round(config.probe_lease_seconds * 1000)),
+            config.record_ttl_seconds,
+            config.failure_rate_threshold,
+            config.minimum_calls,
+            None if slow is None else max(1, round(slow * 1000)),
+            config.slow_call_rate_threshold,
+            config.min_containers,
+            config.reporting,
         )
 
 

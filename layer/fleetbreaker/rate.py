@@ -208,6 +208,10 @@ class RateStrategy:
     ) -> None:
         self._ctx = context
         self._heard = heard
+        # It tallies every call, times slow ones, reports on schedule. (An attribute of the
+        # instance: read on every call, where a class attribute costs a lookup a few times
+        # as long.)
+        self.failures_only = False
         self._cache_ms = cache_ms
         self._base_interval_ms = max(1, round(config.effective_report_interval * 1000))
         self.policy = policy

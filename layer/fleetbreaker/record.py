@@ -229,6 +229,25 @@ class Outcome:
     retry_after_ms: int | None = None
     local: bool = False
 
+    def __init__(
+        self,
+        record: Record | None,
+        changed: bool = False,
+        transition: tuple[State, State] | None = None,
+        token: str | None = None,
+        retry_after_ms: int | None = None,
+        local: bool = False,
+    ) -> None:
+        # Written out: every store answer is one, and frozen's shared __init__ costs twice
+        # this. The fields in order, with their defaults (tests/unit/test_frozen.py).
+        fields = self.__dict__
+        fields["record"] = record
+        fields["changed"] = changed
+        fields["transition"] = transition
+        fields["token"] = token
+        fields["retry_after_ms"] = retry_after_ms
+        fields["local"] = local
+
 
 @frozen
 class Action:

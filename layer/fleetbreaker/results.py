@@ -53,6 +53,28 @@ class Admission:
     degraded: bool = False
     shadow: Decision | None = None
 
+    def __init__(
+        self,
+        name: str,
+        decision: Decision,
+        state: State,
+        retry_after_s: float = 0.0,
+        token: str | None = None,
+        degraded: bool = False,
+        shadow: Decision | None = None,
+    ) -> None:
+        # Written out: every rejection is one, and frozen's shared __init__ costs twice
+        # this. The fields in order, with their defaults (tests/unit/test_frozen.py).
+        self.__dict__.update(
+            name=name,
+            decision=decision,
+            state=state,
+            retry_after_s=retry_after_s,
+            token=token,
+            degraded=degraded,
+            shadow=shadow,
+        )
+
     @property
     def would_reject(self) -> bool:
         """Shadow mode: an enforcing breaker would have rejected this call."""

@@ -10,7 +10,9 @@ its cache, the refresh lock, a read of its own; the view holds no way back into 
 
 from __future__ import annotations
 
+import functools
 import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from fleetbreaker.calls import Answer
@@ -22,6 +24,11 @@ if TYPE_CHECKING:
     from fleetbreaker.calls import Replied
     from fleetbreaker.protocols import GuardedStore
     from fleetbreaker.record import Record
+
+# Read on every store answer: a module global, not an enum attribute (admission.py).
+_CLOSED = State.CLOSED
+# The healthy span that admits nothing (RecordCache.healthy).
+_NEVER = (0, 0)
 
 # Cache refreshes the fleet aims to send to one record per second: 1,500 read units of
 # eventually consistent reads (half a unit each), under 80 % of one partition's 3,000.
@@ -66,54 +73,52 @@ class RecordCache:
         # (from, until) ms: while from <= now < until, the cached record admits a call as
         # closed and healthy with no look at it: fresh, closed, past the recovery ramp. The
         # hot path compares a clock with it and nothing else (the drivers' fast path).
-        self.healthy: tuple[int, int] = (0, 0)
-        # (record, stored at, fresh until): a large fleet keeps its view longer than ttl_ms
-        # (refresh_ms), so its refreshes stay inside one partition's read units.
-        self._entry: tuple[Record | None, int, int] | None = None
+        self.healthy: tuple[int, int] = _NEVER
+        # (record, stored at, fresh until), or None when empty: a large fleet keeps its view
+        # longer than ttl_ms (refresh_ms), so its refreshes stay inside one partition's read
+        # units. Read it, never assign it: put() and clear() do.
+        self.entry: tuple[Record | None, int, int] | None = None
         self._write = threading.Lock()
         self._refreshing = threading.Lock()
 
     def get(self, now_ms: int) -> tuple[bool, Record | None]:
         """(hit, record): hit is False when empty, stale, or caching is off."""
-        entry = self._entry
-        if entry is None or self.ttl_ms <= 0:
-            return False, None
-        record, stored_at, fresh_until = entry
-        if stored_at <= now_ms < fresh_until:
-            return True, record
+        entry = self.entry  # (record, stored at, fresh until)
+        if entry is not None and entry[1] <= now_ms < entry[2] and self.ttl_ms > 0:
+            return True, entry[0]
         return False, None
 
-    def put(self, record: Record | None, now_ms: int, fresh_ms: int | None = None) -> None:
-        """Keep ``record`` as seen at ``now_ms``, fresh for ``fresh_ms`` (default ttl_ms)."""
+    def put(self, record: Record | None, now_ms: int, fresh_ms: int | None = None) -> Record | None:
+        """Keep ``record`` as seen at ``now_ms``, fresh for ``fresh_ms`` (default ttl_ms).
+        Returns the newest record the cache holds now (``last_seen``): ``record``, or the
+        newer generation it kept instead."""
         with self._write:
-            entry = self._entry
-            # Keep the newest generation: a slow answer must not roll back a faster one.
-            if (
-                entry is not None
-                and entry[0] is not None
-                and record is not None
-                and record.gen < entry[0].gen
-                and 0 <= now_ms - entry[1] < self.ttl_ms
-            ):
-                return
-            fresh = self.ttl_ms if fresh_ms is None else fresh_ms
-            until = now_ms + fresh
-            self._entry = (record, now_ms, until)
-            self.healthy = self._healthy_span(record, now_ms, until)
-
-    def _healthy_span(self, record: Record | None, now_ms: int, until: int) -> tuple[int, int]:
-        if self.ttl_ms <= 0:
-            return (0, 0)
-        if record is None:
-            return (now_ms, until)
-        if record.state is not State.CLOSED:
-            return (0, 0)
-        # The ramp (admission.RecoveryRamp) judges calls until it ends. A close stamped
-        # ahead of our clock is the ramp's to clamp (it remembers when it first saw it).
-        if record.closed_at > now_ms:
-            return (0, 0)
-        ramp_end = record.closed_at + self.ramp_ms if record.closed_at else 0
-        return (max(now_ms, ramp_end), until)
+            entry = self.entry
+            ttl_ms = self.ttl_ms
+            if entry is not None and record is not None:
+                # Keep the newest generation: a slow answer must not roll back a faster one.
+                held = entry[0]
+                if held is not None and record.gen < held.gen and 0 <= now_ms - entry[1] < ttl_ms:
+                    return held
+            until = now_ms + (ttl_ms if fresh_ms is None else fresh_ms)
+            self.entry = (record, now_ms, until)
+            # The span in which the hot path admits a call with no look at the record: every
+            # store answer passes here, so it is worked out inline.
+            if ttl_ms <= 0:
+                self.healthy = _NEVER
+            elif record is None:
+                self.healthy = (now_ms, until)
+            else:
+                closed_at = record.closed_at
+                if record.state is not _CLOSED or closed_at > now_ms:
+                    # The ramp (admission.RecoveryRamp) judges calls until it ends. A close
+                    # stamped ahead of our clock is the ramp's to clamp (it remembers when
+                    # it first saw it).
+                    self.healthy = _NEVER
+                else:
+                    start = closed_at + self.ramp_ms if closed_at else now_ms
+                    self.healthy = (start if start > now_ms else now_ms, until)
+            return record
 
     def begin_refresh(self, wait_s: float = 0.0) -> bool:
         """Claim the refresh; False when another thread kept it for ``wait_s`` seconds."""
@@ -124,21 +129,24 @@ class RecordCache:
     def end_refresh(self) -> None:
         self._refreshing.release()
 
-    @property
-    def last_seen(self) -> Record | None:
-        entry = self._entry
-        return entry[0] if entry is not None else None
+    def refresh_steps(self, wait_s: float) -> tuple[Callable[[], bool], Callable[[], object]]:
+        """``begin_refresh(wait_s)`` and ``end_refresh``, as callables of the refresh lock
+        itself: a view binds them once, and a refresh passes no frame of the cache's."""
+        lock = self._refreshing
+        if wait_s <= 0:
+            return functools.partial(lock.acquire, blocking=False), lock.release
+        return functools.partial(lock.acquire, timeout=wait_s), lock.release
 
     @property
-    def entry(self) -> tuple[Record | None, int, int] | None:
-        """(record, stored at, fresh until), or None when empty."""
-        return self._entry
+    def last_seen(self) -> Record | None:
+        entry = self.entry
+        return entry[0] if entry is not None else None
 
     def clear(self) -> None:
         """Forget the record: empty, as at construction."""
         with self._write:
-            self._entry = None
-            self.healthy = (0, 0)
+            self.entry = None
+            self.healthy = _NEVER
 
 
 class RecordView:
@@ -163,31 +171,30 @@ class RecordView:
         self.name = name
         self.cache = cache
         self._store = store
-        # Waiting for another thread's refresh: longer than a store read can take.
-        self._wait_s = wait_s
-
-    def cached(self, now_ms: int) -> tuple[bool, Record | None]:
-        """(hit, record) from the cache alone: no store request (an event loop's look)."""
-        return self.cache.get(now_ms)
-
-    def paused(self, now_ms: int) -> bool:
-        """Whether the store is left alone now (after a failure): :meth:`local` answers."""
-        return self._store.paused(now_ms)
+        # The read-through's steps, which the core takes on every refresh, are bound here
+        # once: each is the cache's or the store's own callable, no frame of the view's in
+        # between.
+        #
+        # cached(now_ms) -> (hit, record) from the cache alone: no store request (an event
+        # loop's look).
+        self.cached: Callable[[int], tuple[bool, Record | None]] = cache.get
+        # paused(now_ms): whether the store is left alone now (after a failure): local()
+        # answers.
+        self.paused: Callable[[int], bool] = store.paused
+        # begin_refresh() claims the container's refresh: False when another thread kept it
+        # longer than wait_s, longer than a store read can take. One thread per container
+        # refreshes; the others wait for its answer (bounded) instead of sending the same
+        # request, or acting on a view older than cache_ttl: that view may still say closed
+        # after the fleet tripped. (RecordCache.begin_refresh(wait_s), bound.)
+        # end_refresh() lets the refresh go.
+        self.begin_refresh: Callable[[], bool]
+        self.end_refresh: Callable[[], object]
+        self.begin_refresh, self.end_refresh = cache.refresh_steps(wait_s)
 
     def local(self, now_ms: int) -> Record | None:
         """The record as the local twin holds it (answered locally: no store call to share,
         nothing the fleet's cache may take)."""
         return self._store.load(self.name, now_ms)
-
-    def begin_refresh(self) -> bool:
-        """Claim the container's refresh: False when another thread kept it longer than a
-        store read can take. One thread per container refreshes; the others wait for its
-        answer (bounded) instead of sending the same request, or acting on a view older than
-        cache_ttl: that view may still say closed after the fleet tripped."""
-        return self.cache.begin_refresh(wait_s=self._wait_s)
-
-    def end_refresh(self) -> None:
-        self.cache.end_refresh()
 
     def fetch(self, now_ms: int) -> Replied[Record | None]:
         """One store read of this thread's own: the record, and its answer for the core."""
@@ -197,7 +204,8 @@ class RecordView:
     @property
     def last_seen(self) -> Record | None:
         """The newest record a store answered, fresh or not (a write's fence starts there)."""
-        return self.cache.last_seen
+        entry = self.cache.entry  # the cache's last_seen, read here: a frame fewer
+        return entry[0] if entry is not None else None
 
     def forget(self) -> None:
         """Drop the cached record: the next read refreshes (a restored snapshot's view is

@@ -392,3 +392,36 @@ def test_the_recovery_ramp_has_one_place_the_pipelines_stages() -> None:
 
     # THEN it takes no ramp: a lost claim's allow goes back through the pipeline's stages
     assert "ramp" not in inspect.signature(ProbeClaim).parameters
+
+
+# -- which stages a verdict meets -------------------------------------------------------------
+
+
+def test_a_stage_is_skipped_for_exactly_the_verdicts_it_would_pass_unchanged() -> None:
+    # GIVEN a pipeline's stages, each set to act: the barrier barred on the record's
+    # generation, thinning at a weight and a draw that turn a claim away, the recovery ramp
+    # just after a close with a draw that turns a call away, and shadow mode on
+    now = 50_000
+    config = replace(CONFIG, recovery_ramp_seconds=10)
+    breaker = CircuitBreaker(
+        "payment-api", store=MemoryStore(), config=config, clock=FakeClock(), rng=Draw()
+    )
+    pipeline = breaker._core.pipeline
+    record = Record(state=State.CLOSED, gen=4, closed_at=now - 1)
+    pipeline.barrier.bar(4, now + 10_000)
+    mode: Any = SimpleNamespace(
+        policy=POLICY,
+        counting=SimpleNamespace(claim_weight=lambda _now: 5),
+        shadow=SimpleNamespace(
+            admit=lambda verdict: Admission("payment-api", Decision.ALLOW, verdict.state)
+        ),
+    )
+    verdicts = [Verdict(decision, state, 7) for decision in Decision for state in State]
+    stages = pipeline._stages
+    assert {stage for _, stage in stages} > {pipeline.barrier, pipeline.thinning, pipeline.ramp}
+    for acts_on, stage in stages:
+        # WHEN every verdict passes the stage
+        changed = {v.decision for v in verdicts if stage(v, record, now, mode, None) is not v}
+        # THEN the decisions it changes a verdict of are those the pipeline hands it: a
+        # verdict it is skipped for would have passed it unchanged
+        assert changed == set(acts_on), stage

@@ -82,6 +82,25 @@ def test_a_success_needs_no_store_request_under_the_count_policy(clock: FakeCloc
     assert core.returned(call, "ok") is None
 
 
+def test_a_closed_call_that_succeeds_asks_the_count_policy_nothing(clock: FakeClock) -> None:
+    # GIVEN a count-policy breaker whose strategy refuses to be asked for a ticket, a report
+    # due, or a call's end (it counts failures only: it has none of them to give)
+    breaker = breaker_on(MemoryStore(), clock, CONFIG, listeners=[])
+    counting = core_of(breaker).mode.counting
+    assert counting.failures_only
+
+    def not_asked(*_: Any) -> None:
+        raise AssertionError("the count policy was asked about a call that succeeded")
+
+    for step in ("due", "start", "end"):
+        setattr(counting, step, not_asked)
+    # WHEN calls succeed, closed and healthy (the drivers' fast path) and not
+    assert breaker.call(lambda: "ok") == "ok"
+    clock.advance(5)
+    assert breaker.call(lambda: "ok") == "ok"
+    # THEN none was asked: the core knows a success of the count policy counts nowhere
+
+
 def test_a_failure_is_a_request_that_counts_only_once_sent(clock: FakeClock) -> None:
     # GIVEN a closed breaker that opens on two failures, one already counted
     breaker = breaker_on(MemoryStore(), clock, CONFIG, listeners=[])
@@ -541,6 +560,26 @@ def test_the_slow_call_watcher_keeps_no_breaker_alive(clock: FakeClock) -> None:
 
 def window_of(record: Record, config: BreakerConfig, clock: FakeClock) -> WindowCounts:
     return sliding_window(Policy.from_config(config)).counts(record, clock())
+
+
+def test_a_thread_kept_from_the_refresh_reads_the_store_itself_and_its_answer_is_taken(
+    clock: FakeClock,
+) -> None:
+    # GIVEN a breaker whose cached view went stale after another container forced the
+    # breaker open, and whose refresh another thread keeps past the wait (its claim fails)
+    store = MemoryStore()
+    breaker = breaker_on(store, clock, CONFIG, listeners=[])
+    assert breaker.state is State.CLOSED
+    breaker_on(store, clock, CONFIG, listeners=[]).force_open()
+    clock.advance(2)
+    core = core_of(breaker)
+    core.view.begin_refresh = lambda: False
+    # WHEN the core reads the record
+    record = core.read(clock())
+    # THEN it read the store on this thread, and took the answer: the fleet's record, cached
+    assert record is not None
+    assert record.state is State.FORCED_OPEN
+    assert core.view.cached(clock()) == (True, record)
 
 
 # -- no way back from the parts to the core ---------------------------------------------------

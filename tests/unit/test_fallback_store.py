@@ -424,3 +424,57 @@ def test_a_degraded_container_counts_its_own_failures_once_each(
     assert store.degraded
     assert outcome.record is not None
     assert (outcome.record.state, outcome.record.failures) == (State.CLOSED, 1)
+
+
+STORE_CALL_HOOKS = ("on_store_call_start", "on_store_result", "on_store_call")
+
+
+@pytest.mark.parametrize("watch_calls", [True, False])
+def test_the_store_call_hooks_are_told_only_when_watched_the_others_always(
+    shared: FlakyStore, clock: FakeClock, events: Events, watch_calls: bool
+) -> None:
+    # GIVEN a wrapper that is told whether anyone watches its store calls
+    store = FallbackStore(
+        shared, clock=clock, backoff_seconds=BACKOFF_S, emit=events, watch_calls=watch_calls
+    )
+    # WHEN it reads, writes, fails, recovers and reads a corrupt record
+    store.load(NAME, clock())
+    trip_store(store, NAME, POLICY, clock())
+    shared.down = True
+    store.load(NAME, clock())
+    shared.down = False
+    clock.advance(BACKOFF_S)
+    store.load(NAME, clock())
+    # THEN the store-call hooks are told of each round trip only when watched
+    calls = events.hooks(*STORE_CALL_HOOKS)
+    round_trips = len(calls) // 3
+    assert calls == list(STORE_CALL_HOOKS) * round_trips
+    assert round_trips >= 5 if watch_calls else round_trips == 0
+    # AND every other event is told either way: the trip, the failure, the recovery
+    assert events.hooks("on_state_change", "on_store_error", "on_degraded", "on_recovered") == [
+        "on_state_change",
+        "on_store_error",
+        "on_degraded",
+        "on_recovered",
+    ]
+    assert not store.degraded
+
+
+def test_a_breaker_watches_its_store_calls_only_for_a_listener_that_has_their_hooks(
+    clock: FakeClock,
+) -> None:
+    from fleetbreaker import BreakerListener, CircuitBreaker, LoggingListener, MemoryStore
+
+    class Timing(BreakerListener):
+        def on_store_call(self, name: str, operation: str, elapsed_ms: float, ok: bool) -> None:
+            """Having the hook is what counts here."""
+
+    def wrapper_of(listeners: list[BreakerListener]) -> FallbackStore:
+        breaker = CircuitBreaker(NAME, store=MemoryStore(), listeners=listeners, clock=clock)
+        return breaker._store
+
+    # GIVEN breakers with the default listener, none, and one that times store calls
+    # THEN only the last has its store wrapper tell the store-call hooks
+    assert not wrapper_of([LoggingListener()]).watch_calls
+    assert not wrapper_of([]).watch_calls
+    assert wrapper_of([LoggingListener(), Timing()]).watch_calls

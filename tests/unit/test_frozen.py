@@ -8,15 +8,20 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import inspect
 import pickle
+import sys
 from collections.abc import Mapping
 from dataclasses import FrozenInstanceError, dataclass, field
 from typing import Any
 
 import pytest
 
+from fleetbreaker import frozen as frozen_module
 from fleetbreaker.frozen import frozen, replace
-from fleetbreaker.record import Lease, Record, State
+from fleetbreaker.record import Lease, Outcome, Record, State
+from fleetbreaker.results import Admission
+from fleetbreaker.rules import Verdict
 
 
 @frozen
@@ -179,3 +184,52 @@ def test_positional_arguments_with_plain_defaults_build_what_a_dataclass_builds(
     built = Answer(*args)
     assert dataclasses.astuple(expected) == (built.value, built.changed, built.token)
     assert repr(built) == repr(expected).replace("DataAnswer", "Answer")
+
+
+# -- hot value classes whose __init__ is written out ---------------------------------------
+
+# Built on every store answer (Outcome), every admission that is not a healthy call's
+# (Verdict) and every rejection (Admission): frozen's shared __init__ costs twice a written
+# out one, so these write their own, which frozen keeps.
+HAND_WRITTEN: list[type[Any]] = [Outcome, Verdict, Admission]
+
+
+def _writes_its_own_init(cls: type[Any]) -> bool:
+    init = cls.__dict__.get("__init__")
+    return init is not None and init.__code__.co_filename != frozen_module.__file__
+
+
+@pytest.mark.parametrize("cls", HAND_WRITTEN, ids=lambda cls: cls.__name__)
+def test_a_written_out_init_takes_the_fields_in_order_with_their_defaults(
+    cls: type[Any],
+) -> None:
+    # GIVEN a value class whose __init__ is written out
+    assert _writes_its_own_init(cls)
+    params = list(inspect.signature(cls.__init__).parameters.values())[1:]
+    fields = cls.__frozen_fields__
+    # THEN it takes every field, in declaration order, by position or by keyword
+    assert tuple(param.name for param in params) == fields
+    assert {param.kind for param in params} == {inspect.Parameter.POSITIONAL_OR_KEYWORD}
+    # AND each default is the field's (a class attribute), the others are required
+    defaults = {p.name: p.default for p in params if p.default is not inspect.Parameter.empty}
+    assert defaults == {name: vars(cls)[name] for name in fields if name in vars(cls)}
+    # AND what it builds holds every field: the given ones, then the defaults
+    given = {name: object() for name in fields if name not in defaults}
+    built = cls(*given.values())
+    assert vars(built) == {**given, **defaults}
+    assert built == cls(**given)
+
+
+def test_every_written_out_init_is_held_by_the_test_above() -> None:
+    # GIVEN every frozen class of the package's modules loaded here
+    import fleetbreaker.breaker  # noqa: F401  (loads the call path's modules)
+
+    classes = {
+        cls
+        for name, module in list(sys.modules.items())
+        if name.startswith("fleetbreaker.")
+        for cls in vars(module).values()
+        if isinstance(cls, type) and hasattr(cls, "__frozen_fields__")
+    }
+    # THEN those that write their own __init__ are the ones checked above
+    assert {cls for cls in classes if _writes_its_own_init(cls)} == set(HAND_WRITTEN)

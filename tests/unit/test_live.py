@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from fleetbreaker import BreakerConfig
 from fleetbreaker.live import LiveTuning
+from fleetbreaker.policy import Policy
 from fleetbreaker.tuning import encode_tuned
 
 DEPLOYED = BreakerConfig(failure_threshold=5)
@@ -33,3 +34,15 @@ def test_an_empty_text_returns_to_the_deployed_settings() -> None:
     tuning = LiveTuning(DEPLOYED, "payment-api")
     tuning.follow(encode_tuned({"failure_threshold": 9}))
     assert tuning.follow("") == DEPLOYED
+
+
+def test_the_followed_config_s_policy_is_built_once_and_any_other_gets_its_own() -> None:
+    # GIVEN live tuning that followed a tuned text
+    tuning = LiveTuning(DEPLOYED, "payment-api")
+    config = tuning.follow(encode_tuned({"failure_threshold": 9}))
+    assert config is not None
+    # THEN the policy of the config it follows is the one it built (a breaker's mode takes
+    # it: no second build at construction or on a tune), and another config's is its own
+    assert tuning.policy_for(config) is tuning.policy
+    assert tuning.policy_for(DEPLOYED) == Policy.from_config(DEPLOYED)
+    assert tuning.policy_for(DEPLOYED).failure_threshold == 5

@@ -120,3 +120,40 @@ def test_a_claim_waits_as_long_as_it_was_told_and_no_longer() -> None:
 
     # THEN the first does not block, the others wait at most what they were told
     assert lock.asked == [{"blocking": False}, {"timeout": 0.5}, {"timeout": 30}]
+
+
+class ReleasableRecordingLock(RecordingLock):
+    def release(self) -> None:
+        """Nothing to release: every claim was granted and noted."""
+
+
+def test_put_returns_the_newest_record_the_cache_holds() -> None:
+    # GIVEN a fresh entry of generation 5
+    cache = RecordCache(TTL_MS)
+    assert cache.put(record(5), T) == record(5)
+
+    # WHEN a slow answer of generation 4 is put, THEN put says generation 5 is what it holds
+    # (the core reads live tuning from it: the newest record, as last_seen is)
+    assert cache.put(record(4), T + 1) == record(5) == cache.last_seen
+
+
+def test_the_refresh_steps_claim_and_release_the_lock_as_begin_and_end_refresh_do() -> None:
+    # GIVEN the refresh steps a view binds, for a wait and for none
+    cache = RecordCache(TTL_MS)
+    begin, end = cache.refresh_steps(0.5)
+    begin_now, _ = cache.refresh_steps(0)
+
+    # THEN they hold the cache's one refresh claim: claimed by one, refused to the next
+    assert begin()
+    assert not cache.begin_refresh()
+    end()
+    assert begin_now()
+    assert not begin_now()
+    cache.end_refresh()
+
+    # AND they wait as long as they were told, no longer (a wait of 0 never blocks)
+    lock = ReleasableRecordingLock()
+    cache._refreshing = lock  # type: ignore[assignment]
+    cache.refresh_steps(0)[0]()
+    cache.refresh_steps(0.5)[0]()
+    assert lock.asked == [{"blocking": False}, {"timeout": 0.5}]

@@ -86,6 +86,11 @@ class FallbackStore:
         ``on_store_result``, ``on_store_call``, ``on_store_error``, ``on_degraded``,
         ``on_store_misconfigured``, ``on_recovered``, ``on_corrupt_record``,
         ``on_state_change``).
+    watch_calls:
+        Whether each operation is told to ``on_store_call_start``, ``on_store_result`` and
+        ``on_store_call`` (with how it ended and how long it took). ``CircuitBreaker``
+        passes False when none of its listeners has those hooks: every store call is then
+        spared them and its clock reads. The other events are emitted either way.
 
     Example
     -------
@@ -107,6 +112,7 @@ class FallbackStore:
         backoff_seconds: float = 5.0,
         deadline_seconds: float | None = 1.0,
         emit: Emit | None = None,
+        watch_calls: bool = True,
     ) -> None:
         if isinstance(backoff_seconds, bool) or not isinstance(backoff_seconds, (int, float)):
             raise ConfigError(f"backoff_seconds must be a number, got {backoff_seconds!r}")
@@ -143,6 +149,7 @@ class FallbackStore:
         self.stats = StoreStats()
         self.fallback_stats = StoreErrorStats()
         self._emit: Emit = emit or _ignore
+        self.watch_calls = watch_calls
         self._slots = deadline.CallSlots()
         self._lock = threading.Lock()
         self._degraded = False
@@ -183,35 +190,31 @@ class FallbackStore:
     # -- the contract ----------------------------------------------------------------------
 
     def load(self, name: str, now_ms: int) -> Record | None:
-        return self._load(name, now_ms, strict=False).record
+        return self.read(name, now_ms).record
 
-    def read(self, name: str, now_ms: int) -> Outcome:
+    def read(self, name: str, now_ms: int, *, strict: bool = False) -> Outcome:
         """A load, answered as a value: the record in an Outcome whose ``local`` says
-        whether the local twin answered it (degraded) rather than the shared store."""
-        return self._load(name, now_ms, strict=False)
+        whether the local twin answered it (degraded) rather than the shared store.
 
-    def verify(self, name: str, now_ms: int) -> Outcome:
-        """One read of breaker ``name`` that raises :class:`ConfigError` when the store is
-        misconfigured (:class:`~fleetbreaker.errors.StoreMisconfiguredError`: no such table,
-        access denied, login refused), with the store's own message.
-
-        Weather is let through: a store that is unreachable, slow or throttling leaves this
-        wrapper degraded, as the first call would. The answer is returned as :meth:`read`
-        returns it (``CircuitBreaker`` calls this at construction when ``verify_store`` is
-        set, and caches a shared answer).
+        ``strict``: a misconfigured store raises :class:`ConfigError` (:meth:`verify`).
         """
-        return self._load(name, now_ms, strict=True)
-
-    def _load(self, name: str, now_ms: int, *, strict: bool) -> Outcome:
+        # Every cache refresh of a breaker is one of these: the checks of paused() and
+        # _call() are written out, a frame each fewer.
         self.stats.count_read()
-        if self.paused(now_ms):
+        if self._degraded and now_ms < self._paused_until:
             return _local_answer(self.local.load(name, now_ms))
-        started = time.perf_counter()
+        watched = self.watch_calls
+        # None: the store-call hooks are not told of this call (_call_done).
+        started = time.perf_counter() if watched else None
         try:
             # Inside the try: an interrupt during a listener's start hook still ends the
             # spans the listeners before it opened.
-            self._emit("on_store_call_start", name, "load")
-            record = self._call("load", name, lambda: self.shared.load(name, now_ms))
+            if watched:
+                self._emit("on_store_call_start", name, "load")
+            if self._prepared and self.deadline_seconds is None:
+                record = self.shared.load(name, now_ms)  # in process: nothing to bound
+            else:
+                record = self._call("load", name, lambda: self.shared.load(name, now_ms))
         except CorruptRecordError as exc:
             # The store answered; its record is unusable and counts as closed until the next
             # write replaces it.
@@ -229,9 +232,23 @@ class FallbackStore:
             self._call_done(name, "load", started, exc)
             raise
         else:
-            self._call_done(name, "load", started, None)
-        self._seen(name, record)
+            if watched or self._degraded:  # (what _call_done would do, else nothing)
+                self._call_done(name, "load", started, None)
+        # What a degradation seeds the local twin from (_seen, written out).
+        self._last_seen = (name, record)
         return Outcome(record)
+
+    def verify(self, name: str, now_ms: int) -> Outcome:
+        """One read of breaker ``name`` that raises :class:`ConfigError` when the store is
+        misconfigured (:class:`~fleetbreaker.errors.StoreMisconfiguredError`: no such table,
+        access denied, login refused), with the store's own message.
+
+        Weather is let through: a store that is unreachable, slow or throttling leaves this
+        wrapper degraded, as the first call would. The answer is returned as :meth:`read`
+        returns it (``CircuitBreaker`` calls this at construction when ``verify_store`` is
+        set, and caches a shared answer).
+        """
+        return self.read(name, now_ms, strict=True)
 
     def record_failure(
         self, name: str, policy: Policy, now_ms: int, observed: Record | None, weight: int = 1
@@ -371,9 +388,12 @@ class FallbackStore:
         self.stats.count_write()
         if self.paused(now_ms):
             return _local(op(self.local))
-        started = time.perf_counter()
+        watched = self.watch_calls
+        # None: the store-call hooks are not told of this call (_call_done).
+        started = time.perf_counter() if watched else None
         try:
-            self._emit("on_store_call_start", name, operation)
+            if watched:
+                self._emit("on_store_call_start", name, operation)
             outcome = _shared(self._call(operation, name, lambda: op(self.shared)))
         except Exception as exc:
             self._call_done(name, operation, started, exc)
@@ -384,7 +404,8 @@ class FallbackStore:
             # the listeners close what they opened (a span, its context) before it goes on.
             self._call_done(name, operation, started, exc)
             raise
-        self._call_done(name, operation, started, None)
+        if watched or self._degraded:  # (what _call_done would do, else nothing)
+            self._call_done(name, operation, started, None)
         self._seen(name, outcome.record)
         if outcome.transition is not None:
             self._changed(name, outcome, reason(outcome))
@@ -404,22 +425,23 @@ class FallbackStore:
         self._last_seen = (name, record)
 
     def _call_done(
-        self, name: str, operation: str, started: float, error: BaseException | None
+        self, name: str, operation: str, started: float | None, error: BaseException | None
     ) -> None:
-        elapsed_ms = (time.perf_counter() - started) * 1000
         ok = error is None
-        if ok:
-            outcome = STORE_ANSWERED
-        elif isinstance(error, StoreDeadlineError):
-            outcome = STORE_DEADLINE
-        elif isinstance(error, Exception):
-            outcome = STORE_ERROR
-        else:
-            outcome = STORE_INTERRUPTED
-        try:
-            self._emit("on_store_result", name, operation, self.kind, outcome, error)
-        finally:
-            self._emit("on_store_call", name, operation, elapsed_ms, ok)
+        if started is not None:  # the call's start was told: its end is told too
+            elapsed_ms = (time.perf_counter() - started) * 1000
+            if ok:
+                outcome = STORE_ANSWERED
+            elif isinstance(error, StoreDeadlineError):
+                outcome = STORE_DEADLINE
+            elif isinstance(error, Exception):
+                outcome = STORE_ERROR
+            else:
+                outcome = STORE_INTERRUPTED
+            try:
+                self._emit("on_store_result", name, operation, self.kind, outcome, error)
+            finally:
+                self._emit("on_store_call", name, operation, elapsed_ms, ok)
         if ok and self._degraded:
             with self._lock:
                 recovered, self._degraded = self._degraded, False

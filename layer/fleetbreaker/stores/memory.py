@@ -60,7 +60,12 @@ class MemoryStore:
     def load(self, name: str, now_ms: int) -> Record | None:
         self.stats.count_read()
         with self._lock:
-            return self._live(name, now_ms)
+            # _live(), written out: every cache refresh of a breaker on this store is one.
+            record = self._records.get(name)
+            if record is not None and record.expires_at * 1000 <= now_ms:  # is_expired()
+                del self._records[name]
+                return None
+            return record
 
     def seed(self, name: str, record: Record | None) -> None:
         """Replace a record wholesale (used to start a local breaker from the fleet's view)."""
