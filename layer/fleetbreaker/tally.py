@@ -53,6 +53,10 @@ class CallTally:
         self.report_due_ms = 0  # the pending counts must be reported by then
         self.span_ms = policy.bucket_ms
         self.span_end_ms = 0
+        # Pending calls a window old are in no window any more: a report would count them as
+        # calls of now (see rotate). When the last bad call was counted, epoch ms.
+        self.window_ms = policy.window_ms
+        self.bad_ms = 0
         # The pending counts (all calls, failures, slow) as they stood at the last two span
         # ends: what the pending counts hold beyond ``_older`` are the recent calls (one to
         # two spans of them), which a report may send alone (see take_recent).
@@ -85,6 +89,7 @@ class CallTally:
             self.calls += 1
             self.failures += failed
             self.slow += slow
+            self.bad_ms = max(self.bad_ms, now_ms)
             return failed or slow
 
     def late(self, failed: bool) -> bool:
@@ -107,6 +112,7 @@ class CallTally:
             with self._lock:
                 self.calls += taken
                 self.slow += taken
+                self.bad_ms = max(self.bad_ms, now_ms)
         return taken
 
     def take(self, container: str, now_ms: int, interval_ms: int) -> Report:
@@ -133,6 +139,18 @@ class CallTally:
         with self._lock:
             if now_ms < self.span_end_ms:
                 return
+            if now_ms - max(self.span_end_ms, self.bad_ms) >= self.window_ms:
+                # A call starts only after this check (a call at or past span_end_ms rotates
+                # first), so every pending call started before span_end_ms, and each bad one
+                # was counted by bad_ms: all a window old or more, as a container frozen
+                # between invocations keeps them. No window holds them any more, and a
+                # report would count them as calls of now (a trip from minutes-old failures
+                # when the traffic comes back): they are dropped.
+                mark = next(self.good)
+                self._good_base, self._peeks = mark + 1, 0
+                self.calls = self.failures = self.slow = 0
+                self._older = self._mid = (0, 0, 0)
+                self._older_spans = 0
             totals = self._totals()
             self._older_spans += 1
             if (

@@ -241,3 +241,32 @@ SmallFleet.TestCase.settings = settings(
     suppress_health_check=[HealthCheck.too_slow],
 )
 test_small_fleets_keep_every_guarantee = SmallFleet.TestCase
+
+
+def test_a_fleet_tuned_back_to_counts_after_an_idle_trips_on_no_minutes_old_failure() -> None:
+    """The machine's counterexample, kept: 50 containers on the rate policy fail for 0.3 s
+    (too few calls each to report), the tune is cleared, everyone idles 2 minutes, then
+    calls succeed. The failures pending in each container were a window old: reported as
+    calls of now they tripped the fleet with no failure in its window."""
+    machine = SmallFleet()
+    checks = [
+        machine.failures_are_never_thinned,
+        machine.census_writes_never_move_the_state,
+        machine.a_close_says_when_it_closed,
+        machine.a_count_policy_trip_is_the_thresholdth_failure,
+    ]
+    machine.start(first=1, seed=0, window=1.0, threshold=2)
+    steps = [
+        lambda: machine.arrive(count=50),
+        machine.tune_to_the_rate_policy,
+        lambda: machine.long_idle(minutes=2),
+        lambda: machine.run(seconds=0.3, failing=True),
+        machine.tune_clear,
+        lambda: machine.long_idle(minutes=2),
+        lambda: machine.run(seconds=0.3, failing=False),
+    ]
+    for step in steps:
+        step()
+        for check in checks:
+            check()
+    assert machine.fleet.ledger.trips == []

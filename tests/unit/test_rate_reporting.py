@@ -19,13 +19,13 @@ from fleetbreaker.rate import (
     wants_urgent_report,
     write_rate,
 )
-from fleetbreaker.record import WINDOW_BUCKETS, Bucket, Record
+from fleetbreaker.record import WINDOW_BUCKETS, Bucket, Outcome, Record, Report
 from fleetbreaker.rules import sliding_window
 from fleetbreaker.stores.memory import MemoryStore
 from fleetbreaker.tally import MAX_RECENT_SPANS, CallTally
 from fleetbreaker.view import MAX_REFRESH_STRETCH, TARGET_REFRESHES_PER_S, refresh_ms
 from fleetbreaker.window import WindowCounts
-from tests.support import Dependency, FakeClock
+from tests.support import Dependency, FakeClock, breaker_on
 
 RATE = Policy.from_config(
     BreakerConfig(failure_rate_threshold=0.5, minimum_calls=20, window_seconds=10)
@@ -299,3 +299,61 @@ def test_a_crowd_that_started_together_spreads_its_first_reports() -> None:
     assert strategy.interval_ms == max_interval_ms(RATE)
     tally = strategy.tally
     assert clock() + 1000 <= tally.report_due_ms <= clock() + max_interval_ms(RATE)
+
+
+class Reports(MemoryStore):
+    """A MemoryStore that keeps every report it was sent."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sent: list[Report] = []
+
+    def report(
+        self, name: str, policy: Policy, now_ms: int, report: Report, observed: Record | None
+    ) -> Outcome:
+        self.sent.append(report)
+        return super().report(name, policy, now_ms, report, observed)
+
+
+def test_calls_a_frozen_container_held_past_the_window_are_never_reported_as_calls_of_now() -> None:
+    # GIVEN a rate-policy container (10 s window) whose last calls failed, too few and too
+    # recent to have been reported, when Lambda froze it
+    clock = FakeClock()
+    store = Reports()
+    breaker = breaker_on(
+        store, clock, BreakerConfig(failure_rate_threshold=0.5, window_seconds=10, cache_ttl=1.0)
+    )
+    dependency = Dependency()
+    breaker.call(dependency)
+    store.sent.clear()
+    dependency.failing = True
+    for _ in range(3):
+        clock.advance(0.01)
+        with pytest.raises(ConnectionError):
+            breaker.call(dependency)
+    # WHEN it thaws two minutes later and its next call succeeds
+    clock.advance(120)
+    dependency.failing = False
+    breaker.call(dependency)
+    breaker.flush()
+    # THEN no report carries the old failures: the window they were in is long gone, and the
+    # store would count them as failures of now
+    assert sum(report.failures for report in store.sent) == 0, store.sent
+    assert sum(report.calls for report in store.sent) == 1, store.sent
+
+
+def test_a_tally_keeps_its_pending_calls_while_one_of_them_is_inside_the_window() -> None:
+    # GIVEN a tally with calls pending, the last bad one counted 9.9 s after its span ended
+    tally = CallTally(RATE, 1000)
+    tally.start(0)
+    tally.bad(None, 50, failed=False)
+    tally.bad(None, RATE.bucket_ms + 9_900, failed=True)
+    # WHEN the span rotates within a window of that call, THEN nothing pending is dropped
+    tally.rotate(RATE.bucket_ms + 10_000)
+    assert tally.pending_calls() == 2
+    # AND a window after the span that rotation began ends, everything pending is: no call
+    # came since (a frozen container's calls)
+    tally.rotate(tally.span_end_ms + RATE.window_ms - 1)
+    assert tally.pending_calls() == 2
+    tally.rotate(tally.span_end_ms + RATE.window_ms)
+    assert tally.pending_calls() == 0
