@@ -40,6 +40,7 @@ SHARED_FIXTURES = {
     "tests.sam.test_rehearsal.example_deployment": "sam-deploy-{}",
     "tests.sam.test_build.build_dir": "sam-build",
     "tests.sam.test_build.runtime_boto3": "sam-build",
+    "tests.sam.test_template.checkov_scan": "checkov",
     "tests.demo.conftest.short_demo": "demo-short",
     "tests.demo.conftest.noisy_demo": "demo-noisy",
     "tests.bench.test_scale.rate": "scale-rate",
