@@ -137,7 +137,7 @@ def runtime_boto3(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for name, distribution in distributions_of("boto3").items():
         assert distribution.version == tested[name], (name, distribution.version)
         for top in {file.parts[0] for file in distribution.files or []} - {"..", "__pycache__"}:
-            (target / top).symlink_to(distribution.locate_file(top))
+            (target / top).symlink_to(str(distribution.locate_file(top)))
     # the very packages a layer must not bring a copy of (RUNTIME_PACKAGES)
     modules = {path.stem for path in target.iterdir() if path.suffix != ".dist-info"}
     assert modules == set(RUNTIME_PACKAGES), modules
