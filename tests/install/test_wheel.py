@@ -104,12 +104,14 @@ def fresh_venv(venv: Path, env: dict[str, str]) -> tuple[Path, Path]:
 
     venv installs them by running pip from inside its wheel, where no module of pip has
     bytecode, and compiles both: 2.3 s of CPU a venv. The suite's pip installs the same
-    wheels into a venv made without pip, in under a third of that. Where Python keeps no bundled
-    wheels (Debian's python3 keeps them elsewhere), venv installs them itself."""
-    bundled = sorted((Path(ensurepip.__file__).parent / "_bundled").glob("*.whl"))
-    if bundled:
+    wheels the same way (by name, from the bundled directory alone) into a venv made without
+    pip, in under a third of that. Where Python keeps no bundled wheels (Debian's python3
+    keeps them elsewhere), venv installs them itself."""
+    bundled = Path(ensurepip.__file__).parent / "_bundled"
+    names = sorted(wheel.name.split("-")[0] for wheel in bundled.glob("*.whl"))
+    if names:
         run([sys.executable, "-m", "venv", "--without-pip", venv], venv.parent, env)
-        install = ["install", "--quiet", "--no-index", *bundled]
+        install = ["install", "--quiet", "--no-index", "--find-links", bundled, *names]
         run(
             [sys.executable, "-m", "pip", "--python", venv / "bin" / "python", *install],
             venv.parent,
