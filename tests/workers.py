@@ -41,6 +41,7 @@ SHARED_FIXTURES = {
     "tests.sam.test_build.build_dir": "sam-build",
     "tests.sam.test_build.runtime_boto3": "sam-build",
     "tests.sam.test_template.checkov_scan": "checkov",
+    "tests.sam.conftest.cfn_lint_findings": "cfn-lint",
     "tests.infra.test_wall_clock_bounds.suite_scan": "test-modules-scan",
     "tests.demo.conftest.short_demo": "demo-short",
     "tests.demo.conftest.noisy_demo": "demo-noisy",
