@@ -9,6 +9,8 @@ the tests that run a function with exactly the environment its stack gives it, a
 
 from __future__ import annotations
 
+import copy
+import functools
 import json
 import os
 import re
@@ -101,9 +103,24 @@ def attached_layers(
 
 
 def load_template(path: Path = TEMPLATE) -> dict[str, Any]:
+    """The template at ``path``, parsed as :func:`parse_template` parses it."""
+    return parse_template(path.read_text())
+
+
+def parse_template(text: str) -> dict[str, Any]:
+    """A template's text parsed by SAM's own YAML reader (its intrinsic-function tags
+    included), as a copy of its own that the caller may change (``translate`` does)."""
+    return copy.deepcopy(_parsed(text))
+
+
+@functools.cache
+def _parsed(text: str) -> dict[str, Any]:
+    # Once per text and process: test modules read template.yaml at import (parametrize)
+    # and in their tests, and samcli's pure-Python parse of it costs a tenth of a second, a
+    # third under coverage's tracer, against a few milliseconds for a copy.
     from samcli.yamlhelper import yaml_parse
 
-    template: dict[str, Any] = yaml_parse(path.read_text())
+    template: dict[str, Any] = yaml_parse(text)
     return template
 
 

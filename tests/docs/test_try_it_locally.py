@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from devtools.servers import LOOPBACK, REPO_ROOT
+from devtools.servers import COVERAGE_CHILD_PREFIX, LOOPBACK, REPO_ROOT
 from tests.docs.blocks import blocks
 from tests.support import wait_for
 
@@ -55,12 +55,14 @@ def moto_as_written() -> Iterator[str]:
     """The page's first block, running in the background until the test ends."""
     server_block = section_blocks()[0]
     port = port_of(server_block)
-    # The page's own command, run by a shell as a reader runs it.
+    # The page's own command, run by a shell as a reader runs it; moto runs none of the
+    # measured code, so coverage does not follow it (the commands it serves are measured).
+    unmeasured = {k: v for k, v in reader_env().items() if not k.startswith(COVERAGE_CHILD_PREFIX)}
     server = subprocess.Popen(
         server_block,
         shell=True,
         executable="/bin/bash",
-        env=reader_env(),
+        env=unmeasured,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         start_new_session=True,

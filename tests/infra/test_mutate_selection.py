@@ -15,6 +15,7 @@ from types import ModuleType
 
 import pytest
 
+from devtools.servers import untraced_env
 from tests.support import load_file
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -117,10 +118,13 @@ def test_each_test_path_of_each_selection_keeps_tests_under_its_filter(
 ) -> None:
     # GIVEN each distinct selection (its paths and its -k filter)
     selections = sorted({tuple(tests) for tests in mutate.MODULES.values()})
-    # WHEN pytest collects each (one process for all: its start-up was most of the time)
+    # WHEN pytest collects each (one process for all: its start-up was most of the time),
+    # unmeasured by coverage: what collecting runs of the package, importing it, every
+    # worker's own collection runs too (traced, it cost 2.4 s of CPU more)
     done = subprocess.run(
         [sys.executable, "-c", COLLECT_EACH, json.dumps(selections)],
         cwd=ROOT,
+        env=untraced_env(),
         capture_output=True,
         text=True,
         check=False,

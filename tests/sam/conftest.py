@@ -1,9 +1,12 @@
-"""Fixtures for the SAM application: the payment function's module, its table, a fake provider."""
+"""Fixtures for the SAM application: the payment function's module, its table, a fake provider,
+and cfn-lint's findings on every template the tests lint."""
 
 from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -15,7 +18,7 @@ import pytest
 from devtools.functions import load_function
 from devtools.lambda_context import FakeLambdaContext
 from devtools.payment_api import FakePaymentApi
-from devtools.servers import REPO_ROOT, make_table
+from devtools.servers import REPO_ROOT, make_table, untraced_env
 
 EVENTS = REPO_ROOT / "events"
 
@@ -129,3 +132,79 @@ def yaml_after_marker(page: Path, marker: str) -> str:
     match = re.search(r"```yaml\n(.*?)```", text[start:], re.DOTALL)
     assert match, f"no yaml block after the {marker} marker in {page.name}"
     return match.group(1)
+
+
+# --------------------------------------------------------------------------- cfn-lint
+
+CFN_LINT = Path(sys.executable).parent / "cfn-lint"
+TEMPLATE = REPO_ROOT / "template.yaml"
+# Real-looking IDs for the breaker cache's network (tests/sam/test_template_redis.py).
+SUBNETS = "subnet-0123456789abcdef0,subnet-0fedcba9876543210"
+SECURITY_GROUPS = "sg-0123456789abcdef0"
+
+
+def template_with_the_cache_on() -> str:
+    """template.yaml with the breaker cache switched on: defaults set to redis and
+    real-looking IDs, and the condition reduced to the parameter test, which cfn-lint can
+    evaluate (it then checks the Fn::If branches that only exist with the cache)."""
+    text = TEMPLATE.read_text()
+    text = text.replace("    Default: dynamodb\n", "    Default: redis\n", 1)
+    for parameter, value in [
+        ("BreakerCacheSubnetIds", SUBNETS),
+        ("BreakerCacheSecurityGroupIds", SECURITY_GROUPS),
+    ]:
+        empty = f'  {parameter}:\n    Type: CommaDelimitedList\n    Default: ""\n'
+        assert text.count(empty) == 1, f"expected {parameter} with an empty default"
+        text = text.replace(empty, empty.replace('""', f'"{value}"'))
+    condition_start = text.index("  BreakerOnRedis: !And\n")
+    condition_end = text.index("\n  DeferWhenOpen:")
+    return (
+        text[:condition_start]
+        + "  BreakerOnRedis: !Equals [!Ref BreakerStore, redis]"
+        + text[condition_end:]
+    )
+
+
+def attach_snippet() -> str:
+    """The YAML block that follows the README's attach-snippet marker."""
+    return yaml_after_marker(REPO_ROOT / "README.md", "attach-snippet")
+
+
+def managed_instances_snippet() -> str:
+    """docs/deploying.md's Lambda Managed Instances snippet."""
+    return yaml_after_marker(REPO_ROOT / "docs" / "deploying.md", "managed-instances-snippet")
+
+
+@pytest.fixture(scope="session")
+def cfn_lint_findings(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[str]]:
+    """cfn-lint's findings, informational ones included, on each template the tests lint:
+    template.yaml as written and with the breaker cache on, and the docs' two snippets, by
+    name. One cfn-lint run lints all four, each on its own (loading its specifications was
+    half of each of four runs); a finding names its file."""
+    directory = tmp_path_factory.mktemp("cfn-lint")
+    paths = {"template.yaml": TEMPLATE}
+    for name, text in [
+        ("template-redis.yaml", template_with_the_cache_on()),
+        ("attach.yaml", attach_snippet()),
+        ("managed-instances.yaml", managed_instances_snippet()),
+    ]:
+        paths[name] = directory / name
+        paths[name].write_text(text)
+    result = subprocess.run(
+        [str(CFN_LINT), "--format", "parseable", "--include-checks", "I", "--"]
+        + [str(path) for path in paths.values()],
+        cwd=REPO_ROOT,
+        env=untraced_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    # Exit 0: no error, warning or informational finding anywhere. Anything else with no
+    # finding printed is cfn-lint itself failing.
+    assert result.returncode == 0 or result.stdout.strip(), result.stdout + result.stderr
+    by_path = {str(path): name for name, path in paths.items()}
+    findings: dict[str, list[str]] = {name: [] for name in paths}
+    for line in result.stdout.splitlines():
+        findings[by_path[line.split(":", 1)[0]]].append(line)
+    return findings

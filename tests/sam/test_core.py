@@ -11,16 +11,13 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from devtools.sam_template import layer_id, load_template, runtimes
-from devtools.servers import REPO_ROOT, untraced_env
-from tests.sam.conftest import yaml_after_marker
+from devtools.servers import REPO_ROOT
+from tests.sam.conftest import attach_snippet
 
 # The layers of every runtime, full and slim, their SSM parameters, and their permissions
 # (only with LayerSharingOrganizationId).
@@ -169,11 +166,6 @@ def test_the_template_names_no_partition(template: dict[str, Any]) -> None:
 # --------------------------------------------------------------------------- attach snippet
 
 
-def attach_snippet() -> str:
-    """The YAML block that follows the README's attach-snippet marker."""
-    return yaml_after_marker(REPO_ROOT / "README.md", "attach-snippet")
-
-
 @pytest.fixture(scope="module")
 def snippet() -> dict[str, Any]:
     from samcli.yamlhelper import yaml_parse
@@ -182,19 +174,9 @@ def snippet() -> dict[str, Any]:
     return parsed
 
 
-def test_the_attach_snippet_is_lint_clean(tmp_path: Path) -> None:
+def test_the_attach_snippet_is_lint_clean(cfn_lint_findings: dict[str, list[str]]) -> None:
     # GIVEN the README's snippet as a template WHEN cfn-lint checks it THEN it reports nothing
-    path = tmp_path / "attach.yaml"
-    path.write_text(attach_snippet())
-    result = subprocess.run(
-        [str(Path(sys.executable).parent / "cfn-lint"), "--include-checks", "I", "--", str(path)],
-        env=untraced_env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
+    assert cfn_lint_findings["attach.yaml"] == []
 
 
 def test_the_attach_snippet_names_what_the_core_publishes(

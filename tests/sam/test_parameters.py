@@ -13,18 +13,12 @@ from typing import Any
 
 import pytest
 
+from devtools.sam_template import parse_template
 from tests.sam.conftest import shipped_templates
 
 
-def parsed(text: str) -> dict[str, Any]:
-    from samcli.yamlhelper import yaml_parse
-
-    template: dict[str, Any] = yaml_parse(text)
-    return template
-
-
 def parsed_parameters(text: str) -> dict[str, Any]:
-    parameters: dict[str, Any] = parsed(text).get("Parameters", {})
+    parameters: dict[str, Any] = parse_template(text).get("Parameters", {})
     return parameters
 
 
@@ -43,7 +37,7 @@ def test_the_docs_ship_templates_beside_template_yaml() -> None:
 @pytest.mark.parametrize("where", sorted(TEMPLATES))
 def test_every_parameter_is_in_one_group_and_labelled(where: str) -> None:
     # GIVEN a shipped template WHEN its interface is read
-    template = parsed(TEMPLATES[where])
+    template = parse_template(TEMPLATES[where])
     parameters = list(template.get("Parameters", {}))
     assert parameters, where
     interface = template["Metadata"]["AWS::CloudFormation::Interface"]
@@ -62,7 +56,7 @@ def test_every_parameter_is_in_one_group_and_labelled(where: str) -> None:
 def test_sam_deploy_guided_asks_in_the_order_of_the_groups() -> None:
     # GIVEN template.yaml WHEN its parameters are compared with its groups THEN they come in
     # the groups' order, the core's first and the local-only endpoint last
-    template = parsed(TEMPLATES["template.yaml"])
+    template = parse_template(TEMPLATES["template.yaml"])
     groups = template["Metadata"]["AWS::CloudFormation::Interface"]["ParameterGroups"]
     grouped = [name for group in groups for name in group["Parameters"]]
     assert list(template["Parameters"]) == grouped

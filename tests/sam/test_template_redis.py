@@ -7,22 +7,13 @@ RedisStore and the payment function expect.
 
 from __future__ import annotations
 
-import subprocess
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from devtools.sam_template import load_template
-from devtools.servers import REPO_ROOT, untraced_env
 from fleetbreaker import RedisStore
-
-TEMPLATE = REPO_ROOT / "template.yaml"
-CFN_LINT = Path(sys.executable).parent / "cfn-lint"
-SUBNETS = "subnet-0123456789abcdef0,subnet-0fedcba9876543210"
-SECURITY_GROUPS = "sg-0123456789abcdef0"
-
+from tests.sam.conftest import SECURITY_GROUPS, SUBNETS
 
 # Every function that keeps or reads a breaker: each has a role of its own (see below).
 FUNCTION_ROLES = [
@@ -218,42 +209,11 @@ def test_the_vpc_access_policy_comes_only_with_the_redis_store(
     assert "Policies" not in template["Resources"][function]["Properties"]
 
 
-def test_cfn_lint_is_clean_with_the_cache_on(tmp_path: Path) -> None:
-    # GIVEN the template with the cache switched on: defaults set to redis and real-looking
-    # IDs, and the condition reduced to the parameter test, which cfn-lint can evaluate (it
-    # then checks the Fn::If branches that only exist with the cache)
-    text = TEMPLATE.read_text()
-    text = text.replace("    Default: dynamodb\n", "    Default: redis\n", 1)
-    for parameter, value in [
-        ("BreakerCacheSubnetIds", SUBNETS),
-        ("BreakerCacheSecurityGroupIds", SECURITY_GROUPS),
-    ]:
-        empty = f'  {parameter}:\n    Type: CommaDelimitedList\n    Default: ""\n'
-        assert text.count(empty) == 1, f"expected {parameter} with an empty default"
-        text = text.replace(empty, empty.replace('""', f'"{value}"'))
-    condition_start = text.index("  BreakerOnRedis: !And\n")
-    condition_end = text.index("\n  DeferWhenOpen:")
-    text = (
-        text[:condition_start]
-        + "  BreakerOnRedis: !Equals [!Ref BreakerStore, redis]"
-        + text[condition_end:]
-    )
-    enabled = tmp_path / "template-redis.yaml"
-    enabled.write_text(text)
-
-    # WHEN cfn-lint checks it, informational findings included
-    result = subprocess.run(
-        [str(CFN_LINT), "--include-checks", "I", "--", str(enabled)],
-        env=untraced_env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-
+def test_cfn_lint_is_clean_with_the_cache_on(cfn_lint_findings: dict[str, list[str]]) -> None:
+    # GIVEN the template with the cache switched on (tests/sam/conftest.py's
+    # template_with_the_cache_on) WHEN cfn-lint checks it, informational findings included
     # THEN it reports nothing
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert result.stdout.strip() == ""
+    assert cfn_lint_findings["template-redis.yaml"] == []
 
 
 def test_the_cache_is_valkey_serverless_in_the_given_network(template: dict[str, Any]) -> None:
