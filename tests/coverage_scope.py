@@ -11,11 +11,17 @@ botocore's own work on a request (serialize, sign, parse) run with the thread's 
 function removed, put back when they return: those 31 tests then take 15 s, with the same
 lines covered. Code of ours that moto runs meanwhile (a Lambda function invoked in process
 by tests/stepfunctions) is traced again for its duration (:func:`traced`).
+
+The tests that repeat one simulation many times (tests/fleet, tests/unit/test_stateful.py)
+trace the first few runs and run the rest untraced; the store calls an untraced call hands
+to the package's store workers run untraced there too.
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
+import functools
 import os
 import sys
 import threading
@@ -28,7 +34,9 @@ _suspended = threading.local()
 
 
 def untraced(function: Callable[..., Any]) -> Callable[..., Any]:
-    """``function`` run with this thread's trace function off (when one is set)."""
+    """``function`` run with this thread's trace function off (when one is set), and so are
+    the store calls it hands to the package's store workers (:func:`_store_calls_untraced`).
+    """
 
     def call(*args: Any, **kwargs: Any) -> Any:
         tracer = sys.gettrace()
@@ -37,9 +45,12 @@ def untraced(function: Callable[..., Any]) -> Callable[..., Any]:
         stack = _suspended.__dict__.setdefault("tracers", [])
         stack.append(tracer)
         sys.settrace(None)
+        handed_off = _store_calls_untraced()
         try:
             return function(*args, **kwargs)
         finally:
+            if handed_off is not None:
+                handed_off.var.reset(handed_off)
             stack.pop()
             # Installed the Python way, coverage's tracer puts itself back the C way at the
             # next call event; its record of the frames above this one is intact.
@@ -47,6 +58,29 @@ def untraced(function: Callable[..., Any]) -> Callable[..., Any]:
 
     call.__wrapped__ = function  # type: ignore[attr-defined]
     return call
+
+
+def _store_calls_untraced() -> contextvars.Token[Any] | None:
+    """Store calls handed to a store worker from here on run untraced there too.
+
+    A breaker on DynamoDB or Redis runs each store call on a worker thread (its deadline,
+    fleetbreaker/stores/deadline.py), and coverage traces every thread it started on: the
+    store's code, botocore's client and redis-py's did, under a call run untraced here. The
+    package lets a caller wrap the job its worker runs (``store_call_wrapper``, carried in
+    the caller's context, as the X-Ray listener uses it); the wrapper set here runs the job
+    untraced, through the caller's own wrapper when there is one. The package is never
+    imported from here: a module first imported untraced would lose its import-time lines.
+    """
+    deadline = sys.modules.get("fleetbreaker.stores.deadline")
+    if deadline is None:
+        return None
+    handoff: contextvars.ContextVar[Any] = deadline.store_call_wrapper
+    outer = handoff.get()
+
+    def run_untraced(job: Callable[[], Any]) -> Any:
+        return untraced(job if outer is None else functools.partial(outer, job))()
+
+    return handoff.set(run_untraced)
 
 
 def traced(function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
