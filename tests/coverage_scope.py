@@ -60,6 +60,24 @@ def untraced(function: Callable[..., Any]) -> Callable[..., Any]:
     return call
 
 
+def _store_call_handoff() -> contextvars.ContextVar[Any] | None:
+    """The package's ``store_call_wrapper``, when the package is loaded. Never imported from
+    here: a module first imported untraced would lose its import-time lines."""
+    deadline = sys.modules.get("fleetbreaker.stores.deadline")
+    return None if deadline is None else deadline.store_call_wrapper
+
+
+class _UntracedJob:
+    """A ``store_call_wrapper`` that runs the job untraced, through the wrapper that was set
+    before it (``outer``) when there was one."""
+
+    def __init__(self, outer: Callable[[Callable[[], Any]], Any] | None) -> None:
+        self.outer = outer
+
+    def __call__(self, job: Callable[[], Any]) -> Any:
+        return untraced(job if self.outer is None else functools.partial(self.outer, job))()
+
+
 def _store_calls_untraced() -> contextvars.Token[Any] | None:
     """Store calls handed to a store worker from here on run untraced there too.
 
@@ -68,34 +86,32 @@ def _store_calls_untraced() -> contextvars.Token[Any] | None:
     store's code, botocore's client and redis-py's did, under a call run untraced here. The
     package lets a caller wrap the job its worker runs (``store_call_wrapper``, carried in
     the caller's context, as the X-Ray listener uses it); the wrapper set here runs the job
-    untraced, through the caller's own wrapper when there is one. The package is never
-    imported from here: a module first imported untraced would lose its import-time lines.
+    untraced, through the caller's own wrapper when there is one.
     """
-    deadline = sys.modules.get("fleetbreaker.stores.deadline")
-    if deadline is None:
-        return None
-    handoff: contextvars.ContextVar[Any] = deadline.store_call_wrapper
-    outer = handoff.get()
-
-    def run_untraced(job: Callable[[], Any]) -> Any:
-        return untraced(job if outer is None else functools.partial(outer, job))()
-
-    return handoff.set(run_untraced)
+    handoff = _store_call_handoff()
+    return None if handoff is None else handoff.set(_UntracedJob(handoff.get()))
 
 
 def traced(function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """``function(*args, **kwargs)`` traced, inside an :func:`untraced` call (a plain call
-    elsewhere). A function, not a context manager: the frame that turns the tracer back off
-    must be one the tracer never saw enter, or its record of the frames would be off by one.
+    elsewhere), and so are the store calls it hands to store workers. A function, not a
+    context manager: the frame that turns the tracer back off must be one the tracer never
+    saw enter, or its record of the frames would be off by one.
     """
     stack = getattr(_suspended, "tracers", [])
     if not stack or sys.gettrace() is not None:
         return function(*args, **kwargs)
+    handoff = _store_call_handoff()
+    token = None
+    if handoff is not None and isinstance(handoff.get(), _UntracedJob):
+        token = handoff.set(handoff.get().outer)
     sys.settrace(stack[-1])
     try:
         return function(*args, **kwargs)
     finally:
         sys.settrace(None)
+        if token is not None:
+            token.var.reset(token)
 
 
 @contextlib.contextmanager

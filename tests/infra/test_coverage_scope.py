@@ -1,5 +1,6 @@
 """A call run untraced by coverage (tests/coverage_scope.py) runs untraced on the store
-workers it hands its store calls to, as on its own thread."""
+workers it hands its store calls to, as on its own thread; code traced again inside it
+(``traced``) hands them off traced."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from fleetbreaker.stores import deadline
-from tests.coverage_scope import untraced
+from tests.coverage_scope import traced, untraced
 
 
 @contextlib.contextmanager
@@ -58,6 +59,17 @@ def test_a_store_call_handed_off_by_an_untraced_call_runs_untraced() -> None:
     # THEN the worker ran the traced call's job traced and the untraced call's untraced
     assert seen[0] is not None
     assert seen[1] is None
+
+
+def test_a_store_call_handed_off_by_code_traced_again_runs_traced() -> None:
+    # GIVEN code of ours traced again inside an untraced call (as moto runs a Lambda
+    # function in process: tests/stepfunctions)
+    seen: list[Any] = []
+    with traced_threads():
+        # WHEN it hands a store call off
+        untraced(traced)(on_a_store_worker(seen))
+    # THEN the worker runs it traced
+    assert seen[0] is not None
 
 
 def test_a_wrapper_the_caller_set_still_runs_the_job() -> None:
