@@ -12,9 +12,10 @@ function removed, put back when they return: those 31 tests then take 15 s, with
 lines covered. Code of ours that moto runs meanwhile (a Lambda function invoked in process
 by tests/stepfunctions) is traced again for its duration (:func:`traced`).
 
-The tests that repeat one simulation many times (tests/fleet, tests/unit/test_stateful.py)
-trace the first few runs and run the rest untraced; the store calls an untraced call hands
-to the package's store workers run untraced there too.
+The tests that repeat one simulation many times (tests/fleet, tests/bench) trace the first
+few runs, or a sample of a run's containers, and run the rest untraced; the store calls an
+untraced call hands to the package's store workers run untraced there too. The Hypothesis
+state machines run Hypothesis untraced and their steps traced (:func:`traced_step`).
 """
 
 from __future__ import annotations
@@ -112,6 +113,20 @@ def traced(function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         sys.settrace(None)
         if token is not None:
             token.var.reset(token)
+
+
+def traced_step(step: Callable[..., Any]) -> Callable[..., Any]:
+    """A step of a Hypothesis state machine (an initializer, a rule, an invariant), traced
+    when the machine runs under :func:`untraced`: Hypothesis's own work between the steps
+    (drawing, choosing a rule, keeping its tree of examples) runs untraced, and every step of
+    every example, where all the package's code runs, is traced as before. Innermost, under
+    Hypothesis's decorators."""
+
+    @functools.wraps(step)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        return traced(step, *args, **kwargs)
+
+    return run
 
 
 @contextlib.contextmanager

@@ -1,6 +1,7 @@
 """A call run untraced by coverage (tests/coverage_scope.py) runs untraced on the store
 workers it hands its store calls to, as on its own thread; code traced again inside it
-(``traced``) hands them off traced."""
+(``traced``) hands them off traced. A Hypothesis state machine run untraced traces its steps
+(``traced_step``)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,12 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
 from fleetbreaker.stores import deadline
-from tests.coverage_scope import traced, untraced
+from tests.coverage_scope import traced, traced_step, untraced
 
 
 @contextlib.contextmanager
@@ -91,3 +96,34 @@ def test_a_wrapper_the_caller_set_still_runs_the_job() -> None:
     # THEN the job ran through the caller's wrapper, and untraced
     assert wrapped == ["wrapped"]
     assert seen == [None]
+
+
+class Traces(RuleBasedStateMachine):
+    """Notes the trace function its steps, and Hypothesis's own calls (a precondition), see."""
+
+    seen: list[tuple[str, Any]]
+
+    @precondition(lambda self: bool(self.seen.append(("precondition", sys.gettrace())) or True))
+    @rule(value=st.integers(0, 3))
+    @traced_step
+    def step(self, value: int) -> None:
+        self.seen.append(("rule", sys.gettrace()))
+
+    @invariant()
+    @traced_step
+    def holds(self) -> None:
+        self.seen.append(("invariant", sys.gettrace()))
+
+
+def test_a_state_machine_run_untraced_traces_its_steps_only() -> None:
+    Traces.seen = []
+    Traces.TestCase.settings = settings(max_examples=3, stateful_step_count=3, database=None)
+    with traced_threads():
+        # WHEN the machine runs untraced
+        untraced(Traces.TestCase("runTest").runTest)()
+    # THEN its rules and invariants ran traced, and Hypothesis's own work did not
+    kinds = {
+        kind: {tracer is not None for k, tracer in Traces.seen if k == kind}
+        for kind, _ in Traces.seen
+    }
+    assert kinds == {"rule": {True}, "invariant": {True}, "precondition": {False}}
