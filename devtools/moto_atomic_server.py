@@ -6,7 +6,9 @@ allows (conditional writes to an item are linearisable). A global lock around ea
 restores that guarantee without changing anything else about moto's wire behaviour.
 
 With FLEETBREAKER_MOTO_VALIDATE_ONCE=1 in its environment it also makes moto's UpdateExpression
-checks once per expression (devtools/moto_validation.py), as the test suite's servers do.
+checks once per expression (devtools/moto_validation.py) and builds its JSON answers without
+its alias search where none can match (devtools/moto_serialize.py), as the test suite's
+servers do.
 
 Usage: python devtools/moto_atomic_server.py HOST PORT
 """
@@ -26,7 +28,7 @@ from moto.server import (  # type: ignore[attr-defined]
 )
 from werkzeug.serving import run_simple
 
-from devtools import moto_validation
+from devtools import moto_serialize, moto_validation
 
 
 class SerialisedApp:
@@ -51,6 +53,7 @@ def main() -> None:
     os.environ.setdefault("MOTO_PORT", str(port))
     if os.environ.get(moto_validation.ENV) == "1":
         moto_validation.validate_once()
+        moto_serialize.serialize_fast()
     app = DomainDispatcherApplication(create_backend_app)
     run_simple(host, port, SerialisedApp(app), threaded=True, request_handler=MotoRequestHandler)
 

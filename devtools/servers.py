@@ -289,8 +289,9 @@ class MotoServer(ServerProcess):
     """moto's standalone server (`python -m moto.server`): AWS APIs over real HTTP.
 
     ``validate_once``: moto checks each UpdateExpression once instead of once per action
-    (devtools/moto_validation.py), as the test suite's servers do; the demo and the
-    benchmarks leave it off and run moto as it is.
+    (devtools/moto_validation.py) and builds its JSON answers without its alias search where
+    none can match (devtools/moto_serialize.py), as the test suite's servers do; the demo
+    and the benchmarks leave it off and run moto as it is.
     """
 
     name = "moto"

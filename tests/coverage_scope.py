@@ -11,11 +11,18 @@ botocore's own work on a request (serialize, sign, parse) run with the thread's 
 function removed, put back when they return: those 31 tests then take 15 s, with the same
 lines covered. Code of ours that moto runs meanwhile (a Lambda function invoked in process
 by tests/stepfunctions) is traced again for its duration (:func:`traced`).
+
+The tests that repeat one simulation many times (tests/fleet, tests/bench) trace the first
+few runs, or a sample of a run's containers, and run the rest untraced; the store calls an
+untraced call hands to the package's store workers run untraced there too. The Hypothesis
+state machines run Hypothesis untraced and their steps traced (:func:`traced_step`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
+import functools
 import os
 import sys
 import threading
@@ -28,7 +35,9 @@ _suspended = threading.local()
 
 
 def untraced(function: Callable[..., Any]) -> Callable[..., Any]:
-    """``function`` run with this thread's trace function off (when one is set)."""
+    """``function`` run with this thread's trace function off (when one is set), and so are
+    the store calls it hands to the package's store workers (:func:`_store_calls_untraced`).
+    """
 
     def call(*args: Any, **kwargs: Any) -> Any:
         tracer = sys.gettrace()
@@ -37,9 +46,12 @@ def untraced(function: Callable[..., Any]) -> Callable[..., Any]:
         stack = _suspended.__dict__.setdefault("tracers", [])
         stack.append(tracer)
         sys.settrace(None)
+        handed_off = _store_calls_untraced()
         try:
             return function(*args, **kwargs)
         finally:
+            if handed_off is not None:
+                handed_off.var.reset(handed_off)
             stack.pop()
             # Installed the Python way, coverage's tracer puts itself back the C way at the
             # next call event; its record of the frames above this one is intact.
@@ -49,19 +61,72 @@ def untraced(function: Callable[..., Any]) -> Callable[..., Any]:
     return call
 
 
+def _store_call_handoff() -> contextvars.ContextVar[Any] | None:
+    """The package's ``store_call_wrapper``, when the package is loaded. Never imported from
+    here: a module first imported untraced would lose its import-time lines."""
+    deadline = sys.modules.get("fleetbreaker.stores.deadline")
+    return None if deadline is None else deadline.store_call_wrapper
+
+
+class _UntracedJob:
+    """A ``store_call_wrapper`` that runs the job untraced, through the wrapper that was set
+    before it (``outer``) when there was one."""
+
+    def __init__(self, outer: Callable[[Callable[[], Any]], Any] | None) -> None:
+        self.outer = outer
+
+    def __call__(self, job: Callable[[], Any]) -> Any:
+        return untraced(job if self.outer is None else functools.partial(self.outer, job))()
+
+
+def _store_calls_untraced() -> contextvars.Token[Any] | None:
+    """Store calls handed to a store worker from here on run untraced there too.
+
+    A breaker on DynamoDB or Redis runs each store call on a worker thread (its deadline,
+    fleetbreaker/stores/deadline.py), and coverage traces every thread it started on: the
+    store's code, botocore's client and redis-py's did, under a call run untraced here. The
+    package lets a caller wrap the job its worker runs (``store_call_wrapper``, carried in
+    the caller's context, as the X-Ray listener uses it); the wrapper set here runs the job
+    untraced, through the caller's own wrapper when there is one.
+    """
+    handoff = _store_call_handoff()
+    return None if handoff is None else handoff.set(_UntracedJob(handoff.get()))
+
+
 def traced(function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """``function(*args, **kwargs)`` traced, inside an :func:`untraced` call (a plain call
-    elsewhere). A function, not a context manager: the frame that turns the tracer back off
-    must be one the tracer never saw enter, or its record of the frames would be off by one.
+    elsewhere), and so are the store calls it hands to store workers. A function, not a
+    context manager: the frame that turns the tracer back off must be one the tracer never
+    saw enter, or its record of the frames would be off by one.
     """
     stack = getattr(_suspended, "tracers", [])
     if not stack or sys.gettrace() is not None:
         return function(*args, **kwargs)
+    handoff = _store_call_handoff()
+    token = None
+    if handoff is not None and isinstance(handoff.get(), _UntracedJob):
+        token = handoff.set(handoff.get().outer)
     sys.settrace(stack[-1])
     try:
         return function(*args, **kwargs)
     finally:
         sys.settrace(None)
+        if token is not None:
+            token.var.reset(token)
+
+
+def traced_step(step: Callable[..., Any]) -> Callable[..., Any]:
+    """A step of a Hypothesis state machine (an initializer, a rule, an invariant), traced
+    when the machine runs under :func:`untraced`: Hypothesis's own work between the steps
+    (drawing, choosing a rule, keeping its tree of examples) runs untraced, and every step of
+    every example, where all the package's code runs, is traced as before. Innermost, under
+    Hypothesis's decorators."""
+
+    @functools.wraps(step)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        return traced(step, *args, **kwargs)
+
+    return run
 
 
 @contextlib.contextmanager

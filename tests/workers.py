@@ -48,6 +48,7 @@ SHARED_FIXTURES = {
     "tests.bench.test_scale.rate": "scale-rate",
     "tests.bench.test_scale.count": "scale-count",
     "tests.fleet.test_partial_outage.trials": "partial-outage",
+    "tests.restore.test_restored_fleet.identity_lives": "restore-identity",
     "tests.redis.conftest.cluster_redis": "redis-cluster",
     "tests.conftest.iam_moto": "iam-moto",
     "tests.cli.test_doctor.stack_cache": "doctor-cache",

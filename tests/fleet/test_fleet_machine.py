@@ -26,6 +26,7 @@ from fleetbreaker.policy import Policy
 from fleetbreaker.record import WINDOW_BUCKETS
 from fleetbreaker.tuning import encode_tuned
 from fleetbreaker.view import MAX_REFRESH_STRETCH
+from tests.coverage_scope import traced_step, untraced
 from tests.fleet.harness import Fleet, fleets_untraced
 
 MAX_CONTAINERS = 300
@@ -73,6 +74,7 @@ class SmallFleet(RuleBasedStateMachine):
         window=st.sampled_from([1.0, 20.0, 60.0]),
         threshold=st.sampled_from([2, 3, 5]),
     )
+    @traced_step
     def start(self, first: int, seed: int, window: float, threshold: int) -> None:
         self.config = config_for(window, threshold)
         self.policy = Policy.from_config(self.config)
@@ -98,10 +100,12 @@ class SmallFleet(RuleBasedStateMachine):
 
     @precondition(lambda self: len(self.fleet.containers) < MAX_CONTAINERS)
     @rule(count=st.sampled_from([1, 10, 50, 150]))
+    @traced_step
     def arrive(self, count: int) -> None:
         self._arrive(min(count, MAX_CONTAINERS - len(self.fleet.containers)))
 
     @rule(data=st.data())
+    @traced_step
     def scale_in(self, data: st.DataObject) -> None:
         size = len(self.fleet.containers)
         keep = data.draw(st.integers(1, size))
@@ -109,22 +113,26 @@ class SmallFleet(RuleBasedStateMachine):
         self.fleet.set_active(range(keep, size), False)
 
     @rule()
+    @traced_step
     def wake_everyone(self) -> None:
         self.fleet.set_active(range(len(self.fleet.containers)), True)
 
     @rule(seconds=st.sampled_from([0.3, 1.0, 3.0, 10.0]), failing=st.booleans())
+    @traced_step
     def run(self, seconds: float, failing: bool) -> None:
         # Each stretch of time, the dependency is up or down throughout.
         self.fleet.failing = failing
         self.fleet.run_for(seconds)
 
     @rule(minutes=st.sampled_from([2, 15, 90]))
+    @traced_step
     def long_idle(self, minutes: int) -> None:
         # Nobody calls: the clock jumps (Lambda keeps idle containers for a while); then the
         # traffic comes back to every container at once.
         self.fleet.idle(minutes * 60_000)
 
     @rule(count=st.sampled_from([1, 2, 5, 20]))
+    @traced_step
     def census_cluster(self, count: int) -> None:
         # Census writes are drawn at random: now and then several land together (each from
         # another container; no container sends more than one per refresh).
@@ -173,16 +181,19 @@ class SmallFleet(RuleBasedStateMachine):
         return True
 
     @rule()
+    @traced_step
     def operator_reset(self) -> None:
         self.fleet.containers[0].breaker.reset()
 
     @rule()
+    @traced_step
     def tune_to_the_rate_policy(self) -> None:
         text = encode_tuned({"failure_rate_threshold": 0.5})
         self.store.tune(NAME, self.policy, self.fleet.clock(), text, None)
         self.tuned_to_rate = True
 
     @rule()
+    @traced_step
     def tune_clear(self) -> None:
         now = self.fleet.clock()
         self.store.tune(NAME, self.policy, now, "", None)
@@ -194,15 +205,18 @@ class SmallFleet(RuleBasedStateMachine):
     # -- invariants ------------------------------------------------------------------------
 
     @invariant()
+    @traced_step
     def failures_are_never_thinned(self) -> None:
         weights = {weight for _, weight in self.fleet.ledger.failure_writes}
         assert weights <= {1}, f"a failure of a small fleet was thinned: weights {weights}"
 
     @invariant()
+    @traced_step
     def census_writes_never_move_the_state(self) -> None:
         assert self.fleet.ledger.census_transitions == 0
 
     @invariant()
+    @traced_step
     def a_close_says_when_it_closed(self) -> None:
         closes = self.fleet.ledger.closes
         if len(closes) == self.checked_closes:
@@ -214,6 +228,7 @@ class SmallFleet(RuleBasedStateMachine):
             assert record.closed_at in (closes[-1], 0), (record.closed_at, closes[-1])
 
     @invariant()
+    @traced_step
     def a_count_policy_trip_is_the_thresholdth_failure(self) -> None:
         trips = self.fleet.ledger.trips
         while self.checked_trips < len(trips):
@@ -240,7 +255,11 @@ SmallFleet.TestCase.settings = settings(
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
-test_small_fleets_keep_every_guarantee = SmallFleet.TestCase
+
+
+def test_small_fleets_keep_every_guarantee() -> None:
+    # Hypothesis's own work untraced by coverage, every step traced (traced_step).
+    untraced(SmallFleet.TestCase("runTest").runTest)()
 
 
 def test_a_fleet_tuned_back_to_counts_after_an_idle_trips_on_no_minutes_old_failure() -> None:

@@ -19,7 +19,7 @@ import pytest
 from fleetbreaker import BreakerConfig
 from fleetbreaker.policy import Policy
 from fleetbreaker.rules import sliding_window
-from tests.restore.conftest import ENVIRONMENTS, RESTORE_AFTER_S, Restore, StoreUnderTest
+from tests.restore.conftest import ENVIRONMENTS, RESTORE_AFTER_S, Life, Restore, StoreUnderTest
 from tests.restore.scenarios import T_INIT_MS, Counts
 
 pytestmark = pytest.mark.slow
@@ -35,11 +35,24 @@ def rate_policy() -> Policy:
 # -- on each store ---------------------------------------------------------------------------
 
 
+@pytest.fixture(scope="module")
+def identity_lives() -> dict[str, Life]:
+    """The "identity" life on each store, run once for the two tests below that only read
+    it (they form one worker's group: tests/workers.py)."""
+    return {}
+
+
+def identity_life(lives: dict[str, Life], restore: Restore, store: StoreUnderTest) -> Life:
+    if store.kind not in lives:
+        lives[store.kind] = restore("identity", store)
+    return lives[store.kind]
+
+
 def test_each_restored_environment_has_a_container_id_of_its_own(
-    restore: Restore, store: StoreUnderTest
+    restore: Restore, store: StoreUnderTest, identity_lives: dict[str, Life]
 ) -> None:
     # GIVEN a breaker built at init WHEN 4 environments are restored from its snapshot
-    life = restore("identity", store)
+    life = identity_life(identity_lives, restore, store)
     # THEN each has an id of its own, none the snapshot's, and each stayed on the store
     ids = [environment["container_id"] for environment in life.restored]
     assert len(set(ids)) == ENVIRONMENTS
@@ -49,10 +62,10 @@ def test_each_restored_environment_has_a_container_id_of_its_own(
 
 
 def test_each_restored_environment_draws_its_own_random_numbers(
-    restore: Restore, store: StoreUnderTest
+    restore: Restore, store: StoreUnderTest, identity_lives: dict[str, Life]
 ) -> None:
     # GIVEN a breaker built at init WHEN 4 environments are restored from its snapshot
-    life = restore("identity", store)
+    life = identity_life(identity_lives, restore, store)
     # THEN their breakers' random streams differ from each other and from the snapshot's
     streams = [tuple(environment["draws"]) for environment in life.restored]
     streams.append(tuple(life.snapshot["draws"]))

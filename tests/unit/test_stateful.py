@@ -31,7 +31,7 @@ from fleetbreaker import (
     State,
     StateChange,
 )
-from tests.coverage_scope import untraced
+from tests.coverage_scope import traced_step, untraced
 from tests.support import FakeClock, RecordingListener, in_a_fresh_thread, make_policy
 
 CONFIG = BreakerConfig(
@@ -62,13 +62,9 @@ JOURNALED = {"on_state_change": "transition", "on_failure_recorded": "failure", 
 
 class FleetMachine(RuleBasedStateMachine):
     store_factory: Any = MemoryStore
-    # Under coverage, the breakers and the store of the first `traced_examples` examples run
-    # traced, the later ones untraced (tests/coverage_scope.py): the same package lines, the
-    # store's and the breakers', at a fraction of the CPU. Every example is still checked.
-    traced_examples: int | None = None  # None: all of them
-    examples_seen = 0
 
     @initialize()
+    @traced_step
     def setup(self) -> None:
         self.clock = FakeClock()
         self.store = type(self).store_factory()
@@ -101,26 +97,15 @@ class FleetMachine(RuleBasedStateMachine):
             for index in range(CONTAINERS)
         ]
         self.held: list[tuple[int, Admission, int]] = []  # (container, probe, claimed at)
-        machine = type(self)
-        machine.examples_seen += 1
-        if machine.traced_examples is not None and machine.examples_seen > machine.traced_examples:
-            self._untrace()
         self.trip_gens: list[int] = []
         self.episode_successes = 0  # applied probe successes since the last transition
         self.closed_after = 0  # successes counted before the last half_open -> closed
-
-    def _untrace(self) -> None:
-        """Run the package's side of every rule and invariant untraced by coverage."""
-        for breaker in self.breakers:
-            for method in ("call", "check", "record"):
-                setattr(breaker, method, untraced(getattr(breaker, method)))
-        for method in ("census", "load"):
-            setattr(self.store, method, untraced(getattr(self.store, method)))
 
     def _record(self) -> Any:
         return self.store.load(NAME, self.clock())
 
     @rule(container=st.integers(0, CONTAINERS - 1), fails=st.booleans())
+    @traced_step
     def call(self, container: int, fails: bool) -> None:
         def dependency() -> str:
             if fails:
@@ -135,6 +120,7 @@ class FleetMachine(RuleBasedStateMachine):
         self._after_step(before)
 
     @rule(writes=st.sampled_from([1, 40]))
+    @traced_step
     def census_crowd(self, writes: int) -> None:
         # A crowd's census lands in the current slice (40 in a 2 s slice read as thousands
         # of containers): past 600 containers a failure is written with probability
@@ -150,6 +136,7 @@ class FleetMachine(RuleBasedStateMachine):
         self._after_step(before)
 
     @rule(container=st.integers(0, CONTAINERS - 1))
+    @traced_step
     def census(self, container: int) -> None:
         # One container's own census write (its refresh draws one now and then).
         before = len(self.journal)
@@ -180,6 +167,7 @@ class FleetMachine(RuleBasedStateMachine):
                 events[index] = (kind, at, weight)
 
     @rule(container=st.integers(0, CONTAINERS - 1))
+    @traced_step
     def probe_and_hold(self, container: int) -> None:
         before = len(self.journal)
         admission = self.breakers[container].check()
@@ -189,6 +177,7 @@ class FleetMachine(RuleBasedStateMachine):
 
     @precondition(lambda self: bool(self.held))
     @rule(data=st.data(), success=st.booleans())
+    @traced_step
     def settle_held(self, data: st.DataObject, success: bool) -> None:
         index = data.draw(st.integers(0, len(self.held) - 1))
         container, admission, _ = self.held.pop(index)
@@ -197,6 +186,7 @@ class FleetMachine(RuleBasedStateMachine):
         self._after_step(before)
 
     @rule(seconds=st.sampled_from([0.1, 0.5, 1, 2, 5, 10, 20, 45]))
+    @traced_step
     def advance(self, seconds: float) -> None:
         self.clock.advance(seconds)
 
@@ -240,6 +230,7 @@ class FleetMachine(RuleBasedStateMachine):
         assert counted >= CONFIG.failure_threshold, f"opened after {counted} failures"
 
     @invariant()
+    @traced_step
     def live_probes_within_budget(self) -> None:
         record = self._record()
         if record is None or record.state is not State.HALF_OPEN:
@@ -260,7 +251,16 @@ FleetMachine.TestCase.settings = settings(
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
-test_fleet_invariants_on_memory_store = FleetMachine.TestCase
+
+
+def run_machine(machine: type[RuleBasedStateMachine]) -> None:
+    """``machine``'s examples, Hypothesis's own work untraced by coverage and every step
+    traced (tests/coverage_scope.py's traced_step)."""
+    untraced(machine.TestCase("runTest").runTest)()
+
+
+def test_fleet_invariants_on_memory_store() -> None:
+    run_machine(FleetMachine)
 
 
 @pytest.fixture
@@ -289,7 +289,6 @@ def moto_store_factory() -> Any:
 @pytest.mark.slow
 def test_fleet_invariants_on_dynamodb_store(moto_store_factory: Any) -> None:
     class DynamoFleet(FleetMachine):
-        traced_examples = 5
         store_factory = staticmethod(moto_store_factory)
 
     DynamoFleet.TestCase.settings = settings(
@@ -300,7 +299,7 @@ def test_fleet_invariants_on_dynamodb_store(moto_store_factory: Any) -> None:
     )
     # From a new thread's shallow stack (tests/support.py's in_a_fresh_thread): 30 s of
     # CPU became 19 s with one seed.
-    in_a_fresh_thread(DynamoFleet.TestCase("runTest").runTest)
+    in_a_fresh_thread(lambda: run_machine(DynamoFleet))
 
 
 @pytest.fixture
@@ -331,7 +330,6 @@ def redis_store_factory(redis_server: str) -> Any:
 @pytest.mark.slow
 def test_fleet_invariants_on_redis_store(redis_store_factory: Any) -> None:
     class RedisFleet(FleetMachine):
-        traced_examples = 5
         store_factory = staticmethod(redis_store_factory)
 
     RedisFleet.TestCase.settings = settings(
@@ -340,4 +338,4 @@ def test_fleet_invariants_on_redis_store(redis_store_factory: Any) -> None:
         deadline=None,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
     )
-    RedisFleet.TestCase("runTest").runTest()
+    run_machine(RedisFleet)
