@@ -15,7 +15,7 @@ from typing import Any, NoReturn, TypeVar
 
 import pytest
 
-from devtools import moto_validation, servers
+from devtools import botocore_data, moto_validation, servers
 from devtools.servers import (
     BackendMissing,
     BlackholeServer,
@@ -75,6 +75,7 @@ def _sanitize_aws_environment() -> None:
 _sanitize_aws_environment()
 coverage_scope.install()  # moto in-process, untraced by coverage (tests/coverage_scope.py)
 moto_validation.validate_once()  # moto checks an UpdateExpression once, not once per action
+botocore_data.share_loaders()  # botocore's JSON read once per process, not once per session
 
 
 # --------------------------------------------------------------------------- backends
