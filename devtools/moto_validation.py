@@ -24,6 +24,13 @@ of CPU, 13 ms with each text read once. :func:`validate_once` also keeps what ea
 read into (a text moto refuses is read, and refused, every time) and hands each request its
 own: a list over the same tokens and nodes (moto's parsers build their trees from them and
 never change one), and a tree of its own for the update (moto's validator rewrites it).
+
+The walk: moto's validator walks the update's tree once per check (ten of them), and for
+each node it rebuilds the check's table of node types and handlers; then it deep-copies the
+tree it was handed, which is already a copy of its own. :func:`validate_once` has each check
+build its table once, walks the tree for the two checks made at the root only (above) not at
+all, and copies the tree with pickle, as :func:`_parse_once` does. UpdateItem on moto
+in-process: 13.5 ms of CPU, 7 ms after (224 of them in the store and report contracts).
 """
 
 from __future__ import annotations
@@ -96,11 +103,50 @@ def _parse_once(make: Callable[[str], Any]) -> Callable[[str], Any]:
     return parsed
 
 
+def _table(traverser: Any) -> tuple[dict[type, Callable[[Any], Any]], tuple[type, ...]]:
+    """The traverser's node types and their handlers, built once per traverser (moto built
+    them for every node it visited: each check's table is fixed when the check is made)."""
+    table = traverser.__dict__.get("_handlers_by_type")
+    if table is None:
+        handlers = traverser._processing_map()
+        table = traverser.__dict__["_handlers_by_type"] = (handlers, tuple(handlers))
+    return table  # type: ignore[no-any-return]
+
+
+def _nodes_to_be_processed(self: Any) -> tuple[type, ...]:
+    return _table(self)[1]
+
+
+def _process(self: Any, node: Any) -> Any:
+    for node_type, handler in _table(self)[0].items():
+        if isinstance(node, node_type):
+            return handler(node)
+    return None
+
+
+def _root_only(self: Any, node: Any) -> Any:
+    """A check made at the root only (:func:`_at_the_root`): the root, processed; no walk
+    through nodes where it does nothing."""
+    return self.process(node) if isinstance(node, self.nodes_to_be_processed()) else node
+
+
+def _copied_by_pickle(init: Callable[..., None]) -> Callable[..., None]:
+    """moto's Validator.__init__, copying the tree by pickle (a fifth of deepcopy's cost):
+    the copy is as deep, and the validator rewrites it as before."""
+
+    def __init__(self: Any, expression: Any, *args: Any, **kwargs: Any) -> None:
+        init(self, None, *args, **kwargs)
+        self.node_to_validate = pickle.loads(pickle.dumps(expression))
+
+    __init__.__wrapped__ = init  # type: ignore[attr-defined]
+    return __init__
+
+
 def validate_once() -> None:
     """Patch moto's two UpdateExpression checks, and its reading of UpdateExpression and
     ConditionExpression texts, in this process (idempotent)."""
     from moto.dynamodb import comparisons
-    from moto.dynamodb.parsing import expressions, tokens, validators
+    from moto.dynamodb.parsing import ast_nodes, expressions, tokens, validators
 
     readers: list[tuple[Any, str, Callable[[Any], Any]]] = [
         (tokens.ExpressionTokenizer, "make_list", _read_once),
@@ -121,3 +167,12 @@ def validate_once() -> None:
         check = vars(owner)[name]
         if not hasattr(check, "__wrapped__"):
             setattr(owner, name, _at_the_root(check))
+            owner.traverse = _root_only
+
+    traverser = ast_nodes.DepthFirstTraverser  # type: ignore[attr-defined]
+    if vars(traverser)["process"] is not _process:
+        traverser.nodes_to_be_processed = _nodes_to_be_processed
+        traverser.process = _process
+    init = vars(validators.Validator)["__init__"]
+    if not hasattr(init, "__wrapped__"):
+        validators.Validator.__init__ = _copied_by_pickle(init)  # type: ignore[method-assign]

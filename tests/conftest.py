@@ -15,7 +15,7 @@ from typing import Any, NoReturn, TypeVar
 
 import pytest
 
-from devtools import moto_serialize, moto_validation, servers
+from devtools import botocore_data, moto_serialize, moto_validation, servers
 from devtools.servers import (
     BackendMissing,
     BlackholeServer,
@@ -76,6 +76,7 @@ _sanitize_aws_environment()
 coverage_scope.install()  # moto in-process, untraced by coverage (tests/coverage_scope.py)
 moto_validation.validate_once()  # moto checks an UpdateExpression once, not once per action
 moto_serialize.serialize_fast()  # ... and answers without its alias search where none can match
+botocore_data.share_loaders()  # botocore's JSON read once per process, not once per session
 
 
 # --------------------------------------------------------------------------- backends

@@ -36,12 +36,15 @@ def _serve(path: str) -> int:
     returns the command's exit code (the caller exits with it)."""
     import boto3
 
+    from devtools import botocore_data
     from fleetbreaker import cli
     from fleetbreaker.cli import commands  # noqa: F401  (what a command loads: loaded once)
     from fleetbreaker.stores.dynamodb import DynamoDBStore  # noqa: F401
     from fleetbreaker.stores.redis import RedisStore  # noqa: F401
 
-    # botocore imports most of itself on a client's first creation.
+    # botocore imports most of itself on a client's first creation; with the loaders shared
+    # (devtools/botocore_data.py), the data files each command's clients need are read here.
+    botocore_data.share_loaders()
     for service in ("dynamodb", "sts", "cloudformation"):
         boto3.session.Session().client(
             service, region_name="us-east-1", endpoint_url="http://127.0.0.1:9"

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
 from pathlib import Path
 
 import boto3
@@ -21,8 +20,8 @@ from fleetbreaker import MemoryStore, RedisStore, State
 from fleetbreaker.breaker import system_clock
 from fleetbreaker.cli.commands import tune_merged
 from fleetbreaker.tuning import Action, decode_tuned, encode_tuned
+from tests.cli import forked
 from tests.cli.conftest import (
-    CLI,
     CLI_TIMEOUT_S,
     POLICY,
     Backend,
@@ -30,7 +29,7 @@ from tests.cli.conftest import (
     Running,
     load,
     one_line_error,
-    run_cli,
+    run_forked,
 )
 
 # -- tune merges -------------------------------------------------------------------------------
@@ -271,18 +270,11 @@ def aws_config(tmp_path: Path) -> dict[str, str]:
 
 
 def run_without_region(args: list[str], env: dict[str, str]) -> Result:
-    """The console script with no region in the environment: AWS_DEFAULT_REGION would win over
-    a profile's region (as it does for the AWS CLI: the environment before the config file)."""
+    """The CLI in a process of its own (tests/cli/forked.py) with no region in the environment:
+    AWS_DEFAULT_REGION would win over a profile's region (as it does for the AWS CLI: the
+    environment before the config file)."""
     merged = {k: v for k, v in os.environ.items() if k not in ("AWS_REGION", "AWS_DEFAULT_REGION")}
-    done = subprocess.run(
-        [str(CLI), *args],
-        capture_output=True,
-        text=True,
-        env={**merged, **env},
-        timeout=CLI_TIMEOUT_S,
-        check=False,
-    )
-    return Result(done.returncode, done.stdout, done.stderr)
+    return Result(*forked.run(args, {**merged, **env}, CLI_TIMEOUT_S))
 
 
 def test_profile_gives_the_region(moto_server: str, aws_config: dict[str, str]) -> None:
@@ -300,7 +292,7 @@ def test_profile_gives_the_region(moto_server: str, aws_config: dict[str, str]) 
 
     # WHEN the CLI lists it with the profile, and with the region of the tests' environment
     with_profile = run_without_region(["--profile", "ops", *options], aws_config)
-    without = run_cli(options, aws_config)
+    without = run_forked(options, aws_config)
 
     # THEN the profile's region finds it; us-east-1 has no such table
     assert with_profile.code == 0, with_profile.err
@@ -310,7 +302,7 @@ def test_profile_gives_the_region(moto_server: str, aws_config: dict[str, str]) 
 
 
 def test_an_unknown_profile_is_a_usage_error(moto_server: str, aws_config: dict[str, str]) -> None:
-    result = run_cli(
+    result = run_forked(
         ["--profile", "nope", "--table", "T-table", "--endpoint-url", moto_server, "list"],
         aws_config,
     )

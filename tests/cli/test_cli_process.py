@@ -1,5 +1,8 @@
-"""The console script as a process: stores out of reach, --stack, identity, Ctrl-C, colour,
-usage errors, and `import fleetbreaker` staying free of the CLI.
+"""The CLI as a process of its own: stores out of reach, --stack, identity and usage errors,
+each command forked from the CLI tests' server (tests/cli/forked.py, which answers as the
+console script does: tests/cli/test_forked.py); and what only the console script shows:
+`python -m fleetbreaker`, Ctrl-C, colour on a terminal, and `import fleetbreaker` staying
+free of the CLI.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from tests.cli.conftest import (
     fail,
     load,
     one_line_error,
-    run_cli,
+    run_forked,
     stack_with_table,
 )
 
@@ -40,21 +43,21 @@ from tests.cli.conftest import (
 def test_an_unreachable_dynamodb_exits_3_with_one_line(refused_port: int) -> None:
     endpoint = f"http://127.0.0.1:{refused_port}"
 
-    result = run_cli(["--table", "CircuitBreakers", "--endpoint-url", endpoint, "list"])
+    result = run_forked(["--table", "CircuitBreakers", "--endpoint-url", endpoint, "list"])
 
     assert result.code == 3
     assert "unreachable" in one_line_error(result)
 
 
 def test_an_unreachable_redis_exits_3_with_one_line(refused_port: int) -> None:
-    result = run_cli(["--redis-url", f"redis://127.0.0.1:{refused_port}/0", "status", "x"])
+    result = run_forked(["--redis-url", f"redis://127.0.0.1:{refused_port}/0", "status", "x"])
 
     assert result.code == 3
     assert "Redis" in one_line_error(result)
 
 
 def test_a_missing_table_exits_3_naming_it(moto_server: str) -> None:
-    result = run_cli(["--table", "no-such-table", "--endpoint-url", moto_server, "list"])
+    result = run_forked(["--table", "no-such-table", "--endpoint-url", moto_server, "list"])
 
     assert result.code == 3
     assert "'no-such-table' does not exist" in one_line_error(result)
@@ -89,7 +92,7 @@ def test_usage_errors_exit_2_with_one_line(args: list[str], problem: str) -> Non
         "AWS_CONFIG_FILE": "/nonexistent",
     }
 
-    result = run_cli(args, env)
+    result = run_forked(args, env)
 
     assert result.code == 2
     assert problem in one_line_error(result)
@@ -98,7 +101,7 @@ def test_usage_errors_exit_2_with_one_line(args: list[str], problem: str) -> Non
 def test_global_options_work_after_the_command(moto_server_backend: Backend, name: str) -> None:
     fail(moto_server_backend, name, 1)
 
-    result = run_cli(["status", name, *moto_server_backend.options, "--json"])
+    result = run_forked(["status", name, *moto_server_backend.options, "--json"])
 
     assert result.code == 0, result.err
     assert json.loads(result.out)["failures"] == 1
@@ -139,7 +142,7 @@ def test_stack_names_the_table_through_its_outputs(moto_server: str, name: str) 
 
     # WHEN the operator names the stack instead of the table
     env = {"AWS_ENDPOINT_URL_CLOUDFORMATION": moto_server, "AWS_ENDPOINT_URL_DYNAMODB": moto_server}
-    result = run_cli(["--stack", stack, "status", name, "--json"], env)
+    result = run_forked(["--stack", stack, "status", name, "--json"], env)
 
     # THEN the CLI finds the breaker in that table
     assert result.code == 0, result.err
@@ -163,7 +166,7 @@ def test_a_stack_with_a_cache_sends_the_cli_to_redis_over_tls(
         "AWS_ENDPOINT_URL_DYNAMODB": moto_server,
         "SSL_CERT_FILE": str(tls_redis.ca),
     }
-    result = run_cli(["--stack", stack, "status", name, "--json"], env)
+    result = run_forked(["--stack", stack, "status", name, "--json"], env)
 
     # THEN the CLI went to the cache (as the functions do), over TLS (the server takes
     # nothing else), and found the breaker there
@@ -174,7 +177,7 @@ def test_a_stack_with_a_cache_sends_the_cli_to_redis_over_tls(
 def test_an_unknown_stack_exits_2(moto_server: str) -> None:
     env = {"AWS_ENDPOINT_URL_CLOUDFORMATION": moto_server}
 
-    result = run_cli(["--stack", "no-such-stack", "list"], env)
+    result = run_forked(["--stack", "no-such-stack", "list"], env)
 
     assert result.code == 2
     assert "stack 'no-such-stack' not found" in one_line_error(result)
@@ -188,7 +191,7 @@ def test_without_sts_a_local_dynamodb_records_the_local_user(moto_server: str, n
     table = servers.make_table(moto_server)
 
     # WHEN an operator forces a breaker open
-    result = run_cli(
+    result = run_forked(
         [
             "--table",
             table,

@@ -1,11 +1,11 @@
 """`fleetbreaker create-table NAME`: the template's table in one command, from both sides.
 
 The request is compared with template.yaml's CircuitBreakersTable property by property; the
-command runs as a process (forked from the CLI's server, tests/cli/forked.py; a few tests
-run the console script itself) against moto's server (TTL and SSE are read back with
-DescribeTimeToLive and DescribeTable) and against dynalite, which creates tables in CREATING
-first but has neither TTL nor SSE: there the command must wait for ACTIVE, then fail in one
-line naming what the endpoint lacks.
+command runs as a process (forked from the CLI's server, tests/cli/forked.py; the documented
+command line and the refused setups run the console script itself) against moto's server
+(TTL and SSE are read back with DescribeTimeToLive and DescribeTable) and against dynalite,
+which creates tables in CREATING first but has neither TTL nor SSE: there the command must
+wait for ACTIVE, then fail in one line naming what the endpoint lacks.
 """
 
 from __future__ import annotations
@@ -224,7 +224,7 @@ def test_a_name_dynamodb_refuses_exits_2(endpoint: str | None, bad: str) -> None
 def test_without_a_region_exits_2(moto_server: str, table: str) -> None:
     env = {"AWS_DEFAULT_REGION": "", "AWS_REGION": "", "AWS_CONFIG_FILE": "/dev/null"}
 
-    result = run_cli(["create-table", table, "--endpoint-url", moto_server], env)
+    result = run_forked(["create-table", table, "--endpoint-url", moto_server], env)
 
     assert result.code == 2
     assert "no AWS region" in one_line_error(result)
@@ -233,7 +233,7 @@ def test_without_a_region_exits_2(moto_server: str, table: str) -> None:
 def test_region_option_is_used(moto_server: str, table: str) -> None:
     env = {"AWS_DEFAULT_REGION": "", "AWS_REGION": "", "AWS_CONFIG_FILE": "/dev/null"}
 
-    result = run_cli(
+    result = run_forked(
         ["create-table", table, "--endpoint-url", moto_server, "--region", "eu-west-1"], env
     )
 

@@ -17,6 +17,7 @@ from bench.demo.container import Call
 from bench.demo.report import PROBE_MIN_WIDTH, Run, figure
 from bench.demo.summary import CHARGED, CIRCUIT_OPEN, DEFERRED, PROVIDER_FAILED, RunRecord
 from bench.demo.summary import summarize as summarise
+from tests.coverage_scope import untraced
 
 OUTAGE = (1.0, 2.0)
 DURATION = 3.0
@@ -120,13 +121,15 @@ def legend_entries(ax: Any) -> list[str]:
 
 @pytest.fixture
 def drawn() -> Iterator[Any]:
-    """Builds the figure of some runs, and closes every figure it built."""
+    """Builds the figure of some runs, and closes every figure it built. Untraced by
+    coverage: matplotlib and bench/ hold none of the measured code (this file's 8 figures
+    took 0.9 s more CPU traced)."""
     import matplotlib.pyplot as plt
 
     built: list[Any] = []
 
     def build(runs: list[Run]) -> Any:
-        fig = figure(runs)
+        fig = untraced(figure)(runs)
         built.append(fig)
         return fig
 

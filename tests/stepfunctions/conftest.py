@@ -35,6 +35,7 @@ from tests.stepfunctions.harness import (
     InProcessLambdas,
     Workflow,
     environment,
+    install_execution_hooks,
     read_definition,
     resolve,
 )
@@ -185,6 +186,7 @@ def stack_factory(
     from moto import mock_aws
 
     coverage_scope.install_stepfunctions()
+    install_execution_hooks()
     endpoint, table = breaker_table
     template = load_template()
     machine = template["Resources"][STATE_MACHINE]["Properties"]
