@@ -164,6 +164,7 @@ def test_the_template_names_no_partition(template: dict[str, Any]) -> None:
 
 
 # --------------------------------------------------------------------------- attach snippet
+# The README's block after its attach-snippet marker, which names this module.
 
 
 @pytest.fixture(scope="module")

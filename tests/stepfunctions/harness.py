@@ -248,12 +248,12 @@ class Workflow:
             described = self.client.describe_execution(executionArn=execution_arn)
             if described["status"] != "RUNNING":
                 break
-            left = deadline - time.perf_counter()
-            if left < 0:
+            now = time.perf_counter()
+            if now >= deadline:
                 raise TimeoutError(f"{execution_arn} still RUNNING after {self.timeout} s")
             # Asked again when an execution (this one or another) has ended since, at the
             # latest every half second.
-            wait_for_an_execution_to_end(ended, min(left, 0.5))
+            wait_for_an_execution_to_end(ended, min(deadline - now, 0.5))
         seconds = time.perf_counter() - started
         events = self.client.get_execution_history(executionArn=execution_arn, maxResults=1000)[
             "events"
